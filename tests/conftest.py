@@ -1,0 +1,157 @@
+"""Shared fixtures. `daemon` starts the real `zocratesd serve` as a subprocess on a fresh data dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+READY_TIMEOUT_S = 60.0
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short temporary dir: Unix socket paths must stay under 104 bytes, pytest's tmp_path may not."""
+    d = Path(tempfile.mkdtemp(prefix="zq", dir="/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def daemon_env(runtime_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["XDG_RUNTIME_DIR"] = str(runtime_dir)
+    env.pop("ZOTERO_DATA_DIR", None)
+    for key in list(env):
+        if key.startswith("ZOCRATES_"):
+            del env[key]
+    return env
+
+
+@dataclass
+class DaemonProc:
+    """A running `zocratesd serve` and the paths a test needs to talk to it."""
+
+    data_dir: Path
+    runtime_dir: Path
+    env: dict[str, str]
+    args: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def state_dir(self) -> Path:
+        return self.data_dir / "zocrates-data"
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return json.loads((self.state_dir / "daemon.json").read_text())
+
+    @property
+    def socket_path(self) -> str:
+        return str(self.info["socket"])
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "sessions.db"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "zocratesd", "serve", "--zotero-data-dir", str(self.data_dir), *self.args],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        info_path = self.state_dir / "daemon.json"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                out, err = self.proc.communicate()
+                raise RuntimeError(f"zocratesd exited {self.proc.returncode}: {err.decode()[-2000:]}")
+            try:
+                info = json.loads(info_path.read_text())
+                if info["pid"] == self.proc.pid:
+                    s = socket.socket(socket.AF_UNIX)
+                    s.connect(info["socket"])
+                    s.close()
+                    return
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError("zocratesd did not become ready")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._drain()
+
+    def kill(self) -> None:
+        """SIGKILL: the daemon gets no chance to clean up."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._drain()
+
+    def stderr_text(self) -> str:
+        log = self.state_dir / "zocratesd.log"
+        return log.read_text() if log.exists() else ""
+
+    def _drain(self) -> None:
+        if self.proc is not None:
+            for stream in (self.proc.stdout, self.proc.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+@pytest.fixture
+def daemon_factory(short_tmp: Path) -> Iterator[Any]:
+    """Make (not start) daemons on a fresh data dir; all are stopped at teardown."""
+    made: list[DaemonProc] = []
+    runtime_dir = short_tmp / "run"
+    runtime_dir.mkdir(mode=0o700)
+
+    def make(data_dir: Path | None = None, args: list[str] | None = None) -> DaemonProc:
+        d = DaemonProc(
+            data_dir=data_dir or (short_tmp / "zotero"),
+            runtime_dir=runtime_dir,
+            env=daemon_env(runtime_dir),
+            args=list(args or []),
+        )
+        d.data_dir.mkdir(parents=True, exist_ok=True)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        if d.proc is not None and d.proc.poll() is None:
+            try:
+                d.stop(10)
+            except subprocess.TimeoutExpired:
+                d.kill()
+
+
+@pytest.fixture
+def daemon(daemon_factory: Any) -> DaemonProc:
+    """A started daemon on a fresh, empty data dir."""
+    d = daemon_factory()
+    d.start()
+    return d

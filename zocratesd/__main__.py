@@ -1,0 +1,3 @@
+from zocratesd.cli import main
+
+raise SystemExit(main())

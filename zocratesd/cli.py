@@ -1,0 +1,135 @@
+"""`zocratesd serve|stdio|status|stop`. Imports are lazy: `stdio` must not pay for ADK or pydantic."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from zocratesd import __version__, runtime
+
+STOP_TIMEOUT_S = 30.0
+EXIT_NOT_RUNNING = 3  # LSB: "program is not running"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="zocratesd", description="The Zocrates research-assistant daemon.")
+    p.add_argument("--version", action="version", version=f"zocratesd {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def data_dir_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--zotero-data-dir",
+            metavar="D",
+            help="the Zotero data dir (default: $ZOTERO_DATA_DIR, else ~/Zotero, else a per-user data dir)",
+        )
+
+    serve = sub.add_parser("serve", help="run the daemon in the foreground")
+    data_dir_arg(serve)
+    serve.add_argument("--socket", metavar="PATH", help="Unix socket path (default: in the user runtime dir)")
+    serve.add_argument("--http-port", type=int, metavar="N", help="HTTP shim port (0: any free port)")
+    serve.add_argument("--no-http", action="store_true", help="do not serve the HTTP shim")
+    serve.add_argument("--model", metavar="M", help="offline | openai[:NAME] | gemini[:NAME]")
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+    stdio = sub.add_parser("stdio", help="speak ACP on stdin/stdout (for editors)")
+    data_dir_arg(stdio)
+    stdio.add_argument("--standalone", action="store_true", help="run the core in this process instead of a daemon")
+    stdio.add_argument("--model", metavar="M", help="with --standalone, or for a daemon this starts")
+    stdio.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+    status = sub.add_parser("status", help="is a daemon serving this data dir?")
+    data_dir_arg(status)
+    status.add_argument("--json", action="store_true", help="print daemon.json plus liveness as JSON")
+
+    stop = sub.add_parser("stop", help="stop the daemon of this data dir (SIGTERM, then wait)")
+    data_dir_arg(stop)
+    return p
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    o: dict[str, Any] = {}
+    if getattr(args, "model", None):
+        provider, _, name = args.model.partition(":")
+        o["model"] = {"provider": provider, **({"name": name} if name else {})}
+    http: dict[str, Any] = {}
+    if getattr(args, "no_http", False):
+        http["enabled"] = False
+    if getattr(args, "http_port", None) is not None:
+        http["base_port"] = args.http_port
+    if http:
+        o["http"] = http
+    return o
+
+
+def _serve(args: argparse.Namespace, data_dir: Path) -> int:
+    import anyio
+
+    from zocratesd.server import ServeOptions, serve, serve_stdio_standalone
+
+    opts = ServeOptions(
+        data_dir=data_dir,
+        socket_path=Path(args.socket).expanduser().absolute() if getattr(args, "socket", None) else None,
+        overrides=_overrides(args),
+        log_level=args.log_level,
+    )
+    main = serve_stdio_standalone if args.command == "stdio" else serve
+    return anyio.run(main, opts)
+
+
+def _status(args: argparse.Namespace, data_dir: Path) -> int:
+    info = runtime.read_daemon_info(data_dir)
+    live = runtime.live_daemon(data_dir)
+    if args.json:
+        print(json.dumps({"running": live is not None, "data_dir": str(data_dir), **(info.raw if info else {})}))
+    elif live is None:
+        print(f"zocratesd is not running for {data_dir}")
+    else:
+        print(f"zocratesd {live.version} is running for {data_dir}")
+        print(f"  pid        {live.pid}")
+        print(f"  socket     {live.socket}")
+        print(f"  started at {live.raw.get('started_at')}")
+        http = live.raw.get("http")
+        print(f"  http       {'http://%s:%s' % (http['host'], http['port']) if http else 'off'}")
+    return 0 if live is not None else EXIT_NOT_RUNNING
+
+
+def _stop(args: argparse.Namespace, data_dir: Path) -> int:
+    live = runtime.live_daemon(data_dir)
+    if live is None:
+        print(f"zocratesd is not running for {data_dir}")
+        return 0
+    os.kill(live.pid, signal.SIGTERM)
+    lock = runtime.state_dir(data_dir) / runtime.LOCK_NAME
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not runtime.lock_is_held(lock):
+            print(f"stopped zocratesd (pid {live.pid})")
+            return 0
+        time.sleep(0.05)
+    print(f"zocratesd (pid {live.pid}) did not stop within {STOP_TIMEOUT_S:.0f} s", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    data_dir = runtime.resolve_data_dir(args.zotero_data_dir)
+    if args.command == "stdio" and not args.standalone:
+        from zocratesd.rpc import pump
+
+        serve_args = ["--model", args.model] if args.model else []
+        return pump.run(data_dir, serve_args)
+    if args.command in ("serve", "stdio"):
+        return _serve(args, data_dir)
+    if args.command == "status":
+        return _status(args, data_dir)
+    return _stop(args, data_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

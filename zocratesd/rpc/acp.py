@@ -1,0 +1,152 @@
+"""ACP v1 methods and the `_zocrates/*` extensions, as adapters over the core `Daemon`.
+
+Each handler validates its params with the pydantic model of `rpc/models.py`, calls the core, and
+shapes the result. Core errors become JSON-RPC errors here and only here:
+
+| core error      | code   | message            |
+|-----------------|--------|--------------------|
+| NotFound        | -32002 | Resource not found |
+| SessionBusy     | 1001   | Session busy       |
+| InvalidInput    | -32602 | Invalid params     |
+
+Every error's `data` has a stable `kind` string (protocol/README.md, "Errors").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from jsonrpcserver import JsonRpcError, Success
+from pydantic import BaseModel, ValidationError
+
+from zocratesd.daemon import Daemon
+from zocratesd.errors import InvalidInput, NotFound, SessionBusy, ZocratesError
+from zocratesd.rpc import jsonrpc, models
+from zocratesd.rpc.peer import Peer
+from zocratesd.runtime import PROTOCOL_VERSION
+from zocratesd.rpc.updates import history_updates, session_info, session_info_update
+
+log = logging.getLogger(__name__)
+
+def _invalid_params(exc: ValidationError) -> JsonRpcError:
+    errors = [
+        {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()
+    ]
+    return JsonRpcError(jsonrpc.INVALID_PARAMS, "Invalid params", {"kind": "invalid_params", "errors": errors})
+
+
+def to_rpc_error(exc: ZocratesError) -> JsonRpcError:
+    data = {"kind": exc.kind, "message": exc.message, **exc.data}
+    if isinstance(exc, NotFound):
+        return JsonRpcError(jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", data)
+    if isinstance(exc, SessionBusy):
+        return JsonRpcError(jsonrpc.SESSION_BUSY, "Session busy", data)
+    if isinstance(exc, InvalidInput):
+        return JsonRpcError(jsonrpc.INVALID_PARAMS, "Invalid params", data)
+    return JsonRpcError(jsonrpc.INTERNAL_ERROR, "Internal error", data)
+
+
+Handler = Callable[..., Awaitable[Any]]
+
+
+def adapter(params_model: type[BaseModel]) -> Callable[[Callable[..., Awaitable[Any]]], Handler]:
+    """Wrap `fn(peer, params)` as a jsonrpcserver method `(peer, /, **raw)`: validate, map errors."""
+
+    def wrap(fn: Callable[..., Awaitable[Any]]) -> Handler:
+        async def method(peer: Peer, /, **raw: Any) -> Any:
+            try:
+                params = params_model.model_validate(raw)
+            except ValidationError as exc:
+                raise _invalid_params(exc) from None
+            try:
+                return Success(await fn(peer, params))
+            except ZocratesError as exc:
+                raise to_rpc_error(exc) from None
+
+        # Not functools.wraps: it sets __wrapped__, and jsonrpcserver's arity check would then
+        # bind the params against fn's signature instead of this one's **raw.
+        method.__name__, method.__doc__ = fn.__name__, fn.__doc__
+        return method
+
+    return wrap
+
+
+def build_methods(daemon: Daemon) -> dict[str, Handler]:
+    """The method table of one daemon; every face that speaks JSON-RPC serves this table."""
+    # Sessions made without a cwd (by the Zotero plugin) are listed with the Zotero data dir: the
+    # place they really belong to.
+    default_cwd = str(daemon.data_dir)
+
+    @adapter(models.InitializeParams)
+    async def initialize(peer: Peer, p: models.InitializeParams) -> dict[str, Any]:
+        peer.state["client_capabilities"] = p.client_capabilities or {}
+        peer.state["client_info"] = p.client_info or {}
+        return {
+            # We speak v1 only; a client asking for another version gets ours and decides.
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": True,
+                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": False},
+                "mcpCapabilities": {"http": False, "sse": False},
+                "sessionCapabilities": {"list": {}, "delete": {}},
+                "_meta": {
+                    "zocrates": {
+                        "version": daemon.version,
+                        "protocolVersion": PROTOCOL_VERSION,
+                        "extensions": extensions,
+                    }
+                },
+            },
+            "agentInfo": {"name": "zocratesd", "title": "Zocrates", "version": daemon.version},
+            "authMethods": [],
+        }
+
+    @adapter(models.NewSessionParams)
+    async def session_new(peer: Peer, p: models.NewSessionParams) -> dict[str, Any]:
+        title = ((p.meta or {}).get("zocrates") or {}).get("title")
+        row = await daemon.create_session(title=title, cwd=p.cwd or None)
+        return {"sessionId": row.id}
+
+    @adapter(models.ListSessionsParams)
+    async def session_list(peer: Peer, p: models.ListSessionsParams) -> dict[str, Any]:
+        if p.cursor:
+            raise InvalidInput("unknown cursor: session/list answers in one page", cursor=p.cursor)
+        rows = await daemon.list_sessions()
+        return {"sessions": [session_info(r, default_cwd) for r in rows]}
+
+    @adapter(models.LoadSessionParams)
+    async def session_load(peer: Peer, p: models.LoadSessionParams) -> dict[str, Any]:
+        live = await daemon.live_session(p.session_id)
+        ui_title = live.ui()["title"]
+        for update in history_updates(live.live):
+            await peer.notify("session/update", {"sessionId": p.session_id, "update": update})
+        await peer.notify("session/update", {"sessionId": p.session_id, "update": session_info_update(ui_title)})
+        return {}
+
+    @adapter(models.DeleteSessionParams)
+    async def session_delete(peer: Peer, p: models.DeleteSessionParams) -> dict[str, Any]:
+        await daemon.delete_session(p.session_id)
+        return {}
+
+    @adapter(models.GetSessionParams)
+    async def zocrates_session_get(peer: Peer, p: models.GetSessionParams) -> dict[str, Any]:
+        return await daemon.get_session(p.session_id)
+
+    @adapter(models.RenameSessionParams)
+    async def zocrates_session_rename(peer: Peer, p: models.RenameSessionParams) -> dict[str, Any]:
+        row = await daemon.rename_session(p.session_id, p.title)
+        return {"id": row.id, "title": row.title, "created_at": row.created_at, "updated_at": row.updated_at}
+
+    table: dict[str, Handler] = {
+        "initialize": initialize,
+        "session/new": session_new,
+        "session/list": session_list,
+        "session/load": session_load,
+        "session/delete": session_delete,
+        "_zocrates/session/get": zocrates_session_get,
+        "_zocrates/session/rename": zocrates_session_rename,
+    }
+    extensions = sorted(name for name in table if name.startswith("_zocrates/"))
+    return table

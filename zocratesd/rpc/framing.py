@@ -1,0 +1,105 @@
+"""NDJSON framing, sans-IO: bytes in, frames out; messages in, bytes out. No sockets here.
+
+The wire (protocol/README.md, "Framing"): one compact JSON value per line, UTF-8, terminated by
+the byte `\\n`. The same bytes travel on stdio and on the Unix socket, which is what lets
+`zocratesd stdio` be a plain byte pump.
+
+Contract of `FrameDecoder`:
+- `feed(data)` appends bytes; `next_event()` returns the next complete frame (bytes, without the
+  `\\n` and without one trailing `\\r`), a `FrameTooLarge` event, or `NEED_DATA`.
+- Frames are split on the byte `\\n` only. `str.splitlines()` would also split on U+2028, `\\x1c`
+  and friends, which are legal inside JSON strings.
+- Empty lines are skipped, so a client may send `\\r\\n` or blank keep-alive lines.
+- A line longer than `max_frame_bytes` yields one `FrameTooLarge`; the decoder then drops bytes up
+  to the next `\\n` and carries on, so one oversize message costs the client an error, not its
+  connection. Memory use stays bounded by `max_frame_bytes` plus one read.
+- `feed_eof()` turns a final line without `\\n` into a frame (a peer that closes after its last
+  message without a newline still gets an answer on a half-closed socket).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+# 16 MiB, as in DESIGN.md. Precedents: asyncio's default 64 KiB StreamReader limit crashed ACP
+# peers on large prompts (python-sdk #27, #62; kimi-cli #831), the ACP Python SDK moved to 50 MiB,
+# and rust-sdk #342 argues the cap must be finite and configurable. 16 MiB holds a prompt with
+# hundreds of pasted snippets; `rpc.max_frame_bytes` in the config changes it.
+DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+
+NEED_DATA: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class FrameTooLarge:
+    """A line exceeded the cap; `limit` is the cap in bytes. The line itself was dropped."""
+
+    limit: int
+
+
+class FrameDecoder:
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+        if max_frame_bytes < 1:
+            raise ValueError("max_frame_bytes must be positive")
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf already known to hold no b"\n"
+        self._discarding = False  # inside an oversize line, dropping until its end
+        self._eof = False
+
+    def feed(self, data: bytes) -> None:
+        if self._eof:
+            raise RuntimeError("feed() after feed_eof()")
+        self._buf += data
+
+    def feed_eof(self) -> None:
+        self._eof = True
+
+    def next_event(self) -> bytes | FrameTooLarge | object:
+        while True:
+            nl = self._buf.find(b"\n", self._scanned)
+            if nl < 0:
+                if self._discarding:
+                    self._buf.clear()
+                    self._scanned = 0
+                    return NEED_DATA
+                if len(self._buf) > self.max_frame_bytes:
+                    self._buf.clear()
+                    self._scanned = 0
+                    self._discarding = True
+                    return FrameTooLarge(self.max_frame_bytes)
+                self._scanned = len(self._buf)
+                if self._eof and self._buf:
+                    line = bytes(self._buf)
+                    self._buf.clear()
+                    self._scanned = 0
+                    line = line[:-1] if line.endswith(b"\r") else line
+                    if line.strip():
+                        return line
+                return NEED_DATA
+            line = bytes(self._buf[:nl])
+            del self._buf[: nl + 1]
+            self._scanned = 0
+            if self._discarding:
+                self._discarding = False
+                continue
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if len(line) > self.max_frame_bytes:
+                return FrameTooLarge(self.max_frame_bytes)
+            if not line.strip():
+                continue
+            return line
+
+
+def encode_message(message: Any) -> bytes:
+    """One message as one line: compact JSON, UTF-8, `\\n`. Compact JSON never holds a raw newline."""
+    try:
+        text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        # A lone surrogate (legal in a JSON escape, not in UTF-8) came in from a client; escape it
+        # rather than fail to answer.
+        return json.dumps(message, separators=(",", ":"), ensure_ascii=True).encode("ascii") + b"\n"

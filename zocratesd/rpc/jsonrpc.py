@@ -1,0 +1,179 @@
+"""JSON-RPC 2.0 messages, sans-IO: parse and classify one frame, build responses and errors.
+
+`parse_frame(frame)` returns a `Request`, `Notification`, `Response` or `Invalid`. `Invalid`
+carries the error response to send: its id is the frame's id whenever that id is readable, so a
+client's pending request never hangs on an `id: null` error (jsonrpcserver would answer
+`id: null` for every envelope problem; that is why the envelope is checked here, before it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+# Error codes. JSON-RPC reserves -32768..-32000; ACP adds -32002 and -32800 there. Zocrates' own
+# codes live outside that range (protocol/README.md, "Errors").
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+RESOURCE_NOT_FOUND: Final = -32002
+REQUEST_CANCELLED: Final = -32800
+SESSION_BUSY: Final = 1001
+
+MESSAGES: Final = {
+    PARSE_ERROR: "Parse error",
+    INVALID_REQUEST: "Invalid request",
+    METHOD_NOT_FOUND: "Method not found",
+    INVALID_PARAMS: "Invalid params",
+    INTERNAL_ERROR: "Internal error",
+    RESOURCE_NOT_FOUND: "Resource not found",
+    REQUEST_CANCELLED: "Request cancelled",
+    SESSION_BUSY: "Session busy",
+}
+
+# The stable `data.kind` of each code, for clients that branch on errors programmatically.
+KINDS: Final = {
+    PARSE_ERROR: "parse_error",
+    INVALID_REQUEST: "invalid_request",
+    METHOD_NOT_FOUND: "method_not_found",
+    INVALID_PARAMS: "invalid_params",
+    INTERNAL_ERROR: "internal",
+    RESOURCE_NOT_FOUND: "not_found",
+    REQUEST_CANCELLED: "cancelled",
+    SESSION_BUSY: "session_busy",
+}
+
+Id = int | str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    id: int | str
+    method: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    method: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """An answer from the other side to one of our own requests."""
+
+    id: int | str
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """A frame we cannot act on; `reply` is the error to send (None: say nothing)."""
+
+    reply: dict[str, Any] | None
+
+
+Message = Request | Notification | Response | Invalid
+
+
+def error_data(code: int, data: Any) -> dict[str, Any]:
+    """`data` as an object that always has `kind`; a bare value becomes its `detail`."""
+    if isinstance(data, dict):
+        return data if "kind" in data else {"kind": KINDS.get(code, "error"), **data}
+    out: dict[str, Any] = {"kind": KINDS.get(code, "error")}
+    if data is not None:
+        out["detail"] = data
+    return out
+
+
+def error(code: int, id: Id, message: str | None = None, data: Any = None) -> dict[str, Any]:
+    err = {"code": code, "message": message or MESSAGES.get(code, "Error"), "data": error_data(code, data)}
+    return {"jsonrpc": "2.0", "id": id, "error": err}
+
+
+def normalise_error(reply: dict[str, Any]) -> dict[str, Any]:
+    """Give an error reply built elsewhere (jsonrpcserver's) the same `data.kind` shape."""
+    err = reply.get("error")
+    if isinstance(err, dict):
+        err["data"] = error_data(err.get("code", INTERNAL_ERROR), err.get("data"))
+    return reply
+
+
+def success(id: int | str, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id, "result": result}
+
+
+def request(id: int | str, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def notification(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def _valid_id(value: Any) -> bool:
+    # bool is an int in Python but not a JSON-RPC id; floats are allowed by the spec but a
+    # fractional id is a client bug we would rather report than round.
+    return (isinstance(value, str) or isinstance(value, int)) and not isinstance(value, bool)
+
+
+def _readable_id(obj: dict[str, Any]) -> Id:
+    value = obj.get("id")
+    return value if _valid_id(value) else None
+
+
+def parse_frame(frame: bytes) -> Message:
+    """Classify one frame. Never raises on client input."""
+    try:
+        text = frame.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Invalid(error(PARSE_ERROR, None, data=f"invalid UTF-8 at byte {exc.start}"))
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers JSONDecodeError and over-long integer literals; RecursionError is
+        # deep nesting ("[[[[..."), which must cost the client an error, not the daemon a crash.
+        return Invalid(error(PARSE_ERROR, None, data=str(exc)[:200] or type(exc).__name__))
+    if isinstance(obj, list):
+        return Invalid(error(INVALID_REQUEST, None, data="batches are not supported; send one message per line"))
+    if not isinstance(obj, dict):
+        return Invalid(error(INVALID_REQUEST, None, data="a message must be a JSON object"))
+
+    msg_id = _readable_id(obj)
+    if obj.get("jsonrpc") != "2.0":
+        return Invalid(error(INVALID_REQUEST, msg_id, data='"jsonrpc" must be "2.0"'))
+
+    if "method" not in obj:
+        if "id" in obj and ("result" in obj or "error" in obj):
+            if not _valid_id(obj["id"]):
+                return Invalid(None)  # a response we could never have asked for: ignore it
+            err = obj.get("error")
+            return Response(obj["id"], obj.get("result"), err if isinstance(err, dict) else None)
+        return Invalid(error(INVALID_REQUEST, msg_id, data='a message needs "method", or "id" with "result"/"error"'))
+
+    method = obj["method"]
+    if not isinstance(method, str) or not method:
+        return Invalid(error(INVALID_REQUEST, msg_id, data='"method" must be a non-empty string'))
+    if "id" in obj and not _valid_id(obj["id"]):
+        return Invalid(error(INVALID_REQUEST, None, data='"id" must be a string or an integer'))
+    params = obj.get("params")
+    if params is None:
+        params = {}  # the ACP SDK sends "params": null when there are none
+    if not isinstance(params, dict):
+        if "id" not in obj:
+            return Invalid(None)
+        return Invalid(error(INVALID_PARAMS, obj["id"], data='"params" must be an object'))
+    if "id" in obj:
+        return Request(obj["id"], method, params)
+    return Notification(method, params)

@@ -1,0 +1,195 @@
+"""The wire contract as pydantic models: params are validated with them, results documented by them.
+
+`protocol/schema/*.json` is generated from these models (`python -m zocratesd.rpc.schema`), and a
+test fails when the committed files drift from them. Params models accept unknown fields
+(`extra="allow"`): ACP grows optional fields and `_meta` over time, and an older daemon must not
+refuse a newer editor. Results are built as plain dicts on the hot paths (a 5000-message session
+would spend tens of milliseconds in validation); tests validate real results against these models.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+# Session ids we mint look like "session-1733190000123-a1b2c3"; ids from other tools (ADK's
+# uuid4s) are accepted too. Anything else is refused before it reaches SQL or a path.
+SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+MAX_TITLE_CHARS = 200
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
+
+    meta: dict[str, Any] | None = Field(None, alias="_meta")
+
+
+class Result(BaseModel):
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
+
+
+SessionId = Field(pattern=SESSION_ID_PATTERN, description="A session id (as returned by session/new).")
+
+# --- initialize ---------------------------------------------------------------------------------
+
+
+class InitializeParams(Params):
+    protocol_version: int = Field(ge=0, le=65535, description="The latest ACP version the client speaks.")
+    client_capabilities: dict[str, Any] | None = None
+    client_info: dict[str, Any] | None = None
+
+
+class ZocratesMeta(Result):
+    version: str = Field(description="The daemon's version; equals daemon.json's `version`.")
+    protocol_version: int
+    extensions: list[str] = Field(description="The `_zocrates/*` methods this daemon serves.")
+
+
+class SessionCapabilities(Result):
+    list: dict[str, Any] = Field(default_factory=dict)
+    delete: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentCapabilities(Result):
+    load_session: bool = True
+    prompt_capabilities: dict[str, bool]
+    mcp_capabilities: dict[str, bool]
+    session_capabilities: SessionCapabilities
+    meta: dict[str, ZocratesMeta] = Field(alias="_meta", description='`{"zocrates": ZocratesMeta}`')
+
+
+class Implementation(Result):
+    name: str
+    title: str | None = None
+    version: str
+
+
+class InitializeResult(Result):
+    protocol_version: int
+    agent_capabilities: AgentCapabilities
+    agent_info: Implementation
+    auth_methods: list[Any] = Field(default_factory=list)
+
+
+# --- sessions -----------------------------------------------------------------------------------
+
+
+class NewSessionParams(Params):
+    cwd: str = Field(description="Absolute path; recorded with the session (sessions are library-wide).")
+    mcp_servers: list[Any] = Field(default_factory=list, description="Accepted and ignored: Zocrates has no MCP client.")
+
+
+class NewSessionResult(Result):
+    session_id: str
+
+
+class ListSessionsParams(Params):
+    cwd: str | None = Field(None, description="Accepted; Zocrates sessions belong to the library, so it does not filter.")
+    cursor: str | None = Field(None, description="Zocrates answers in one page; any cursor is refused.")
+
+
+class SessionInfo(Result):
+    session_id: str
+    cwd: str
+    title: str | None = None
+    updated_at: str | None = Field(None, description="ISO 8601, UTC.")
+    meta: dict[str, Any] | None = Field(None, alias="_meta", description='`{"zocrates": {"createdAt": epoch seconds}}`')
+
+
+class ListSessionsResult(Result):
+    sessions: list[SessionInfo]
+    next_cursor: str | None = None
+
+
+class LoadSessionParams(Params):
+    session_id: str = SessionId
+    cwd: str | None = None
+    mcp_servers: list[Any] = Field(default_factory=list)
+
+
+class LoadSessionResult(Result):
+    """Empty: the history arrived as `session/update` notifications before this answer."""
+
+
+class DeleteSessionParams(Params):
+    session_id: str = SessionId
+
+
+class DeleteSessionResult(Result):
+    """Empty on success."""
+
+
+# --- _zocrates/* extensions --------------------------------------------------------------------
+
+
+class GetSessionParams(Params):
+    session_id: str = SessionId
+
+
+class RenameSessionParams(Params):
+    session_id: str = SessionId
+    title: str = Field(min_length=1, max_length=MAX_TITLE_CHARS)
+
+
+class UiMessage(BaseModel):
+    """One message of the UI schema (spec 2.2). Field names are the spec's (snake_case)."""
+
+    id: str
+    role: Literal["user", "assistant"]
+    text: str
+    thought: str | None
+    author: str
+    timestamp: float
+    invocation_id: str
+
+
+class PendingHitl(BaseModel):
+    invocation_id: str
+    interrupt_id: str
+    message: str | None
+    payload: Any
+
+
+class UiSession(BaseModel):
+    """`_zocrates/session/get`: the spec's UI session object, as the Zotero sidebar renders it."""
+
+    id: str
+    title: str
+    created_at: float = Field(description="Epoch seconds (float).")
+    updated_at: float = Field(description="Epoch seconds (float) of the last stored event.")
+    messages: list[UiMessage]
+    pending_hitl: PendingHitl | None
+
+
+class SessionSummary(BaseModel):
+    """A session without its messages (`_zocrates/session/rename` answers it)."""
+
+    id: str
+    title: str
+    created_at: float
+    updated_at: float
+
+
+# --- notifications ------------------------------------------------------------------------------
+
+
+class SessionUpdateParams(BaseModel):
+    """`session/update` (daemon -> client). `update.sessionUpdate` names the kind; see the README."""
+
+    model_config = ConfigDict(extra="allow")
+    sessionId: str
+    update: dict[str, Any]
+
+
+METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
+    "initialize": (InitializeParams, InitializeResult),
+    "session/new": (NewSessionParams, NewSessionResult),
+    "session/list": (ListSessionsParams, ListSessionsResult),
+    "session/load": (LoadSessionParams, LoadSessionResult),
+    "session/delete": (DeleteSessionParams, DeleteSessionResult),
+    "_zocrates/session/get": (GetSessionParams, UiSession),
+    "_zocrates/session/rename": (RenameSessionParams, SessionSummary),
+}
+NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionUpdateParams}

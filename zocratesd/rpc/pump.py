@@ -1,0 +1,146 @@
+"""`zocratesd stdio`: an editor's ACP stdio, pumped byte for byte to the daemon's Unix socket.
+
+The socket speaks the same NDJSON as stdio, so nothing is parsed here. This module imports only
+the standard library and `zocratesd.runtime`: an editor starts it for every chat panel, and its
+first `initialize` answer must arrive within 150 ms when the daemon is already up.
+
+- The daemon is found through `<data>/zocrates-data/daemon.json`; if none is alive, `zocratesd
+  serve` is started detached (its own session, stdio to /dev/null, logs in its log file) and we
+  wait for it to be ready. Two editors starting at once are fine: the second daemon loses the
+  instance lock and exits, and both pumps connect to the winner.
+- stdin EOF half-closes the socket (SHUT_WR); whatever the daemon still sends is forwarded, and
+  the pump exits 0 when the daemon closes its side.
+- If the daemon goes away while the editor still talks, the pump says so on stderr and exits 1,
+  so the editor shows an error instead of hanging.
+- stdout carries frames only; every message of ours goes to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from zocratesd import runtime
+
+# How long to wait for a daemon we started: importing ADK alone takes 1-2 s on a 2-core machine
+# (research/adk.md, cold start); 60 s leaves room for a slow disk and a first-time table set-up.
+START_TIMEOUT_S = 60.0
+POLL_INTERVAL_S = 0.02
+CHUNK_BYTES = 256 * 1024
+
+
+class PumpError(Exception):
+    pass
+
+
+def _connect(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _start_daemon(data_dir: Path, serve_args: list[str]) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "zocratesd", "serve", "--zotero-data-dir", str(data_dir), *serve_args]
+    return subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def connect_to_daemon(data_dir: Path, *, start: bool = True, serve_args: list[str] | None = None) -> socket.socket:
+    """A connected socket to the daemon of `data_dir`, starting one when none runs."""
+    info = runtime.live_daemon(data_dir)
+    if info is not None:
+        try:
+            return _connect(info.socket)
+        except OSError:
+            pass  # alive but not accepting yet (or shutting down): fall through and wait
+    if not start:
+        raise PumpError(f"no zocratesd is running for {data_dir}")
+    proc = None
+    if not runtime.lock_is_held(runtime.state_dir(data_dir) / runtime.LOCK_NAME):
+        proc = _start_daemon(data_dir, serve_args or [])
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        info = runtime.live_daemon(data_dir)
+        if info is not None:
+            try:
+                return _connect(info.socket)
+            except OSError:
+                pass
+        if proc is not None and proc.poll() is not None and not runtime.lock_is_held(
+            runtime.state_dir(data_dir) / runtime.LOCK_NAME
+        ):
+            log = runtime.state_dir(data_dir) / runtime.LOG_NAME
+            raise PumpError(f"zocratesd exited with status {proc.returncode} while starting; see {log}")
+        time.sleep(POLL_INTERVAL_S)
+    raise PumpError(f"zocratesd did not become ready within {START_TIMEOUT_S:.0f} s")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def pump(sock: socket.socket, in_fd: int = 0, out_fd: int = 1) -> int:
+    """Copy in_fd -> sock and sock -> out_fd until the daemon closes. Returns the exit code."""
+    stdin_done = threading.Event()
+
+    def upstream() -> None:
+        try:
+            while True:
+                data = os.read(in_fd, CHUNK_BYTES)
+                if not data:
+                    break
+                sock.sendall(data)
+        except OSError:
+            pass
+        finally:
+            stdin_done.set()
+            try:
+                sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    threading.Thread(target=upstream, name="stdin->daemon", daemon=True).start()
+    try:
+        while True:
+            data = sock.recv(CHUNK_BYTES)
+            if not data:
+                break
+            _write_all(out_fd, data)
+    except BrokenPipeError:
+        return 0  # the editor closed our stdout: it is gone, nothing left to do
+    except OSError as exc:
+        print(f"zocratesd stdio: connection to the daemon failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        sock.close()
+    if not stdin_done.is_set():
+        print("zocratesd stdio: the daemon closed the connection", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run(data_dir: Path, serve_args: list[str] | None = None) -> int:
+    try:
+        sock = connect_to_daemon(data_dir, serve_args=serve_args)
+    except (PumpError, runtime.RuntimeFileError) as exc:
+        print(f"zocratesd stdio: {exc}", file=sys.stderr)
+        return 1
+    return pump(sock)

@@ -1,0 +1,137 @@
+"""The UI view of a session (spec 2.2): `{id, title, created_at, updated_at, messages, pending_hitl}`.
+
+Both read paths end here. `format_session_for_ui(session)` formats ADK's own `Session`;
+`SessionReader.ui_session` formats the stored rows. They differ only in how they obtain the live
+events (ADK's `_apply_rewinds` over pydantic Events, or `apply_rewinds` below over the stored JSON)
+and share everything after that, so the equivalence test pins exactly the part that could drift.
+
+Events are handled as their stored JSON (`Event.model_dump(exclude_none=True, mode="json")`, the
+shape ADK writes to `events.event_data`). What the UI never shows: partial events (never stored
+anyway), rewind markers and everything they rewound, compaction events, events that carry an
+isolation scope (raw retrieval inside a pipeline), and events with no text (tool-call plumbing,
+the bookkeeping state deltas we write ourselves).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+DEFAULT_TITLE = "New Chat"
+REQUEST_INPUT_CALL = "adk_request_input"
+
+Json = dict[str, Any]
+
+
+def apply_rewinds(events: Sequence[Json]) -> list[Json]:
+    """The stored-JSON twin of ADK's `events._rewind_events._apply_rewinds` (2.13).
+
+    Walks backwards; a rewind marker for invocation X drops itself and every event back to the
+    first event of X. A marker whose target is unknown (or not earlier) drops only itself.
+    """
+    first_idx: dict[str, int] | None = None
+    kept: list[Json] = []
+    i = len(events) - 1
+    while i >= 0:
+        ev = events[i]
+        target = (ev.get("actions") or {}).get("rewind_before_invocation_id")
+        if target:
+            if first_idx is None:
+                first_idx = {}
+                for idx, other in enumerate(events):
+                    inv = other.get("invocation_id")
+                    if inv and inv not in first_idx:
+                        first_idx[inv] = idx
+            idx = first_idx.get(target)
+            if idx is not None and idx < i:
+                i = idx
+        else:
+            kept.append(ev)
+        i -= 1
+    kept.reverse()
+    return kept
+
+
+def is_shown(ev: Json) -> bool:
+    """Whether a live event belongs to the conversation the user sees (before looking at its text)."""
+    if ev.get("partial") or ev.get("isolation_scope"):
+        return False
+    actions = ev.get("actions") or {}
+    return not actions.get("compaction") and not actions.get("rewind_before_invocation_id")
+
+
+def message_of(ev: Json) -> Json | None:
+    """The UI message of one live event, or None when it has no text to show."""
+    if not is_shown(ev):
+        return None
+    parts = (ev.get("content") or {}).get("parts") or []
+    text: list[str] = []
+    thought: list[str] = []
+    for part in parts:
+        t = part.get("text")
+        if t:
+            (thought if part.get("thought") else text).append(t)
+    if not text and not thought:
+        return None
+    author = ev.get("author") or ""
+    return {
+        "id": ev.get("id"),
+        "role": "user" if author == "user" else "assistant",
+        "text": "".join(text),
+        "thought": "".join(thought) or None,
+        "author": author,
+        "timestamp": ev.get("timestamp"),
+        "invocation_id": ev.get("invocation_id"),
+    }
+
+
+def pending_hitl(live: Iterable[Json]) -> Json | None:
+    """The checkpoint still waiting for an answer: an `adk_request_input` call with no later
+    user-authored function response of the same id (the latest one, if several are open)."""
+    open_calls: dict[str, Json] = {}
+    for ev in live:
+        parts = (ev.get("content") or {}).get("parts") or []
+        for part in parts:
+            fc = part.get("function_call")
+            if fc and fc.get("name") == REQUEST_INPUT_CALL and fc.get("id"):
+                args = fc.get("args") or {}
+                open_calls[fc["id"]] = {
+                    "invocation_id": ev.get("invocation_id"),
+                    "interrupt_id": fc["id"],
+                    "message": args.get("message"),
+                    "payload": args.get("payload"),
+                }
+            fr = part.get("function_response")
+            if fr and ev.get("author") == "user" and fr.get("id"):
+                open_calls.pop(fr["id"], None)
+    if not open_calls:
+        return None
+    return list(open_calls.values())[-1]
+
+
+def ui_view(
+    session_id: str, state: Json, updated_at: float, live: Sequence[Json], created_fallback: float | None
+) -> Json:
+    """Assemble the UI session from already-live events (rewinds applied)."""
+    messages = [m for m in (message_of(ev) for ev in live) if m is not None]
+    created_at = state.get("created_at")
+    if not isinstance(created_at, (int, float)):
+        created_at = created_fallback if created_fallback is not None else updated_at
+    title = state.get("title")
+    return {
+        "id": session_id,
+        "title": title if isinstance(title, str) and title else DEFAULT_TITLE,
+        "created_at": created_at,
+        "updated_at": updated_at,
+        "messages": messages,
+        "pending_hitl": pending_hitl(live),
+    }
+
+
+def format_session_for_ui(session: Any) -> Json:
+    """The spec's `format_session_for_ui(session)` on an ADK `Session` (the slow, reference path)."""
+    from google.adk.events._rewind_events import _apply_rewinds
+
+    live = [ev.model_dump(exclude_none=True, mode="json") for ev in _apply_rewinds(session.events)]
+    first = session.events[0].timestamp if session.events else None
+    return ui_view(session.id, dict(session.state), session.last_update_time, live, first)
