@@ -155,3 +155,9 @@ def daemon(daemon_factory: Any) -> DaemonProc:
     d = daemon_factory()
     d.start()
     return d
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """ADK and the daemon run on asyncio; client-library tests override this to add trio."""
+    return "asyncio"

@@ -25,7 +25,9 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
-from jsonrpcserver.async_main import dispatch_to_serializable
+from jsonrpcserver.async_dispatcher import dispatch_request
+from jsonrpcserver.dispatcher import create_request, to_response
+from jsonrpcserver.response import to_serializable_one
 
 from zocratesd.rpc import jsonrpc
 from zocratesd.rpc.framing import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameDecoder, FrameTooLarge, encode_message
@@ -62,10 +64,6 @@ class _Pending:
     def __init__(self) -> None:
         self.done = anyio.Event()
         self.response: jsonrpc.Response | None = None
-
-
-def _identity(x: Any) -> Any:
-    return x
 
 
 class Peer:
@@ -223,9 +221,17 @@ class Peer:
                 self._tg.start_soon(self._dispatch_request, msg, scope)
 
     async def _dispatch(self, payload: dict[str, Any]) -> dict[str, Any] | None:
-        return await dispatch_to_serializable(  # type: ignore[no-any-return]
-            payload, self._methods, context=self, deserializer=_identity, validator=_identity
-        )
+        """Run one handler through jsonrpcserver (lookup, arity check, error mapping).
+
+        Its single-request `dispatch_request` is used rather than `dispatch`: the latter runs
+        handlers in an `asyncio.gather` child task, which a cancel of ours would abandon
+        mid-cleanup (the cascading `$/cancel_request` would be lost). Here the handler runs in
+        this task, so cancellation reaches it directly and its cleanup finishes before we answer.
+        """
+        request, result = await dispatch_request(self._methods, self, create_request(payload))
+        if "id" not in payload:
+            return None  # a notification: its result or error is dropped, as JSON-RPC says
+        return to_serializable_one(to_response(request, result))  # type: ignore[no-any-return]
 
     async def _dispatch_request(self, msg: jsonrpc.Request, scope: anyio.CancelScope) -> None:
         reply: dict[str, Any] | None = None

@@ -1,0 +1,245 @@
+"""The connection peer, driven over an in-memory byte stream: no sockets, no daemon."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+from jsonrpcserver import JsonRpcError, Success
+
+from zocratesd.rpc import peer as peer_mod
+from zocratesd.rpc.peer import Peer, PeerClosed, RemoteError
+
+pytestmark = pytest.mark.anyio
+
+
+class MemoryByteStream(anyio.abc.ByteStream):
+    """One end of an in-memory duplex byte pipe."""
+
+    def __init__(self, send: Any, receive: Any):
+        self._send, self._receive = send, receive
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        try:
+            return await self._receive.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise anyio.EndOfStream from None
+
+    async def send(self, item: bytes) -> None:
+        try:
+            await self._send.send(item)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise anyio.BrokenResourceError from None
+
+    async def send_eof(self) -> None:
+        await self._send.aclose()
+
+    async def aclose(self) -> None:
+        await self._send.aclose()
+        await self._receive.aclose()
+
+
+def pipe() -> tuple[MemoryByteStream, MemoryByteStream]:
+    a_send, b_recv = anyio.create_memory_object_stream[bytes](100)
+    b_send, a_recv = anyio.create_memory_object_stream[bytes](100)
+    return MemoryByteStream(a_send, a_recv), MemoryByteStream(b_send, b_recv)
+
+
+class Client:
+    """The test's side: writes raw bytes, reads whole JSON lines."""
+
+    def __init__(self, stream: MemoryByteStream):
+        self.stream = stream
+        self.buf = b""
+
+    async def send(self, obj: Any) -> None:
+        data = obj if isinstance(obj, bytes) else json.dumps(obj).encode() + b"\n"
+        await self.stream.send(data)
+
+    async def recv(self) -> dict[str, Any]:
+        with anyio.fail_after(5):
+            while b"\n" not in self.buf:
+                self.buf += await self.stream.receive()
+        line, _, self.buf = self.buf.partition(b"\n")
+        return json.loads(line)
+
+
+def methods(log: list[str]) -> dict[str, Any]:
+    async def echo(peer: Peer, /, **params: Any) -> Any:
+        return Success(params)
+
+    async def slow(peer: Peer, /, **params: Any) -> Any:
+        try:
+            await anyio.sleep(params.get("seconds", 10))
+        except anyio.get_cancelled_exc_class():
+            log.append("slow cancelled")
+            raise
+        return Success("slow done")
+
+    async def boom(peer: Peer, /, **params: Any) -> Any:
+        raise RuntimeError("kaboom")
+
+    async def refuse(peer: Peer, /, **params: Any) -> Any:
+        raise JsonRpcError(-32002, "Resource not found", {"kind": "not_found", "sessionId": "x"})
+
+    async def ask(peer: Peer, /, **params: Any) -> Any:
+        try:
+            answer = await peer.request("client/question", {"q": params.get("q")})
+        except RemoteError as exc:
+            return Success({"remote_error": exc.code})
+        except PeerClosed:
+            log.append("ask: peer closed")
+            raise
+        return Success({"answer": answer})
+
+    async def note(peer: Peer, /, **params: Any) -> None:
+        log.append(f"note {params}")
+        return None
+
+    return {"echo": echo, "slow": slow, "boom": boom, "refuse": refuse, "ask": ask, "note": note}
+
+
+@pytest.fixture
+async def conn() -> AsyncIterator[tuple[Client, list[str], Peer]]:
+    server_end, client_end = pipe()
+    log: list[str] = []
+    p = Peer(server_end, methods(log), max_frame_bytes=1024, name="test")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(p.run)
+        yield Client(client_end), log, p
+        await client_end.send_eof()
+        with anyio.fail_after(5):
+            while not p.closed:
+                await anyio.sleep(0.01)
+
+
+async def test_request_and_unknown_fields(conn: Any) -> None:
+    c, _, _ = conn
+    await c.send({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"a": 1, "_meta": {"x": 2}}})
+    assert await c.recv() == {"jsonrpc": "2.0", "result": {"a": 1, "_meta": {"x": 2}}, "id": 1}
+
+
+async def test_a_long_request_does_not_block_others_and_cancel_answers_minus_32800(conn: Any) -> None:
+    c, log, _ = conn
+    await c.send({"jsonrpc": "2.0", "id": "long", "method": "slow"})
+    await c.send({"jsonrpc": "2.0", "id": 2, "method": "echo", "params": {"n": 2}})
+    assert (await c.recv())["id"] == 2
+    await c.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "long"}})
+    reply = await c.recv()
+    assert reply["id"] == "long" and reply["error"]["code"] == -32800
+    assert reply["error"]["data"]["kind"] == "cancelled"
+    assert log == ["slow cancelled"]
+
+
+async def test_errors_keep_the_connection(conn: Any) -> None:
+    c, _, _ = conn
+    await c.send({"jsonrpc": "2.0", "id": 1, "method": "boom"})
+    r = await c.recv()
+    assert r["error"]["code"] == -32603 and r["error"]["data"]["kind"] == "internal"
+    await c.send({"jsonrpc": "2.0", "id": 2, "method": "missing"})
+    r = await c.recv()
+    assert r["error"]["code"] == -32601 and r["error"]["data"] == {"kind": "method_not_found", "detail": "missing"}
+    await c.send({"jsonrpc": "2.0", "id": 3, "method": "refuse"})
+    r = await c.recv()
+    assert r["error"]["code"] == -32002 and r["error"]["data"]["sessionId"] == "x"
+    await c.send(b"garbage\n")
+    assert (await c.recv())["error"]["code"] == -32700
+    await c.send(b"x" * 5000 + b"\n")
+    r = await c.recv()
+    assert r["error"]["code"] == -32600 and r["error"]["data"] == {"kind": "frame_too_large", "limit": 1024}
+    await c.send({"jsonrpc": "2.0", "id": 4, "method": "echo"})
+    assert (await c.recv())["result"] == {}
+
+
+async def test_notifications_run_and_are_never_answered(conn: Any) -> None:
+    c, log, _ = conn
+    await c.send({"jsonrpc": "2.0", "method": "note", "params": {"k": 1}})
+    await c.send({"jsonrpc": "2.0", "method": "unknown/notification"})
+    await c.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "never-sent"}})
+    await c.send({"jsonrpc": "2.0", "id": 9, "method": "echo"})
+    assert (await c.recv())["id"] == 9  # nothing came before this reply
+    assert log == ["note {'k': 1}"]
+
+
+async def test_outbound_request_gets_its_response(conn: Any) -> None:
+    c, _, _ = conn
+    await c.send({"jsonrpc": "2.0", "id": 1, "method": "ask", "params": {"q": "extend?"}})
+    req = await c.recv()
+    assert req["method"] == "client/question" and req["params"] == {"q": "extend?"}
+    assert str(req["id"]).startswith("z:")
+    await c.send({"jsonrpc": "2.0", "id": "z:999", "result": "stray"})  # not ours: ignored
+    await c.send({"jsonrpc": "2.0", "id": req["id"], "result": {"optionId": "extend"}})
+    assert (await c.recv())["result"] == {"answer": {"optionId": "extend"}}
+
+    await c.send({"jsonrpc": "2.0", "id": 2, "method": "ask", "params": {"q": "again"}})
+    req = await c.recv()
+    await c.send({"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32601, "message": "no"}})
+    assert (await c.recv())["result"] == {"remote_error": -32601}
+
+
+async def test_cancelling_a_request_that_waits_on_the_client_cascades(conn: Any) -> None:
+    c, _, _ = conn
+    await c.send({"jsonrpc": "2.0", "id": 1, "method": "ask", "params": {"q": "?"}})
+    req = await c.recv()
+    await c.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 1}})
+    first, second = await c.recv(), await c.recv()
+    assert first == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": req["id"]}}
+    assert second["id"] == 1 and second["error"]["code"] == -32800
+
+
+async def test_duplicate_in_flight_id_is_refused(conn: Any) -> None:
+    c, _, _ = conn
+    await c.send({"jsonrpc": "2.0", "id": 5, "method": "slow"})
+    await c.send({"jsonrpc": "2.0", "id": 5, "method": "echo"})
+    r = await c.recv()
+    assert r["id"] == 5 and r["error"]["code"] == -32600
+    await c.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 5}})
+    assert (await c.recv())["error"]["code"] == -32800
+
+
+async def test_too_many_requests_in_flight_are_refused(conn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    c, _, _ = conn
+    monkeypatch.setattr(peer_mod, "MAX_INFLIGHT_REQUESTS", 3)
+    for i in range(3):
+        await c.send({"jsonrpc": "2.0", "id": i, "method": "slow"})
+    await c.send({"jsonrpc": "2.0", "id": 99, "method": "echo"})
+    r = await c.recv()
+    assert r["id"] == 99 and r["error"]["code"] == 1002 and r["error"]["data"]["kind"] == "overloaded"
+    for i in range(3):
+        await c.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": i}})
+    assert sorted([(await c.recv())["id"] for _ in range(3)]) == [0, 1, 2]
+    await c.send({"jsonrpc": "2.0", "id": 100, "method": "echo"})
+    assert (await c.recv())["id"] == 100
+
+
+async def test_half_close_still_delivers_answers_in_flight() -> None:
+    server_end, client_end = pipe()
+    p = Peer(server_end, methods([]), name="t")
+    c = Client(client_end)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(p.run)
+        await c.send({"jsonrpc": "2.0", "id": 1, "method": "slow", "params": {"seconds": 0.2}})
+        await c.send(b'{"jsonrpc":"2.0","id":2,"method":"echo"}')  # last line, no newline
+        await client_end.send_eof()
+        got = {(await c.recv())["id"], (await c.recv())["id"]}
+        assert got == {1, 2}
+    assert p.closed
+
+
+async def test_disconnect_fails_pending_outbound_requests() -> None:
+    server_end, client_end = pipe()
+    log: list[str] = []
+    p = Peer(server_end, methods(log), name="t")
+    c = Client(client_end)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(p.run)
+        await c.send({"jsonrpc": "2.0", "id": 1, "method": "ask"})
+        await c.recv()
+        await client_end.aclose()
+    assert log == ["ask: peer closed"]
+    assert p.closed
+    assert await p.notify("late", {}) is False  # sends after close are dropped, not raised
