@@ -67,20 +67,25 @@ class DaemonProc:
     def db_path(self) -> Path:
         return self.state_dir / "sessions.db"
 
+    @property
+    def stderr_path(self) -> Path:
+        return self.runtime_dir.parent / f"daemon-{self.data_dir.name}.stderr"
+
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "zocratesd", "serve", "--zotero-data-dir", str(self.data_dir), *self.args],
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        # stderr goes to a file, not a pipe nobody drains: a chatty daemon must never block on it.
+        with open(self.stderr_path, "ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "zocratesd", "serve", "--zotero-data-dir", str(self.data_dir), *self.args],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
         deadline = time.monotonic() + READY_TIMEOUT_S
         info_path = self.state_dir / "daemon.json"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                out, err = self.proc.communicate()
-                raise RuntimeError(f"zocratesd exited {self.proc.returncode}: {err.decode()[-2000:]}")
+                raise RuntimeError(f"zocratesd exited {self.proc.returncode}: {self.stderr_path.read_text()[-2000:]}")
             try:
                 info = json.loads(info_path.read_text())
                 if info["pid"] == self.proc.pid:
@@ -95,31 +100,28 @@ class DaemonProc:
         raise RuntimeError("zocratesd did not become ready")
 
     def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM and wait; returns the exit code."""
+        """SIGTERM and wait; returns the exit code. A daemon that hangs dumps its stacks, then dies,
+        and the test fails with them."""
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(timeout)
-        finally:
-            self._drain()
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            self.kill()
+            raise AssertionError(f"zocratesd ignored SIGTERM for {timeout} s:\n{self.stderr_path.read_text()[-6000:]}")
 
     def kill(self) -> None:
         """SIGKILL: the daemon gets no chance to clean up."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
-        self._drain()
 
     def stderr_text(self) -> str:
         log = self.state_dir / "zocratesd.log"
         return log.read_text() if log.exists() else ""
-
-    def _drain(self) -> None:
-        if self.proc is not None:
-            for stream in (self.proc.stdout, self.proc.stderr):
-                if stream is not None:
-                    stream.close()
 
 
 @pytest.fixture
@@ -143,10 +145,7 @@ def daemon_factory(short_tmp: Path) -> Iterator[Any]:
     yield make
     for d in made:
         if d.proc is not None and d.proc.poll() is None:
-            try:
-                d.stop(10)
-            except subprocess.TimeoutExpired:
-                d.kill()
+            d.stop(15)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ the store closed, the lock released last.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import logging.handlers
 import os
@@ -35,6 +36,9 @@ log = logging.getLogger("zocratesd")
 # The log file beside the store: 5 files of 5 MiB keep weeks of a daemon's life in 25 MiB.
 LOG_FILE_BYTES = 5 * 1024 * 1024
 LOG_FILE_COUNT = 5
+# On SIGTERM, requests in flight get this long to finish before they are cancelled. systemd's
+# default TimeoutStopSec is 90 s; 10 s keeps `zocratesd stop` snappy and still lets any write end.
+SHUTDOWN_GRACE_S = 10.0
 
 
 @dataclass
@@ -143,28 +147,55 @@ class _Runtime:
         self.lock.release()
 
 
-async def _watch_signals(scope: anyio.CancelScope) -> None:
+async def _wait_for_signal() -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             log.info("received %s; shutting down", signal.Signals(signum).name)
-            scope.cancel()
             return
 
 
-async def _serve_connection(stream: anyio.abc.SocketStream, methods: dict[str, Any], config: ZocratesConfig) -> None:
-    from zocratesd.rpc.peer import Peer
+class Connections:
+    """The live peers of a daemon, so shutdown can drain them."""
 
-    raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
-    uid = peer_uid(raw)
-    if uid != os.getuid():
-        log.warning("refused a connection from uid %s (this daemon serves uid %s)", uid, os.getuid())
-        await stream.aclose()
-        return
-    peer = Peer(stream, methods, max_frame_bytes=config.rpc.max_frame_bytes, name=f"socket:{raw.fileno()}")
-    try:
-        await peer.run()
-    except Exception:  # one broken connection must never take the daemon down
-        log.exception("%s: connection failed", peer.name)
+    def __init__(self, methods: dict[str, Any], config: ZocratesConfig):
+        self.methods = methods
+        self.config = config
+        self.peers: set[Any] = set()
+        self.idle = anyio.Event()
+        self.idle.set()
+
+    async def serve_socket(self, stream: anyio.abc.SocketStream) -> None:
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        uid = peer_uid(raw)
+        if uid != os.getuid():
+            log.warning("refused a connection from uid %s (this daemon serves uid %s)", uid, os.getuid())
+            await stream.aclose()
+            return
+        await self.serve(stream, f"socket:{raw.fileno()}")
+
+    async def serve(self, stream: anyio.abc.ByteStream, name: str) -> None:
+        from zocratesd.rpc.peer import Peer
+
+        peer = Peer(stream, self.methods, max_frame_bytes=self.config.rpc.max_frame_bytes, name=name)
+        self.peers.add(peer)
+        self.idle = anyio.Event() if self.idle.is_set() else self.idle
+        try:
+            await peer.run()
+        except Exception:  # one broken connection must never take the daemon down
+            log.exception("%s: connection failed", name)
+        finally:
+            self.peers.discard(peer)
+            if not self.peers:
+                self.idle.set()
+
+    async def drain(self, grace_s: float) -> None:
+        """Stop reading from every peer and give their requests in flight `grace_s` to finish."""
+        for peer in list(self.peers):
+            peer.stop_reading()
+        with anyio.move_on_after(grace_s) as scope:
+            await self.idle.wait()
+        if scope.cancelled_caught:
+            log.warning("%d connection(s) still busy after %.0f s; cancelling them", len(self.peers), grace_s)
 
 
 def _load_config_or_exit(opts: ServeOptions) -> ZocratesConfig:
@@ -180,6 +211,8 @@ async def serve(opts: ServeOptions) -> int:
     config = _load_config_or_exit(opts)
     os.umask(0o077)  # the store, logs and temp files hold the user's conversations: theirs alone
     setup_logging(opts.data_dir, opts.log_level)
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a stuck daemon is.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     rt = _Runtime(opts.data_dir)
     try:
         rt.acquire()
@@ -210,14 +243,20 @@ async def _serve_locked(opts: ServeOptions, config: ZocratesConfig, rt: _Runtime
         rt.bind_path(opts.socket_path or runtime.default_socket_path(opts.data_dir))
         assert rt.socket_path is not None
         listener = await anyio.create_unix_listener(rt.socket_path, mode=0o600)
-        async with listener, anyio.create_task_group() as tg:
-            tg.start_soon(_watch_signals, tg.cancel_scope)
-            tg.start_soon(listener.serve, lambda s: _serve_connection(s, methods, config), tg)
-            rt.write_info()
-            log.info(
-                "zocratesd %s serving %s on %s (pid %d, model %s)",
-                __version__, opts.data_dir, rt.socket_path, os.getpid(), config.model.provider,
-            )
+        conns = Connections(methods, config)
+        async with anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as accepting:
+                accepting.start_soon(listener.serve, conns.serve_socket, tg)
+                rt.write_info()
+                log.info(
+                    "zocratesd %s serving %s on %s (pid %d, model %s)",
+                    __version__, opts.data_dir, rt.socket_path, os.getpid(), config.model.provider,
+                )
+                await _wait_for_signal()
+                accepting.cancel_scope.cancel()
+            await listener.aclose()
+            await conns.drain(SHUTDOWN_GRACE_S)
+            tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await daemon.aclose()
@@ -275,10 +314,16 @@ async def serve_stdio_standalone(opts: ServeOptions) -> int:
     daemon = Daemon(opts.data_dir, config)
     try:
         await daemon.start()
-        peer = Peer(_FdStream(0, out_fd), build_methods(daemon), max_frame_bytes=config.rpc.max_frame_bytes, name="stdio")
+        conns = Connections(build_methods(daemon), config)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_watch_signals, tg.cancel_scope)
-            await peer.run()
+
+            async def on_signal() -> None:
+                await _wait_for_signal()
+                await conns.drain(SHUTDOWN_GRACE_S)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(on_signal)
+            await conns.serve(_FdStream(0, out_fd), "stdio")
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):

@@ -13,7 +13,9 @@ server-only, so this layer owns what it cannot do (research/protocol.md section 
   silently (a turn whose client vanished still runs to the end and is persisted).
 
 Concurrency is structured: `run()` owns a task group; every request task lives in it, and the
-connection ends only when its requests have been answered or cancelled.
+connection ends only when its requests have been answered or cancelled. `stop_reading()` (daemon
+shutdown) ends the read loop but lets the requests in flight finish: a request is never cancelled
+halfway through a database write just because the daemon was asked to stop.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class Peer:
         self._pending: dict[str, _Pending] = {}
         self._inflight: dict[int | str, anyio.CancelScope] = {}
         self._tg: anyio.abc.TaskGroup | None = None
+        self._reading = anyio.CancelScope()
         # Per-connection facts the handlers keep (e.g. initialize's client capabilities).
         self.state: dict[str, Any] = {}
         self.on_close: list[Callable[[], None]] = []
@@ -94,6 +97,10 @@ class Peer:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def stop_reading(self) -> None:
+        """Take no new messages (daemon shutdown); requests in flight still finish and answer."""
+        self._reading.cancel()
 
     # --- sending ------------------------------------------------------------------------------
 
@@ -149,15 +156,19 @@ class Peer:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
-                while not self._closed:
-                    try:
-                        data = await self._stream.receive(READ_CHUNK_BYTES)
-                    except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                        break
-                    decoder.feed(data)
+                eof = False
+                with self._reading:
+                    while not self._closed:
+                        try:
+                            data = await self._stream.receive(READ_CHUNK_BYTES)
+                        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                            eof = True
+                            break
+                        decoder.feed(data)
+                        await self._drain(decoder)
+                if eof:
+                    decoder.feed_eof()
                     await self._drain(decoder)
-                decoder.feed_eof()
-                await self._drain(decoder)
                 self._fail_pending()
         finally:
             self._mark_closed()
