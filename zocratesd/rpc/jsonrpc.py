@@ -122,7 +122,7 @@ def notification(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
     return msg
 
 
-def _valid_id(value: Any) -> bool:
+def valid_id(value: Any) -> bool:
     # bool is an int in Python but not a JSON-RPC id; floats are allowed by the spec but a
     # fractional id is a client bug we would rather report than round.
     return (isinstance(value, str) or isinstance(value, int)) and not isinstance(value, bool)
@@ -130,7 +130,7 @@ def _valid_id(value: Any) -> bool:
 
 def _readable_id(obj: dict[str, Any]) -> Id:
     value = obj.get("id")
-    return value if _valid_id(value) else None
+    return value if valid_id(value) else None
 
 
 def parse_frame(frame: bytes) -> Message:
@@ -156,7 +156,7 @@ def parse_frame(frame: bytes) -> Message:
 
     if "method" not in obj:
         if "id" in obj and ("result" in obj or "error" in obj):
-            if not _valid_id(obj["id"]):
+            if not valid_id(obj["id"]):
                 return Invalid(None)  # a response we could never have asked for: ignore it
             err = obj.get("error")
             return Response(obj["id"], obj.get("result"), err if isinstance(err, dict) else None)
@@ -165,7 +165,7 @@ def parse_frame(frame: bytes) -> Message:
     method = obj["method"]
     if not isinstance(method, str) or not method:
         return Invalid(error(INVALID_REQUEST, msg_id, data='"method" must be a non-empty string'))
-    if "id" in obj and not _valid_id(obj["id"]):
+    if "id" in obj and not valid_id(obj["id"]):
         return Invalid(error(INVALID_REQUEST, None, data='"id" must be a string or an integer'))
     params = obj.get("params")
     if params is None:

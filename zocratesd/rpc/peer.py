@@ -194,7 +194,12 @@ class Peer:
                 )
                 continue
             assert isinstance(event, bytes)
-            await self._handle_message(jsonrpc.parse_frame(event))
+            try:
+                await self._handle_message(jsonrpc.parse_frame(event))
+            except Exception:
+                # A bug in handling one message must cost that message, not the connection.
+                log.exception("%s: failed to handle a message", self.name)
+                await self.send_message(jsonrpc.error(jsonrpc.INTERNAL_ERROR, None))
 
     async def _handle_message(self, msg: jsonrpc.Message) -> None:
         if isinstance(msg, jsonrpc.Invalid):
@@ -207,9 +212,11 @@ class Peer:
                 slot.done.set()
         elif isinstance(msg, jsonrpc.Notification):
             if msg.method == "$/cancel_request":
-                scope = self._inflight.get(msg.params.get("requestId"))  # type: ignore[arg-type]
-                if scope is not None:
-                    scope.cancel()
+                target = msg.params.get("requestId")
+                if jsonrpc.valid_id(target):  # anything else names no request of ours: ignore it
+                    scope = self._inflight.get(target)
+                    if scope is not None:
+                        scope.cancel()
             else:
                 assert self._tg is not None
                 self._tg.start_soon(self._dispatch_notification, msg)

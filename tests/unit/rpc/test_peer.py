@@ -243,3 +243,11 @@ async def test_disconnect_fails_pending_outbound_requests() -> None:
     assert log == ["ask: peer closed"]
     assert p.closed
     assert await p.notify("late", {}) is False  # sends after close are dropped, not raised
+
+
+async def test_cancel_with_an_unusable_request_id_is_ignored(conn: Any) -> None:
+    c, _, _ = conn
+    for bad in ([1, 2], {"a": 1}, None, True, 1.5):
+        await c.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": bad}})
+    await c.send({"jsonrpc": "2.0", "id": 1, "method": "echo"})
+    assert (await c.recv()) == {"jsonrpc": "2.0", "result": {}, "id": 1}

@@ -19,31 +19,13 @@ from google.adk.events.event_actions import EventCompaction
 from google.adk.runners import Runner
 from google.genai import types
 
+from adkevents import answer, append_all, call, text
+
 from zocratesd.config import ZocratesConfig
 from zocratesd.daemon import Daemon
 from zocratesd.store import APP_NAME, USER_ID, close_session_services, format_session_for_ui
 
 pytestmark = pytest.mark.anyio
-
-
-def text(author: str, inv: str, body: str, *, thought: str | None = None, **kw: Any) -> Event:
-    parts = []
-    if thought:
-        parts.append(types.Part(text=thought, thought=True))
-    parts.append(types.Part(text=body))
-    role = "user" if author == "user" else "model"
-    return Event(author=author, invocation_id=inv, content=types.Content(role=role, parts=parts), **kw)
-
-
-def call(inv: str, call_id: str, name: str, args: dict[str, Any], *, with_text: str | None = None, **kw: Any) -> Event:
-    parts = [types.Part(text=with_text)] if with_text else []
-    parts.append(types.Part(function_call=types.FunctionCall(id=call_id, name=name, args=args)))
-    return Event(author="coordinator", invocation_id=inv, content=types.Content(role="model", parts=parts), **kw)
-
-
-def answer(inv: str, call_id: str, name: str, response: dict[str, Any], author: str = "coordinator", **kw: Any) -> Event:
-    part = types.Part(function_response=types.FunctionResponse(id=call_id, name=name, response=response))
-    return Event(author=author, invocation_id=inv, content=types.Content(role="user", parts=[part]), **kw)
 
 
 @pytest.fixture
@@ -54,12 +36,6 @@ async def world(tmp_path: Path) -> Any:
     runner = Runner(app=App(name=APP_NAME, root_agent=LlmAgent(name="coordinator", model="gemini-2.0-flash")), session_service=svc)
     yield daemon, svc, runner
     await close_session_services(tmp_path)
-
-
-async def append_all(svc: Any, session_id: str, events: list[Event]) -> None:
-    session = await svc.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=session_id)
-    for ev in events:
-        await svc.append_event(session, ev)
 
 
 async def assert_equivalent(daemon: Daemon, svc: Any, session_id: str) -> dict[str, Any]:
