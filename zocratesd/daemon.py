@@ -29,7 +29,8 @@ from zocratesd.store import (
     close_session_services,
     get_session_service,
 )
-from zocratesd.store.reader import LiveSession
+from zocratesd.store.reader import LiveSession, epoch_to_iso
+from zocratesd.store.service import db_path
 from zocratesd.store.ui import DEFAULT_TITLE
 
 log = logging.getLogger(__name__)
@@ -79,13 +80,14 @@ class Daemon:
         self.config = config
         self.locks = SessionLocks()
         self._service = get_session_service(data_dir)
-        self.reader = SessionReader(self._service)
+        self.reader = SessionReader(db_path(data_dir))
 
     async def start(self) -> None:
         """Prepare the store before the first request (so no request pays for it)."""
         await self._service.prepare_tables()
 
     async def aclose(self) -> None:
+        await self.reader.aclose()
         await close_session_services(self.data_dir)
 
     # --- sessions -----------------------------------------------------------------------------
@@ -110,7 +112,10 @@ class Daemon:
         if cwd:
             seed["cwd"] = cwd
         await self._service.append_event(session, _bookkeeping_event(seed))
-        return SessionRow(id=session_id, title=title, created_at=now, updated_at=session.last_update_time, cwd=cwd)
+        updated = session.last_update_time
+        return SessionRow(
+            id=session_id, title=title, created_at=now, updated_at=updated, cwd=cwd, updated_iso=epoch_to_iso(updated)
+        )
 
     async def list_sessions(self) -> list[SessionRow]:
         return await self.reader.list_sessions()
@@ -151,4 +156,5 @@ class Daemon:
                 created_at=float(created) if isinstance(created, (int, float)) else session.last_update_time,
                 updated_at=session.last_update_time,
                 cwd=session.state.get("cwd"),
+                updated_iso=epoch_to_iso(session.last_update_time),
             )

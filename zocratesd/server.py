@@ -13,6 +13,7 @@ the store closed, the lock released last.
 from __future__ import annotations
 
 import faulthandler
+import gc
 import logging
 import logging.handlers
 import os
@@ -198,6 +199,15 @@ class Connections:
             log.warning("%d connection(s) still busy after %.0f s; cancelling them", len(self.peers), grace_s)
 
 
+def _freeze_startup_heap() -> None:
+    """Move everything allocated so far (ADK, SQLAlchemy, pydantic: ~100 MiB of long-lived
+    objects) out of the garbage collector's sight. Without it, the ~300k short-lived objects of
+    showing one long session trigger full collections that rescan that whole heap: measured
+    185 ms -> 122 ms for a 5000-event session (bench/bench_store.py)."""
+    gc.collect()
+    gc.freeze()
+
+
 def _load_config_or_exit(opts: ServeOptions) -> ZocratesConfig:
     try:
         return load_config(opts.data_dir, opts.overrides)
@@ -240,6 +250,7 @@ async def _serve_locked(opts: ServeOptions, config: ZocratesConfig, rt: _Runtime
     try:
         await daemon.start()
         methods = build_methods(daemon)
+        _freeze_startup_heap()
         rt.bind_path(opts.socket_path or runtime.default_socket_path(opts.data_dir))
         assert rt.socket_path is not None
         listener = await anyio.create_unix_listener(rt.socket_path, mode=0o600)
@@ -315,6 +326,7 @@ async def serve_stdio_standalone(opts: ServeOptions) -> int:
     try:
         await daemon.start()
         conns = Connections(build_methods(daemon), config)
+        _freeze_startup_heap()
         async with anyio.create_task_group() as tg:
 
             async def on_signal() -> None:

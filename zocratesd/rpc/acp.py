@@ -26,6 +26,7 @@ from zocratesd.errors import InvalidInput, NotFound, SessionBusy, ZocratesError
 from zocratesd.rpc import jsonrpc, models
 from zocratesd.rpc.peer import Peer
 from zocratesd.runtime import PROTOCOL_VERSION
+from zocratesd.store.reader import gc_paused
 from zocratesd.rpc.updates import history_updates, session_info, session_info_update
 
 log = logging.getLogger(__name__)
@@ -119,10 +120,11 @@ def build_methods(daemon: Daemon) -> dict[str, Handler]:
     @adapter(models.LoadSessionParams)
     async def session_load(peer: Peer, p: models.LoadSessionParams) -> dict[str, Any]:
         live = await daemon.live_session(p.session_id)
-        ui_title = live.ui()["title"]
-        for update in history_updates(live.live):
-            await peer.notify("session/update", {"sessionId": p.session_id, "update": update})
-        await peer.notify("session/update", {"sessionId": p.session_id, "update": session_info_update(ui_title)})
+        with gc_paused():
+            updates = [*history_updates(live.live), session_info_update(live.title)]
+        await peer.send_messages(
+            jsonrpc.notification("session/update", {"sessionId": p.session_id, "update": u}) for u in updates
+        )
         return {}
 
     @adapter(models.DeleteSessionParams)

@@ -23,6 +23,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+import orjson
+
 # 16 MiB, as in DESIGN.md. Precedents: asyncio's default 64 KiB StreamReader limit crashed ACP
 # peers on large prompts (python-sdk #27, #62; kimi-cli #831), the ACP Python SDK moved to 50 MiB,
 # and rust-sdk #342 argues the cap must be finite and configurable. 16 MiB holds a prompt with
@@ -95,11 +97,12 @@ class FrameDecoder:
 
 
 def encode_message(message: Any) -> bytes:
-    """One message as one line: compact JSON, UTF-8, `\\n`. Compact JSON never holds a raw newline."""
+    """One message as one line: compact JSON, UTF-8, `\\n`. Compact JSON never holds a raw newline
+    (control characters inside strings are always escaped)."""
     try:
-        text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
-        return text.encode("utf-8") + b"\n"
-    except UnicodeEncodeError:
-        # A lone surrogate (legal in a JSON escape, not in UTF-8) came in from a client; escape it
-        # rather than fail to answer.
+        return orjson.dumps(message) + b"\n"
+    except TypeError:
+        # What orjson refuses and the standard library takes: a lone surrogate that came in from a
+        # client (legal as a JSON escape, not in UTF-8; escaped here rather than not answering),
+        # integers beyond 64 bits, non-string keys.
         return json.dumps(message, separators=(",", ":"), ensure_ascii=True).encode("ascii") + b"\n"

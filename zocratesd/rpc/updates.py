@@ -79,18 +79,12 @@ def session_info_update(title: str, updated_at_iso: str | None = None) -> Json:
     return update
 
 
-def iso_utc(epoch: float) -> str:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat().replace("+00:00", "Z")
-
-
 def session_info(row: Any, default_cwd: str) -> Json:
     """A `SessionInfo` of `session/list` from a store SessionRow."""
     return {
         "sessionId": row.id,
         "cwd": row.cwd or default_cwd,
         "title": row.title,
-        "updatedAt": iso_utc(row.updated_at),
+        "updatedAt": row.updated_iso,
         "_meta": {"zocrates": {"createdAt": row.created_at}},
     }

@@ -9,16 +9,23 @@ result equals formatting ADK's Session (tests/unit/store/test_read_equivalence.p
 
 from __future__ import annotations
 
-import json
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
-from google.adk.sessions import DatabaseSessionService
+import anyio
+import anyio.to_thread
+import orjson
 
 from zocratesd.errors import SessionNotFound
-from zocratesd.store.service import APP_NAME, USER_ID
-from zocratesd.store.ui import DEFAULT_TITLE, Json, apply_rewinds, ui_view
+from zocratesd.store.service import APP_NAME, BUSY_TIMEOUT_S, USER_ID
+from zocratesd.store.ui import Json, apply_rewinds, title_of, ui_view
 
 _SESSIONS_SQL = (
     "SELECT id, json_extract(state, '$.title'), json_extract(state, '$.created_at'),"
@@ -32,6 +39,8 @@ _EVENTS_SQL = (
 )
 _EXISTS_SQL = "SELECT 1 FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?"
 
+T = TypeVar("T")
+
 
 def sql_time_to_epoch(value: Any) -> float:
     """A `DATETIME` column as ADK reads it: naive means UTC."""
@@ -39,6 +48,37 @@ def sql_time_to_epoch(value: Any) -> float:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return dt.timestamp()
+
+
+def epoch_to_iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def sql_time_to_iso(value: Any) -> str:
+    """The same instant as ISO 8601 UTC ("...Z"). SQLAlchemy stores naive UTC as
+    'YYYY-MM-DD HH:MM:SS.ffffff', so this is a string edit, not two datetime round trips."""
+    text = str(value)
+    if len(text) == 26 and text[10] == " ":
+        return f"{text[:10]}T{text[11:]}Z"
+    return epoch_to_iso(sql_time_to_epoch(value))
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection for the duration of a synchronous block.
+
+    Parsing and formatting a long session allocates ~300k short-lived, acyclic objects (the stored
+    JSON), which trips generation-0 thresholds hundreds of times; refcounting frees them anyway.
+    The block must not await: other tasks keep the collector's normal schedule.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +90,7 @@ class SessionRow:
     created_at: float
     updated_at: float
     cwd: str | None
+    updated_iso: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,47 +103,90 @@ class LiveSession:
     live: list[Json]
     first_timestamp: float | None
 
+    @property
+    def title(self) -> str:
+        return title_of(self.state)
+
     def ui(self) -> Json:
         return ui_view(self.id, self.state, self.updated_at, self.live, self.first_timestamp)
 
 
 class SessionReader:
-    def __init__(self, service: DatabaseSessionService):
-        self._engine = service.db_engine
+    """Reads over a connection of its own: plain sqlite3 in one worker thread, `query_only`.
 
-    async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        async with self._engine.connect() as conn:
-            result = await conn.exec_driver_sql(sql, params)
-            return list(result.all())
+    SQLAlchemy's async adapter costs ~2x a plain fetch on a 5000-row session (measured 12.8 vs
+    6.6 ms). In WAL mode this reader never blocks the writer and is never blocked by it. Queries
+    are serialised through one thread (a capacity limiter of 1); each is a few milliseconds.
+    """
+
+    def __init__(self, db_path: Path):
+        self._path = db_path
+        self._conn: sqlite3.Connection | None = None
+        self._limiter = anyio.CapacityLimiter(1)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(self._path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+            conn.execute("PRAGMA query_only=ON")
+            self._conn = conn
+        return self._conn
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await anyio.to_thread.run_sync(lambda: fn(self._connection()), limiter=self._limiter)
+
+    async def aclose(self) -> None:
+        """Close the connection (reopened on the next read); waits for a read in progress."""
+
+        def close() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await anyio.to_thread.run_sync(close, limiter=self._limiter)
 
     async def list_sessions(self) -> list[SessionRow]:
         """Every session, oldest first by creation (the spec's order for `GET /sessions`)."""
-        rows = await self._fetch(_SESSIONS_SQL, (APP_NAME, USER_ID))
+        rows = await self._run(lambda c: c.execute(_SESSIONS_SQL, (APP_NAME, USER_ID)).fetchall())
         out = []
         for sid, title, created, cwd, create_time, update_time in rows:
             out.append(
                 SessionRow(
                     id=sid,
-                    title=title if isinstance(title, str) and title else DEFAULT_TITLE,
+                    title=title_of({"title": title}),
                     created_at=float(created) if isinstance(created, (int, float)) else sql_time_to_epoch(create_time),
                     updated_at=sql_time_to_epoch(update_time),
                     cwd=cwd if isinstance(cwd, str) else None,
+                    updated_iso=sql_time_to_iso(update_time),
                 )
             )
         out.sort(key=lambda r: (r.created_at, r.id))
         return out
 
     async def exists(self, session_id: str) -> bool:
-        return bool(await self._fetch(_EXISTS_SQL, (APP_NAME, USER_ID, session_id)))
+        params = (APP_NAME, USER_ID, session_id)
+        return await self._run(lambda c: c.execute(_EXISTS_SQL, params).fetchone() is not None)
 
-    async def live_session(self, session_id: str) -> LiveSession:
-        """State and live events of one session; raises SessionNotFound."""
-        async with self._engine.connect() as conn:
-            head = (await conn.exec_driver_sql(_SESSION_SQL, (APP_NAME, USER_ID, session_id))).first()
-            if head is None:
-                raise SessionNotFound(session_id)
-            rows = (await conn.exec_driver_sql(_EVENTS_SQL, (APP_NAME, USER_ID, session_id))).all()
-        loads = json.loads
+    async def _rows(self, session_id: str) -> tuple[Any, list[Any]]:
+        params = (APP_NAME, USER_ID, session_id)
+
+        def read(c: sqlite3.Connection) -> tuple[Any, list[Any]]:
+            # One read transaction for both queries: the events match the state they come with.
+            c.execute("BEGIN")
+            try:
+                head = c.execute(_SESSION_SQL, params).fetchone()
+                rows = c.execute(_EVENTS_SQL, params).fetchall() if head is not None else []
+            finally:
+                c.execute("COMMIT")
+            return head, rows
+
+        head, rows = await self._run(read)
+        if head is None:
+            raise SessionNotFound(session_id)
+        return head, rows
+
+    @staticmethod
+    def _parse(session_id: str, head: Any, rows: list[Any]) -> LiveSession:
+        loads = orjson.loads
         events = [loads(r[0]) for r in rows if r[0] is not None]
         return LiveSession(
             id=session_id,
@@ -112,5 +196,13 @@ class SessionReader:
             first_timestamp=events[0].get("timestamp") if events else None,
         )
 
+    async def live_session(self, session_id: str) -> LiveSession:
+        """State and live events of one session; raises SessionNotFound."""
+        head, rows = await self._rows(session_id)
+        with gc_paused():
+            return self._parse(session_id, head, rows)
+
     async def ui_session(self, session_id: str) -> Json:
-        return (await self.live_session(session_id)).ui()
+        head, rows = await self._rows(session_id)
+        with gc_paused():
+            return self._parse(session_id, head, rows).ui()

@@ -60,71 +60,74 @@ def is_shown(ev: Json) -> bool:
     return not actions.get("compaction") and not actions.get("rewind_before_invocation_id")
 
 
-def message_of(ev: Json) -> Json | None:
-    """The UI message of one live event, or None when it has no text to show."""
-    if not is_shown(ev):
-        return None
-    parts = (ev.get("content") or {}).get("parts") or []
-    text: list[str] = []
-    thought: list[str] = []
-    for part in parts:
-        t = part.get("text")
-        if t:
-            (thought if part.get("thought") else text).append(t)
-    if not text and not thought:
-        return None
-    author = ev.get("author") or ""
-    return {
-        "id": ev.get("id"),
-        "role": "user" if author == "user" else "assistant",
-        "text": "".join(text),
-        "thought": "".join(thought) or None,
-        "author": author,
-        "timestamp": ev.get("timestamp"),
-        "invocation_id": ev.get("invocation_id"),
-    }
-
-
-def pending_hitl(live: Iterable[Json]) -> Json | None:
-    """The checkpoint still waiting for an answer: an `adk_request_input` call with no later
-    user-authored function response of the same id (the latest one, if several are open)."""
+def _scan(live: Iterable[Json]) -> tuple[list[Json], Json | None]:
+    """Messages and the open checkpoint in one pass (the hot loop of showing a session: ~5000
+    events in a few milliseconds, so it reads each event's fields once)."""
+    messages: list[Json] = []
     open_calls: dict[str, Json] = {}
     for ev in live:
-        parts = (ev.get("content") or {}).get("parts") or []
+        content = ev.get("content")
+        parts = content.get("parts") if content else None
+        if not parts:
+            continue
+        author = ev.get("author") or ""
+        text: list[str] = []
+        thought: list[str] = []
         for part in parts:
+            t = part.get("text")
+            if t:
+                (thought if part.get("thought") else text).append(t)
+                continue
             fc = part.get("function_call")
-            if fc and fc.get("name") == REQUEST_INPUT_CALL and fc.get("id"):
-                args = fc.get("args") or {}
-                open_calls[fc["id"]] = {
-                    "invocation_id": ev.get("invocation_id"),
-                    "interrupt_id": fc["id"],
-                    "message": args.get("message"),
-                    "payload": args.get("payload"),
-                }
+            if fc is not None:
+                if fc.get("name") == REQUEST_INPUT_CALL and fc.get("id"):
+                    args = fc.get("args") or {}
+                    open_calls[fc["id"]] = {
+                        "invocation_id": ev.get("invocation_id"),
+                        "interrupt_id": fc["id"],
+                        "message": args.get("message"),
+                        "payload": args.get("payload"),
+                    }
+                continue
             fr = part.get("function_response")
-            if fr and ev.get("author") == "user" and fr.get("id"):
+            if fr is not None and author == "user" and fr.get("id"):
                 open_calls.pop(fr["id"], None)
-    if not open_calls:
-        return None
-    return list(open_calls.values())[-1]
+        if (text or thought) and is_shown(ev):
+            messages.append(
+                {
+                    "id": ev.get("id"),
+                    "role": "user" if author == "user" else "assistant",
+                    "text": "".join(text),
+                    "thought": "".join(thought) or None,
+                    "author": author,
+                    "timestamp": ev.get("timestamp"),
+                    "invocation_id": ev.get("invocation_id"),
+                }
+            )
+    pending = list(open_calls.values())[-1] if open_calls else None
+    return messages, pending
+
+
+def title_of(state: Json) -> str:
+    title = state.get("title")
+    return title if isinstance(title, str) and title else DEFAULT_TITLE
 
 
 def ui_view(
     session_id: str, state: Json, updated_at: float, live: Sequence[Json], created_fallback: float | None
 ) -> Json:
     """Assemble the UI session from already-live events (rewinds applied)."""
-    messages = [m for m in (message_of(ev) for ev in live) if m is not None]
+    messages, pending = _scan(live)
     created_at = state.get("created_at")
     if not isinstance(created_at, (int, float)):
         created_at = created_fallback if created_fallback is not None else updated_at
-    title = state.get("title")
     return {
         "id": session_id,
-        "title": title if isinstance(title, str) and title else DEFAULT_TITLE,
+        "title": title_of(state),
         "created_at": created_at,
         "updated_at": updated_at,
         "messages": messages,
-        "pending_hitl": pending_hitl(live),
+        "pending_hitl": pending,
     }
 
 
