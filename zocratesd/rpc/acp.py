@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from zocratesd.daemon import Daemon
 from zocratesd.errors import InvalidInput, NotFound, SessionBusy, ZocratesError
 from zocratesd.rpc import jsonrpc, models
-from zocratesd.rpc.peer import Peer
+from zocratesd.rpc.peer import MethodTable, Peer
 from zocratesd.runtime import PROTOCOL_VERSION
 from zocratesd.store.reader import gc_paused
 from zocratesd.rpc.updates import history_updates, session_info, session_info_update
@@ -74,7 +74,7 @@ def adapter(params_model: type[BaseModel]) -> Callable[[Callable[..., Awaitable[
     return wrap
 
 
-def build_methods(daemon: Daemon) -> dict[str, Handler]:
+def build_methods(daemon: Daemon) -> MethodTable:
     """The method table of one daemon; every face that speaks JSON-RPC serves this table."""
     # Sessions made without a cwd (by the Zotero plugin) are listed with the Zotero data dir: the
     # place they really belong to.
@@ -97,6 +97,7 @@ def build_methods(daemon: Daemon) -> dict[str, Handler]:
                         "version": daemon.version,
                         "protocolVersion": PROTOCOL_VERSION,
                         "extensions": extensions,
+                        "maxFrameBytes": daemon.config.rpc.max_frame_bytes,
                     }
                 },
             },
@@ -106,8 +107,10 @@ def build_methods(daemon: Daemon) -> dict[str, Handler]:
 
     @adapter(models.NewSessionParams)
     async def session_new(peer: Peer, p: models.NewSessionParams) -> dict[str, Any]:
-        title = ((p.meta or {}).get("zocrates") or {}).get("title")
-        row = await daemon.create_session(title=title, cwd=p.cwd or None)
+        ours = (p.meta or {}).get("zocrates")
+        if ours is not None and not isinstance(ours, dict):
+            raise InvalidInput('"_meta.zocrates" must be an object')
+        row = await daemon.create_session(title=(ours or {}).get("title"), cwd=p.cwd or None)
         return {"sessionId": row.id}
 
     @adapter(models.ListSessionsParams)
@@ -151,4 +154,4 @@ def build_methods(daemon: Daemon) -> dict[str, Handler]:
         "_zocrates/session/rename": zocrates_session_rename,
     }
     extensions = sorted(name for name in table if name.startswith("_zocrates/"))
-    return table
+    return MethodTable(table, notifications=())

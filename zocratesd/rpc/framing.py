@@ -67,7 +67,8 @@ class FrameDecoder:
                     self._buf.clear()
                     self._scanned = 0
                     return NEED_DATA
-                if len(self._buf) > self.max_frame_bytes:
+                # +1: the line's `\r` may be in the buffer while its `\n` is still to come.
+                if len(self._buf) > self.max_frame_bytes + 1:
                     self._buf.clear()
                     self._scanned = 0
                     self._discarding = True

@@ -45,6 +45,7 @@ class ZocratesMeta(Result):
     version: str = Field(description="The daemon's version; equals daemon.json's `version`.")
     protocol_version: int
     extensions: list[str] = Field(description="The `_zocrates/*` methods this daemon serves.")
+    max_frame_bytes: int = Field(description="The longest line the daemon accepts; longer frames get -32600.")
 
 
 class SessionCapabilities(Result):

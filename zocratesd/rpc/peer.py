@@ -50,6 +50,14 @@ WRITE_BATCH_BYTES: Final = 256 * 1024
 Handler = Callable[..., Awaitable[Any]]
 
 
+class MethodTable(dict[str, Handler]):
+    """Handlers by method name, plus the names a client may send as notifications."""
+
+    def __init__(self, handlers: dict[str, Handler], notifications: Iterable[str] = ()):
+        super().__init__(handlers)
+        self.notifications = frozenset(notifications)
+
+
 class PeerClosed(Exception):
     """The connection ended before the other side answered our request."""
 
@@ -72,7 +80,11 @@ class _Pending:
 
 
 class Peer:
-    """A connection's JSON-RPC endpoint. Handlers are called as `handler(peer, **params)`."""
+    """A connection's JSON-RPC endpoint. Handlers are called as `handler(peer, **params)`.
+
+    Only the methods a `MethodTable` names as notifications (e.g. `session/cancel`) run when sent
+    without an id; any other message without an id is ignored, as are unknown notifications.
+    """
 
     def __init__(
         self,
@@ -85,6 +97,7 @@ class Peer:
         self.name = name
         self._stream = stream
         self._methods = methods
+        self._notifications: frozenset[str] = getattr(methods, "notifications", frozenset())
         self._max_frame_bytes = max_frame_bytes
         self._write_lock = anyio.Lock()
         self._closed = False
@@ -245,13 +258,23 @@ class Peer:
                     scope = self._inflight.get(target)
                     if scope is not None:
                         scope.cancel()
-            else:
+            elif msg.method in self._notifications:
                 assert self._tg is not None
                 self._tg.start_soon(self._dispatch_notification, msg)
+            else:
+                # A request method sent without an id, or an unknown notification: JSON-RPC would
+                # run the former silently; we never act on what the client cannot see the
+                # outcome of (a `session/delete` must not vanish a session without an answer).
+                log.debug("%s: ignored notification %s", self.name, msg.method[:100])
         else:
             if msg.id in self._inflight:
+                # Answered with id null: the id's own answer is still to come, and a client must
+                # never see two answers for one id.
                 await self.send_message(
-                    jsonrpc.error(jsonrpc.INVALID_REQUEST, msg.id, data="this id is already in use by a request in flight")
+                    jsonrpc.error(
+                        jsonrpc.INVALID_REQUEST, None,
+                        data={"kind": "duplicate_id", "id": msg.id, "detail": "this id is already in use by a request in flight"},
+                    )
                 )
             elif len(self._inflight) >= MAX_INFLIGHT_REQUESTS:
                 await self.send_message(

@@ -85,3 +85,13 @@ def test_encode_is_one_compact_line_even_for_lone_surrogates() -> None:
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert json.loads(line) == {"a": "x\ny", "b": "\ud800"}
     assert encode_message({"k": "é"}) == '{"k":"é"}\n'.encode()
+
+
+def test_cap_counts_the_line_not_its_crlf_however_the_bytes_arrive() -> None:
+    for split in range(1, 13):
+        d = FrameDecoder(max_frame_bytes=10)
+        data = b"0123456789\r\n"
+        d.feed(data[:split])
+        first = frames(d)
+        d.feed(data[split:])
+        assert first + frames(d) == [b"0123456789"], split

@@ -12,7 +12,7 @@ import pytest
 from jsonrpcserver import JsonRpcError, Success
 
 from zocratesd.rpc import peer as peer_mod
-from zocratesd.rpc.peer import Peer, PeerClosed, RemoteError
+from zocratesd.rpc.peer import MethodTable, Peer, PeerClosed, RemoteError
 
 pytestmark = pytest.mark.anyio
 
@@ -100,7 +100,9 @@ def methods(log: list[str]) -> dict[str, Any]:
         log.append(f"note {params}")
         return None
 
-    return {"echo": echo, "slow": slow, "boom": boom, "refuse": refuse, "ask": ask, "note": note}
+    return MethodTable(
+        {"echo": echo, "slow": slow, "boom": boom, "refuse": refuse, "ask": ask, "note": note}, notifications={"note"}
+    )
 
 
 @pytest.fixture
@@ -160,6 +162,8 @@ async def test_notifications_run_and_are_never_answered(conn: Any) -> None:
     await c.send({"jsonrpc": "2.0", "method": "note", "params": {"k": 1}})
     await c.send({"jsonrpc": "2.0", "method": "unknown/notification"})
     await c.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "never-sent"}})
+    # A request method sent without an id is not run: its caller could never see the outcome.
+    await c.send({"jsonrpc": "2.0", "method": "slow", "params": {"seconds": 0}})
     await c.send({"jsonrpc": "2.0", "id": 9, "method": "echo"})
     assert (await c.recv())["id"] == 9  # nothing came before this reply
     assert log == ["note {'k': 1}"]
@@ -196,7 +200,7 @@ async def test_duplicate_in_flight_id_is_refused(conn: Any) -> None:
     await c.send({"jsonrpc": "2.0", "id": 5, "method": "slow"})
     await c.send({"jsonrpc": "2.0", "id": 5, "method": "echo"})
     r = await c.recv()
-    assert r["id"] == 5 and r["error"]["code"] == -32600
+    assert r["id"] is None and r["error"]["code"] == -32600 and r["error"]["data"]["kind"] == "duplicate_id"
     await c.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 5}})
     assert (await c.recv())["error"]["code"] == -32800
 

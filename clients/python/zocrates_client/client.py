@@ -1,0 +1,583 @@
+"""The async client: one JSON-RPC connection to zocratesd, on asyncio or trio (through anyio).
+
+    async with zocrates_client.connect() as client:
+        await client.initialize()
+        session_id = await client.new_session(title="Reading group")
+        for info in await client.list_sessions():
+            print(info.session_id, info.title)
+
+Contract:
+- `connect()` owns a task group: a reader task, a writer task and one task per request the daemon
+  sends us. Leaving the `async with` block fails calls still pending in other tasks with
+  `ConnectionLost`, ends subscriptions, cancels those tasks and closes the socket; an exception
+  raised in the block comes out of it unchanged (never wrapped in an ExceptionGroup, on trio either).
+- Requests get ids minted by the client and wait in a pending table. An error answer raises
+  `RpcError`; a connection that ends first fails every pending call, and every later one, with
+  `ConnectionLost`. A call cancelled by its caller sends `$/cancel_request` for it (ACP's cascading
+  cancel) and its late answer is ignored.
+- Frames are written whole by one writer task, so cancelling a caller never leaves half a frame on
+  the wire.
+- `session/update` notifications go to every open `Updates` subscription (`client.updates()`), each
+  with its own bounded buffer. The reader never waits for a subscriber: a subscription that falls
+  `max_buffer` updates behind ends with `UpdatesOverflow` after its buffered updates, while calls
+  carry on. Other notifications from the daemon are ignored.
+- A request from the daemon (e.g. `session/request_permission`) goes to the `on_request` handler in
+  its own task; without a handler it is answered at once with -32601, so the daemon never waits.
+  `$/cancel_request` from the daemon cancels that handler, and the request is answered with -32800.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+from anyio.abc import SocketAttribute
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from zocratesd import __version__
+from zocratesd.rpc import jsonrpc
+from zocratesd.rpc.framing import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameDecoder, FrameTooLarge, encode_message
+from zocratesd.runtime import PROTOCOL_VERSION
+
+from zocrates_client._discovery import open_endpoint
+from zocrates_client._errors import ConnectionLost, MessageTooLarge, RpcError, UpdatesOverflow
+from zocrates_client._types import (
+    InitializeResult,
+    RequestHandler,
+    SessionInfo,
+    SessionSummary,
+    SessionUpdate,
+    UiSession,
+    Update,
+)
+
+log = logging.getLogger("zocrates_client")
+
+# What we send is capped at the daemon's default frame cap: a larger frame would be answered with
+# an `id: null` error that no pending call could be matched to, so the call would wait forever.
+MAX_OUTGOING_FRAME_BYTES: Final = DEFAULT_MAX_FRAME_BYTES
+
+# What we accept. Answers grow with a session (`_zocrates/session/get` returns every message) while
+# requests stay small, and the daemon is trusted more than its clients are: 4x the daemon's inbound
+# cap. A larger frame cannot be matched to its call, so it ends the connection with a
+# ConnectionLost that says so, instead of leaving a call waiting forever.
+DEFAULT_MAX_INCOMING_FRAME_BYTES: Final = 4 * DEFAULT_MAX_FRAME_BYTES
+
+# Updates a subscription may hold unread. A turn streams a few hundred chunks; replaying a long
+# session streams thousands, but `load_session` returns those in full whatever the subscriptions do.
+DEFAULT_UPDATES_BUFFER: Final = 1024
+
+# Frames waiting for the writer. Callers wait (cancellably, before anything is written) when the
+# daemon reads slower than they send, so memory stays bounded.
+OUTGOING_QUEUE_FRAMES: Final = 64
+
+READ_CHUNK_BYTES: Final = 256 * 1024
+
+# anyio 4.7 renamed wait_socket_readable (pyproject allows anyio 4.4).
+_wait_readable = getattr(anyio, "wait_readable", None) or anyio.wait_socket_readable
+
+# ACP client capabilities: this library offers the agent no file system and no terminal.
+CLIENT_CAPABILITIES: Final[dict[str, Any]] = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+
+
+class _Pending:
+    __slots__ = ("done", "response")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.response: jsonrpc.Response | None = None
+
+
+class Updates:
+    """A subscription to `session/update` notifications: `async for update in subscription`.
+
+    Receives from its creation until `close()` (or the end of a `with` block), the client's close,
+    or an overflow. Iteration yields `SessionUpdate`s in arrival order, then stops: normally when the
+    subscription or the client was closed, with `ConnectionLost` when the connection was lost, with
+    `UpdatesOverflow` when more than `max_buffer` updates were left unread. One consumer per
+    subscription; open several subscriptions for several consumers.
+    """
+
+    def __init__(self, client: Client, session_id: str | None, max_buffer: int):
+        if max_buffer < 1:
+            raise ValueError("max_buffer must be positive")
+        self.session_id = session_id
+        self.max_buffer = max_buffer
+        self._client = client
+        self._items: deque[SessionUpdate] = deque()
+        self._waiter: anyio.Event | None = None
+        self._ended = False
+        self._end_error: tuple[type[Exception], tuple[Any, ...]] | None = None
+
+    def close(self) -> None:
+        """Stop receiving. Updates already buffered are still yielded, then iteration stops."""
+        self._finish(None)
+
+    def __enter__(self) -> Updates:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __aiter__(self) -> Updates:
+        return self
+
+    async def __anext__(self) -> SessionUpdate:
+        await anyio.lowlevel.checkpoint()
+        while True:
+            if self._items:
+                return self._items.popleft()
+            if self._ended:
+                if self._end_error is not None:
+                    cls, args = self._end_error
+                    raise cls(*args)  # a fresh instance per raise: no traceback piles up
+                raise StopAsyncIteration
+            # No await between the checks above and this wait, so no wake-up can be missed.
+            self._waiter = anyio.Event()
+            await self._waiter.wait()
+
+    # --- fed by the client's reader -------------------------------------------------------------
+
+    def _push(self, item: SessionUpdate) -> None:
+        if self._ended or (self.session_id is not None and item.session_id != self.session_id):
+            return
+        if len(self._items) >= self.max_buffer:
+            self._finish((UpdatesOverflow, (self.max_buffer,)))
+            return
+        self._items.append(item)
+        self._wake()
+
+    def _finish(self, error: tuple[type[Exception], tuple[Any, ...]] | None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._end_error = error
+        self._client._subscriptions.discard(self)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+
+class Client:
+    """A connection to zocratesd. Made by `connect()`, usable only inside its `async with` block.
+
+    Every method raises `ConnectionLost` when the connection is gone (or goes before the answer),
+    and `RpcError` when the daemon answers with an error: code -32002 for an unknown session,
+    -32602 for an invalid id or title, 1001 when the session is busy.
+    """
+
+    def __init__(
+        self,
+        stream: anyio.abc.SocketStream,
+        *,
+        socket_path: str,
+        data_dir: Path | None,
+        on_request: RequestHandler | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_INCOMING_FRAME_BYTES,
+    ):
+        self.socket_path = socket_path
+        self.data_dir = data_dir
+        self._stream = stream
+        self._sock: socket.socket = stream.extra(SocketAttribute.raw_socket)
+        self._on_request = on_request
+        self._max_frame_bytes = max_frame_bytes
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        # Replays being collected: request id -> (session id, the updates so far). An entry is
+        # removed by the reader when the answer arrives, so a replay ends exactly at its answer.
+        self._replays: dict[int, tuple[str, list[Update]]] = {}
+        self._subscriptions: set[Updates] = set()
+        self._serving: dict[int | str, anyio.CancelScope] = {}
+        out: tuple[MemoryObjectSendStream[bytes], MemoryObjectReceiveStream[bytes]]
+        out = anyio.create_memory_object_stream[bytes](OUTGOING_QUEUE_FRAMES)
+        self._out_send, self._out_recv = out
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._end_reason: str | None = None  # set once: why the connection ended
+        self._lost = False  # ended by the daemon or the network, not by leaving `connect()`
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection has ended, for whatever reason."""
+        return self._end_reason is not None
+
+    # --- typed methods --------------------------------------------------------------------------
+
+    async def initialize(
+        self,
+        *,
+        client_name: str = "zocrates_client",
+        client_version: str = __version__,
+        protocol_version: int = PROTOCOL_VERSION,
+    ) -> InitializeResult:
+        """ACP `initialize`: the daemon's protocol version, identity and `_zocrates/*` extensions."""
+        result = await self.call(
+            "initialize",
+            {
+                "protocolVersion": protocol_version,
+                "clientCapabilities": CLIENT_CAPABILITIES,
+                "clientInfo": {"name": client_name, "version": client_version},
+            },
+        )
+        return InitializeResult.from_wire(result)
+
+    async def new_session(self, cwd: str | None = None, title: str | None = None) -> str:
+        """Create a session and return its id. `cwd` defaults to the current directory; `title`
+        (1-200 characters, else -32602) is sent as `_meta.zocrates.title`, else the daemon names it."""
+        params: dict[str, Any] = {"cwd": cwd if cwd is not None else os.getcwd(), "mcpServers": []}
+        if title is not None:
+            params["_meta"] = {"zocrates": {"title": title}}
+        result = await self.call("session/new", params)
+        return str(result["sessionId"])
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        """Every session, oldest first by creation."""
+        result = await self.call("session/list", {})
+        return [SessionInfo.from_wire(s) for s in result.get("sessions", [])]
+
+    async def load_session(self, session_id: str, cwd: str | None = None) -> list[Update]:
+        """ACP `session/load`: the session's history as the `update` objects of the `session/update`
+        notifications the daemon sent for it before its answer, in order (the last one is a
+        `session_info_update` with the title). Open subscriptions receive them too.
+
+        Two loads of one session running at once on one connection each collect both replays.
+        """
+        params = {"sessionId": session_id, "cwd": cwd if cwd is not None else os.getcwd(), "mcpServers": []}
+        collected: list[Update] = []
+        await self._request("session/load", params, replay=(session_id, collected))
+        return collected
+
+    async def delete_session(self, session_id: str) -> None:
+        """Delete a session for good. -32002 when it does not exist, 1001 while it is busy."""
+        await self.call("session/delete", {"sessionId": session_id})
+
+    async def get_session(self, session_id: str) -> UiSession:
+        """`_zocrates/session/get`: the UI session object (title, times, messages, pending_hitl)."""
+        result: UiSession = await self.call("_zocrates/session/get", {"sessionId": session_id})
+        return result
+
+    async def rename_session(self, session_id: str, title: str) -> SessionSummary:
+        """`_zocrates/session/rename`: set the title (control characters become spaces; 1-200 chars)."""
+        result: SessionSummary = await self.call("_zocrates/session/rename", {"sessionId": session_id, "title": title})
+        return result
+
+    # --- generic --------------------------------------------------------------------------------
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Send a request and return its `result`; raises RpcError, ConnectionLost, MessageTooLarge."""
+        return await self._request(method, params)
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        """Send a notification (no answer comes). Raises ConnectionLost, MessageTooLarge."""
+        await self._send(self._encode(jsonrpc.notification(method, params)))
+
+    def updates(self, session_id: str | None = None, *, max_buffer: int = DEFAULT_UPDATES_BUFFER) -> Updates:
+        """Subscribe to `session/update` notifications (of one session, or all), from now on.
+
+        Subscribe before the call whose updates you want: a subscription sees only what arrives
+        after it was made. See `Updates` for the end and overflow behaviour.
+        """
+        sub = Updates(self, session_id, max_buffer)
+        if self.closed:
+            sub._finish(self._end_error_spec())
+        else:
+            self._subscriptions.add(sub)
+        return sub
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def _encode(self, message: dict[str, Any]) -> bytes:
+        data = encode_message(message)
+        if len(data) > MAX_OUTGOING_FRAME_BYTES:
+            raise MessageTooLarge(
+                f"{message.get('method', 'message')} is {len(data)} bytes, over the {MAX_OUTGOING_FRAME_BYTES}-byte frame cap"
+            )
+        return data
+
+    async def _send(self, data: bytes) -> None:
+        if self._end_reason is not None:
+            raise ConnectionLost(self._end_reason)
+        try:
+            await self._out_send.send(data)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise ConnectionLost(self._end_reason or "the connection is closed") from None
+
+    async def _request(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        replay: tuple[str, list[Update]] | None = None,
+    ) -> Any:
+        if self._end_reason is not None:
+            raise ConnectionLost(self._end_reason)
+        req_id = next(self._ids)
+        data = self._encode(jsonrpc.request(req_id, method, params))
+        slot = _Pending()
+        self._pending[req_id] = slot
+        if replay is not None:
+            self._replays[req_id] = replay
+        try:
+            await self._send(data)
+            await slot.done.wait()
+        except BaseException:
+            if slot.response is None and self._end_reason is None:
+                # Cancelled by our caller: tell the daemon to stop working on it. Best effort and
+                # without waiting (a cancelled task must not block); the daemon answers -32800 and
+                # the answer is dropped because the id is no longer pending.
+                try:
+                    self._out_send.send_nowait(self._encode(jsonrpc.notification("$/cancel_request", {"requestId": req_id})))
+                except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    pass
+            raise
+        finally:
+            self._pending.pop(req_id, None)
+            self._replays.pop(req_id, None)
+        response = slot.response
+        if response is None:
+            raise ConnectionLost(f"{self._end_reason or 'the connection ended'} before {method} was answered")
+        if response.error is not None:
+            raise RpcError.from_wire(response.error, method)
+        return response.result
+
+    # --- the tasks ------------------------------------------------------------------------------
+
+    def _start(self, tg: anyio.abc.TaskGroup) -> None:
+        self._tg = tg
+        tg.start_soon(self._read_loop, name="zocrates_client reader")
+        tg.start_soon(self._write_loop, name="zocrates_client writer")
+
+    async def _write_loop(self) -> None:
+        with self._out_recv:
+            async for data in self._out_recv:
+                try:
+                    await self._stream.send(data)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                    self._end(f"writing to zocratesd failed ({exc or type(exc).__name__})", lost=True)
+                    return
+
+    async def _receive(self) -> bytes:
+        """The next bytes from the socket; b"" at end of stream. Raises OSError, ClosedResourceError.
+
+        Not `stream.receive()`: on asyncio, anyio's UNIX stream completes the future a read waits
+        on straight from the selector callback, without checking that the wait was not cancelled
+        meanwhile, so closing the client while the daemon is sending logs an InvalidStateError (a
+        sibling of agronholm/anyio#1267). `wait_readable` guards against that; only this task reads.
+        """
+        await anyio.lowlevel.checkpoint()  # a daemon that never pauses must not starve the loop
+        while True:
+            try:
+                return self._sock.recv(READ_CHUNK_BYTES)
+            except BlockingIOError:
+                await _wait_readable(self._sock)
+
+    async def _read_loop(self) -> None:
+        decoder = FrameDecoder(self._max_frame_bytes)
+        reason = "zocratesd closed the connection"
+        while self._end_reason is None:
+            try:
+                data = await self._receive()
+            except ConnectionResetError:
+                # The daemon died (or was killed) with our unread request in its buffer.
+                reason = "zocratesd closed the connection abruptly (did it crash? see its log)"
+                break
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                reason = f"the connection to zocratesd broke ({exc or type(exc).__name__})"
+                break
+            if not data:
+                decoder.feed_eof()
+                self._drain(decoder)
+                break
+            decoder.feed(data)
+            if not self._drain(decoder):
+                reason = (
+                    f"zocratesd sent a message over the client's {self._max_frame_bytes}-byte frame cap; "
+                    "it could not be matched to its call (raise max_frame_bytes in connect())"
+                )
+                break
+        self._end(reason, lost=True)
+
+    def _drain(self, decoder: FrameDecoder) -> bool:
+        """Handle every complete frame; False when a frame was over the cap (the stream is unusable)."""
+        while True:
+            event = decoder.next_event()
+            if event is NEED_DATA:
+                return True
+            if isinstance(event, FrameTooLarge):
+                return False
+            assert isinstance(event, bytes)
+            self._handle(jsonrpc.parse_frame(event))
+
+    def _handle(self, msg: jsonrpc.Message) -> None:
+        if isinstance(msg, jsonrpc.Response):
+            if isinstance(msg.id, int):
+                self._replays.pop(msg.id, None)
+                slot = self._pending.get(msg.id)
+                if slot is not None and slot.response is None:
+                    slot.response = msg
+                    slot.done.set()
+            # Any other id is an answer to a call cancelled meanwhile, or not ours: dropped.
+        elif isinstance(msg, jsonrpc.Notification):
+            if msg.method == "session/update":
+                self._deliver_update(msg.params)
+            elif msg.method == "$/cancel_request":
+                target = msg.params.get("requestId")
+                # Anything but a valid id names no request of ours (and may not even be hashable).
+                scope = self._serving.get(target) if isinstance(target, (int, str)) and not isinstance(target, bool) else None
+                if scope is not None:
+                    scope.cancel()
+            else:
+                log.debug("ignored notification %s", msg.method)
+        elif isinstance(msg, jsonrpc.Request):
+            assert self._tg is not None
+            if msg.id in self._serving:
+                self._reply_soon(jsonrpc.error(jsonrpc.INVALID_REQUEST, msg.id, data="this id is already in use by a request in flight"))
+            elif self._on_request is None:
+                self._reply_soon(
+                    jsonrpc.error(
+                        jsonrpc.METHOD_NOT_FOUND, msg.id,
+                        data={"kind": "method_not_found", "message": f"this client does not handle {msg.method}"},
+                    )
+                )
+            else:
+                scope = anyio.CancelScope()
+                self._serving[msg.id] = scope
+                self._tg.start_soon(self._serve_request, self._on_request, msg, scope)
+        elif msg.reply is not None:
+            # A frame we cannot act on; answer it as JSON-RPC asks (it carries the frame's id if any).
+            self._reply_soon(msg.reply)
+
+    def _deliver_update(self, params: dict[str, Any]) -> None:
+        session_id, update = params.get("sessionId"), params.get("update")
+        if not isinstance(session_id, str) or not isinstance(update, dict):
+            log.warning("ignored a malformed session/update")
+            return
+        for replay_session, collected in self._replays.values():
+            if replay_session == session_id:
+                collected.append(update)
+        item = SessionUpdate(session_id, update)
+        for sub in list(self._subscriptions):
+            sub._push(item)
+
+    def _reply_soon(self, message: dict[str, Any]) -> None:
+        # Sent from a task, never from the reader: the reader must not wait on a full queue, or a
+        # daemon that waits for us to read would deadlock with us.
+        assert self._tg is not None
+        self._tg.start_soon(self._send_reply, encode_message(message))
+
+    async def _send_reply(self, data: bytes) -> None:
+        try:
+            await self._send(data)
+        except ConnectionLost:
+            pass  # the daemon is gone; nobody is waiting for this answer any more
+
+    async def _serve_request(self, handler: RequestHandler, msg: jsonrpc.Request, scope: anyio.CancelScope) -> None:
+        reply: dict[str, Any] | None = None
+        try:
+            with scope:
+                try:
+                    reply = jsonrpc.success(msg.id, await handler(msg.method, msg.params))
+                except RpcError as exc:
+                    reply = jsonrpc.error(exc.code, msg.id, exc.message, exc.data)
+                except Exception as exc:
+                    log.exception("the handler of %s failed", msg.method)
+                    reply = jsonrpc.error(
+                        jsonrpc.INTERNAL_ERROR, msg.id,
+                        data={"kind": "internal", "message": f"{type(exc).__name__}: {exc}"},
+                    )
+        finally:
+            self._serving.pop(msg.id, None)
+        if scope.cancelled_caught or reply is None:
+            reply = jsonrpc.error(jsonrpc.REQUEST_CANCELLED, msg.id)
+        try:
+            data = self._encode(reply)
+        except (TypeError, ValueError, MessageTooLarge) as exc:
+            log.error("the result of %s cannot be sent: %s", msg.method, exc)
+            data = encode_message(
+                jsonrpc.error(jsonrpc.INTERNAL_ERROR, msg.id, data={"kind": "internal", "message": f"unsendable result: {exc}"})
+            )
+        await self._send_reply(data)
+
+    # --- the end --------------------------------------------------------------------------------
+
+    def _end_error_spec(self) -> tuple[type[Exception], tuple[Any, ...]] | None:
+        return (ConnectionLost, (self._end_reason,)) if self._lost else None
+
+    def _end(self, reason: str, *, lost: bool) -> None:
+        """End the connection once: fail pending calls, end subscriptions, stop the writer."""
+        if self._end_reason is not None:
+            return
+        self._end_reason = reason
+        self._lost = lost
+        if lost:
+            log.warning("%s", reason)
+        self._out_send.close()
+        for slot in self._pending.values():
+            slot.done.set()  # response stays None: the caller raises ConnectionLost
+        for sub in list(self._subscriptions):
+            sub._finish(self._end_error_spec())
+        for scope in self._serving.values():
+            scope.cancel()
+
+
+@asynccontextmanager
+async def connect(
+    data_dir: str | os.PathLike[str] | None = None,
+    socket_path: str | os.PathLike[str] | None = None,
+    start_daemon: bool = False,
+    *,
+    on_request: RequestHandler | None = None,
+    max_frame_bytes: int = DEFAULT_MAX_INCOMING_FRAME_BYTES,
+) -> AsyncIterator[Client]:
+    """Connect to zocratesd and yield a `Client`; everything is closed when the block ends.
+
+    The daemon is found by `socket_path`, else by the daemon.json of the Zotero data dir
+    (`data_dir`, else $ZOTERO_DATA_DIR, else ~/Zotero, else the per-user default). With no daemon
+    running, `start_daemon=True` starts `zocratesd serve` (as `zocratesd stdio` does) and waits
+    for it; otherwise `DaemonNotRunning` is raised. Other connection failures raise `ConnectError`.
+    `on_request` handles requests the daemon sends (see `RequestHandler`). `max_frame_bytes` caps
+    one incoming message; a larger one ends the connection with `ConnectionLost`.
+    """
+    endpoint = await open_endpoint(data_dir, socket_path, start_daemon)
+    client: Client | None = None
+    body_error: BaseException | None = None
+    try:
+        client = Client(
+            endpoint.stream,
+            socket_path=endpoint.socket_path,
+            data_dir=endpoint.data_dir,
+            on_request=on_request,
+            max_frame_bytes=max_frame_bytes,
+        )
+        async with anyio.create_task_group() as tg:
+            client._start(tg)
+            try:
+                yield client
+            except BaseException as exc:
+                # Re-raised below, outside the task group: trio's task groups would otherwise hand
+                # the caller an ExceptionGroup for an exception that has nothing to do with them.
+                body_error = exc
+            finally:
+                client._end("the client was closed", lost=False)
+                tg.cancel_scope.cancel()
+    finally:
+        if client is not None:
+            client._out_recv.close()
+        with anyio.CancelScope(shield=True):
+            await endpoint.stream.aclose()
+    if body_error is not None:
+        try:
+            raise body_error
+        finally:
+            body_error = None  # break the frame <-> traceback cycle
