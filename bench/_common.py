@@ -198,6 +198,8 @@ class DaemonProc:
     profile_to: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
     _stderr_file: Any = None
+    # With profile_to: profile every thread of the daemon (PROFILE_ALL_THREADS), not only the main one.
+    profile_all_threads: bool = False
 
     @property
     def state_dir(self) -> Path:
@@ -216,8 +218,12 @@ class DaemonProc:
         # stderr to a file, not a pipe: nobody reads it while we measure, and a full pipe would block it.
         self._stderr_file = tempfile.TemporaryFile()
         t0 = timer()
+        if self.profile_to is not None and self.profile_all_threads:
+            cmd = zocratesd_cmd_all_threads_profiled(*args, profile_to=self.profile_to)
+        else:
+            cmd = zocratesd_cmd(*args, profile_to=self.profile_to)
         self.proc = subprocess.Popen(
-            zocratesd_cmd(*args, profile_to=self.profile_to),
+            cmd,
             env=self.env,
             cwd=str(REPO_DIR),
             stdin=subprocess.DEVNULL,
@@ -615,3 +621,435 @@ def copy_db(src: Path, dst: Path) -> None:
     finally:
         d.close()
         s.close()
+
+
+# --- turns: streamed calls, libraries, chat sessions, compactions (bench_turns.py) ---------------
+
+
+def call_streaming(client: RpcClient, method: str, params: dict[str, Any] | None = None) -> tuple[Any, list[tuple[float, Any]], float]:
+    """Like `RpcClient.call`, but keeps every notification with its arrival time: returns
+    (result, [(seconds from sending the request, notification)], seconds until the reply was parsed).
+    Every line is parsed as it arrives, as a real client does."""
+    client._ids += 1
+    msg_id = client._ids
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+    client._first_byte = None
+    notes: list[tuple[float, Any]] = []
+    t0 = timer()
+    client.sock.sendall(data)
+    for line in client._lines():
+        m = json.loads(line)
+        t = timer() - t0
+        if m.get("id") != msg_id or "method" in m:
+            if "method" in m and "id" not in m:
+                notes.append((t, m))
+            continue
+        if "error" in m:
+            raise RpcError(f"{method}: {m['error']}")
+        return m["result"], notes, t
+    raise AssertionError("unreachable")
+
+
+# A small library for the `search_library` tool: the e2e tests' three passages and some generated
+# ones, so BM25 has a realistic few dozen documents to rank.
+LIBRARY_SEED_PASSAGES: list[dict[str, Any]] = [
+    {"item_key": "LEWIS202", "title": "Retrieval-Augmented Generation for Knowledge-Intensive NLP Tasks",
+     "creators": ["Patrick Lewis", "Ethan Perez"], "year": 2020, "page": 1,
+     "text": "RAG models combine parametric and non-parametric memory. The retriever finds passages in a dense index of Wikipedia."},
+    {"item_key": "GAOHYDE1", "title": "Precise Zero-Shot Dense Retrieval without Relevance Labels",
+     "creators": ["Luyu Gao"], "year": 2022, "page": 2,
+     "text": "HyDE asks a language model to write a hypothetical document, then embeds it to retrieve real ones."},
+    {"item_key": "KARPDPR1", "title": "Dense Passage Retrieval for Open-Domain Question Answering",
+     "creators": ["Vladimir Karpukhin"], "year": 2020, "page": 3,
+     "text": "Dense passage retrieval encodes questions and passages with two BERT encoders and outperforms BM25."},
+]
+
+
+def library_passages(n: int = 40, seed: int = 7) -> list[dict[str, Any]]:
+    """`n` passages (the three seed ones first), as the dicts of `library_passages.jsonl`."""
+    gen = TextGen(seed)
+    out = [dict(p) for p in LIBRARY_SEED_PASSAGES[:n]]
+    while len(out) < n:
+        out.append({
+            "item_key": gen.key(), "title": gen.text(60).rstrip("."), "creators": [gen.text(12).rstrip(".")],
+            "year": gen.rng.randint(1995, 2026), "page": gen.rng.randint(1, 30), "text": gen.text(400),
+        })
+    return out
+
+
+def write_library(data_dir: Path, passages: Sequence[dict[str, Any]]) -> Path:
+    """`<data_dir>/zocrates-data/library_passages.jsonl`, which a daemon without a Zotero index
+    searches (daemon.load_library_passages)."""
+    from zocratesd.daemon import LIBRARY_PASSAGES_FILE
+
+    path = data_dir / "zocrates-data" / LIBRARY_PASSAGES_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(p) + "\n" for p in passages), encoding="utf-8")
+    return path
+
+
+@dataclass(frozen=True)
+class TurnSpan:
+    invocation_id: str
+    start: float  # timestamp of its first event
+    end: float  # timestamp of its last event
+
+
+def turn_spans(rows: Sequence[tuple[str | None, float, bool]]) -> list[TurnSpan]:
+    """Turns of a session from (invocation_id, timestamp, has_content) in timestamp order: each
+    invocation that has content. Content-less events (the daemon's bookkeeping, compactions) are
+    not turns; their invocation ids are their own."""
+    spans: dict[str, list[float]] = {}
+    for inv, ts, has_content in rows:
+        if not inv:
+            continue
+        if inv in spans:
+            spans[inv][1] = max(spans[inv][1], ts)
+        elif has_content:
+            spans[inv] = [ts, ts]
+    return sorted((TurnSpan(inv, s, e) for inv, (s, e) in spans.items()), key=lambda t: t.start)
+
+
+def compaction_event(start: float, end: float, summary: str, timestamp: float | None = None) -> Any:
+    """A compaction of [start, end], recorded the way zocratesd records one: an `EventCompaction`
+    whose state_delta sets `compacted_until` to its end, so the next turn loads only a window
+    (tests/unit/engine/test_turn_mechanics.py). `timestamp` defaults to now (after the range)."""
+    from google.adk.events import Event, EventActions
+    from google.adk.events.event_actions import EventCompaction
+    from google.genai import types
+
+    kw: dict[str, Any] = {}
+    if timestamp is not None:
+        kw["timestamp"] = timestamp
+    return Event(
+        author="user",
+        invocation_id=Event.new_id(),
+        actions=EventActions(
+            compaction=EventCompaction(
+                start_timestamp=start, end_timestamp=end,
+                compacted_content=types.Content(role="model", parts=[types.Part(text=summary)]),
+            ),
+            state_delta={"compacted_until": end},
+        ),
+        **kw,
+    )
+
+
+def session_turn_rows(db: Path, session_id: str) -> list[tuple[str | None, float, bool]]:
+    """(invocation_id, timestamp, has_content) of a session's events in order, read with plain
+    sqlite3 (read-only; fine while a daemon writes, the store is in WAL mode)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30.0)
+    try:
+        rows = conn.execute(
+            "SELECT invocation_id, timestamp, json_extract(event_data, '$.content') IS NOT NULL "
+            "FROM events WHERE session_id = ? ORDER BY timestamp, id",
+            (session_id,),
+        ).fetchall()
+    finally:
+        conn.close()
+    out = []  # timestamps are naive-UTC DATETIME text, as ADK stores them
+    for inv, ts, has in rows:
+        t = datetime.fromisoformat(ts).replace(tzinfo=timezone.utc).timestamp() if isinstance(ts, str) else float(ts)
+        out.append((inv, t, bool(has)))
+    return out
+
+
+@dataclass
+class ChatSession:
+    name: str
+    session_id: str
+    events: int  # rows in all: seed, history, and the compaction if any
+    turns: int
+    compacted_until: float | None
+
+
+def build_chat_sessions(
+    data_dir: Path, specs: Sequence[tuple[str, int, bool]], *, keep_turns: int = 2, seed: int = 20260101
+) -> tuple[dict[str, ChatSession], float]:
+    """Sessions of research chat in `<data_dir>/zocrates-data/sessions.db`, one per (name,
+    history_events, compacted) spec: the daemon's seed bookkeeping event, then `research_chat`
+    cut back to the last whole turn so that seed + history <= history_events (no dangling tool
+    call). A compacted session also gets a compaction event covering all but its last
+    `keep_turns` turns, with `compacted_until` in its state_delta and in the session's state, as
+    `append_event` would leave them. A history of 0 or 1 is just the seed event.
+
+    Tables are made by the daemon's own session service; rows go in through ADK's ORM classes in
+    one transaction (as build_store does). Returns the sessions by name and the build seconds.
+    """
+    from google.adk.sessions import Session as AdkSession
+    from google.adk.sessions.schemas import v1
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session as OrmSession
+
+    from zocratesd.daemon import _bookkeeping_event
+    from zocratesd.store import APP_NAME, USER_ID, close_session_services, get_session_service
+    from zocratesd.store.service import db_path as store_db_path
+
+    t_start = timer()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    db = store_db_path(data_dir)
+
+    async def make_tables() -> None:
+        svc = get_session_service(data_dir)
+        await svc.prepare_tables()
+        await close_session_services(data_dir)
+
+    asyncio.run(make_tables())
+    rng = random.Random(seed)
+    gen = TextGen(seed + 1)
+    now = time.time()
+
+    def naive_utc(epoch: float) -> datetime:
+        return v1.timestamp_to_utc_datetime(epoch)
+
+    rows: list[Any] = []
+    conn = sqlite3.connect(str(db))
+    try:
+        have_app_state = bool(conn.execute("SELECT count(*) FROM app_states").fetchone()[0])
+    finally:
+        conn.close()
+    if not have_app_state:
+        rows += [
+            v1.StorageAppState(app_name=APP_NAME, state={}, update_time=naive_utc(now - 30 * 86400.0)),
+            v1.StorageUserState(app_name=APP_NAME, user_id=USER_ID, state={}, update_time=naive_utc(now - 30 * 86400.0)),
+        ]
+    out: dict[str, ChatSession] = {}
+    for n, (name, history, compacted) in enumerate(specs):
+        created = now - 20 * 86400.0 + n * 60.0
+        sid = _session_id(created, rng)
+        state: dict[str, Any] = {"title": f"Research chat ({name})", "created_at": created}
+        seed_ev = _bookkeeping_event(dict(state)).model_copy(update={"timestamp": created + 0.005})
+        evs = [seed_ev]
+        if history > 1:
+            chat = research_chat(gen, history - 1 + 8, seed_ev.timestamp)
+            # Cut back to whole turns that fit (events of a turn are contiguous in research_chat).
+            keep = 0
+            for i, e in enumerate(chat[: history - 1]):
+                if i + 1 == len(chat) or chat[i + 1].invocation_id != e.invocation_id:
+                    keep = i + 1
+            evs += chat[:keep]
+        spans = turn_spans([(e.invocation_id, e.timestamp, e.content is not None) for e in evs])
+        until: float | None = None
+        if compacted and len(spans) > keep_turns:
+            covered = spans[: len(spans) - keep_turns]
+            until = covered[-1].end
+            summary = "Summary of the conversation so far: " + gen.text(2500)
+            comp = compaction_event(covered[0].start, until, summary, timestamp=evs[-1].timestamp + 1.0)
+            evs.append(comp)
+            state["compacted_until"] = until
+        adk_session = AdkSession(id=sid, app_name=APP_NAME, user_id=USER_ID)
+        rows.append(
+            v1.StorageSession(
+                app_name=APP_NAME, user_id=USER_ID, id=sid, state=state,
+                create_time=naive_utc(created), update_time=naive_utc(evs[-1].timestamp),
+            )
+        )
+        rows.extend(v1.StorageEvent.from_event(adk_session, e) for e in evs)
+        out[name] = ChatSession(name=name, session_id=sid, events=len(evs), turns=len(spans), compacted_until=until)
+
+    engine = create_engine(f"sqlite:///{db}")
+    try:
+        with OrmSession(engine) as orm:
+            orm.add_all(rows)
+            orm.commit()
+    finally:
+        engine.dispose()
+    checkpoint(db)
+    return out, timer() - t_start
+
+
+# Run `python -m zocratesd ...` under cProfile in *every* thread (aiosqlite's worker, anyio's
+# threads), not just the main one as `python -m cProfile` does: that is where SQLite's execute and
+# commit (and their fsyncs) run. Usage: python -c PROFILE_ALL_THREADS OUTFILE serve ...
+# - SIGUSR2 clears every profile gathered so far (send it after the warm-up: only what follows
+#   counts; start-up and first-turn imports do not).
+# - aiosqlite hands its worker thread `functools.partial` objects, whose C calls cProfile cannot
+#   see; a Python-level stand-in makes `sqlite3.Cursor.execute`, `Connection.commit` etc. appear
+#   with their own (wall) time. Nothing else of the daemon is changed.
+PROFILE_ALL_THREADS = r"""
+import cProfile, pstats, runpy, signal, sys, threading
+out = sys.argv.pop(1)
+profiles = []
+lock = threading.Lock()
+_boot = threading.Thread._bootstrap_inner
+def _profiled_boot(self):
+    p = cProfile.Profile()
+    with lock:
+        profiles.append(p)
+    p.enable()
+    try:
+        _boot(self)
+    finally:
+        p.disable()
+threading.Thread._bootstrap_inner = _profiled_boot
+try:
+    import aiosqlite.core as _aiosqlite_core
+    def _visible_partial(fn, *args, **kwargs):
+        def call():
+            return fn(*args, **kwargs)
+        return call
+    _aiosqlite_core.partial = _visible_partial
+except ImportError:
+    pass
+def _reset(_signum, _frame):
+    with lock:
+        for p in profiles:
+            p.clear()
+signal.signal(signal.SIGUSR2, _reset)
+main = cProfile.Profile()
+profiles.insert(0, main)
+main.enable()
+try:
+    runpy.run_module("zocratesd", run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+finally:
+    main.disable()
+    class _Snap:
+        def create_stats(self):
+            pass
+    stats = None
+    with lock:
+        for p in profiles:
+            p.snapshot_stats()  # not create_stats: that would disable another thread's profiler from here
+            s = _Snap()
+            s.stats = p.stats
+            if not s.stats:
+                continue
+            if stats is None:
+                stats = pstats.Stats(s)
+            else:
+                stats.add(s)
+    if stats is not None:
+        stats.dump_stats(out)
+"""
+
+
+def zocratesd_cmd_all_threads_profiled(*args: str, profile_to: Path) -> list[str]:
+    return [sys.executable, "-c", PROFILE_ALL_THREADS, str(profile_to), *args]
+
+
+# --- a big store, fast (bench_maintenance.py) ----------------------------------------------------
+
+
+@dataclass
+class BulkStoreInfo:
+    db_path: Path
+    sessions: int  # sessions left in the file
+    dropped: int  # sessions deleted after the build (their pages are on the freelist)
+    events: int  # events left in the file
+    build_s: float
+    db_bytes: int
+    page_count: int
+    freelist_count: int
+
+    @property
+    def freelist_ratio(self) -> float:
+        return self.freelist_count / self.page_count if self.page_count else 0.0
+
+
+def build_bulk_store(
+    data_dir: Path, *, sessions: int, events_per_session: int, drop_every: int = 0, seed: int = 20260101
+) -> BulkStoreInfo:
+    """Fill `<data_dir>/zocrates-data/sessions.db` with `sessions` research chats of
+    `events_per_session` events each (the daemon's seed bookkeeping event first), created over the
+    last 90 days; then, if `drop_every` > 1, delete every `drop_every`-th session with its events,
+    leaving their pages free. ~200 MB in ~15 s on 2 cores.
+
+    Tables come from the daemon's own session service. Rows are what `append_event` stores
+    (`json.dumps` of `Event.model_dump(exclude_none=True, mode="json")`, naive-UTC DATETIME text),
+    built from four template chats with fresh ids and timestamps per session, and inserted with
+    `executemany` in one rollback-journal transaction (synchronous off: this is a build, not a
+    store). The file is put back in WAL mode at the end, as the daemon keeps it.
+    """
+    from google.adk.events import Event
+
+    from zocratesd.daemon import _bookkeeping_event
+    from zocratesd.store import APP_NAME, USER_ID, close_session_services, get_session_service
+    from zocratesd.store.service import db_path as store_db_path
+
+    t_start = timer()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    db = store_db_path(data_dir)
+
+    async def make_tables() -> None:
+        await get_session_service(data_dir).prepare_tables()
+        await close_session_services(data_dir)
+
+    asyncio.run(make_tables())
+
+    rng = random.Random(seed)
+    gen = TextGen(seed + 1)
+    templates = [
+        [ev.model_dump(exclude_none=True, mode="json") for ev in research_chat(gen, events_per_session - 1, 0.0)]
+        for _ in range(4)
+    ]
+    now = time.time()
+
+    def sql_dt(epoch: float) -> str:
+        return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=DELETE")
+        conn.execute("PRAGMA synchronous=OFF")
+        conn.execute("BEGIN")
+        conn.execute("INSERT OR REPLACE INTO app_states VALUES (?, '{}', ?)", (APP_NAME, sql_dt(now - 90 * 86400.0)))
+        conn.execute(
+            "INSERT OR REPLACE INTO user_states VALUES (?, ?, '{}', ?)", (APP_NAME, USER_ID, sql_dt(now - 90 * 86400.0))
+        )
+        ids: list[str] = []
+        for n in range(sessions):
+            created = now - rng.uniform(1.0, 90.0) * 86400.0
+            sid = _session_id(created, rng)
+            ids.append(sid)
+            state = {"title": gen.text(40).rstrip(".?"), "created_at": created}
+            seed_ev = _bookkeeping_event(state).model_dump(exclude_none=True, mode="json")
+            seed_ev["timestamp"] = created + 0.005
+            rows = [seed_ev]
+            inv_map: dict[str, str] = {}
+            for tpl in templates[n % len(templates)]:
+                ev = dict(tpl)
+                ev["id"] = Event.new_id()
+                ev["timestamp"] = created + 1.0 + tpl["timestamp"]
+                inv = inv_map.setdefault(tpl["invocation_id"], f"e-{uuid.uuid4()}")
+                ev["invocation_id"] = inv
+                rows.append(ev)
+            conn.executemany(
+                "INSERT INTO events (id, app_name, user_id, session_id, invocation_id, timestamp, event_data)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(ev["id"], APP_NAME, USER_ID, sid, ev["invocation_id"], sql_dt(ev["timestamp"]), json.dumps(ev))
+                 for ev in rows],
+            )
+            conn.execute(
+                "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time) VALUES (?, ?, ?, ?, ?, ?)",
+                (APP_NAME, USER_ID, sid, json.dumps(state), sql_dt(created), sql_dt(rows[-1]["timestamp"])),
+            )
+        conn.execute("COMMIT")
+        dropped = ids[::drop_every] if drop_every > 1 else []
+        if dropped:
+            conn.execute("BEGIN")
+            conn.executemany("DELETE FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?",
+                             [(APP_NAME, USER_ID, sid) for sid in dropped])
+            conn.executemany("DELETE FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
+                             [(APP_NAME, USER_ID, sid) for sid in dropped])
+            conn.execute("COMMIT")
+        conn.execute("PRAGMA journal_mode=WAL")
+        page_count = conn.execute("PRAGMA page_count").fetchone()[0]
+        freelist = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        n_events = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    finally:
+        conn.close()
+    return BulkStoreInfo(
+        db_path=db,
+        sessions=sessions - len(dropped),
+        dropped=len(dropped),
+        events=n_events,
+        build_s=timer() - t_start,
+        db_bytes=db.stat().st_size,
+        page_count=page_count,
+        freelist_count=freelist,
+    )

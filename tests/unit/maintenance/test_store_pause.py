@@ -1,0 +1,117 @@
+"""The store pause the swap relies on (store/service.py): the gate, and that a paused store has no
+connection open on the file (proved by SQLite itself, which refuses to leave WAL otherwise)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from maintworld import World
+
+from zocratesd.store.service import StoreBusy, StoreGate, paused_store, store_gate
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_requests_wait_while_paused_and_the_pause_waits_for_requests() -> None:
+    gate = StoreGate()
+    log: list[str] = []
+
+    async def request(name: str, hold: float) -> None:
+        async with gate.request():
+            log.append(f"{name} in")
+            await anyio.sleep(hold)
+            log.append(f"{name} out")
+
+    async def pause() -> None:
+        async with gate.paused(drain_timeout_s=5):
+            log.append("paused")
+            await anyio.sleep(0.1)
+            log.append("resuming")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(request, "early", 0.1)
+        await anyio.sleep(0.01)
+        tg.start_soon(pause)
+        await anyio.sleep(0.01)
+        tg.start_soon(request, "late", 0)
+    assert log == ["early in", "early out", "paused", "resuming", "late in", "late out"]
+    assert not gate.is_paused
+
+
+async def test_a_pause_that_cannot_drain_raises_store_busy_and_reopens() -> None:
+    gate = StoreGate()
+    release = anyio.Event()
+    entered: list[str] = []
+
+    async def stuck() -> None:
+        async with gate.request():
+            await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stuck)
+        await anyio.sleep(0.01)
+        with pytest.raises(StoreBusy):
+            async with gate.paused(drain_timeout_s=0.05):
+                entered.append("body")  # pragma: no cover - must not run
+        assert entered == [] and not gate.is_paused
+        async with gate.request():  # open again
+            pass
+        release.set()
+
+
+async def test_one_pause_at_a_time() -> None:
+    gate = StoreGate()
+    async with gate.paused(drain_timeout_s=1):
+        with pytest.raises(RuntimeError):
+            async with gate.paused(drain_timeout_s=1):
+                pass  # pragma: no cover
+    assert not gate.is_paused
+
+
+async def test_a_paused_store_has_no_connection_open_and_reopens_in_wal(world: World) -> None:
+    sid = await world.chat("before")
+    await world.daemon.get_session(sid)  # the reader's connection is open now
+    engine = world.service.db_engine
+    assert engine.pool.checkedin() >= 1
+    probe = _Closable()
+    async with paused_store(world.service, world.db, world.daemon.reader, probe, drain_timeout_s=1):
+        assert store_gate(world.db).is_paused
+        assert probe.closed
+        # SQLite leaves WAL only when no other connection (of any process) has the file open.
+        conn = sqlite3.connect(world.db, timeout=0.1)
+        try:
+            assert conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
+        finally:
+            conn.close()
+    assert not store_gate(world.db).is_paused
+    assert engine.pool.checkedin() == 1  # reopened eagerly, with the connect hook's WAL
+    assert world.sql("PRAGMA journal_mode")[0][0] == "wal"
+    assert (await world.daemon.get_session(sid))["title"] == "before"
+    await world.chat("after")
+
+
+async def test_the_store_reopens_after_an_error_in_the_pause(world: World) -> None:
+    sid = await world.chat()
+    with pytest.raises(ZeroDivisionError):
+        async with paused_store(world.service, world.db, world.daemon.reader, drain_timeout_s=1):
+            1 / 0
+    assert not store_gate(world.db).is_paused
+    assert (await world.daemon.get_session(sid))["messages"]
+
+
+async def test_one_gate_per_file_whatever_the_spelling(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    assert store_gate(tmp_path / "d" / ".." / "x.db") is store_gate(tmp_path / "x.db")
+    assert store_gate(tmp_path / "x.db") is not store_gate(tmp_path / "y.db")
+
+
+class _Closable:
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def aclose(self) -> Any:
+        self.closed = True
