@@ -11,11 +11,12 @@ not choose.
 from __future__ import annotations
 
 import json
+import os
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from zocratesd import runtime
@@ -46,13 +47,44 @@ class ResearchConfig(_Section):
     max_extensions: int = Field(3, ge=0)
 
 
+GEMINI_KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
+
+
 class ModelConfig(_Section):
-    """Which model the agent runs on. `offline` needs no key and no network."""
+    """Which model the agent runs on. `offline` needs no key and no network.
+
+    Checked at load, so a misconfigured model stops the start with a message saying what to set,
+    rather than failing the user's first turn. The key itself is read from the environment
+    variable `api_key_env` names, never stored in the file.
+    """
 
     provider: Literal["offline", "openai", "gemini"] = "offline"
     name: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None
+
+    @model_validator(mode="after")
+    def _usable(self) -> ModelConfig:
+        if self.provider == "openai":
+            if not self.base_url or not self.base_url.startswith(("http://", "https://")):
+                raise ValueError(
+                    "provider openai needs base_url, an http(s) URL such as https://openrouter.ai/api/v1 "
+                    "or http://127.0.0.1:11434/v1 (Ollama)"
+                )
+            if not self.name:
+                raise ValueError("provider openai needs name, the endpoint's model id")
+        if self.api_key_env and not os.environ.get(self.api_key_env):
+            raise ValueError(f"api_key_env names ${self.api_key_env}, which is not set")
+        if self.provider == "gemini" and not self.api_key_env and not any(os.environ.get(v) for v in GEMINI_KEY_VARS):
+            raise ValueError("provider gemini needs a Google API key in $GOOGLE_API_KEY or $GEMINI_API_KEY")
+        return self
+
+    def api_key(self) -> str | None:
+        if self.api_key_env:
+            return os.environ.get(self.api_key_env)
+        if self.provider == "gemini":
+            return next((os.environ[v] for v in GEMINI_KEY_VARS if os.environ.get(v)), None)
+        return None
 
 
 class HttpConfig(_Section):

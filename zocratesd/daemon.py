@@ -5,20 +5,30 @@ class; it knows nothing about JSON-RPC or HTTP, and reports problems as `zocrate
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import re
 import secrets
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.events import Event, EventActions
 from google.adk.sessions.base_session_service import GetSessionConfig
+from google.genai import types
 
 from zocratesd import __version__
 from zocratesd.config import ZocratesConfig
-from zocratesd.errors import InvalidInput, SessionNotFound
+from zocratesd.engine import Engine
+from zocratesd.engine.context import PromptContext
+from zocratesd.engine.models import build_model
+from zocratesd.engine.retrieval import InMemoryRetriever, Passage, Retriever
+from zocratesd.engine.stream import TurnStream
+from zocratesd.errors import InvalidInput, NotFound, SessionNotFound
 from zocratesd.rpc.models import MAX_TITLE_CHARS, SESSION_ID_PATTERN
 from zocratesd.store import (
     APP_NAME,
@@ -31,7 +41,8 @@ from zocratesd.store import (
 )
 from zocratesd.store.reader import LiveSession, epoch_to_iso
 from zocratesd.store.service import db_path
-from zocratesd.store.ui import DEFAULT_TITLE
+from zocratesd.store.transcript import Update
+from zocratesd.store.ui import DEFAULT_TITLE, title_of
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +71,84 @@ def clean_title(title: Any) -> str:
     return cleaned
 
 
+# A prompt longer than this is refused: ~25k tokens of question is a pasted paper, which belongs in
+# Zotero (and comes in as snippets), not in one chat message.
+MAX_PROMPT_CHARS = 100_000
+# A title made from the first prompt keeps this many characters (a sidebar row).
+TITLE_FROM_PROMPT_CHARS = 60
+# Where a daemon without a Zotero library index reads passages from, one JSON object per line
+# ({item_key, title, text, creators?, year?, page?, collections?}); tests and demos use it until
+# the library reader lands.
+LIBRARY_PASSAGES_FILE = "library_passages.jsonl"
+
+Listener = Callable[[Update], Awaitable[None]]
+
+
+def title_from_prompt(text: str) -> str:
+    line = " ".join(text.split())
+    if len(line) <= TITLE_FROM_PROMPT_CHARS:
+        return line
+    cut = line[: TITLE_FROM_PROMPT_CHARS - 1].rsplit(" ", 1)[0]
+    return (cut or line[: TITLE_FROM_PROMPT_CHARS - 1]) + "…"
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    stop_reason: str  # "end_turn" | "cancelled"
+    invocation_id: str | None
+
+
+class Watchers:
+    """Who hears a session's updates: every connection attached to it (ACP), every open stream
+    (HTTP). A listener that fails is dropped; it never fails the turn."""
+
+    def __init__(self) -> None:
+        self._by_session: dict[str, list[Listener]] = {}
+
+    def watch(self, session_id: str, listener: Listener) -> Callable[[], None]:
+        self._by_session.setdefault(session_id, []).append(listener)
+
+        def unwatch() -> None:
+            listeners = self._by_session.get(session_id)
+            if listeners and listener in listeners:
+                listeners.remove(listener)
+                if not listeners:
+                    del self._by_session[session_id]
+
+        return unwatch
+
+    async def publish(self, session_id: str, update: Update) -> None:
+        for listener in list(self._by_session.get(session_id, ())):
+            try:
+                await listener(update)
+            except Exception:
+                log.exception("dropping a listener of %s that failed", session_id)
+                listeners = self._by_session.get(session_id)
+                if listeners and listener in listeners:
+                    listeners.remove(listener)
+
+
+def load_library_passages(path: Path) -> list[Passage]:
+    passages = []
+    if not path.exists():
+        return passages
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            passages.append(
+                Passage(
+                    item_key=str(d["item_key"]), title=str(d["title"]), text=str(d["text"]),
+                    creators=tuple(d.get("creators") or ()), year=d.get("year"), page=d.get("page"),
+                    attachment_key=d.get("attachment_key"), collections=tuple(d.get("collections") or ()),
+                )
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("%s line %d skipped: %s", path, n, exc)
+    return passages
+
+
 def _bookkeeping_event(state_delta: dict[str, Any]) -> Event:
     """A content-less event that only changes state. It never reaches a prompt (no content) or the
     UI (no text), and it is not a message, so it does not make an empty session non-empty."""
@@ -75,16 +164,29 @@ class Daemon:
 
     version = __version__
 
-    def __init__(self, data_dir: Path, config: ZocratesConfig):
+    def __init__(self, data_dir: Path, config: ZocratesConfig, *, retriever: Retriever | None = None):
         self.data_dir = data_dir
         self.config = config
         self.locks = SessionLocks()
+        self.watchers = Watchers()
         self._service = get_session_service(data_dir)
         self.reader = SessionReader(db_path(data_dir))
+        if retriever is None:
+            from zocratesd import runtime
+
+            retriever = InMemoryRetriever(load_library_passages(runtime.state_dir(data_dir) / LIBRARY_PASSAGES_FILE))
+        self.engine = Engine(self._service, build_model(config.model), retriever)
+        self._aborts: dict[str, asyncio.Event] = {}
 
     async def start(self) -> None:
-        """Prepare the store before the first request (so no request pays for it)."""
+        """Prepare the store before the first request (so no request pays for it). Startup
+        maintenance runs here too, before any turn can start (see maintenance/)."""
         await self._service.prepare_tables()
+
+    @property
+    def active_chat_session_ids(self) -> frozenset[str]:
+        """Sessions with a turn (or rewind, compaction, delete) in flight: maintenance leaves them be."""
+        return self.locks.busy_sessions()
 
     async def aclose(self) -> None:
         await self.reader.aclose()
@@ -149,6 +251,7 @@ class Daemon:
             if session is None:
                 raise SessionNotFound(session_id)
             await self._service.append_event(session, _bookkeeping_event({"title": title}))
+            await self.watchers.publish(session_id, {"kind": "title", "title": title})
             created = session.state.get("created_at")
             return SessionRow(
                 id=session_id,
@@ -158,3 +261,91 @@ class Daemon:
                 cwd=session.state.get("cwd"),
                 updated_iso=epoch_to_iso(session.last_update_time),
             )
+
+    # --- turns --------------------------------------------------------------------------------
+
+    async def prompt(self, session_id: str, text: str, context: PromptContext | None = None) -> TurnResult:
+        """Run one turn; its updates go to the session's watchers as they happen.
+
+        Refused at once with SessionBusy while anything else holds the session. `cancel()` stops
+        it through ADK's abort signal: open tool calls are sealed, and the result says "cancelled".
+        """
+        check_session_id(session_id)
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInput("a prompt needs some text")
+        if len(text) > MAX_PROMPT_CHARS:
+            raise InvalidInput(f"a prompt has at most {MAX_PROMPT_CHARS} characters", length=len(text))
+        context = context or PromptContext()
+        with self.locks.hold(session_id, "turn"):
+            state = await self.reader.session_state(session_id)
+            delta = context.state_delta()
+            if title_of(state) == DEFAULT_TITLE:
+                delta["title"] = title_from_prompt(text)
+            abort = asyncio.Event()
+            self._aborts[session_id] = abort
+            stream = TurnStream()
+            message = types.Content(role="user", parts=[types.Part(text=text)])
+            window = state.get("compacted_until")
+            try:
+                async for ev in self.engine.run_turn(
+                    session_id,
+                    message,
+                    state_delta=delta,
+                    window_start=float(window) if isinstance(window, (int, float)) else None,
+                    abort=abort,
+                ):
+                    for update in stream.feed(ev):
+                        await self.watchers.publish(session_id, update)
+            finally:
+                self._aborts.pop(session_id, None)
+            return TurnResult("cancelled" if abort.is_set() else "end_turn", stream.invocation_id)
+
+    def cancel(self, session_id: str) -> bool:
+        """Ask the session's running turn to stop; False when none runs."""
+        abort = self._aborts.get(session_id)
+        if abort is None:
+            return False
+        abort.set()
+        return True
+
+    async def rewind(self, session_id: str, invocation_id: str) -> dict[str, Any]:
+        """Undo a turn and everything after it (append-only: a marker hides them).
+
+        Returns the UI session and what the rewound turn was asked with (`active_context_items`,
+        `snippets`, `mode`), so a client can restore them for an inline edit. The title survives.
+        """
+        check_session_id(session_id)
+        if not isinstance(invocation_id, str) or not invocation_id or len(invocation_id) > 256:
+            raise InvalidInput("invocationId must be a non-empty string")
+        with self.locks.hold(session_id, "rewind"):
+            live = await self.reader.live_session(session_id)
+            user_event = next(
+                (ev for ev in live.live if ev.get("invocation_id") == invocation_id and ev.get("author") == "user"
+                 and (ev.get("content") or {}).get("parts")),
+                None,
+            )
+            if user_event is None:
+                raise NotFound(f"no turn with invocation id {invocation_id!r} in this session", sessionId=session_id, invocationId=invocation_id)
+            asked = ((user_event.get("actions") or {}).get("state_delta")) or {}
+            title = live.title
+            await self.engine.rewind(session_id, invocation_id)
+            # A rewind replays state as it was before the turn; a title set by that turn (or a
+            # rename after it) would revert. Titles are the user's, not the turn's: keep it.
+            after = await self.reader.session_state(session_id)
+            if title_of(after) != title:
+                session = await self._service.get_session(
+                    app_name=APP_NAME, user_id=USER_ID, session_id=session_id, config=GetSessionConfig(num_recent_events=0)
+                )
+                assert session is not None
+                await self._service.append_event(session, _bookkeeping_event({"title": title}))
+            ui = await self.reader.ui_session(session_id)
+        return {
+            "session": ui,
+            "restored": {
+                "mode": asked.get("active_mode") or "library",
+                "active_context_items": asked.get("active_context_items"),
+                "collection": asked.get("active_collection"),
+                "snippets": asked.get("snippets") or [],
+                "text": "".join(p.get("text") or "" for p in user_event["content"]["parts"] if not p.get("thought")),
+            },
+        }

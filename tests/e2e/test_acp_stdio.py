@@ -97,7 +97,7 @@ async def exercise(args: list[str], env: dict[str, str], data_dir: Path) -> None
 
 
 async def test_stdio_starts_the_daemon_and_speaks_acp(short_tmp: Path) -> None:
-    from conftest import daemon_env
+    from daemonproc import daemon_env
 
     run = short_tmp / "run"
     run.mkdir(mode=0o700)
@@ -117,7 +117,7 @@ async def test_stdio_starts_the_daemon_and_speaks_acp(short_tmp: Path) -> None:
 
 
 async def test_stdio_standalone_runs_the_core_in_process(short_tmp: Path) -> None:
-    from conftest import daemon_env
+    from daemonproc import daemon_env
 
     run = short_tmp / "run"
     run.mkdir(mode=0o700)
@@ -156,7 +156,7 @@ def test_pump_reports_a_daemon_that_goes_away(daemon: Any) -> None:
 
 
 def test_two_editors_starting_at_once_share_one_daemon(short_tmp: Path) -> None:
-    from conftest import daemon_env
+    from daemonproc import daemon_env
 
     run = short_tmp / "run"
     run.mkdir(mode=0o700)
@@ -176,5 +176,54 @@ def test_two_editors_starting_at_once_share_one_daemon(short_tmp: Path) -> None:
         # Exactly one daemon survived; the losers of the lock race exited.
         ps = subprocess.run(["pgrep", "-f", f"zocratesd serve --zotero-data-dir {data_dir}"], capture_output=True, text=True)
         assert ps.stdout.split() == [str(info.pid)]
+    finally:
+        stop_daemon(data_dir, env)
+
+
+async def test_three_turns_over_stdio_survive_a_sigkill(short_tmp: Path) -> None:
+    import json as _json
+    import os
+    import signal
+
+    from acp import text_block
+    from daemonproc import daemon_env
+    from test_turns import write_library
+
+    run = short_tmp / "run"
+    run.mkdir(mode=0o700)
+    env = daemon_env(run)
+    data_dir = short_tmp / "zotero"
+    write_library(data_dir)
+    questions = ["What is retrieval-augmented generation?", "How does HyDE retrieve?", "Which one uses BERT encoders?"]
+    try:
+        editor = EditorClient()
+        args = ("-m", "zocratesd", "stdio", "--zotero-data-dir", str(data_dir))
+        async with spawn_agent_process(editor, sys.executable, *args, env=env) as (conn, _):
+            await conn.initialize(protocol_version=1)
+            sid = (await conn.new_session(cwd=str(short_tmp))).session_id
+            for q in questions:
+                reply = await conn.prompt(session_id=sid, prompt=[text_block(q)])
+                assert reply.stop_reason == "end_turn"
+            live = [u.model_dump(by_alias=True, exclude_none=True) for s, u in editor.updates if s == sid]
+        answers: list[str] = []
+        for u in live:
+            if u["sessionUpdate"] == "agent_message_chunk":
+                if not answers or answers[-1][0] != u["messageId"]:
+                    answers.append((u["messageId"], ""))
+                answers[-1] = (u["messageId"], answers[-1][1] + u["content"]["text"])
+        assert len(answers) == 3 and all("# Cited Sources" in a for _, a in answers)
+
+        pid = _json.loads((data_dir / "zocrates-data" / "daemon.json").read_text())["pid"]
+        os.kill(pid, signal.SIGKILL)
+
+        editor = EditorClient()
+        async with spawn_agent_process(editor, sys.executable, *args, env=env) as (conn, _):
+            await conn.initialize(protocol_version=1)
+            await conn.load_session(cwd=str(short_tmp), session_id=sid)
+            replay = [u.model_dump(by_alias=True, exclude_none=True) for s, u in editor.updates if s == sid]
+        assert [u["content"]["text"] for u in replay if u["sessionUpdate"] == "user_message_chunk"] == questions
+        replayed = "".join(u["content"]["text"] for u in replay if u["sessionUpdate"] == "agent_message_chunk")
+        assert replayed == "".join(a for _, a in answers)
+        assert runtime.live_daemon(data_dir).pid != pid  # type: ignore[union-attr]
     finally:
         stop_daemon(data_dir, env)

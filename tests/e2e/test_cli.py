@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from adkevents import append_to_db, research_chat
-from conftest import DaemonProc, daemon_env
+from daemonproc import DaemonProc, daemon_env
 from rawrpc import RawConn
 
 from zocratesd import runtime

@@ -26,7 +26,7 @@ import anyio
 import anyio.to_thread
 import pytest
 from adkevents import append_to_db, research_chat
-from conftest import DaemonProc, daemon_env
+from daemonproc import DaemonProc, daemon_env
 from rawrpc import RawConn
 
 import zocrates_client

@@ -8,6 +8,7 @@ shapes the result. Core errors become JSON-RPC errors here and only here:
 | NotFound        | -32002 | Resource not found |
 | SessionBusy     | 1001   | Session busy       |
 | InvalidInput    | -32602 | Invalid params     |
+| ModelError      | 1003   | Model error        |
 
 Every error's `data` has a stable `kind` string (protocol/README.md, "Errors").
 """
@@ -15,8 +16,11 @@ Every error's `data` has a stable `kind` string (protocol/README.md, "Errors").
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+import anyio
 
 from jsonrpcserver import JsonRpcError, Success
 from pydantic import BaseModel, ValidationError
@@ -27,7 +31,9 @@ from zocratesd.rpc import jsonrpc, models
 from zocratesd.rpc.peer import MethodTable, Peer
 from zocratesd.runtime import PROTOCOL_VERSION
 from zocratesd.store.reader import gc_paused
-from zocratesd.rpc.updates import history_updates, session_info, session_info_update
+from zocratesd.engine.context import PromptContext
+from zocratesd.store.transcript import Update, history_updates
+from zocratesd.rpc.updates import session_info, session_info_update, to_acp
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +52,76 @@ def to_rpc_error(exc: ZocratesError) -> JsonRpcError:
         return JsonRpcError(jsonrpc.SESSION_BUSY, "Session busy", data)
     if isinstance(exc, InvalidInput):
         return JsonRpcError(jsonrpc.INVALID_PARAMS, "Invalid params", data)
+    if exc.kind == "model_error":
+        return JsonRpcError(jsonrpc.MODEL_ERROR, "Model error", data)
     return JsonRpcError(jsonrpc.INTERNAL_ERROR, "Internal error", data)
 
 
 Handler = Callable[..., Awaitable[Any]]
+
+# A connection that has not taken a session/update off its socket for this long is cut off (it can
+# resync with session/load): one stuck editor must not stall a turn that others are watching.
+SLOW_CLIENT_TIMEOUT_S = 30.0
+ZOTERO_ITEM_URI = re.compile(r"^zotero://select/(?:library|groups/\d+)/items/([A-Z0-9]{8})$")
+
+
+def attach(peer: Peer, daemon: Daemon, session_id: str) -> None:
+    """Send this session's updates to this connection from now on (once per session)."""
+    watching: dict[str, Callable[[], None]] = peer.state.setdefault("watching", {})
+    if session_id in watching:
+        return
+
+    async def listener(update: Update) -> None:
+        if update["kind"] == "message" and update.get("role") == "user" and session_id in peer.state.get("prompting", ()):
+            return  # the prompting editor already shows its own message
+        acp = to_acp(update)
+        if acp is None or peer.closed:
+            return
+        with anyio.move_on_after(SLOW_CLIENT_TIMEOUT_S) as scope:
+            await peer.notify("session/update", {"sessionId": session_id, "update": acp})
+        if scope.cancelled_caught:
+            log.warning("%s: not reading its session/update for %.0f s; disconnecting it", peer.name, SLOW_CLIENT_TIMEOUT_S)
+            peer.abort()
+
+    watching[session_id] = daemon.watchers.watch(session_id, listener)
+    if len(watching) == 1:
+        peer.on_close.append(lambda: [unwatch() for unwatch in watching.values()])
+
+
+def prompt_input(blocks: list[dict[str, Any]], meta: dict[str, Any] | None) -> tuple[str, PromptContext]:
+    """ACP prompt blocks -> the prompt text and its Zotero context.
+
+    `text` blocks are the question. A `resource_link` to a Zotero item adds it to the selection
+    (papers mode, unless `_meta.zocrates.mode` says otherwise); any other link is kept in the text.
+    Images, audio and embedded resources are refused: initialize advertises none of them.
+    """
+    texts: list[str] = []
+    linked: list[dict[str, str]] = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif kind == "resource_link" and isinstance(block.get("uri"), str):
+            m = ZOTERO_ITEM_URI.match(block["uri"])
+            name = str(block.get("title") or block.get("name") or "")
+            if m:
+                linked.append({"item_key": m.group(1), "title": name})
+            else:
+                texts.append(f"[{name or block['uri']}]({block['uri']})")
+        else:
+            raise InvalidInput(
+                f"prompt blocks of type {kind!r} are not supported; send text and resource_link blocks",
+                blockType=str(kind)[:40],
+            )
+    ours = (meta or {}).get("zocrates")
+    if ours is not None and not isinstance(ours, dict):
+        raise InvalidInput('"_meta.zocrates" must be an object')
+    wire = dict(ours or {})
+    if linked:
+        known = {i.get("item_key") for i in wire.get("activeItems") or [] if isinstance(i, dict)}
+        wire["activeItems"] = list(wire.get("activeItems") or []) + [i for i in linked if i["item_key"] not in known]
+        wire.setdefault("mode", "papers")
+    return "\n".join(texts), PromptContext.from_wire(wire)
 
 
 def adapter(params_model: type[BaseModel]) -> Callable[[Callable[..., Awaitable[Any]]], Handler]:
@@ -105,12 +177,34 @@ def build_methods(daemon: Daemon) -> MethodTable:
             "authMethods": [],
         }
 
+    @adapter(models.PromptParams)
+    async def session_prompt(peer: Peer, p: models.PromptParams) -> dict[str, Any]:
+        text, context = prompt_input(p.prompt, p.meta)
+        attach(peer, daemon, p.session_id)
+        prompting: set[str] = peer.state.setdefault("prompting", set())
+        prompting.add(p.session_id)
+        try:
+            result = await daemon.prompt(p.session_id, text, context)
+        finally:
+            prompting.discard(p.session_id)
+        return {"stopReason": result.stop_reason, "_meta": {"zocrates": {"invocationId": result.invocation_id}}}
+
+    @adapter(models.CancelParams)
+    async def session_cancel(peer: Peer, p: models.CancelParams) -> dict[str, Any]:
+        daemon.cancel(p.session_id)
+        return {}  # dropped when sent as a notification (as ACP does); `{}` when sent as a request
+
+    @adapter(models.RewindParams)
+    async def zocrates_session_rewind(peer: Peer, p: models.RewindParams) -> dict[str, Any]:
+        return await daemon.rewind(p.session_id, p.invocation_id)
+
     @adapter(models.NewSessionParams)
     async def session_new(peer: Peer, p: models.NewSessionParams) -> dict[str, Any]:
         ours = (p.meta or {}).get("zocrates")
         if ours is not None and not isinstance(ours, dict):
             raise InvalidInput('"_meta.zocrates" must be an object')
         row = await daemon.create_session(title=(ours or {}).get("title"), cwd=p.cwd or None)
+        attach(peer, daemon, row.id)
         return {"sessionId": row.id}
 
     @adapter(models.ListSessionsParams)
@@ -123,8 +217,9 @@ def build_methods(daemon: Daemon) -> MethodTable:
     @adapter(models.LoadSessionParams)
     async def session_load(peer: Peer, p: models.LoadSessionParams) -> dict[str, Any]:
         live = await daemon.live_session(p.session_id)
+        attach(peer, daemon, p.session_id)
         with gc_paused():
-            updates = [*history_updates(live.live), session_info_update(live.title)]
+            updates = [*(a for a in map(to_acp, history_updates(live.live)) if a), session_info_update(live.title)]
         await peer.send_messages(
             jsonrpc.notification("session/update", {"sessionId": p.session_id, "update": u}) for u in updates
         )
@@ -152,6 +247,9 @@ def build_methods(daemon: Daemon) -> MethodTable:
         "session/delete": session_delete,
         "_zocrates/session/get": zocrates_session_get,
         "_zocrates/session/rename": zocrates_session_rename,
+        "session/prompt": session_prompt,
+        "session/cancel": session_cancel,
+        "_zocrates/session/rewind": zocrates_session_rewind,
     }
     extensions = sorted(name for name in table if name.startswith("_zocrates/"))
-    return MethodTable(table, notifications=())
+    return MethodTable(table, notifications=("session/cancel",))

@@ -22,6 +22,8 @@ INTERNAL_ERROR: Final = -32603
 RESOURCE_NOT_FOUND: Final = -32002
 REQUEST_CANCELLED: Final = -32800
 SESSION_BUSY: Final = 1001
+OVERLOADED: Final = 1002
+MODEL_ERROR: Final = 1003
 
 MESSAGES: Final = {
     PARSE_ERROR: "Parse error",
@@ -32,6 +34,8 @@ MESSAGES: Final = {
     RESOURCE_NOT_FOUND: "Resource not found",
     REQUEST_CANCELLED: "Request cancelled",
     SESSION_BUSY: "Session busy",
+    OVERLOADED: "Overloaded",
+    MODEL_ERROR: "Model error",
 }
 
 # The stable `data.kind` of each code, for clients that branch on errors programmatically.
@@ -44,6 +48,8 @@ KINDS: Final = {
     RESOURCE_NOT_FOUND: "not_found",
     REQUEST_CANCELLED: "cancelled",
     SESSION_BUSY: "session_busy",
+    OVERLOADED: "overloaded",
+    MODEL_ERROR: "model_error",
 }
 
 Id = int | str | None

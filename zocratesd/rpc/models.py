@@ -122,6 +122,23 @@ class DeleteSessionResult(Result):
     """Empty on success."""
 
 
+class PromptParams(Params):
+    session_id: str = SessionId
+    prompt: list[dict[str, Any]] = Field(
+        max_length=1000,
+        description="ContentBlocks: `text`, and `resource_link` (zotero://select/library/items/KEY adds the item to the scope).",
+    )
+
+
+class PromptResult(Result):
+    stop_reason: Literal["end_turn", "cancelled"]
+    meta: dict[str, Any] | None = Field(None, alias="_meta", description='`{"zocrates": {"invocationId": str}}`')
+
+
+class CancelParams(Params):
+    session_id: str = SessionId
+
+
 # --- _zocrates/* extensions --------------------------------------------------------------------
 
 
@@ -164,6 +181,26 @@ class UiSession(BaseModel):
     pending_hitl: PendingHitl | None
 
 
+class RewindParams(Params):
+    session_id: str = SessionId
+    invocation_id: str = Field(min_length=1, max_length=256, description="The turn to undo, with all after it.")
+
+
+class Restored(BaseModel):
+    """What the rewound turn was asked with, for an inline edit."""
+
+    mode: Literal["papers", "collection", "library"]
+    active_context_items: list[dict[str, Any]] | None
+    collection: str | None
+    snippets: list[dict[str, Any]]
+    text: str
+
+
+class RewindResult(BaseModel):
+    session: UiSession
+    restored: Restored
+
+
 class SessionSummary(BaseModel):
     """A session without its messages (`_zocrates/session/rename` answers it)."""
 
@@ -192,5 +229,7 @@ METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "session/delete": (DeleteSessionParams, DeleteSessionResult),
     "_zocrates/session/get": (GetSessionParams, UiSession),
     "_zocrates/session/rename": (RenameSessionParams, SessionSummary),
+    "session/prompt": (PromptParams, PromptResult),
+    "_zocrates/session/rewind": (RewindParams, RewindResult),
 }
-NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionUpdateParams}
+NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionUpdateParams, "session/cancel": CancelParams}

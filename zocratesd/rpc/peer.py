@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 # requests gets "overloaded" errors beyond this instead of growing the daemon without bound.
 # 256 is far above what an editor or the Zotero sidebar keeps in flight (a handful).
 MAX_INFLIGHT_REQUESTS: Final = 256
-OVERLOADED: Final = 1002
 
 READ_CHUNK_BYTES: Final = 256 * 1024
 # A replayed history is written in chunks of about this size: large enough that a 5000-event
@@ -113,6 +112,12 @@ class Peer:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def abort(self) -> None:
+        """Drop the connection now (a client that stopped reading): no more writes, reading stops,
+        requests in flight finish without an audience."""
+        self._mark_closed()
+        self._reading.cancel()
 
     def stop_reading(self) -> None:
         """Take no new messages (daemon shutdown); requests in flight still finish and answer."""
@@ -279,7 +284,7 @@ class Peer:
             elif len(self._inflight) >= MAX_INFLIGHT_REQUESTS:
                 await self.send_message(
                     jsonrpc.error(
-                        OVERLOADED, msg.id, "Overloaded",
+                        jsonrpc.OVERLOADED, msg.id, "Overloaded",
                         data={"kind": "overloaded", "limit": MAX_INFLIGHT_REQUESTS},
                     )
                 )

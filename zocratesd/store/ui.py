@@ -53,8 +53,12 @@ def apply_rewinds(events: Sequence[Json]) -> list[Json]:
 
 
 def is_shown(ev: Json) -> bool:
-    """Whether a live event belongs to the conversation the user sees (before looking at its text)."""
-    if ev.get("partial") or ev.get("isolation_scope"):
+    """Whether a live event belongs to the conversation the user sees (before looking at its text).
+
+    Events on a branch belong to a tool's own pipeline (the coordinator runs on the root branch),
+    and events with an isolation scope to a scoped sub-task: neither is part of the conversation.
+    """
+    if ev.get("partial") or ev.get("isolation_scope") or ev.get("branch"):
         return False
     actions = ev.get("actions") or {}
     return not actions.get("compaction") and not actions.get("rewind_before_invocation_id")

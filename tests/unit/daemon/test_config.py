@@ -49,7 +49,7 @@ def test_precedence_file_then_env_then_flags(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("ZOCRATES_MAX_SAVED_SESSIONS", "20")
     c = load_config(tmp_path)
     assert (c.max_saved_sessions, c.compaction.min_turns, c.compaction.token_floor) == (20, 8, 5)
-    c = load_config(tmp_path, {"compaction": {"min_turns": 9}, "model": {"provider": "openai", "name": "m"}})
+    c = load_config(tmp_path, {"compaction": {"min_turns": 9}, "model": {"provider": "openai", "name": "m", "base_url": "http://127.0.0.1:1/v1"}})
     # A flag overrides one key of a section and keeps the file's other keys.
     assert (c.compaction.min_turns, c.compaction.token_floor, c.model.name) == (9, 5, "m")
 

@@ -409,6 +409,14 @@ async def test_real_answers_match_the_schemas_and_models(live: Any, schemas: dic
 
     await ok("_zocrates/session/rename", {"sessionId": sid, "title": "  Renamed\tchat "})
     assert results["_zocrates/session/rename"]["title"] == "Renamed chat"
+    turn, notes = await ok("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "One more question"}]})
+    assert turn["stopReason"] == "end_turn" and notes
+    for note in notes:
+        validate(note["params"], params_schema(schemas, "session/update"), "session/update params")
+        check_update(note["params"]["update"], "session/update")
+    inv = turn["_meta"]["zocrates"]["invocationId"]
+    rewound, _ = await ok("_zocrates/session/rewind", {"sessionId": sid, "invocationId": inv})
+    assert rewound["session"]["title"] == "Renamed chat"
     await ok("session/delete", {"sessionId": sid})
     assert set(results) == set(METHODS), "every method must be exercised here"
 

@@ -1,0 +1,147 @@
+"""A real HTTP server on 127.0.0.1 that answers like an OpenAI-compatible chat-completions endpoint.
+
+It records every request body (so a test can see exactly what the model was sent) and behaves as
+scripted: a research assistant that first calls `search_library` and then answers from the tool
+result, streamed in small chunks; optionally slow, rate-limited (429) a number of times, failing
+with an HTTP status, or streaming garbage.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Behaviour:
+    chunk_delay_s: float = 0.0  # pause between streamed chunks
+    rate_limit_times: int = 0  # answer 429 this many times first
+    retry_after: str = "0"
+    fail_status: int | None = None  # answer this HTTP status (with an OpenAI-style error body)
+    malformed: bool = False  # stream a line that is not JSON
+    reasoning: bool = False  # stream a reasoning delta before the text
+    use_tools: bool = True
+
+
+@dataclass
+class FakeOpenAI:
+    behaviour: Behaviour = field(default_factory=Behaviour)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    rate_limited: int = 0
+
+    def __post_init__(self) -> None:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("content-length", 0))
+                body = json.loads(self.rfile.read(length))
+                fake.requests.append({"path": self.path, "auth": self.headers.get("authorization"), "body": body})
+                fake.answer(self, body)
+
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client that hangs up mid-answer (a cancelled turn) is not the server's error
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # --- what the "model" says -------------------------------------------------------------
+
+    @staticmethod
+    def reply_for(body: dict[str, Any], use_tools: bool) -> dict[str, Any]:
+        messages = body["messages"]
+        last = messages[-1]
+        questions = [m["content"] for m in messages if m["role"] == "user"]
+        if last["role"] == "tool":
+            result = json.loads(last["content"])
+            n = len(result.get("passages") or [])
+            return {"content": f"From {n} passages: answer to '{questions[-1]}' [1]. I have seen {len(questions)} questions."}
+        if use_tools and body.get("tools"):
+            return {"tool_calls": [{"id": f"call_{len(messages)}", "name": "search_library", "arguments": json.dumps({"query": questions[-1]})}]}
+        return {"content": f"Plain answer to '{questions[-1]}'."}
+
+    def answer(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        b = self.behaviour
+        if self.rate_limited < b.rate_limit_times:
+            self.rate_limited += 1
+            self._json(h, 429, {"error": {"message": "Rate limit exceeded: free-models-per-min"}}, {"Retry-After": b.retry_after})
+            return
+        if b.fail_status:
+            self._json(h, b.fail_status, {"error": {"message": "Invalid API key provided", "code": b.fail_status}})
+            return
+        reply = self.reply_for(body, b.use_tools)
+        usage = {"prompt_tokens": sum(len(str(m.get("content") or "")) for m in body["messages"]) // 4, "completion_tokens": 7, "total_tokens": 99}
+        if not body.get("stream"):
+            msg: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
+            if "tool_calls" in reply:
+                msg["tool_calls"] = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in reply["tool_calls"]]
+            self._json(h, 200, {"choices": [{"index": 0, "message": msg, "finish_reason": "stop"}], "usage": usage})
+            return
+        h.send_response(200)
+        h.send_header("content-type", "text/event-stream")
+        h.send_header("transfer-encoding", "chunked")
+        h.end_headers()
+
+        def send(obj: Any) -> None:
+            data = b": keep-alive\n\n" if obj is None else (obj if isinstance(obj, bytes) else f"data: {json.dumps(obj)}\n\n".encode())
+            h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            h.wfile.flush()
+
+        def delta(d: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {"choices": [{"index": 0, "delta": d, "finish_reason": finish}]}
+
+        try:
+            send(None)
+            if b.malformed:
+                send(b"data: {this is not json\n\n")
+            if b.reasoning:
+                send(delta({"reasoning": "Thinking about it. "}))
+            if "tool_calls" in reply:
+                for i, c in enumerate(reply["tool_calls"]):
+                    args = c["arguments"]
+                    send(delta({"tool_calls": [{"index": i, "id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": args[: len(args) // 2]}}]}))
+                    send(delta({"tool_calls": [{"index": i, "function": {"arguments": args[len(args) // 2 :]}}]}))
+            else:
+                words = reply["content"].split(" ")
+                for i in range(0, len(words), 3):
+                    if b.chunk_delay_s:
+                        time.sleep(b.chunk_delay_s)
+                    send(delta({"content": " ".join(words[i : i + 3]) + (" " if i + 3 < len(words) else "")}))
+            send(delta({}, "tool_calls" if "tool_calls" in reply else "stop"))
+            send({"choices": [], "usage": usage})
+            send(b"data: [DONE]\n\n")
+            h.wfile.write(b"0\r\n\r\n")
+            h.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away (a cancelled turn)
+
+    @staticmethod
+    def _json(h: BaseHTTPRequestHandler, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(obj).encode()
+        h.send_response(status)
+        h.send_header("content-type", "application/json")
+        h.send_header("content-length", str(len(data)))
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(data)

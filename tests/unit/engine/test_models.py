@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zocratesd.config import ConfigError, load_config
+from zocratesd.engine.models import build_model
+from zocratesd.engine.models.offline import OfflineLlm
+from zocratesd.engine.models.openai import OpenAICompatLlm
+
+
+@pytest.fixture(autouse=True)
+def no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("GOOGLE_API_KEY", "GEMINI_API_KEY", "ZQ_KEY"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_offline_is_the_default(tmp_path: Path) -> None:
+    assert isinstance(build_model(load_config(tmp_path).model), OfflineLlm)
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ({"provider": "openai", "name": "m"}, "needs base_url"),
+        ({"provider": "openai", "name": "m", "base_url": "ftp://x"}, "needs base_url"),
+        ({"provider": "openai", "base_url": "http://127.0.0.1:1/v1"}, "needs name"),
+        ({"provider": "openai", "name": "m", "base_url": "http://127.0.0.1:1/v1", "api_key_env": "ZQ_KEY"}, "$ZQ_KEY, which is not set"),
+        ({"provider": "gemini"}, "needs a Google API key"),
+        ({"provider": "gemini", "api_key_env": "ZQ_KEY"}, "$ZQ_KEY, which is not set"),
+    ],
+)
+def test_a_misconfigured_model_stops_the_start(tmp_path: Path, model: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, {"model": model})
+    assert "model" in str(info.value) and message in str(info.value)
+
+
+def test_openai_and_gemini_build_with_their_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZQ_KEY", "sk-1")
+    m = build_model(load_config(tmp_path, {"model": {"provider": "openai", "name": "llama3", "base_url": "http://127.0.0.1:11434/v1", "api_key_env": "ZQ_KEY"}}).model)
+    assert isinstance(m, OpenAICompatLlm) and m.model == "llama3" and m.api_key == "sk-1"
+    m = build_model(load_config(tmp_path, {"model": {"provider": "openai", "name": "llama3", "base_url": "http://127.0.0.1:11434/v1"}}).model)
+    assert m.api_key is None  # Ollama and friends need no key
+
+    from google.adk.models.google_llm import Gemini
+
+    monkeypatch.setenv("GEMINI_API_KEY", "g-1")
+    g = build_model(load_config(tmp_path, {"model": {"provider": "gemini"}}).model)
+    assert isinstance(g, Gemini) and g.model == "gemini-2.5-flash"

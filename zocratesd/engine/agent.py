@@ -1,0 +1,43 @@
+"""The coordinator: the one LlmAgent every turn runs, in chat mode (it sees the whole conversation)."""
+
+from __future__ import annotations
+
+from google.adk.agents import LlmAgent
+from google.adk.agents.readonly_context import ReadonlyContext
+from google.adk.models.base_llm import BaseLlm
+
+from zocratesd.engine.retrieval import Retriever
+from zocratesd.engine.tools import build_search_tool
+
+COORDINATOR = "coordinator"
+
+BASE_INSTRUCTION = """You are Zocrates, a research assistant for a researcher who keeps their papers in Zotero.
+Answer from their library: call search_library before answering a question about papers, and ground
+every claim in the passages it returns, citing them by number like [1]. End an answer that cites
+anything with a "# Cited Sources" list. If the library has nothing on the question, say so plainly;
+never invent a source."""
+
+
+def coordinator_instruction(ctx: ReadonlyContext) -> str:
+    """The instruction with this turn's Zotero context (spec 2.3 `active_context_items_str` and
+    `focal_snippets_str`). A provider function, not a `{key}` template: a missing key must not fail
+    a turn, and snippet text must never be read as template syntax."""
+    state = ctx.state
+    parts = [BASE_INSTRUCTION]
+    header = state.get("active_context_items_str")
+    if header:
+        parts.append(str(header))
+    snippets = state.get("focal_snippets_str")
+    if snippets:
+        parts.append("# Focal snippets the user pointed at\n" + str(snippets))
+    return "\n\n".join(parts)
+
+
+def build_coordinator(model: BaseLlm, retriever: Retriever) -> LlmAgent:
+    return LlmAgent(
+        name=COORDINATOR,
+        model=model,
+        mode="chat",
+        instruction=coordinator_instruction,
+        tools=[build_search_tool(retriever)],
+    )

@@ -1,0 +1,163 @@
+"""`offline`: the default model. Deterministic, extractive, no key, no network.
+
+It behaves like a small research assistant that only quotes:
+- a new question -> a short plan (a thought) and a `search_library` call with the question;
+- the search's result -> an answer built from the best sentence of each retrieved passage, each
+  with its number [n], then `# Cited Sources` listing what was cited; or, when nothing was found,
+  a plain statement saying so and where it looked.
+Same input, same output: tests and benchmarks can rely on every word.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from google.adk.models._capabilities import LlmCapabilities
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.genai import types
+
+from zocratesd.engine.retrieval import tokens
+
+SEARCH_TOOL = "search_library"
+# Answers quote at most this many passages and this many characters of each: enough to ground a
+# claim in several papers, short enough to read in the Zotero sidebar.
+MAX_QUOTED_PASSAGES = 5
+MAX_QUOTE_CHARS = 320
+MAX_QUERY_CHARS = 500
+# Streamed text arrives in chunks of this many words, like a real model's token stream.
+STREAM_CHUNK_WORDS = 4
+# A rough, documented token estimate where no tokenizer exists: ~4 characters per token (English).
+CHARS_PER_TOKEN = 4
+
+_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")
+
+
+def estimate_tokens(text: str) -> int:
+    return max(1, len(text) // CHARS_PER_TOKEN) if text else 0
+
+
+def _text_of(content: types.Content | None) -> str:
+    return "".join(p.text or "" for p in (content.parts or []) if not p.thought) if content else ""
+
+
+def _latest_question(request: LlmRequest) -> str:
+    for content in reversed(request.contents):
+        if content.role == "user":
+            text = _text_of(content).strip()
+            if text:
+                return text
+    return ""
+
+
+def _best_sentences(text: str, query_terms: set[str]) -> str:
+    sentences = [s.strip() for s in _SENTENCE_RE.split(text.strip()) if s.strip()]
+    if not sentences:
+        return ""
+    scored = sorted(
+        range(len(sentences)),
+        key=lambda i: (-len(query_terms & set(tokens(sentences[i]))), i),
+    )
+    chosen = sorted(scored[:2])  # the two most relevant, in the passage's own order
+    quote = " ".join(sentences[i] for i in chosen)
+    if len(quote) > MAX_QUOTE_CHARS:
+        quote = quote[: MAX_QUOTE_CHARS - 1].rsplit(" ", 1)[0] + "…"
+    return quote
+
+
+def _scope_words(result: dict[str, Any]) -> str:
+    scope = result.get("scope")
+    if scope == "papers":
+        return "the selected papers"
+    if scope == "collection":
+        return "the selected collection"
+    return "your library"
+
+
+def compose_answer(question: str, result: dict[str, Any]) -> str:
+    """The answer to `question` from a `search_library` result (deterministic)."""
+    passages = [p for p in (result.get("passages") or []) if isinstance(p, dict) and p.get("text")]
+    where = _scope_words(result)
+    if not passages:
+        return (
+            f"I found nothing about this in {where}. "
+            "Try other words, or widen the scope to the whole library."
+        )
+    terms = set(tokens(question or str(result.get("query", ""))))
+    lines = [f"Here is what {where} says:", ""]
+    cited: dict[int, dict[str, Any]] = {}
+    for p in passages[:MAX_QUOTED_PASSAGES]:
+        quote = _best_sentences(str(p["text"]), terms)
+        if not quote:
+            continue
+        n = int(p.get("n") or len(cited) + 1)
+        cited[n] = p
+        lines.append(f"- {quote} [{n}]")
+    lines += ["", "# Cited Sources"]
+    for n, p in cited.items():
+        lines.append(f"[{n}] {p.get('citation') or p.get('title')} (zotero://select/library/items/{p.get('item_key')})")
+    return "\n".join(lines)
+
+
+class OfflineLlm(BaseLlm):
+    """The offline model (see the module docstring)."""
+
+    model: str = "offline"
+
+    @classmethod
+    def supported_models(cls) -> list[str]:
+        return ["offline"]
+
+    @property
+    def capabilities(self) -> LlmCapabilities:
+        return LlmCapabilities(output_schema_and_tools=True)
+
+    def _respond(self, request: LlmRequest) -> list[types.Part]:
+        last = request.contents[-1] if request.contents else None
+        for part in (last.parts or []) if last else []:
+            fr = part.function_response
+            if fr is not None and fr.name == SEARCH_TOOL:
+                return [types.Part(text=compose_answer(_latest_question(request), dict(fr.response or {})))]
+        question = _latest_question(request)
+        if SEARCH_TOOL in (request.tools_dict or {}) and question:
+            query = " ".join(question.split())[:MAX_QUERY_CHARS]
+            return [
+                types.Part(text="Plan: search your library for this question, then answer from the passages found.", thought=True),
+                types.Part(function_call=types.FunctionCall(name=SEARCH_TOOL, args={"query": query})),
+            ]
+        return [types.Part(text="Ask me a question about your papers and I will search your library.")]
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        parts = self._respond(llm_request)
+        prompt_chars = sum(len(_text_of(c)) for c in llm_request.contents)
+        answer = "".join(p.text or "" for p in parts if not p.thought)
+        usage = types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=estimate_tokens("x" * prompt_chars),
+            candidates_token_count=estimate_tokens(answer),
+            total_token_count=estimate_tokens("x" * prompt_chars) + estimate_tokens(answer),
+        )
+        if stream:
+            for part in parts:
+                if not part.text:
+                    continue
+                words = part.text.split(" ")
+                for i in range(0, len(words), STREAM_CHUNK_WORDS):
+                    chunk = " ".join(words[i : i + STREAM_CHUNK_WORDS])
+                    if i + STREAM_CHUNK_WORDS < len(words):
+                        chunk += " "
+                    yield LlmResponse(
+                        content=types.Content(role="model", parts=[types.Part(text=chunk, thought=part.thought)]),
+                        partial=True,
+                    )
+        yield LlmResponse(
+            content=types.Content(role="model", parts=parts),
+            partial=False,
+            turn_complete=True,
+            finish_reason=types.FinishReason.STOP,
+            usage_metadata=usage,
+        )

@@ -1,0 +1,145 @@
+"""What `search_library` retrieves from: passages of the user's library, within a scope.
+
+`Retriever` is the interface the search pipeline calls. The library issue provides the real one
+(Zotero's data + a full-text index); `InMemoryRetriever` is a complete BM25 retriever over passages
+held in memory, used by tests and by a daemon that has no library index yet.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol
+
+Mode = Literal["papers", "collection", "library"]
+
+# BM25 constants as in Robertson & Zaragoza (2009), the defaults of Lucene and SQLite FTS5.
+BM25_K1 = 1.2
+BM25_B = 0.75
+# How many passages one search returns to the coordinator: enough to cite several papers, few
+# enough that the tool result stays well inside a small local model's context.
+DEFAULT_TOP_K = 6
+
+_TOKEN_RE = re.compile(r"[^\W_]+", re.UNICODE)
+# Words that carry no topic; dropping them keeps "what is X" from matching every passage with "is".
+STOPWORDS = frozenset(
+    "a an and are as at be by can do does for from has have how i in is it its me my of on or our "
+    "that the their them there these this those to was what when where which who why will with you your "
+    "about into than then they we tell explain describe".split()
+)
+
+
+def tokens(text: str) -> list[str]:
+    return [t for t in (m.group(0).casefold() for m in _TOKEN_RE.finditer(text)) if t not in STOPWORDS]
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A piece of an item's text, with the provenance an answer cites."""
+
+    item_key: str
+    title: str
+    text: str
+    creators: tuple[str, ...] = ()
+    year: int | None = None
+    attachment_key: str | None = None
+    page: int | None = None
+    collections: tuple[str, ...] = ()
+
+    def citation(self) -> str:
+        """'Lewis et al. (2020). Title, p. 3'"""
+        who = ""
+        if self.creators:
+            who = self.creators[0] + (" et al." if len(self.creators) > 1 else "")
+        when = f" ({self.year})" if self.year else ""
+        page = f", p. {self.page}" if self.page else ""
+        lead = f"{who}{when}. " if who or when else ""
+        return f"{lead}{self.title}{page}"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where to search (spec 2.3 `active_mode`): selected items, one collection, or everything."""
+
+    mode: Mode = "library"
+    item_keys: tuple[str, ...] = ()
+    collection: str | None = None
+
+    def admits(self, p: Passage) -> bool:
+        if self.mode == "papers":
+            return p.item_key in self.item_keys
+        if self.mode == "collection":
+            return self.collection is not None and self.collection in p.collections
+        return True
+
+
+@dataclass(frozen=True)
+class Hit:
+    passage: Passage
+    score: float
+
+    def as_json(self) -> dict[str, Any]:
+        d = asdict(self.passage)
+        d["creators"] = list(self.passage.creators)
+        d["collections"] = list(self.passage.collections)
+        d["score"] = round(self.score, 4)
+        return d
+
+
+class Retriever(Protocol):
+    async def search(self, query: str, scope: Scope, top_k: int = DEFAULT_TOP_K) -> list[Hit]:
+        """Best passages for `query` within `scope`, best first; [] when nothing matches."""
+        ...
+
+
+@dataclass
+class InMemoryRetriever:
+    """BM25 over passages kept in memory. Scores with the corpus statistics of the whole library,
+    then filters by scope, so a passage scores the same whatever the scope."""
+
+    passages: list[Passage] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._index()
+
+    def add(self, passages: Iterable[Passage]) -> None:
+        self.passages.extend(passages)
+        self._index()
+
+    def _index(self) -> None:
+        self._tf = [Counter(tokens(f"{p.title} {p.text}")) for p in self.passages]
+        self._len = [sum(tf.values()) for tf in self._tf]
+        self._avg = (sum(self._len) / len(self._len)) if self._len else 0.0
+        df: Counter[str] = Counter()
+        for tf in self._tf:
+            df.update(tf.keys())
+        n = len(self.passages)
+        self._idf = {t: math.log(1 + (n - d + 0.5) / (d + 0.5)) for t, d in df.items()}
+
+    async def search(self, query: str, scope: Scope, top_k: int = DEFAULT_TOP_K) -> list[Hit]:
+        terms = set(tokens(query))
+        hits: list[Hit] = []
+        for p, tf, length in zip(self.passages, self._tf, self._len):
+            if not scope.admits(p):
+                continue
+            score = 0.0
+            for t in terms:
+                f = tf.get(t)
+                if f:
+                    norm = f * (BM25_K1 + 1) / (f + BM25_K1 * (1 - BM25_B + BM25_B * length / (self._avg or 1)))
+                    score += self._idf.get(t, 0.0) * norm
+            if score > 0:
+                hits.append(Hit(p, score))
+        hits.sort(key=lambda h: (-h.score, h.passage.item_key, h.passage.page or 0))
+        return hits[:top_k]
+
+
+def dedupe_by_item(hits: Sequence[Hit]) -> list[Passage]:
+    """Cited sources in first-seen order, one per item."""
+    seen: dict[str, Passage] = {}
+    for h in hits:
+        seen.setdefault(h.passage.item_key, h.passage)
+    return list(seen.values())

@@ -1,0 +1,50 @@
+"""A running turn's ADK events as face-neutral updates (store/transcript.py describes them).
+
+Streaming models send partial events (text chunks) and then one final event with the whole
+message under the same event id: chunks go out as they come, and the final event contributes only
+what was not streamed (its tool calls, or all of its text for a model that does not stream).
+Partial function calls are skipped: their ids differ from the final call's (measured on ADK 2.13).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.adk.events import Event
+
+from zocratesd.store.transcript import Update, event_updates
+from zocratesd.store.ui import title_of
+
+
+class TurnStream:
+    def __init__(self) -> None:
+        self.invocation_id: str | None = None
+        self.user_event_id: str | None = None
+        self._streamed: dict[str, set[str]] = {}
+        self.usage: dict[str, Any] | None = None
+
+    def feed(self, ev: Event) -> list[Update]:
+        if ev.author == "user" and self.invocation_id is None and not ev.partial:
+            self.invocation_id = ev.invocation_id
+            self.user_event_id = ev.id
+        if ev.branch or ev.isolation_scope:
+            return []  # inside the search pipeline: not part of the conversation
+        out: list[Update] = []
+        if ev.partial:
+            for part in (ev.content.parts or []) if ev.content else []:
+                if part.text:
+                    kind = "thought" if part.thought else "message"
+                    self._streamed.setdefault(ev.id, set()).add(kind)
+                    if kind == "thought":
+                        out.append({"kind": "thought", "message_id": ev.id, "text": part.text})
+                    else:
+                        out.append({"kind": "message", "role": "assistant", "message_id": ev.id, "text": part.text})
+            return out
+        if ev.usage_metadata is not None:
+            self.usage = ev.usage_metadata.model_dump(exclude_none=True, mode="json")
+        data = ev.model_dump(exclude_none=True, mode="json")
+        out.extend(event_updates(data, streamed=frozenset(self._streamed.pop(ev.id, ()))))
+        delta = ev.actions.state_delta if ev.actions else None
+        if delta and "title" in delta:
+            out.append({"kind": "title", "title": title_of(delta)})
+        return out
