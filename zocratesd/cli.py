@@ -1,4 +1,4 @@
-"""`zocratesd serve|stdio|status|stop`. Imports are lazy: `stdio` must not pay for ADK or pydantic."""
+"""`zocratesd serve|stdio|status|stop|service`. Imports are lazy: `stdio` must not pay for ADK or pydantic."""
 
 from __future__ import annotations
 
@@ -36,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-http", action="store_true", help="do not serve the HTTP shim")
     serve.add_argument("--model", metavar="M", help="offline | openai[:NAME] | gemini[:NAME]")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.add_argument(
+        "--idle-exit-after",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="when socket-activated (systemd, launchd): exit once no connection has been open this long",
+    )
 
     stdio = sub.add_parser("stdio", help="speak ACP on stdin/stdout (for editors)")
     data_dir_arg(stdio)
@@ -49,7 +55,35 @@ def _parser() -> argparse.ArgumentParser:
 
     stop = sub.add_parser("stop", help="stop the daemon of this data dir (SIGTERM, then wait)")
     data_dir_arg(stop)
+
+    service = sub.add_parser(
+        "service", help="start the daemon on demand through systemd (Linux) or launchd (macOS)"
+    )
+    actions = service.add_subparsers(dest="action", required=True)
+    install = actions.add_parser("install", help="install and enable the socket-activated service")
+    uninstall = actions.add_parser("uninstall", help="stop, disable and remove the service")
+    service_status = actions.add_parser("status", help="what is installed, enabled and running")
+    for sp in (install, uninstall, service_status):
+        data_dir_arg(sp)
+    for sp in (install, uninstall):
+        sp.add_argument("--dry-run", action="store_true", help="print the files and commands; change nothing")
+    install.add_argument(
+        "--idle-exit-after",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="let the daemon exit after this long without a connection (it restarts on the next one)",
+    )
     return p
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    return value
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -77,6 +111,7 @@ def _serve(args: argparse.Namespace, data_dir: Path) -> int:
         socket_path=Path(args.socket).expanduser().absolute() if getattr(args, "socket", None) else None,
         overrides=_overrides(args),
         log_level=args.log_level,
+        idle_exit_after=getattr(args, "idle_exit_after", None),
     )
     main = serve_stdio_standalone if args.command == "stdio" else serve
     return anyio.run(main, opts)
@@ -116,6 +151,24 @@ def _stop(args: argparse.Namespace, data_dir: Path) -> int:
     return 1
 
 
+def _service(args: argparse.Namespace, data_dir: Path) -> int:
+    from zocratesd.service import installer
+
+    settings = installer.Settings(
+        data_dir=data_dir, home=Path.home(), idle_exit_after=getattr(args, "idle_exit_after", None)
+    )
+    manager = installer.manager_for(settings)
+    try:
+        if args.action == "install":
+            return installer.install(manager, dry_run=args.dry_run)
+        if args.action == "uninstall":
+            return installer.uninstall(manager, dry_run=args.dry_run)
+        return installer.status(manager)
+    except (installer.ServiceError, runtime.RuntimeFileError) as exc:
+        print(f"zocratesd service {args.action}: {exc}", file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     data_dir = runtime.resolve_data_dir(args.zotero_data_dir)
@@ -128,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args, data_dir)
     if args.command == "status":
         return _status(args, data_dir)
+    if args.command == "service":
+        return _service(args, data_dir)
     return _stop(args, data_dir)
 
 

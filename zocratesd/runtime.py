@@ -8,7 +8,9 @@ One daemon serves one Zotero data dir. Its files:
 - `<data>/zocrates-data/daemon.json` (0600) written atomically once the daemon is ready, removed on a
   clean exit: how clients find the socket;
 - the Unix socket in `platformdirs.user_runtime_dir("zocrates")` (dir 0700, socket 0600), named
-  after a hash of the resolved data dir so two Zotero profiles get two daemons.
+  after a hash of the resolved data dir so two Zotero profiles get two daemons. Under systemd or
+  launchd (`zocratesd service install`) the service manager owns that socket and starts the
+  daemon on the first connection; the daemon writes daemon.json once it runs.
 
 This module is imported by `zocratesd stdio` and by the client library, so it stays light: the
 standard library and platformdirs only.
@@ -77,8 +79,25 @@ def runtime_dir() -> Path:
 
 
 def default_socket_path(data_dir: Path) -> Path:
+    """The socket of `data_dir`'s daemon unless `--socket` says otherwise. The service installer
+    writes this same path into the systemd socket unit and the launchd plist, so clients find a
+    socket-activated daemon here before it has ever run (and written daemon.json)."""
     digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
     return runtime_dir() / f"zocratesd-{digest}.sock"
+
+
+def activation_socket(data_dir: Path) -> Path | None:
+    """`default_socket_path(data_dir)` when a socket file is there, else None.
+
+    With no live daemon.json, such a file is either a service manager's socket (zocratesd.socket,
+    the LaunchAgent) waiting to start the daemon on the first connection, a daemon still starting,
+    or a dead daemon's leftover. Only a connect() tells them apart: refused means leftover.
+    """
+    path = default_socket_path(data_dir)
+    try:
+        return path if stat.S_ISSOCK(os.stat(path).st_mode) else None
+    except OSError:
+        return None
 
 
 def ensure_private_dir(path: Path) -> None:

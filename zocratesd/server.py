@@ -2,16 +2,21 @@
 
 Start-up order matters, and each step says why:
 1. the config is loaded first, so a broken zocrates_config.json fails before anything is touched;
-2. the instance lock is taken before the socket is touched: whoever holds it knows any socket or
+2. sockets passed by a service manager (systemd, launchd) are taken before anything else runs, and
+   the variables that named them removed (service/activation.py);
+3. the instance lock is taken before the socket is touched: whoever holds it knows any socket or
    daemon.json on disk is stale (a crashed daemon), so removing them cannot hurt a live one;
-3. the store is prepared, then the socket bound, and only then daemon.json is written: a client
-   that finds daemon.json can connect at once.
-Shutdown (SIGTERM, SIGINT) cancels the root task group; daemon.json and the socket are removed,
-the store closed, the lock released last.
+4. the store is prepared, then the socket bound (or the manager's socket adopted), and only then
+   daemon.json is written and READY=1 sent: a client that finds daemon.json can connect at once.
+Shutdown (SIGTERM, SIGINT, or --idle-exit-after when socket-activated) stops accepting, sends
+STOPPING=1, lets requests in flight finish (bounded), then cancels the root task group; daemon.json
+and a socket we bound are removed (a manager's socket is its own), the store closed, the lock
+released last.
 """
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import gc
 import logging
@@ -19,6 +24,7 @@ import logging.handlers
 import os
 import signal
 import socket
+import stat
 import struct
 import sys
 from dataclasses import dataclass, field
@@ -31,6 +37,8 @@ import anyio.abc
 
 from zocratesd import __version__, runtime
 from zocratesd.config import ConfigError, ZocratesConfig, load_config
+from zocratesd.service.activation import Activation, ActivationError, activated_sockets, check_unix_listener
+from zocratesd.service.notify import Notifier
 
 log = logging.getLogger("zocratesd")
 
@@ -40,6 +48,13 @@ LOG_FILE_COUNT = 5
 # On SIGTERM, requests in flight get this long to finish before they are cancelled. systemd's
 # default TimeoutStopSec is 90 s; 10 s keeps `zocratesd stop` snappy and still lets any write end.
 SHUTDOWN_GRACE_S = 10.0
+# accept() failing for lack of descriptors or memory is transient: wait and retry instead of dying.
+# 100 ms is Trio's choice in serve_listeners (ACCEPT_CAPACITY_ERRNOS, SLEEP_TIME).
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_RETRY_S = 0.1
+# How long a connect() may take to tell whether something listens on a leftover socket file. A live
+# listener answers at once; only a full backlog makes it wait, and that too means "in use".
+SOCKET_PROBE_TIMEOUT_S = 1.0
 
 
 @dataclass
@@ -48,6 +63,9 @@ class ServeOptions:
     socket_path: Path | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     log_level: str = "INFO"
+    # Socket-activated only: exit 0 once no connection has been open for this long (the manager
+    # keeps the socket and starts a new daemon on the next connection).
+    idle_exit_after: float | None = None
 
 
 def setup_logging(data_dir: Path, level: str) -> None:
@@ -99,28 +117,46 @@ class _Runtime:
         self.lock = runtime.InstanceLock(self.state / runtime.LOCK_NAME)
         self.info_path = self.state / runtime.INFO_NAME
         self.socket_path: Path | None = None
+        # False when a service manager owns the socket: it must outlive us, so we never unlink it.
+        self.owns_socket = False
+        self.activated_by: str | None = None
 
     def acquire(self) -> None:
         runtime.ensure_private_dir(self.state)
         self.lock.acquire()
 
-    def bind_path(self, path: Path) -> None:
+    def claim_path(self, path: Path) -> None:
+        """Make `path` free for our bind: remove a dead daemon's socket, refuse anything else."""
         runtime.ensure_private_dir(path.parent)
         runtime.check_socket_path(path)
-        # We hold the lock: a socket file here was left by a daemon that died. Remove it, but
-        # never something that is not a socket (a user's file at a mistyped --socket path).
         try:
             st = os.lstat(path)
         except FileNotFoundError:
             pass
         else:
-            import stat as _stat
-
-            if not _stat.S_ISSOCK(st.st_mode):
+            if not stat.S_ISSOCK(st.st_mode):
                 raise runtime.RuntimeFileError(f"{path} exists and is not a socket; remove it or pass another --socket")
+            # We hold the lock, so no zocratesd listens here. Something listening anyway is a
+            # service manager's socket (zocratesd.socket, the LaunchAgent): unlinking it would cut
+            # every client off from autostart. (Our probe makes the manager start its daemon; that
+            # one waits for our lock, which we release right away, and then serves.)
+            if _is_listening(path):
+                raise runtime.RuntimeFileError(
+                    f"{path} is already listening: the zocratesd.socket unit or the launchd agent holds it "
+                    "(`zocratesd service status`), and clients reach the daemon through it. To run one by hand, "
+                    "stop it first (`systemctl --user stop zocratesd.socket`, or `launchctl bootout "
+                    "gui/$UID/org.zocrates.zocratesd`), or pass another --socket"
+                )
             os.unlink(path)
             log.info("removed a stale socket left by a previous daemon: %s", path)
         self.socket_path = path
+        self.owns_socket = True
+
+    def adopt(self, path: Path, manager: str) -> None:
+        """Serve on a socket a service manager created; it stays the manager's."""
+        self.socket_path = path
+        self.owns_socket = False
+        self.activated_by = manager
 
     def write_info(self, http: dict[str, Any] | None = None, token: str | None = None) -> None:
         runtime.write_private_json(
@@ -133,6 +169,7 @@ class _Runtime:
                 "started_at": datetime.now(timezone.utc).isoformat(),
                 "http": http,
                 "token": token,
+                "activated_by": self.activated_by,
             },
         )
 
@@ -140,12 +177,34 @@ class _Runtime:
         info = runtime.read_daemon_info(self.data_dir)
         if info is not None and info.pid == os.getpid():
             self.info_path.unlink(missing_ok=True)
-        if self.socket_path is not None:
+        if self.socket_path is not None and self.owns_socket:
             try:
                 self.socket_path.unlink()
             except FileNotFoundError:
                 pass
         self.lock.release()
+
+
+def _is_listening(path: Path) -> bool:
+    """Whether a process accepts connections on the Unix socket file `path`."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(SOCKET_PROBE_TIMEOUT_S)
+    try:
+        probe.connect(str(path))
+    except ConnectionRefusedError:
+        return False  # a file nobody listens on: what a killed daemon leaves
+    except OSError:
+        return True  # a full backlog (EAGAIN, timeout) or no permission: in use, not ours to remove
+    finally:
+        probe.close()
+    return True
+
+
+def _socket_name(sock: socket.socket) -> Path:
+    name = sock.getsockname()
+    if isinstance(name, bytes):  # Linux abstract namespace: b"\0name", written the systemd way
+        name = "@" + name[1:].decode(errors="replace") if name.startswith(b"\0") else os.fsdecode(name)
+    return Path(name)
 
 
 async def _wait_for_signal() -> None:
@@ -156,47 +215,136 @@ async def _wait_for_signal() -> None:
 
 
 class Connections:
-    """The live peers of a daemon, so shutdown can drain them."""
+    """The live connections of a daemon: served, counted for idle exit, drained at shutdown.
+
+    A connection counts from the moment accept() returns it (`opened()`, called before its task
+    starts) until its peer has answered or cancelled every request (`Peer.run` returns only then).
+    So "no connection open" also means "no request in flight", and the idle check, which runs in
+    the same event loop, can never see a connection that is accepted but not yet counted.
+    """
 
     def __init__(self, methods: dict[str, Any], config: ZocratesConfig):
         self.methods = methods
         self.config = config
         self.peers: set[Any] = set()
+        self.open = 0
         self.idle = anyio.Event()
         self.idle.set()
+        self.idle_since = anyio.current_time()
+        self.draining = False
+        self._activity = anyio.Event()
+
+    def opened(self) -> None:
+        self.open += 1
+        if self.idle.is_set():
+            self.idle = anyio.Event()
+        self._activity.set()
+
+    def closed(self) -> None:
+        self.open -= 1
+        if self.open == 0:
+            self.idle_since = anyio.current_time()
+            self.idle.set()
 
     async def serve_socket(self, stream: anyio.abc.SocketStream) -> None:
-        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
-        uid = peer_uid(raw)
-        if uid != os.getuid():
-            log.warning("refused a connection from uid %s (this daemon serves uid %s)", uid, os.getuid())
-            await stream.aclose()
-            return
-        await self.serve(stream, f"socket:{raw.fileno()}")
+        """Serve an accepted connection; the caller has already counted it with `opened()`."""
+        try:
+            raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+            uid = peer_uid(raw)
+            if uid != os.getuid():
+                log.warning("refused a connection from uid %s (this daemon serves uid %s)", uid, os.getuid())
+                await stream.aclose()
+                return
+            await self._run_peer(stream, f"socket:{raw.fileno()}")
+        finally:
+            self.closed()
 
     async def serve(self, stream: anyio.abc.ByteStream, name: str) -> None:
+        self.opened()
+        try:
+            await self._run_peer(stream, name)
+        finally:
+            self.closed()
+
+    async def _run_peer(self, stream: anyio.abc.ByteStream, name: str) -> None:
         from zocratesd.rpc.peer import Peer
 
+        if self.draining:  # accepted in the last instant before shutdown: nothing read yet, close it
+            await stream.aclose()
+            return
         peer = Peer(stream, self.methods, max_frame_bytes=self.config.rpc.max_frame_bytes, name=name)
         self.peers.add(peer)
-        self.idle = anyio.Event() if self.idle.is_set() else self.idle
         try:
             await peer.run()
         except Exception:  # one broken connection must never take the daemon down
             log.exception("%s: connection failed", name)
         finally:
             self.peers.discard(peer)
-            if not self.peers:
-                self.idle.set()
+
+    async def wait_idle_for(self, seconds: float) -> None:
+        """Return once no connection has been open for `seconds` in a row.
+
+        It returns without awaiting after its last check, so a caller that stops accepting right
+        away (same event-loop step) cannot lose a connection accepted in between.
+        """
+        while True:
+            if self.open:
+                await self.idle.wait()
+                continue
+            remaining = self.idle_since + seconds - anyio.current_time()
+            if remaining <= 0:
+                return
+            self._activity = anyio.Event()
+            with anyio.move_on_after(remaining):
+                await self._activity.wait()
 
     async def drain(self, grace_s: float) -> None:
         """Stop reading from every peer and give their requests in flight `grace_s` to finish."""
+        self.draining = True
         for peer in list(self.peers):
             peer.stop_reading()
         with anyio.move_on_after(grace_s) as scope:
             await self.idle.wait()
         if scope.cancelled_caught:
-            log.warning("%d connection(s) still busy after %.0f s; cancelling them", len(self.peers), grace_s)
+            log.warning("%d connection(s) still busy after %.0f s; cancelling them", self.open, grace_s)
+
+
+async def _accept_loop(listener: anyio.abc.SocketListener, conns: Connections, tg: anyio.abc.TaskGroup) -> None:
+    """Accept until cancelled; each connection is counted before anything else can run."""
+    while True:
+        try:
+            stream = await listener.accept()
+        except anyio.ClosedResourceError:
+            return
+        except anyio.BrokenResourceError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and cause.errno in ACCEPT_CAPACITY_ERRNOS:
+                log.warning("accept failed (%s); retrying in %.1f s", cause.strerror, ACCEPT_RETRY_S)
+                await anyio.sleep(ACCEPT_RETRY_S)
+                continue
+            raise
+        conns.opened()
+        tg.start_soon(conns.serve_socket, stream)
+
+
+async def _stop_on_signal(signals: Any, scope: anyio.CancelScope) -> None:
+    async for signum in signals:
+        log.info("received %s; shutting down", signal.Signals(signum).name)
+        scope.cancel()
+        return
+
+
+async def _stop_when_idle(conns: Connections, seconds: float, scope: anyio.CancelScope) -> None:
+    await conns.wait_idle_for(seconds)
+    scope.cancel()  # same step as the idle check: no accept can slip in between
+    log.info("no connection for %g s; exiting (the service manager starts a daemon on the next one)", seconds)
+
+
+async def _watchdog(notifier: Notifier, interval_s: float) -> None:
+    """WATCHDOG=1 from the event loop itself: if the loop hangs, the pings stop and systemd restarts us."""
+    while True:
+        notifier.watchdog()
+        await anyio.sleep(interval_s)
 
 
 def _freeze_startup_heap() -> None:
@@ -217,12 +365,18 @@ def _load_config_or_exit(opts: ServeOptions) -> ZocratesConfig:
 
 
 async def serve(opts: ServeOptions) -> int:
-    """Run the daemon until SIGTERM/SIGINT. Returns the process exit code."""
+    """Run the daemon until SIGTERM/SIGINT (or idle exit). Returns the process exit code."""
     config = _load_config_or_exit(opts)
     os.umask(0o077)  # the store, logs and temp files hold the user's conversations: theirs alone
     setup_logging(opts.data_dir, opts.log_level)
     # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a stuck daemon is.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    notifier = Notifier.from_environ()
+    try:
+        activation = activated_sockets()
+    except ActivationError as exc:
+        print(f"zocratesd: socket activation failed: {exc}", file=sys.stderr)
+        return 1
     rt = _Runtime(opts.data_dir)
     try:
         rt.acquire()
@@ -233,43 +387,89 @@ async def serve(opts: ServeOptions) -> int:
         print(f"zocratesd: {exc}", file=sys.stderr)
         return 1
     try:
-        return await _serve_locked(opts, config, rt)
-    except runtime.RuntimeFileError as exc:
+        return await _serve_locked(opts, config, rt, activation, notifier)
+    except (runtime.RuntimeFileError, ActivationError) as exc:
         print(f"zocratesd: {exc}", file=sys.stderr)
         return 1
     finally:
         rt.cleanup()
+        notifier.close()
         log.info("stopped")
 
 
-async def _serve_locked(opts: ServeOptions, config: ZocratesConfig, rt: _Runtime) -> int:
+async def _open_listeners(
+    opts: ServeOptions, rt: _Runtime, activation: Activation | None
+) -> list[anyio.abc.SocketListener]:
+    """The manager's sockets when activated, else our own socket at the path claimed earlier."""
+    if activation is None:
+        assert rt.socket_path is not None
+        return [await anyio.create_unix_listener(rt.socket_path, mode=0o600)]
+    socks = activation.take()
+    activation.close_rest()
+    if not socks:
+        raise ActivationError(f"{activation.manager} passed no socket named zocratesd (FileDescriptorName=zocratesd)")
+    for sock in socks:
+        check_unix_listener(sock, f"the socket {activation.manager} passed")
+        sock.setblocking(False)  # anyio's listener accepts without blocking the event loop
+    if opts.socket_path is not None:
+        log.warning("--socket %s ignored: serving on the socket %s passed", opts.socket_path, activation.manager)
+    rt.adopt(_socket_name(socks[0]), activation.manager)
+    return [await anyio.abc.SocketListener.from_socket(sock) for sock in socks]
+
+
+async def _serve_locked(
+    opts: ServeOptions, config: ZocratesConfig, rt: _Runtime, activation: Activation | None, notifier: Notifier
+) -> int:
+    if activation is None:
+        # Checked before the core is even imported, so a socket in the way fails at once.
+        rt.claim_path(opts.socket_path or runtime.default_socket_path(opts.data_dir))
+
     from zocratesd.daemon import Daemon
     from zocratesd.rpc.acp import build_methods
 
+    idle_exit = opts.idle_exit_after
+    if idle_exit is not None and activation is None:
+        log.warning("--idle-exit-after ignored: it needs socket activation (nothing would start the daemon again)")
+        idle_exit = None
     daemon = Daemon(opts.data_dir, config)
+    listeners: list[anyio.abc.SocketListener] = []
     try:
         await daemon.start()
         methods = build_methods(daemon)
         _freeze_startup_heap()
-        rt.bind_path(opts.socket_path or runtime.default_socket_path(opts.data_dir))
-        assert rt.socket_path is not None
-        listener = await anyio.create_unix_listener(rt.socket_path, mode=0o600)
+        listeners = await _open_listeners(opts, rt, activation)
         conns = Connections(methods, config)
-        async with anyio.create_task_group() as tg:
-            async with anyio.create_task_group() as accepting:
-                accepting.start_soon(listener.serve, conns.serve_socket, tg)
-                rt.write_info()
-                log.info(
-                    "zocratesd %s serving %s on %s (pid %d, model %s)",
-                    __version__, opts.data_dir, rt.socket_path, os.getpid(), config.model.provider,
-                )
-                await _wait_for_signal()
-                accepting.cancel_scope.cancel()
-            await listener.aclose()
-            await conns.drain(SHUTDOWN_GRACE_S)
-            tg.cancel_scope.cancel()
+        async with anyio.create_task_group() as root:
+            if notifier.watchdog_interval_s:
+                root.start_soon(_watchdog, notifier, notifier.watchdog_interval_s)
+            async with anyio.create_task_group() as tg:
+                # Signals are caught from here on, before READY=1: a manager may stop us right after.
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async with anyio.create_task_group() as accepting:
+                        for listener in listeners:
+                            accepting.start_soon(_accept_loop, listener, conns, tg)
+                        accepting.start_soon(_stop_on_signal, signals, accepting.cancel_scope)
+                        if idle_exit is not None:
+                            accepting.start_soon(_stop_when_idle, conns, idle_exit, accepting.cancel_scope)
+                        rt.write_info()
+                        how = f" (socket-activated by {rt.activated_by})" if rt.activated_by else ""
+                        log.info(
+                            "zocratesd %s serving %s on %s%s (pid %d, model %s)",
+                            __version__, opts.data_dir, rt.socket_path, how, os.getpid(), config.model.provider,
+                        )
+                        notifier.ready(f"serving {opts.data_dir}")
+                notifier.stopping("shutting down")
+                # Closing our listener leaves a manager's copy listening: connections that arrive
+                # from now on wait there for the next daemon instead of being refused.
+                for listener in listeners:
+                    await listener.aclose()
+                await conns.drain(SHUTDOWN_GRACE_S)
+                tg.cancel_scope.cancel()
+            root.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
+            for listener in listeners:
+                await listener.aclose()
             await daemon.aclose()
     return 0
 

@@ -4,10 +4,13 @@ The socket speaks the same NDJSON as stdio, so nothing is parsed here. This modu
 the standard library and `zocratesd.runtime`: an editor starts it for every chat panel, and its
 first `initialize` answer must arrive within 150 ms when the daemon is already up.
 
-- The daemon is found through `<data>/zocrates-data/daemon.json`; if none is alive, `zocratesd
-  serve` is started detached (its own session, stdio to /dev/null, logs in its log file) and we
-  wait for it to be ready. Two editors starting at once are fine: the second daemon loses the
-  instance lock and exits, and both pumps connect to the winner.
+- The daemon is found through `<data>/zocrates-data/daemon.json`. Without a live one, the data
+  dir's socket is tried next: under systemd or launchd (`zocratesd service install`) the service
+  manager listens there and starts the daemon on our connection, so we use that connection and
+  wait until the daemon has written daemon.json. Only when nothing listens there either is
+  `zocratesd serve` started detached (its own session, stdio to /dev/null, logs in its log file)
+  and we wait for it to be ready. Two editors starting at once are fine: the second daemon loses
+  the instance lock and exits, and both pumps connect to the winner.
 - stdin EOF half-closes the socket (SHUT_WR); whatever the daemon still sends is forwarded, and
   the pump exits 0 when the daemon closes its side.
 - If the daemon goes away while the editor still talks, the pump says so on stderr and exits 1,
@@ -60,14 +63,59 @@ def _start_daemon(data_dir: Path, serve_args: list[str]) -> subprocess.Popen[byt
     )
 
 
+def _connect_activated(data_dir: Path) -> socket.socket | None:
+    """A connection to the socket a service manager holds for `data_dir`, once its daemon runs.
+
+    Returns None when no socket file is there or nothing listens on it (a dead daemon's leftover).
+    Our connection is what makes the manager start the daemon; it waits in the socket's backlog and
+    is accepted once the daemon serves. We return only after daemon.json says the daemon runs, so
+    callers that look daemon.json up next (the client library) find it.
+    """
+    path = runtime.activation_socket(data_dir)
+    if path is None:
+        return None
+    try:
+        sock = _connect(str(path))
+    except OSError:
+        return None
+    log = runtime.state_dir(data_dir) / runtime.LOG_NAME
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if runtime.live_daemon(data_dir) is not None:
+            return sock
+        if _closed_by_peer(sock):  # the manager gave up (the daemon failed to start, repeatedly)
+            sock.close()
+            raise PumpError(f"the service manager closed the connection on {path}: zocratesd failed to start; see {log}")
+        time.sleep(POLL_INTERVAL_S)
+    sock.close()
+    raise PumpError(
+        f"{path} accepted the connection, but no zocratesd started for {data_dir} within {START_TIMEOUT_S:.0f} s; "
+        f"see `zocratesd service status` and {log}"
+    )
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the other end closed or reset `sock` (the daemon never speaks first, so any EOF is that)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
 def connect_to_daemon(data_dir: Path, *, start: bool = True, serve_args: list[str] | None = None) -> socket.socket:
-    """A connected socket to the daemon of `data_dir`, starting one when none runs."""
+    """A connected socket to the daemon of `data_dir`: the live one, else a socket-activated one,
+    else (when `start`) one we start."""
     info = runtime.live_daemon(data_dir)
     if info is not None:
         try:
             return _connect(info.socket)
         except OSError:
             pass  # alive but not accepting yet (or shutting down): fall through and wait
+    activated = _connect_activated(data_dir)
+    if activated is not None:
+        return activated
     if not start:
         raise PumpError(f"no zocratesd is running for {data_dir}")
     proc = None
