@@ -566,6 +566,10 @@ def build_store(data_dir: Path, *, sessions: int, events: int, seed: int = 20260
         if is_big:
             big_id = sid
             evs += research_chat(gen, events - 1, seed_ev.timestamp)
+        else:
+            # A short exchange: a session with no message would be "empty" and, being older than
+            # 24 h, removed by the daemon's start-up maintenance.
+            evs += research_chat(gen, 2, seed_ev.timestamp)
         storage_events = [v1.StorageEvent.from_event(adk_session, e) for e in evs]
         if is_big:
             big_data_bytes = sum(len(json.dumps(se.event_data)) for se in storage_events)
@@ -590,6 +594,9 @@ def build_store(data_dir: Path, *, sessions: int, events: int, seed: int = 20260
     finally:
         engine.dispose()
     checkpoint(db)
+    # Keep every session: the default policy (100 sessions, 180 days) would prune this store at the
+    # daemon's start-up, and the benchmark is about a large library.
+    (db.parent / "zocrates_config.json").write_text(json.dumps({"max_saved_sessions": None, "session_retention_days": None}))
     return StoreInfo(
         db_path=db,
         session_ids=session_ids,

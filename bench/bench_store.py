@@ -241,7 +241,8 @@ def verify_daemon(client: RpcClient, peer_session: Any, peer_listing: list[Any])
     """The daemon's answers equal what the reference path computes from ADK's own objects."""
     from google.adk.events._rewind_events import _apply_rewinds
 
-    from zocratesd.rpc.updates import history_updates
+    from zocratesd.rpc.updates import to_acp
+    from zocratesd.store.transcript import history_updates
     from zocratesd.store import format_session_for_ui
 
     sid = peer_session.id
@@ -258,7 +259,7 @@ def verify_daemon(client: RpcClient, peer_session: Any, peer_listing: list[Any])
         raise AssertionError(f"_zocrates/session/get differs from format_session_for_ui in {sorted(diff)}{detail}")
 
     live = [ev.model_dump(exclude_none=True, mode="json") for ev in _apply_rewinds(peer_session.events)]
-    expected_updates = json.loads(json.dumps(list(history_updates(live))))
+    expected_updates = json.loads(json.dumps([a for a in map(to_acp, history_updates(live)) if a]))
     _, notes = client.call("session/load", {"sessionId": sid, "cwd": "/", "mcpServers": []}, keep_notifications=True)
     updates = [n["params"]["update"] for n in notes if n.get("method") == "session/update"]
     if updates[:-1] != expected_updates or updates[-1].get("sessionUpdate") != "session_info_update":

@@ -20,6 +20,8 @@ def daemon_env(runtime_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["XDG_RUNTIME_DIR"] = str(runtime_dir)
     env.pop("ZOTERO_DATA_DIR", None)
+    for key in ("NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "WATCHDOG_USEC", "WATCHDOG_PID"):
+        env.pop(key, None)  # a test run under a service manager must not hand its sockets on
     for key in list(env):
         if key.startswith("ZOCRATES_"):
             del env[key]

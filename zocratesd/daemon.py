@@ -29,6 +29,7 @@ from zocratesd.engine.models import build_model
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage, Retriever
 from zocratesd.engine.stream import TurnStream
 from zocratesd.errors import InvalidInput, NotFound, SessionNotFound
+from zocratesd.maintenance import Maintenance, MaintenanceReport, StorageStats
 from zocratesd.rpc.models import MAX_TITLE_CHARS, SESSION_ID_PATTERN
 from zocratesd.store import (
     APP_NAME,
@@ -176,12 +177,29 @@ class Daemon:
 
             retriever = InMemoryRetriever(load_library_passages(runtime.state_dir(data_dir) / LIBRARY_PASSAGES_FILE))
         self.engine = Engine(self._service, build_model(config.model), retriever)
+        self.maintenance = Maintenance(
+            db_path=db_path(data_dir), service=self._service, reader=self.reader, locks=self.locks, config=config
+        )
+        self.startup_maintenance: MaintenanceReport | None = None
         self._aborts: dict[str, asyncio.Event] = {}
 
     async def start(self) -> None:
-        """Prepare the store before the first request (so no request pays for it). Startup
-        maintenance runs here too, before any turn can start (see maintenance/)."""
+        """Prepare the store, then run startup maintenance (retention, VACUUM when it pays), all
+        before the daemon accepts a request: no turn can collide with it (spec 8.1)."""
         await self._service.prepare_tables()
+        self.startup_maintenance = await self.maintenance.run(startup=True)
+        report = self.startup_maintenance
+        if report["empty_deleted"] or report["retention_deleted"] or report["vacuum"]["ran"]:
+            log.info("startup maintenance: %s", report)
+
+    async def storage_stats(self) -> StorageStats:
+        """Size and counts of sessions.db (the Zotero preferences' storage panel)."""
+        return await self.maintenance.stats()
+
+    async def run_maintenance(self) -> MaintenanceReport:
+        """Retention and space reclamation on demand; sessions in flight are left alone and VACUUM
+        is deferred while any turn runs."""
+        return await self.maintenance.run(startup=False)
 
     @property
     def active_chat_session_ids(self) -> frozenset[str]:
@@ -189,6 +207,7 @@ class Daemon:
         return self.locks.busy_sessions()
 
     async def aclose(self) -> None:
+        await self.maintenance.aclose()
         await self.reader.aclose()
         await close_session_services(self.data_dir)
 

@@ -27,6 +27,7 @@ import socket
 import stat
 import struct
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -347,6 +348,19 @@ async def _watchdog(notifier: Notifier, interval_s: float) -> None:
         await anyio.sleep(interval_s)
 
 
+async def _warm_up() -> None:
+    """Pay ADK's lazy imports now, in the background, not on the user's first turn."""
+    from zocratesd.engine import warm_up
+
+    started = time.monotonic()
+    try:
+        await warm_up()
+    except Exception:  # a failed warm-up only means a slower first turn
+        log.debug("warm-up turn failed", exc_info=True)
+    else:
+        log.debug("warmed up in %.0f ms", (time.monotonic() - started) * 1000)
+
+
 def _freeze_startup_heap() -> None:
     """Move everything allocated so far (ADK, SQLAlchemy, pydantic: ~100 MiB of long-lived
     objects) out of the garbage collector's sight. Without it, the ~300k short-lived objects of
@@ -458,6 +472,7 @@ async def _serve_locked(
                             __version__, opts.data_dir, rt.socket_path, how, os.getpid(), config.model.provider,
                         )
                         notifier.ready(f"serving {opts.data_dir}")
+                        root.start_soon(_warm_up)
                 notifier.stopping("shutting down")
                 # Closing our listener leaves a manager's copy listening: connections that arrive
                 # from now on wait there for the next daemon instead of being refused.

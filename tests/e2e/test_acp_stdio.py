@@ -227,3 +227,24 @@ async def test_three_turns_over_stdio_survive_a_sigkill(short_tmp: Path) -> None
         assert runtime.live_daemon(data_dir).pid != pid  # type: ignore[union-attr]
     finally:
         stop_daemon(data_dir, env)
+
+
+def test_a_daemon_that_cannot_start_is_reported_with_its_reason(short_tmp: Path) -> None:
+    from daemonproc import daemon_env
+
+    run = short_tmp / "run"
+    run.mkdir(mode=0o700)
+    data_dir = short_tmp / "zotero"
+    (data_dir / "zocrates-data").mkdir(parents=True)
+    (data_dir / "zocrates-data" / "zocrates_config.json").write_text('{"max_saved_sessions": "lots"}')
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "zocratesd", "stdio", "--zotero-data-dir", str(data_dir)],
+        input=b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n',
+        env=daemon_env(run), capture_output=True, timeout=60,
+    )
+    assert proc.returncode == 1 and time.monotonic() - started < 30
+    log = data_dir / "zocrates-data" / "zocratesd.log"
+    assert str(log).encode() in proc.stderr
+    assert "max_saved_sessions" in log.read_text()  # the reason is in the file the message names
+    assert proc.stdout == b""

@@ -55,10 +55,19 @@ def snapshot(db: Path) -> dict[str, tuple[str, list[tuple[str, str]]]]:
 
 
 def maintenance_for(daemon: Daemon, **kw: Any) -> Maintenance:
-    return Maintenance(
+    """A Maintenance with test seams, installed as the daemon's own (one per store: a second would
+    hold a connection of its own and make every VACUUM "busy")."""
+    m = Maintenance(
         db_path=db_path(daemon.data_dir), service=daemon._service, reader=daemon.reader, locks=daemon.locks,
         config=daemon.config, **kw,
     )
+    daemon.maintenance = m
+    return m
+
+
+async def open_store(daemon: Daemon) -> None:
+    """The first half of Daemon.start(): the tests run the maintenance half themselves."""
+    await daemon._service.prepare_tables()
 
 
 async def chat(daemon: Daemon, title: str, chars: int) -> str:
@@ -107,7 +116,7 @@ async def child_main(data_dir: Path, out: Path) -> None:
     """What a daemon start does: open the store, then maintenance before any turn. Before that it
     commits one more chat (left in the -wal) and records it in `out`, so the test can look for it."""
     daemon = Daemon(data_dir, ZocratesConfig())
-    await daemon.start()
+    await open_store(daemon)
     m = maintenance_for(daemon)
     try:
         sid = await chat(daemon, "committed just before maintenance", 3000)
@@ -188,10 +197,10 @@ def test_sigkill_at_every_step_of_the_swap_loses_nothing(template: tuple[Path, d
 
 async def restart_and_check(data_dir: Path, step: str, expected: dict[str, Any], deleted: list[str], committed: str) -> None:
     daemon = Daemon(data_dir, ZocratesConfig())
-    await daemon.start()
-    m = maintenance_for(daemon)
     try:
-        report = await m.run(startup=True)
+        await daemon.start()  # the real restart: its startup pass cleans up what the kill left
+        report = daemon.startup_maintenance
+        assert report is not None
         db = db_path(data_dir)
         assert integrity_check(db) == "ok", step
         assert not _swap.temp_path(db).exists(), step
@@ -212,7 +221,6 @@ async def restart_and_check(data_dir: Path, step: str, expected: dict[str, Any],
         finally:
             conn.close()
     finally:
-        await m.aclose()
         await daemon.aclose()
 
 
@@ -267,7 +275,7 @@ async def _small_disk(mnt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         return shutil.disk_usage(path)
 
     daemon = Daemon(data_dir, ZocratesConfig())
-    await daemon.start()
+    await open_store(daemon)
     m = maintenance_for(daemon, disk_usage=fill_then_measure)
     try:
         report = await m.run(startup=True)

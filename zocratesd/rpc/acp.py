@@ -198,6 +198,14 @@ def build_methods(daemon: Daemon) -> MethodTable:
     async def zocrates_session_rewind(peer: Peer, p: models.RewindParams) -> dict[str, Any]:
         return await daemon.rewind(p.session_id, p.invocation_id)
 
+    @adapter(models.NoParams)
+    async def zocrates_storage_stats(peer: Peer, p: models.NoParams) -> Any:
+        return await daemon.storage_stats()
+
+    @adapter(models.NoParams)
+    async def zocrates_storage_maintenance(peer: Peer, p: models.NoParams) -> Any:
+        return await daemon.run_maintenance()
+
     @adapter(models.NewSessionParams)
     async def session_new(peer: Peer, p: models.NewSessionParams) -> dict[str, Any]:
         ours = (p.meta or {}).get("zocrates")
@@ -250,6 +258,8 @@ def build_methods(daemon: Daemon) -> MethodTable:
         "session/prompt": session_prompt,
         "session/cancel": session_cancel,
         "_zocrates/session/rewind": zocrates_session_rewind,
+        "_zocrates/storage/stats": zocrates_storage_stats,
+        "_zocrates/storage/maintenance": zocrates_storage_maintenance,
     }
     extensions = sorted(name for name in table if name.startswith("_zocrates/"))
     return MethodTable(table, notifications=("session/cancel",))

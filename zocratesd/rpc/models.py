@@ -201,6 +201,43 @@ class RewindResult(BaseModel):
     restored: Restored
 
 
+class NoParams(Params):
+    """No params (unknown fields are ignored)."""
+
+
+class StorageStatsResult(BaseModel):
+    """`_zocrates/storage/stats` (the shim's StorageStatsResponse)."""
+
+    db_path: str
+    db_size_bytes: int
+    wal_size_bytes: int
+    page_size: int
+    page_count: int
+    freelist_count: int
+    freelist_ratio: float
+    session_count: int
+    event_count: int
+
+
+class VacuumResult(BaseModel):
+    ran: bool
+    skipped_reason: Literal["not_needed", "chat_in_progress", "insufficient_disk", "busy", "error"] | None = Field(
+        description="null exactly when VACUUM ran"
+    )
+    bytes_before: int = Field(description="sessions.db plus its -wal")
+    bytes_after: int
+    duration_ms: float
+
+
+class MaintenanceResult(BaseModel):
+    """`_zocrates/storage/maintenance` (the shim's MaintenanceResponse)."""
+
+    empty_deleted: int
+    retention_deleted: int
+    vacuum: VacuumResult
+    duration_ms: float
+
+
 class SessionSummary(BaseModel):
     """A session without its messages (`_zocrates/session/rename` answers it)."""
 
@@ -231,5 +268,7 @@ METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "_zocrates/session/rename": (RenameSessionParams, SessionSummary),
     "session/prompt": (PromptParams, PromptResult),
     "_zocrates/session/rewind": (RewindParams, RewindResult),
+    "_zocrates/storage/stats": (NoParams, StorageStatsResult),
+    "_zocrates/storage/maintenance": (NoParams, MaintenanceResult),
 }
 NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionUpdateParams, "session/cancel": CancelParams}

@@ -52,15 +52,24 @@ def _connect(path: str) -> socket.socket:
 
 
 def _start_daemon(data_dir: Path, serve_args: list[str]) -> subprocess.Popen[bytes]:
+    """`zocratesd serve` detached. Its stderr is appended to its log file: a daemon that cannot
+    start (a broken zocrates_config.json) says why before its logging is set up, and the error we
+    report points at that file."""
     cmd = [sys.executable, "-m", "zocratesd", "serve", "--zotero-data-dir", str(data_dir), *serve_args]
-    return subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )
+    state = runtime.state_dir(data_dir)
+    runtime.ensure_private_dir(state)
+    log_fd = os.open(state / runtime.LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log_fd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        os.close(log_fd)
 
 
 def _connect_activated(data_dir: Path) -> socket.socket | None:

@@ -105,5 +105,8 @@ def make_world(tmp_path: Path, **config: Any) -> World:
         db_path=db_path(tmp_path), service=daemon._service, reader=daemon.reader, locks=daemon.locks,
         config=cfg, disk_usage=disk_usage,
     )
+    # The daemon's own pass is replaced by this one (with its disk seam): one Maintenance per store,
+    # as in the daemon; a second would hold its own connection and every VACUUM would be "busy".
+    daemon.maintenance = m
     world = World(daemon=daemon, maintenance=m, config=cfg, db=db_path(tmp_path))
     return world

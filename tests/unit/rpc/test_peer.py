@@ -7,46 +7,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-import anyio.abc
 import pytest
 from jsonrpcserver import JsonRpcError, Success
+
+from memstream import MemoryByteStream, pipe
 
 from zocratesd.rpc import peer as peer_mod
 from zocratesd.rpc.peer import MethodTable, Peer, PeerClosed, RemoteError
 
 pytestmark = pytest.mark.anyio
-
-
-class MemoryByteStream(anyio.abc.ByteStream):
-    """One end of an in-memory duplex byte pipe."""
-
-    def __init__(self, send: Any, receive: Any):
-        self._send, self._receive = send, receive
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        try:
-            return await self._receive.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise anyio.EndOfStream from None
-
-    async def send(self, item: bytes) -> None:
-        try:
-            await self._send.send(item)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            raise anyio.BrokenResourceError from None
-
-    async def send_eof(self) -> None:
-        await self._send.aclose()
-
-    async def aclose(self) -> None:
-        await self._send.aclose()
-        await self._receive.aclose()
-
-
-def pipe() -> tuple[MemoryByteStream, MemoryByteStream]:
-    a_send, b_recv = anyio.create_memory_object_stream[bytes](100)
-    b_send, a_recv = anyio.create_memory_object_stream[bytes](100)
-    return MemoryByteStream(a_send, a_recv), MemoryByteStream(b_send, b_recv)
 
 
 class Client:

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.abc
 import pytest
 from jsonschema import Draft202012Validator, validators
 
 from adkevents import append_all, call, research_chat, text
+from memstream import MemoryByteStream, pipe
 
 from zocratesd.rpc import models, schema
 from zocratesd.rpc.models import METHODS, NOTIFICATIONS
@@ -293,32 +293,8 @@ def test_readme_documents_every_method_and_update_kind() -> None:
 # --- the daemon's real answers ------------------------------------------------------------------
 
 
-class _MemoryByteStream(anyio.abc.ByteStream):
-    def __init__(self, send: Any, receive: Any):
-        self._send, self._receive = send, receive
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        try:
-            return await self._receive.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise anyio.EndOfStream from None
-
-    async def send(self, item: bytes) -> None:
-        try:
-            await self._send.send(item)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            raise anyio.BrokenResourceError from None
-
-    async def send_eof(self) -> None:
-        await self._send.aclose()
-
-    async def aclose(self) -> None:
-        await self._send.aclose()
-        await self._receive.aclose()
-
-
 class _Client:
-    def __init__(self, stream: _MemoryByteStream):
+    def __init__(self, stream: MemoryByteStream):
         self.stream, self.buf, self.ids = stream, b"", 0
 
     async def call(self, method: str, params: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -347,9 +323,7 @@ async def live(tmp_path: Path) -> AsyncIterator[tuple[_Client, Any]]:
 
     daemon = Daemon(tmp_path, ZocratesConfig())
     await daemon.start()
-    a_send, b_recv = anyio.create_memory_object_stream[bytes](100)
-    b_send, a_recv = anyio.create_memory_object_stream[bytes](100)
-    server_end, client_end = _MemoryByteStream(a_send, a_recv), _MemoryByteStream(b_send, b_recv)
+    server_end, client_end = pipe()
     peer = Peer(server_end, build_methods(daemon), name="schema-test")
     try:
         async with anyio.create_task_group() as tg:
@@ -418,6 +392,10 @@ async def test_real_answers_match_the_schemas_and_models(live: Any, schemas: dic
     rewound, _ = await ok("_zocrates/session/rewind", {"sessionId": sid, "invocationId": inv})
     assert rewound["session"]["title"] == "Renamed chat"
     await ok("session/delete", {"sessionId": sid})
+    stats, _ = await ok("_zocrates/storage/stats", {})
+    assert stats["session_count"] == 1  # the "Second" session
+    report, _ = await ok("_zocrates/storage/maintenance", {})
+    assert report["empty_deleted"] == 0  # the remaining session is younger than 24 h
     assert set(results) == set(METHODS), "every method must be exercised here"
 
     readme_errors = readme_errors_section()
