@@ -37,6 +37,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 OUT_DIR = BENCH_DIR / "out"
@@ -292,7 +294,8 @@ class RpcError(Exception):
 
 class RpcClient:
     """One Unix-socket connection. `call()` returns (result, notifications_seen); every received
-    line is parsed with json.loads, as a real client does."""
+    line is parsed as a real client does, with orjson (a dependency of the project, what a Python
+    client of ours has at hand; the standard library takes ~10 ms more on a 2.3 MB reply)."""
 
     def __init__(self, path: str | Path, timeout: float = 120.0):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -355,7 +358,7 @@ class RpcClient:
         count = 0
         for line in self._lines():
             t_line = timer()
-            m = json.loads(line)
+            m = orjson.loads(line)
             if "id" not in m or m.get("id") != msg_id:
                 if "method" in m and "id" not in m:
                     count += 1
@@ -648,7 +651,7 @@ def call_streaming(client: RpcClient, method: str, params: dict[str, Any] | None
     t0 = timer()
     client.sock.sendall(data)
     for line in client._lines():
-        m = json.loads(line)
+        m = orjson.loads(line)
         t = timer() - t0
         if m.get("id") != msg_id or "method" in m:
             if "method" in m and "id" not in m:

@@ -105,12 +105,11 @@ def copy_data_dir(src: Path, dst: Path) -> Path:
 
 async def _zocratesd(data_dir: Path, config: Any, noop_rounds: int = 0) -> dict[str, Any]:
     from zocratesd.daemon import Daemon
-    from zocratesd.maintenance import Maintenance
-    from zocratesd.store.service import db_path
 
     daemon = Daemon(data_dir, config)
-    await daemon.start()
-    m = Maintenance(db_path=db_path(data_dir), service=daemon._service, reader=daemon.reader, locks=daemon.locks, config=config)
+    # Daemon.start() is prepare_tables() then this very pass: open the store, and time the pass.
+    await daemon._service.prepare_tables()
+    m = daemon.maintenance
     try:
         t0 = timer()
         report = await m.run(startup=True)
@@ -124,7 +123,6 @@ async def _zocratesd(data_dir: Path, config: Any, noop_rounds: int = 0) -> dict[
                 raise AssertionError(f"a pass with nothing to do did something: {r}")
         return {"report": report, "elapsed": elapsed, "noop": noop}
     finally:
-        await m.aclose()
         await daemon.aclose()
 
 
