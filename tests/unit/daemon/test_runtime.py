@@ -24,9 +24,9 @@ def test_data_dir_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert runtime.resolve_data_dir(str(tmp_path / "flag"), env={"ZOTERO_DATA_DIR": "/x"}) == tmp_path / "flag"
 
 
-def test_socket_path_is_per_data_dir_and_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    os.chmod(tmp_path, 0o700)
+def test_socket_path_is_per_data_dir_and_checked(short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(short_tmp))
+    os.chmod(short_tmp, 0o700)
     a, b = runtime.default_socket_path(Path("/a")), runtime.default_socket_path(Path("/b"))
     assert a != b and a.parent == b.parent
     runtime.check_socket_path(a)
