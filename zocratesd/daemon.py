@@ -21,7 +21,7 @@ from google.adk.events import Event, EventActions
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
-from zocratesd import __version__
+from zocratesd import __version__, compaction
 from zocratesd.config import ZocratesConfig
 from zocratesd.engine import Engine
 from zocratesd.engine.context import PromptContext
@@ -317,6 +317,10 @@ class Daemon:
                         await self.watchers.publish(session_id, update)
             finally:
                 self._aborts.pop(session_id, None)
+            # Post-turn compaction (spec section 4): after the answer streamed, before the result,
+            # still under the lock. Never fails the turn; its cost goes out as a `usage` update.
+            usage = await compaction.after_turn(self, session_id, stream.usage, cancelled=abort.is_set())
+            await self.watchers.publish(session_id, usage)
             return TurnResult("cancelled" if abort.is_set() else "end_turn", stream.invocation_id)
 
     def cancel(self, session_id: str) -> bool:

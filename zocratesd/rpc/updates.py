@@ -53,6 +53,13 @@ def to_acp(u: Update) -> Json | None:
         }
     if kind == "title":
         return session_info_update(u["title"])
+    if kind == "usage":
+        return {
+            "sessionUpdate": "usage_update",
+            "used": u["prompt_tokens"],
+            "size": u["context_size"],
+            "_meta": {"zocrates": {"compactionMs": u["compaction_ms"], "compacted": u["compacted"]}},
+        }
     return None
 
 
