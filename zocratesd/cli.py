@@ -95,7 +95,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "no_http", False):
         http["enabled"] = False
     if getattr(args, "http_port", None) is not None:
-        http["base_port"] = args.http_port
+        http["port"] = args.http_port
     if http:
         o["http"] = http
     return o

@@ -92,6 +92,9 @@ class HttpConfig(_Section):
 
     enabled: bool = True
     base_port: int = Field(8765, ge=0, le=65535)
+    # A fixed port (`--http-port N`), used as is instead of base_port + the data dir's offset;
+    # 0 means any free port.
+    port: int | None = Field(None, ge=0, le=65535)
     allowed_origins: list[str] = Field(default_factory=list)
 
 

@@ -6,12 +6,13 @@ Start-up order matters, and each step says why:
    the variables that named them removed (service/activation.py);
 3. the instance lock is taken before the socket is touched: whoever holds it knows any socket or
    daemon.json on disk is stale (a crashed daemon), so removing them cannot hurt a live one;
-4. the store is prepared, then the socket bound (or the manager's socket adopted), and only then
-   daemon.json is written and READY=1 sent: a client that finds daemon.json can connect at once.
+4. the store is prepared, then the socket bound (or the manager's socket adopted) and the HTTP
+   shim's loopback port bound (zocratesd/shim/), and only then daemon.json is written (with the
+   port and a fresh bearer token) and READY=1 sent: a client that finds daemon.json can connect at once.
 Shutdown (SIGTERM, SIGINT, or --idle-exit-after when socket-activated) stops accepting, sends
-STOPPING=1, lets requests in flight finish (bounded), then cancels the root task group; daemon.json
-and a socket we bound are removed (a manager's socket is its own), the store closed, the lock
-released last.
+STOPPING=1, stops the HTTP shim accepting, lets requests in flight (HTTP turns too) finish
+(bounded), then cancels the root task group; daemon.json and a socket we bound are removed (a
+manager's socket is its own), the store closed, the lock released last.
 """
 
 from __future__ import annotations
@@ -453,10 +454,13 @@ async def _serve_locked(
         _freeze_startup_heap()
         listeners = await _open_listeners(opts, rt, activation)
         conns = Connections(methods, config)
+        http_face = _http_face(opts, config, daemon, conns)
         async with anyio.create_task_group() as root:
             if notifier.watchdog_interval_s:
                 root.start_soon(_watchdog, notifier, notifier.watchdog_interval_s)
             async with anyio.create_task_group() as tg:
+                if http_face is not None:
+                    tg.start_soon(http_face.run)
                 # Signals are caught from here on, before READY=1: a manager may stop us right after.
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     async with anyio.create_task_group() as accepting:
@@ -465,7 +469,9 @@ async def _serve_locked(
                         accepting.start_soon(_stop_on_signal, signals, accepting.cancel_scope)
                         if idle_exit is not None:
                             accepting.start_soon(_stop_when_idle, conns, idle_exit, accepting.cancel_scope)
-                        rt.write_info()
+                        rt.write_info(
+                            http=http_face.info if http_face else None, token=http_face.token if http_face else None
+                        )
                         how = f" (socket-activated by {rt.activated_by})" if rt.activated_by else ""
                         log.info(
                             "zocratesd %s serving %s on %s%s (pid %d, model %s)",
@@ -478,6 +484,8 @@ async def _serve_locked(
                 # from now on wait there for the next daemon instead of being refused.
                 for listener in listeners:
                     await listener.aclose()
+                if http_face is not None:
+                    http_face.stop()  # stops accepting; its requests and turns are drained below
                 await conns.drain(SHUTDOWN_GRACE_S)
                 tg.cancel_scope.cancel()
             root.cancel_scope.cancel()
@@ -487,6 +495,22 @@ async def _serve_locked(
                 await listener.aclose()
             await daemon.aclose()
     return 0
+
+
+def _http_face(opts: ServeOptions, config: ZocratesConfig, daemon: Any, conns: Connections) -> Any:
+    """The HTTP shim for the Zotero plugin, bound now so daemon.json can name its port (None: off).
+    Its requests and turns count as open connections (idle exit, drain at shutdown)."""
+    if not config.http.enabled:
+        return None
+    from zocratesd.shim import HttpFace
+
+    face = HttpFace(daemon, config.http, opened=conns.opened, closed=conns.closed, grace_s=SHUTDOWN_GRACE_S)
+    try:
+        face.bind(opts.data_dir)
+    except OSError as exc:
+        raise runtime.RuntimeFileError(f"cannot serve HTTP on 127.0.0.1: {exc}; pass --http-port N or --no-http") from None
+    log.info("HTTP shim on http://127.0.0.1:%d", face.port)
+    return face
 
 
 # --- stdio, in-process ------------------------------------------------------------------------

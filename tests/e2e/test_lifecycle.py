@@ -31,7 +31,8 @@ def test_ready_files_and_permissions(daemon: Any) -> None:
     info = daemon.info
     assert info["pid"] == daemon.proc.pid
     assert info["protocol_version"] == 1 and info["version"] == "0.1.0"
-    assert info["http"] is None and info["token"] is None
+    # The HTTP shim is on by default: loopback, a port, a token (tests/e2e/test_shim*.py test it).
+    assert info["http"]["host"] == "127.0.0.1" and info["http"]["port"] > 0 and len(info["token"]) >= 40
     assert "T" in info["started_at"]
     info_path = daemon.state_dir / "daemon.json"
     assert stat.S_IMODE(info_path.stat().st_mode) == 0o600

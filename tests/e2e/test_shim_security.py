@@ -1,0 +1,200 @@
+"""The shim's security against the real daemon: DNS rebinding, cross-origin requests, tokens, bodies."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from shimhttp import Shim
+
+pytestmark = pytest.mark.e2e
+
+MAX_BODY = 16 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def module_daemon(tmp_path_factory: Any) -> Iterator[Any]:
+    """One daemon for the whole module: these tests only read, or refuse."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from daemonproc import DaemonProc, daemon_env
+
+    root = Path(tempfile.mkdtemp(prefix="zqsec", dir="/tmp"))
+    run = root / "run"
+    run.mkdir(mode=0o700)
+    d = DaemonProc(data_dir=root / "zotero", runtime_dir=run, env=daemon_env(run), args=["--http-port", "0"])
+    d.data_dir.mkdir()
+    (d.state_dir).mkdir()
+    (d.state_dir / "zocrates_config.json").write_text(json.dumps({"http": {"allowed_origins": ["http://trusted.example"]}}))
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop(15)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def shim(module_daemon: Any) -> Iterator[Shim]:
+    with Shim(module_daemon.info) as s:
+        yield s
+
+
+def raw(port: int, request: bytes) -> tuple[int, bytes]:
+    """Send bytes as they are (no client fixing them up); return the status and the whole answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
+    return status, data
+
+
+def no_cors(r: httpx.Response) -> None:
+    assert not [h for h in r.headers if h.lower().startswith("access-control-")], r.headers
+
+
+# --- Host: DNS rebinding ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["attacker.example:{port}", "attacker.example", "127.0.0.1", "localhost", "127.0.0.1:{other}",
+     "localhost.attacker.example:{port}", "127.0.0.1.nip.io:{port}", "[::1]:{port}", "0.0.0.0:{port}", "LOCALHOST:{other}"],
+)
+def test_a_rebound_host_is_refused_even_with_the_token(shim: Shim, host: str) -> None:
+    h = host.format(port=shim.port, other=shim.port + 1)
+    for method, path in [("GET", "/sessions"), ("GET", "/health"), ("POST", "/sessions/maintenance")]:
+        r = shim.request(method, path, headers={"Host": h})
+        assert r.status_code == 403, (h, path, r.status_code)
+        assert r.json()["error"]["code"] == "forbidden"
+        no_cors(r)
+
+
+def test_both_loopback_names_are_accepted(shim: Shim) -> None:
+    for h in (f"127.0.0.1:{shim.port}", f"localhost:{shim.port}"):
+        assert shim.request("GET", "/sessions", headers={"Host": h}).status_code == 200
+
+
+def test_a_request_without_host_is_refused(shim: Shim) -> None:
+    status, _ = raw(shim.port, f"GET /sessions HTTP/1.0\r\nAuthorization: Bearer {shim.token}\r\n\r\n".encode())
+    assert status == 403
+
+
+# --- Origin: cross-site pages ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("origin", ["http://attacker.example", "null", f"http://127.0.0.1:{0}", "http://localhost"])
+def test_a_cross_origin_post_is_refused_and_changes_nothing(shim: Shim, origin: str) -> None:
+    before = shim.ok("GET", "/sessions")["sessions"]
+    r = shim.request("POST", "/sessions", json={"title": "csrf"}, headers={"Origin": origin})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+    no_cors(r)
+    assert shim.ok("GET", "/sessions")["sessions"] == before
+
+
+def test_a_cross_origin_form_post_without_json_is_refused(shim: Shim) -> None:
+    # What a page can send without a preflight: a form. Even with the token it would be refused.
+    r = shim.request("POST", "/sessions", content=b"title=x", headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 415
+    r = shim.request("POST", "/sessions", content=b'{"title":"x"}', headers={"Content-Type": "text/plain"})
+    assert r.status_code == 415
+
+
+def test_preflight_is_refused_without_cors_headers(shim: Shim) -> None:
+    r = shim.request("OPTIONS", "/sessions", headers={
+        "Origin": "http://attacker.example", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type"})
+    assert r.status_code == 403
+    no_cors(r)
+    r = shim.request("OPTIONS", "/sessions")
+    assert r.status_code == 403
+
+
+def test_an_allowed_origin_is_served_but_gets_no_cors_headers(shim: Shim) -> None:
+    r = shim.request("GET", "/sessions", headers={"Origin": "http://trusted.example"})
+    assert r.status_code == 200
+    no_cors(r)
+
+
+# --- the bearer token -------------------------------------------------------------------------------
+
+
+def test_routes_need_the_token_and_health_does_not(shim: Shim) -> None:
+    bare = httpx.Client(base_url=shim.base, timeout=10)
+    try:
+        assert bare.get("/health").status_code == 200
+        for method, path in [("GET", "/sessions"), ("POST", "/sessions"), ("GET", "/sessions/x"), ("DELETE", "/sessions/x"),
+                             ("GET", "/sessions/storage_stats"), ("POST", "/sessions/maintenance"), ("POST", "/register"),
+                             ("POST", "/chat"), ("POST", "/chat/resume"), ("POST", "/sessions/x/rewind"), ("GET", "/nope")]:
+            r = bare.request(method, path)
+            assert r.status_code == 401, (method, path, r.status_code)
+            assert r.json()["error"]["code"] == "unauthorized"
+            assert r.headers["www-authenticate"].startswith("Bearer")
+        wrong = shim.token[:-1] + ("A" if shim.token[-1] != "A" else "B")
+        for auth in [f"Bearer {wrong}", f"Bearer {shim.token[:10]}", "Bearer", f"Basic {shim.token}", shim.token,
+                     f"Bearer {shim.token}x"]:
+            r = bare.get("/sessions", headers={"Authorization": auth})
+            assert r.status_code == 401, auth
+        assert bare.get("/sessions", headers={"Authorization": f"bearer {shim.token}"}).status_code == 200
+    finally:
+        bare.close()
+
+
+# --- bodies ----------------------------------------------------------------------------------------------
+
+
+def test_an_oversized_declared_body_is_refused_before_it_is_read(shim: Shim) -> None:
+    head = (f"POST /sessions HTTP/1.1\r\nHost: 127.0.0.1:{shim.port}\r\nAuthorization: Bearer {shim.token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {MAX_BODY + 1}\r\n\r\n").encode()
+    status, data = raw(shim.port, head + b"{")
+    assert status == 413 and b"body_too_large" in data
+
+
+def test_an_oversized_chunked_body_is_refused(shim: Shim) -> None:
+    def chunks() -> Iterator[bytes]:
+        block = b" " * (1024 * 1024)
+        for _ in range(17):
+            yield block
+
+    r = shim.request("POST", "/sessions", content=chunks(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+
+
+def test_a_body_just_under_the_cap_is_read(shim: Shim) -> None:
+    body = b'{"title": "big"}' + b" " * (MAX_BODY - 16)
+    r = shim.request("POST", "/sessions", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    shim.ok("DELETE", f"/sessions/{r.json()['session']['id']}")
+
+
+@pytest.mark.parametrize(
+    "body,status",
+    [(b"{", 400), (b"[]", 400), (b'"title"', 400), (b"\xff\xfe", 400), (b'{"title": 5}', 422),
+     (b'{"title": ""}', 422), (b'{"title": "' + b"x" * 300 + b'"}', 422)],
+)
+def test_malformed_bodies_are_refused_with_json_errors(shim: Shim, body: bytes, status: int) -> None:
+    r = shim.request("POST", "/sessions", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == status, r.text
+    assert r.json()["status"] == "error"
+
+
+def test_a_bad_content_length_is_refused(shim: Shim) -> None:
+    status, _ = raw(shim.port, (f"POST /sessions HTTP/1.1\r\nHost: 127.0.0.1:{shim.port}\r\nAuthorization: Bearer {shim.token}\r\n"
+                                f"Content-Type: application/json\r\nContent-Length: abc\r\n\r\n").encode())
+    assert status == 400
+
+
+def test_session_ids_in_paths_are_validated(shim: Shim) -> None:
+    for sid in ["..%2F..%2Fetc", "a" * 200, "x%00y"]:
+        r = shim.request("GET", f"/sessions/{sid}")
+        assert r.status_code in (404, 422), (sid, r.status_code)
+        assert r.json()["status"] == "error"

@@ -1,0 +1,51 @@
+"""A small HTTP client of the daemon's shim for tests (httpx, sync), and an SSE reader."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+
+class Shim:
+    def __init__(self, info: dict[str, Any], timeout: float = 30.0):
+        self.port = info["http"]["port"]
+        self.token = info["token"]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.client = httpx.Client(base_url=self.base, timeout=timeout, headers={"Authorization": f"Bearer {self.token}"})
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> Shim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        return self.client.request(method, path, **kw)
+
+    def ok(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        r = self.client.request(method, path, **kw)
+        assert r.status_code == 200, (r.status_code, r.text)
+        body = r.json()
+        assert body["status"] == "success", body
+        return body
+
+    def chat(self, session_id: str, prompt: str, **fields: Any) -> list[dict[str, Any]]:
+        body = {"prompt": prompt, "session_id": session_id, "active_items": [], "mode": "library", **fields}
+        with self.client.stream("POST", "/chat", json=body) as r:
+            assert r.status_code == 200, (r.status_code, r.read())
+            assert r.headers["content-type"].startswith("text/event-stream")
+            return list(sse_events(r.iter_lines()))
+
+
+def sse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    for line in lines:
+        if line.startswith("data: "):
+            yield json.loads(line[len("data: "):])
+        else:
+            assert line == "", f"unexpected SSE line {line!r}"

@@ -1,0 +1,150 @@
+"""What every request passes before any route: the shim's security (DESIGN.md, Security).
+
+A browser page can reach 127.0.0.1, so loopback alone protects nothing (research/protocol.md
+section 5: Ollama, Jupyter and the MCP SDKs were all open to DNS rebinding). In order:
+1. `Host` must be exactly `127.0.0.1:<port>` or `localhost:<port>`: a rebound name
+   (`attacker.example:<port>`) or a missing Host is refused with 403;
+2. a request carrying an `Origin` not in `http.allowed_origins` (empty by default) is refused with
+   403, and so is every OPTIONS (no CORS preflight is ever answered; no Access-Control-* header is
+   ever sent), so no browser page can read an answer;
+3. every route but `GET /health` needs `Authorization: Bearer <token>` (the token is in daemon.json,
+   0600), compared in constant time: 401 otherwise;
+4. a POST with a body must say `Content-Type: application/json` (415): a cross-site form cannot;
+5. the body is read here, at most `MAX_BODY_BYTES` (413 beyond; a larger Content-Length is refused
+   before reading), and replayed to the route.
+Each request also counts as an open connection of the daemon (idle exit, drain at shutdown).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from zocratesd.shim.errors import error_response
+
+# 16 MiB, the same cap as one JSON-RPC frame (config rpc.max_frame_bytes): a prompt with many
+# snippets fits, and a runaway client cannot make the daemon buffer without bound.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+PUBLIC_PATHS = frozenset({"/health"})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+class Guard:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        port: Callable[[], int],
+        token: str,
+        allowed_origins: list[str],
+        opened: Callable[[], None] = lambda: None,
+        closed: Callable[[], None] = lambda: None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+    ):
+        self.app = app
+        self.port = port
+        self.token = token.encode()
+        self.allowed_origins = frozenset(allowed_origins)
+        self.opened, self.closed = opened, closed
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # websockets are not served; lifespan is off
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        self.opened()
+        try:
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
+            body = await self._read_body(scope, receive, send)
+            if body is None:
+                return
+            await self.app(scope, _replay(body, receive), send)
+        finally:
+            self.closed()
+
+    def _refusal(self, scope: Scope) -> Response | None:
+        port = self.port()
+        host = _header(scope, b"host")
+        if host not in (f"127.0.0.1:{port}", f"localhost:{port}"):
+            return error_response(403, "forbidden", "the Host header must be 127.0.0.1:<port> or localhost:<port>")
+        origin = _header(scope, b"origin")
+        if origin is not None and origin not in self.allowed_origins:
+            return error_response(403, "forbidden", f"requests from origin {origin[:200]!r} are refused")
+        if scope["method"] == "OPTIONS":
+            return error_response(403, "forbidden", "cross-origin requests are not served")
+        if scope["path"] not in PUBLIC_PATHS:
+            auth = _header(scope, b"authorization") or ""
+            scheme, _, given = auth.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token):
+                return error_response(
+                    401, "unauthorized", "missing or wrong bearer token (see daemon.json)",
+                    headers={"WWW-Authenticate": 'Bearer realm="zocratesd"'},
+                )
+        return None
+
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The whole body, or None once a refusal has been sent."""
+        length = _header(scope, b"content-length")
+        chunked = _header(scope, b"transfer-encoding") is not None
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                await error_response(400, "bad_request", "bad Content-Length")(scope, receive, send)
+                return None
+            if declared > self.max_body_bytes:
+                await self._too_large(scope, receive, send)
+                return None
+        else:
+            declared = 0
+        if scope["method"] in ("POST", "PUT", "PATCH") and (declared > 0 or chunked):
+            ctype = (_header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
+            if ctype != "application/json":
+                await error_response(415, "unsupported_media", "a request body must be application/json")(scope, receive, send)
+                return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await self._too_large(scope, receive, send)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await error_response(
+            413, "body_too_large", f"a request body has at most {self.max_body_bytes} bytes",
+            headers={"Connection": "close"},
+        )(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body once, then the real receive (a route that waits for the client's disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

@@ -1,0 +1,171 @@
+"""The REST surface of spec section 6 (plus /chat, /register, /health) as adapters over the core.
+
+Success bodies are `{"status": "success", ...}`; errors are shaped by `errors.py`. Routes take the
+already-bounded body from `guard.py`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import anyio.abc
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from zocratesd.daemon import Daemon, check_session_id
+from zocratesd.engine.context import PromptContext
+from zocratesd.errors import InvalidInput, ZocratesError
+from zocratesd.runtime import PROTOCOL_VERSION
+from zocratesd.shim.errors import HttpError, JSONResponse, core_error_response, error_response
+from zocratesd.shim.turns import start_turn
+
+Json = dict[str, Any]
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+CAPABILITIES: Json = {
+    "sessions": True,
+    "chat": True,
+    "chat_resume": False,  # checkpoints (issue 5) have not landed: POST /chat/resume answers 501
+    "rewind": True,
+    "storage_stats": True,
+    "maintenance": True,
+    "sse_types": ["parts", "request_input", "done", "error"],
+}
+
+
+def success(**fields: Any) -> JSONResponse:
+    return JSONResponse({"status": "success", **fields})
+
+
+async def json_body(request: Request, *, required: bool = True) -> Json:
+    raw = await request.body()
+    if not raw.strip():
+        if required:
+            raise HttpError(400, "bad_request", "this route needs a JSON object body")
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise HttpError(400, "bad_request", "the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise HttpError(400, "bad_request", "the body must be a JSON object")
+    return body
+
+
+def field(body: Json, name: str, kind: type, *, required: bool = True) -> Any:
+    value = body.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise InvalidInput(f"{name!r} must be a {kind.__name__}", field=name)
+    return value
+
+
+def row_json(row: Any) -> Json:
+    return {"id": row.id, "title": row.title, "created_at": row.created_at, "updated_at": row.updated_at}
+
+
+def build_app(
+    daemon: Daemon,
+    turns: Callable[[], anyio.abc.TaskGroup],
+    *,
+    opened: Callable[[], None],
+    closed: Callable[[], None],
+) -> Starlette:
+    """The routes of one daemon; `turns()` is the task group turns run in (they outlive requests)."""
+
+    async def health(request: Request) -> Response:
+        return success()
+
+    async def register(request: Request) -> Response:
+        await json_body(request, required=False)  # the plugin may say who it is; nothing is kept yet
+        return success(
+            protocol_version=PROTOCOL_VERSION,
+            version=daemon.version,
+            capabilities=CAPABILITIES,
+            startup_maintenance=daemon.startup_maintenance,
+        )
+
+    async def list_sessions(request: Request) -> Response:
+        rows = sorted(await daemon.list_sessions(), key=lambda r: (r.created_at, r.id))
+        return success(sessions=[row_json(r) for r in rows])
+
+    async def create_session(request: Request) -> Response:
+        body = await json_body(request, required=False)
+        title = field(body, "title", str, required=False)
+        row = await daemon.create_session(title=title)
+        return success(session=await daemon.get_session(row.id))
+
+    async def get_session(request: Request) -> Response:
+        return success(session=await daemon.get_session(request.path_params["session_id"]))
+
+    async def delete_session(request: Request) -> Response:
+        await daemon.delete_session(request.path_params["session_id"])
+        return success()
+
+    async def rewind(request: Request) -> Response:
+        body = await json_body(request)
+        result = await daemon.rewind(request.path_params["session_id"], field(body, "invocation_id", str))
+        return success(**result)
+
+    async def storage_stats(request: Request) -> Response:
+        return success(**await daemon.storage_stats())
+
+    async def maintenance(request: Request) -> Response:
+        return success(**await daemon.run_maintenance())
+
+    async def chat(request: Request) -> Response:
+        body = await json_body(request)
+        session_id = check_session_id(body.get("session_id"))
+        text = field(body, "prompt", str)
+        context = PromptContext.from_wire(
+            {"mode": body.get("mode"), "activeItems": body.get("active_items"), "snippets": body.get("snippets"),
+             "collection": body.get("collection")}
+        )
+        stream = await start_turn(daemon, turns(), session_id, text, context, opened=opened, closed=closed)
+        if stream.refused is not None:
+            stream.receive.close()
+            return core_error_response(stream.refused)
+        return StreamingResponse(stream.events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def chat_resume(request: Request) -> Response:
+        await json_body(request)
+        return error_response(
+            501, "not_implemented",
+            "resuming a checkpoint needs the checkpoints of issue 5, which have not landed in this daemon",
+        )
+
+    async def on_core_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ZocratesError)
+        return core_error_response(exc)
+
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HttpError)
+        return error_response(exc.status, exc.code, exc.message, headers=exc.headers)
+
+    async def on_starlette_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/register", register, methods=["POST"]),
+        Route("/sessions", list_sessions, methods=["GET"]),
+        Route("/sessions", create_session, methods=["POST"]),
+        Route("/sessions/storage_stats", storage_stats, methods=["GET"]),
+        Route("/sessions/maintenance", maintenance, methods=["POST"]),
+        Route("/sessions/{session_id}", get_session, methods=["GET"]),
+        Route("/sessions/{session_id}", delete_session, methods=["DELETE"]),
+        Route("/sessions/{session_id}/rewind", rewind, methods=["POST"]),
+        Route("/chat", chat, methods=["POST"]),
+        Route("/chat/resume", chat_resume, methods=["POST"]),
+    ]
+    return Starlette(
+        routes=routes,
+        exception_handlers={ZocratesError: on_core_error, HttpError: on_http_error, HTTPException: on_starlette_error},
+    )
