@@ -76,6 +76,12 @@ TARGET_TURNS_PER_S = 40.0  # DESIGN.md: 8 concurrent turns
 CONC_SESSIONS = 8
 CONC_TURNS = 5
 KEEP_TURNS = 2  # a compaction keeps the last K=2 turns verbatim (issue 6)
+# The daemon's own post-turn compaction is switched off here (a min_turns no session reaches): this
+# benchmark compacts both sides itself, untimed and identically, so that the uncompacted rows stay
+# full loads and every turn stores the same events on both sides. With it on, the daemon would add
+# a compaction event after some turns that the peer never gets. bench_compaction.py and run_all's
+# history rows time the daemon with its compaction on.
+DAEMON_ENV_NO_COMPACTION = {"ZOCRATES_COMPACTION__MIN_TURNS": str(10**9)}
 
 QUESTIONS = [
     "How does dense passage retrieval compare with BM25 for open-domain question answering?",
@@ -424,7 +430,7 @@ def run(args: argparse.Namespace, tmp: Path, started: float) -> int:
 
     runtime_dir = tmp / "run"
     runtime_dir.mkdir(mode=0o700)
-    env = daemon_env(runtime_dir)
+    env = daemon_env(runtime_dir) | DAEMON_ENV_NO_COMPACTION
     data_dir = tmp / "zotero"
 
     specs = [(f"{n}{c}", n, c == "c") for n in args.sizes for c in ("", "c") if f"{n}{c}" in args.rows]
