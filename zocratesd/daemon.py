@@ -60,10 +60,20 @@ def check_session_id(session_id: Any) -> str:
     return session_id
 
 
+def check_unicode(text: str, what: str) -> None:
+    """Refuse lone surrogates (what a JSON `\\ud800` escape decodes to): SQLite would store text its
+    readers cannot decode, and one such title broke `session/list` for every session."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} must be valid Unicode text (no lone surrogates)") from None
+
+
 def clean_title(title: Any) -> str:
     """A title as the user meant it: control characters become spaces, ends trimmed, 1-200 chars."""
     if not isinstance(title, str):
         raise InvalidInput("a title must be a string")
+    check_unicode(title, "a title")
     cleaned = _CONTROL_RE.sub(" ", title).strip()
     if not cleaned:
         raise InvalidInput("a title cannot be empty")
@@ -294,6 +304,7 @@ class Daemon:
             raise InvalidInput("a prompt needs some text")
         if len(text) > MAX_PROMPT_CHARS:
             raise InvalidInput(f"a prompt has at most {MAX_PROMPT_CHARS} characters", length=len(text))
+        check_unicode(text, "a prompt")
         context = context or PromptContext()
         with self.locks.hold(session_id, "turn"):
             state = await self.reader.session_state(session_id)

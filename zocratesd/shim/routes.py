@@ -49,7 +49,7 @@ async def json_body(request: Request, *, required: bool = True) -> Json:
         return {}
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nesting deeper than the parser goes
         raise HttpError(400, "bad_request", "the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise HttpError(400, "bad_request", "the body must be a JSON object")
