@@ -37,7 +37,15 @@ class Shim:
 
     def chat(self, session_id: str, prompt: str, **fields: Any) -> list[dict[str, Any]]:
         body = {"prompt": prompt, "session_id": session_id, "active_items": [], "mode": "library", **fields}
-        with self.client.stream("POST", "/chat", json=body) as r:
+        return self.sse("/chat", body)
+
+    def resume(self, session_id: str, invocation_id: str, interrupt_id: str, **response: Any) -> list[dict[str, Any]]:
+        """`POST /chat/resume` with `response` = {action, guidance?}; the SSE events."""
+        body = {"session_id": session_id, "invocation_id": invocation_id, "interrupt_id": interrupt_id, "response": response}
+        return self.sse("/chat/resume", body)
+
+    def sse(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        with self.client.stream("POST", path, json=body) as r:
             assert r.status_code == 200, (r.status_code, r.read())
             assert r.headers["content-type"].startswith("text/event-stream")
             return list(sse_events(r.iter_lines()))

@@ -11,7 +11,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,10 +25,11 @@ from zocratesd import __version__, compaction
 from zocratesd.config import ZocratesConfig
 from zocratesd.engine import Engine
 from zocratesd.engine.context import PromptContext
+from zocratesd.engine.research import MAX_GUIDANCE_CHARS
 from zocratesd.engine.models import build_model
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage, Retriever
 from zocratesd.engine.stream import TurnStream
-from zocratesd.errors import InvalidInput, NotFound, SessionNotFound
+from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionNotFound
 from zocratesd.maintenance import Maintenance, MaintenanceReport, StorageStats
 from zocratesd.rpc.models import MAX_TITLE_CHARS, SESSION_ID_PATTERN
 from zocratesd.store import (
@@ -95,6 +96,12 @@ LIBRARY_PASSAGES_FILE = "library_passages.jsonl"
 Listener = Callable[[Update], Awaitable[None]]
 
 
+def _window(state: dict[str, Any]) -> float | None:
+    """Where a turn's session load starts: the end of the latest compaction, else everything."""
+    window = state.get("compacted_until")
+    return float(window) if isinstance(window, (int, float)) else None
+
+
 def title_from_prompt(text: str) -> str:
     line = " ".join(text.split())
     if len(line) <= TITLE_FROM_PROMPT_CHARS:
@@ -107,6 +114,34 @@ def title_from_prompt(text: str) -> str:
 class TurnResult:
     stop_reason: str  # "end_turn" | "cancelled"
     invocation_id: str | None
+    # The research checkpoint the turn stopped at, unanswered ({invocation_id, interrupt_id,
+    # message, payload}); it stays pending until `resume()` or a rewind.
+    pending_hitl: dict[str, Any] | None = None
+
+
+# How a face answers a research checkpoint while its turn waits: the checkpoint in, the user's
+# `{action, guidance?}` out, or None to leave it pending (the client declined, went away, ...).
+Ask = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | None]]
+RESUME_ACTIONS = ("extend_budget", "synthesize")
+MAX_INTERRUPT_ID_CHARS = 256
+
+
+def check_resume_response(response: Any) -> dict[str, Any]:
+    """`{action: "extend_budget"|"synthesize", guidance?: str}`, cleaned; InvalidInput if not."""
+    if not isinstance(response, dict):
+        raise InvalidInput('a checkpoint answer is an object {"action": "extend_budget"|"synthesize", "guidance"?}')
+    action = response.get("action")
+    if action not in RESUME_ACTIONS:
+        raise InvalidInput('a checkpoint answer\'s action is "extend_budget" or "synthesize"', action=str(action)[:40])
+    guidance = response.get("guidance")
+    if guidance is not None and not isinstance(guidance, str):
+        raise InvalidInput("guidance must be a string")
+    if guidance is not None and len(guidance) > MAX_GUIDANCE_CHARS:
+        raise InvalidInput(f"guidance has at most {MAX_GUIDANCE_CHARS} characters", length=len(guidance))
+    out: dict[str, Any] = {"action": action}
+    if guidance and guidance.strip() and action == "extend_budget":
+        out["guidance"] = guidance.strip()
+    return out
 
 
 class Watchers:
@@ -186,7 +221,7 @@ class Daemon:
             from zocratesd import runtime
 
             retriever = InMemoryRetriever(load_library_passages(runtime.state_dir(data_dir) / LIBRARY_PASSAGES_FILE))
-        self.engine = Engine(self._service, build_model(config.model), retriever)
+        self.engine = Engine(self._service, build_model(config.model), retriever, config.research)
         self.maintenance = Maintenance(
             db_path=db_path(data_dir), service=self._service, reader=self.reader, locks=self.locks, config=config
         )
@@ -293,11 +328,15 @@ class Daemon:
 
     # --- turns --------------------------------------------------------------------------------
 
-    async def prompt(self, session_id: str, text: str, context: PromptContext | None = None) -> TurnResult:
+    async def prompt(
+        self, session_id: str, text: str, context: PromptContext | None = None, *, ask: Ask | None = None
+    ) -> TurnResult:
         """Run one turn; its updates go to the session's watchers as they happen.
 
         Refused at once with SessionBusy while anything else holds the session. `cancel()` stops
         it through ADK's abort signal: open tool calls are sealed, and the result says "cancelled".
+        A research checkpoint is put to `ask` (the prompting client) and the turn goes on with its
+        answer; unanswered, the turn ends with the checkpoint pending (`TurnResult.pending_hitl`).
         """
         check_session_id(session_id)
         if not isinstance(text, str) or not text.strip():
@@ -312,27 +351,116 @@ class Daemon:
             if title_of(state) == DEFAULT_TITLE:
                 delta["title"] = title_from_prompt(text)
             abort = asyncio.Event()
-            self._aborts[session_id] = abort
             stream = TurnStream()
             message = types.Content(role="user", parts=[types.Part(text=text)])
-            window = state.get("compacted_until")
-            try:
-                async for ev in self.engine.run_turn(
-                    session_id,
-                    message,
-                    state_delta=delta,
-                    window_start=float(window) if isinstance(window, (int, float)) else None,
-                    abort=abort,
-                ):
+            window = _window(state)
+            events = self.engine.run_turn(session_id, message, state_delta=delta, window_start=window, abort=abort)
+            return await self._drive(session_id, stream, events, abort, ask, window)
+
+    async def resume(
+        self, session_id: str, invocation_id: str, interrupt_id: str, response: Any, *, ask: Ask | None = None
+    ) -> TurnResult:
+        """Answer the session's pending research checkpoint and run the rest of its turn (from any
+        client, in any daemon process: the pipeline rehydrates from `hitl_snapshot`). The turn's
+        updates go to the session's watchers; it may stop at a further checkpoint.
+
+        CheckpointNotPending (nothing changes) unless (invocation_id, interrupt_id) is the one
+        pending: an answered, rewound or superseded checkpoint cannot be answered again.
+        """
+        check_session_id(session_id)
+        for name, value in (("invocationId", invocation_id), ("interruptId", interrupt_id)):
+            if not isinstance(value, str) or not value or len(value) > MAX_INTERRUPT_ID_CHARS:
+                raise InvalidInput(f"{name} must be a non-empty string of at most {MAX_INTERRUPT_ID_CHARS} characters")
+        answer = check_resume_response(response)
+        with self.locks.hold(session_id, "turn"):
+            ui = await self.reader.ui_session(session_id)
+            pending = ui["pending_hitl"]
+            if pending is None:
+                raise CheckpointNotPending(
+                    "no research checkpoint is pending in this session (answered, rewound or superseded)",
+                    sessionId=session_id, invocationId=invocation_id, interruptId=interrupt_id,
+                )
+            if (pending["invocation_id"], pending["interrupt_id"]) != (invocation_id, interrupt_id):
+                raise CheckpointNotPending(
+                    "that is not the pending checkpoint of this session",
+                    sessionId=session_id, invocationId=invocation_id, interruptId=interrupt_id,
+                    pendingInvocationId=pending["invocation_id"], pendingInterruptId=pending["interrupt_id"],
+                )
+            state = await self.reader.session_state(session_id)
+            window = _window(state)
+            abort = asyncio.Event()
+            stream = TurnStream()
+            stream.invocation_id = invocation_id
+            await self.watchers.publish(
+                session_id, {"kind": "checkpoint_answered", "invocation_id": invocation_id, "interrupt_id": interrupt_id, "response": answer}
+            )
+            events = self.engine.resume_turn(session_id, interrupt_id, answer, window_start=window, abort=abort)
+            return await self._drive(session_id, stream, events, abort, ask, window)
+
+    async def _drive(
+        self, session_id: str, stream: TurnStream, events: AsyncIterator[Event], abort: asyncio.Event,
+        ask: Ask | None, window: float | None,
+    ) -> TurnResult:
+        """Run a turn's events to its end or its next checkpoint; while `ask` answers checkpoints,
+        resume in place (the same turn, still under the session lock). Then post-turn compaction."""
+        self._aborts[session_id] = abort
+        try:
+            while True:
+                async for ev in events:
                     for update in stream.feed(ev):
                         await self.watchers.publish(session_id, update)
-            finally:
-                self._aborts.pop(session_id, None)
-            # Post-turn compaction (spec section 4): after the answer streamed, before the result,
-            # still under the lock. Never fails the turn; its cost goes out as a `usage` update.
-            usage = await compaction.after_turn(self, session_id, stream.usage, cancelled=abort.is_set())
-            await self.watchers.publish(session_id, usage)
-            return TurnResult("cancelled" if abort.is_set() else "end_turn", stream.invocation_id)
+                checkpoint = stream.checkpoint
+                if checkpoint is None or abort.is_set() or ask is None:
+                    break
+                answer = await self._ask(session_id, ask, checkpoint, abort)
+                if answer is None:
+                    break
+                stream.checkpoint = None
+                await self.watchers.publish(
+                    session_id, {"kind": "checkpoint_answered", "invocation_id": checkpoint["invocation_id"],
+                                 "interrupt_id": checkpoint["interrupt_id"], "response": answer},
+                )
+                events = self.engine.resume_turn(
+                    session_id, checkpoint["interrupt_id"], answer, window_start=window, abort=abort
+                )
+        finally:
+            self._aborts.pop(session_id, None)
+        # Post-turn compaction (spec section 4): after the answer streamed, before the result,
+        # still under the lock. Never fails the turn; its cost goes out as a `usage` update. A
+        # turn paused at a checkpoint is not complete: nothing is compacted until it is.
+        paused = stream.checkpoint
+        usage = await compaction.after_turn(
+            self, session_id, stream.usage, cancelled=abort.is_set(), paused=paused is not None
+        )
+        await self.watchers.publish(session_id, usage)
+        return TurnResult("cancelled" if abort.is_set() else "end_turn", stream.invocation_id, paused)
+
+    async def _ask(self, session_id: str, ask: Ask, checkpoint: dict[str, Any], abort: asyncio.Event) -> dict[str, Any] | None:
+        """The prompting client's answer to a checkpoint; None when it declines, fails, goes away
+        or the turn is cancelled meanwhile (the checkpoint then stays pending)."""
+        asking = asyncio.ensure_future(ask(checkpoint))
+        aborted = asyncio.ensure_future(abort.wait())
+        try:
+            await asyncio.wait({asking, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (asking, aborted):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(asking, aborted, return_exceptions=True)
+        if not asking.done() or asking.cancelled():
+            return None
+        exc = asking.exception()
+        if exc is not None:
+            log.info("session %s: checkpoint %s left pending (%s)", session_id, checkpoint["interrupt_id"], exc)
+            return None
+        answer = asking.result()
+        if answer is None:
+            return None
+        try:
+            return check_resume_response(answer)
+        except InvalidInput as exc:
+            log.warning("session %s: unusable checkpoint answer %r (%s); left pending", session_id, answer, exc.message)
+            return None
 
     def cancel(self, session_id: str) -> bool:
         """Ask the session's running turn to stop; False when none runs."""

@@ -39,6 +39,13 @@ class SessionBusy(ZocratesError):
         )
 
 
+class CheckpointNotPending(ZocratesError):
+    """An answer to a research checkpoint that is not waiting: already answered, rewound,
+    superseded by a newer prompt, or never raised. Nothing changes."""
+
+    kind = "checkpoint_not_pending"
+
+
 class InvalidInput(ZocratesError):
     """A value from a client failed validation (bad id, bad title, ...)."""
 

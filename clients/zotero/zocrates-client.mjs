@@ -177,7 +177,9 @@ export class ZocratesClient {
     return this._stream("/chat", body, signal);
   }
 
-  /** Resume a checkpoint (`response: {action, guidance?}`); the daemon answers 501 until checkpoints land. */
+  /** Answer the pending research checkpoint (`response: {action: "extend_budget"|"synthesize", guidance?}`);
+   *  the rest of the turn streams like `chat` (and may stop at a further `request_input`). A checkpoint
+   *  that is not pending (answered, rewound, superseded, wrong ids) throws 409 `checkpoint_not_pending`. */
   resume({ sessionId, invocationId, interruptId, response }, { signal } = {}) {
     return this._stream("/chat/resume", { session_id: sessionId, invocation_id: invocationId, interrupt_id: interruptId, response }, signal);
   }

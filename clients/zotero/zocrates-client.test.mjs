@@ -51,6 +51,8 @@ before(async () => {
   await mkdir(state, { recursive: true });
   await mkdir(join(root, "run"), { mode: 0o700 });
   await writeFile(join(state, "library_passages.jsonl"), PASSAGES.map((p) => JSON.stringify(p)).join("\n") + "\n");
+  // One search round before a checkpoint: a two-part question pauses for the user.
+  await writeFile(join(state, "zocrates_config.json"), JSON.stringify({ research: { initial_budget: 1 } }));
   daemonJsonPath = join(state, "daemon.json");
   const env = { ...process.env, XDG_RUNTIME_DIR: join(root, "run"), PYTHONPATH: REPO };
   for (const k of Object.keys(env)) if (k.startsWith("ZOCRATES_") || k.startsWith("LISTEN_") || k === "NOTIFY_SOCKET") delete env[k];
@@ -137,9 +139,21 @@ describe("every route", () => {
     assert.equal(rewound.restored.text, "And dense retrieval?");
     assert.equal(rewound.session.messages.filter((m) => m.role === "user").length, 1);
 
+    const paused = await collect(client.chat({ prompt: "What is RAG? What is a dense index?", sessionId: session.id }));
+    const asked = paused.filter((e) => e.type === "request_input");
+    assert.equal(asked.length, 1);
+    assert.equal(asked[0].interrupt_id, "interrupt_ext_1");
+    assert.deepEqual(asked[0].payload.unaddressed_aspects, ["What is a dense index?"]);
+    assert.deepEqual(paused.at(-1).session.pending_hitl.interrupt_id, "interrupt_ext_1");
+    const resumed = await collect(client.resume({ sessionId: session.id, invocationId: asked[0].invocation_id,
+      interruptId: asked[0].interrupt_id, response: { action: "synthesize" } }));
+    assert.equal(resumed.at(-1).type, "done");
+    assert.equal(resumed.at(-1).session.pending_hitl, null);
+    assert.ok(resumed.some((e) => e.type === "parts"));
     await assert.rejects(
-      collect(client.resume({ sessionId: session.id, invocationId: done.invocation_id, interruptId: "i", response: { action: "synthesize" } })),
-      (err) => err instanceof ZocratesHttpError && err.status === 501 && err.code === "not_implemented",
+      collect(client.resume({ sessionId: session.id, invocationId: asked[0].invocation_id, interruptId: asked[0].interrupt_id,
+        response: { action: "synthesize" } })),
+      (err) => err instanceof ZocratesHttpError && err.status === 409 && err.code === "checkpoint_not_pending",
     );
 
     const stats = await client.storageStats();

@@ -78,7 +78,7 @@ def test_daemon_json_names_a_loopback_port_and_a_token(shim_daemon: Any) -> None
 def test_register_returns_protocol_capabilities_and_startup_maintenance(shim: Shim) -> None:
     body = shim.ok("POST", "/register", json={"client": "zotero-plugin"})
     assert body["protocol_version"] == 1
-    assert body["capabilities"]["chat"] is True and body["capabilities"]["chat_resume"] is False
+    assert body["capabilities"]["chat"] is True and body["capabilities"]["chat_resume"] is True
     assert set(body["startup_maintenance"]) >= {"empty_deleted", "retention_deleted", "vacuum"}
 
 
@@ -175,7 +175,22 @@ def test_a_second_turn_on_a_busy_session_is_409_and_the_first_survives_a_disconn
     assert shim.chat(sid, "And HyDE?")[-1]["type"] == "done"
 
 
-def test_spec_section_7_sequence_over_http_is_the_same_session_over_the_socket(shim_daemon: Any, shim: Shim) -> None:
+@pytest.fixture
+def research_shim(daemon_factory: Any) -> Iterator[tuple[Any, Shim]]:
+    """A daemon whose research budget is one round, with at most two extensions."""
+    d = daemon_factory(args=["--http-port", "0"])
+    write_library(d.data_dir)
+    (d.state_dir / "zocrates_config.json").write_text(json.dumps({"research": {"initial_budget": 1, "max_extensions": 2}}))
+    d.start()
+    with Shim(d.info) as s:
+        yield d, s
+
+
+THREE_PART = "What is retrieval-augmented generation? How does HyDE write hypothetical documents? What does dense passage retrieval encode?"
+
+
+def test_spec_section_7_sequence_over_http_is_the_same_session_over_the_socket(research_shim: tuple[Any, Shim]) -> None:
+    shim_daemon, shim = research_shim
     # 1. Startup: no sessions yet, so the sidebar creates one.
     assert shim.ok("GET", "/sessions")["sessions"] == []
     session = shim.ok("POST", "/sessions", json={"title": "New Chat"})["session"]
@@ -191,14 +206,38 @@ def test_spec_section_7_sequence_over_http_is_the_same_session_over_the_socket(s
     full = shim.ok("GET", f"/sessions/{sid}")["session"]
     assert [m["role"] for m in full["messages"]].count("user") == 2
     assert full["pending_hitl"] is None
-    # 2b. Checkpoint and resume: checkpoints (issue 5) have not landed; resume says so plainly.
-    r = shim.request("POST", "/chat/resume", json={"session_id": sid, "invocation_id": inv_two, "interrupt_id": "i",
-                                                    "response": {"action": "synthesize"}})
-    assert r.status_code == 501 and r.json()["error"]["code"] == "not_implemented"
-    # ... the user rewinds the last turn instead.
+    # 2b. Deep research: a three-part question with a budget of one round stops at a checkpoint.
+    three = shim.chat(sid, THREE_PART)
+    asked = [e for e in three if e["type"] == "request_input"]
+    assert len(asked) == 1 and three[-1]["type"] == "done"
+    inv_three = three[-1]["invocation_id"]
+    assert asked[0]["invocation_id"] == inv_three and asked[0]["interrupt_id"] == "interrupt_ext_1"
+    assert asked[0]["payload"]["unaddressed_aspects"] == THREE_PART.split("? ", 1)[1].replace("? ", "?|").split("|")
+    assert three[-1]["session"]["pending_hitl"]["interrupt_id"] == "interrupt_ext_1"
+    # The sidebar reopens: the checkpoint is still there; the user extends, with guidance.
+    assert shim.ok("GET", f"/sessions/{sid}")["session"]["pending_hitl"]["invocation_id"] == inv_three
+    more = shim.resume(sid, inv_three, "interrupt_ext_1", action="extend_budget", guidance="HyDE hypothetical documents")
+    assert [e["interrupt_id"] for e in more if e["type"] == "request_input"] == ["interrupt_ext_2"]
+    assert more[-1]["type"] == "done" and more[-1]["invocation_id"] == inv_three
+    # Answering the old checkpoint again is refused and changes nothing.
+    r = shim.request("POST", "/chat/resume", json={"session_id": sid, "invocation_id": inv_three,
+                                                    "interrupt_id": "interrupt_ext_1", "response": {"action": "synthesize"}})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "checkpoint_not_pending"
+    r = shim.request("POST", "/chat/resume", json={"session_id": sid, "invocation_id": inv_three,
+                                                    "interrupt_id": "interrupt_ext_2", "response": {"action": "more!"}})
+    assert r.status_code == 422
+    final = shim.resume(sid, inv_three, "interrupt_ext_2", action="synthesize")
+    assert final[-1]["type"] == "done" and final[-1]["session"]["pending_hitl"] is None
+    assert "# Cited Sources" in answer_text(final)
+    after = shim.ok("GET", f"/sessions/{sid}")["session"]
+    turn_three = [m for m in after["messages"] if m["invocation_id"] == inv_three]
+    # One turn: the question, then one answer (after the plan, a thought), all in one invocation.
+    assert [m["role"] for m in turn_three if m["text"]] == ["user", "assistant"]
+    # ... the user rewinds the last two turns.
     rewound = shim.ok("POST", f"/sessions/{sid}/rewind", json={"invocation_id": inv_two})
     assert [m["role"] for m in rewound["session"]["messages"]].count("user") == 1
     assert rewound["restored"]["text"] == "How does HyDE differ?"
+    assert rewound["session"]["pending_hitl"] is None
     # The same session, as the socket sees it.
     with RawConn(shim_daemon.socket_path) as c:
         listed = c.result("session/list", {})["sessions"]

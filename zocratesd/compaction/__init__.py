@@ -227,14 +227,17 @@ def compactor_for(daemon: Daemon) -> Compactor:
     return c
 
 
-async def after_turn(daemon: Daemon, session_id: str, usage: dict[str, Any] | None, *, cancelled: bool = False) -> dict[str, Any]:
+async def after_turn(
+    daemon: Daemon, session_id: str, usage: dict[str, Any] | None, *, cancelled: bool = False, paused: bool = False
+) -> dict[str, Any]:
     """Evaluate (and maybe run) compaction after a turn; returns the `usage` update to publish.
-    Never raises: a failure is logged and reported as not compacted."""
+    Never raises: a failure is logged and reported as not compacted. A cancelled turn, or one
+    paused at a research checkpoint, is not complete: it is never compacted."""
     t0 = time.perf_counter()
     compactor = compactor_for(daemon)
     size = compactor.config.hard_backstop_tokens
-    if cancelled:
-        res = CompactionResult(False, "cancelled", int((usage or {}).get("prompt_token_count") or 0), usage is None, 0, 0.0)
+    if cancelled or paused:
+        res = CompactionResult(False, "cancelled" if cancelled else "paused", int((usage or {}).get("prompt_token_count") or 0), usage is None, 0, 0.0)
         return res.usage_update(size)
     try:
         res = await compactor.evaluate(session_id, usage)

@@ -19,17 +19,22 @@ from google.adk.sessions import BaseSessionService, InMemorySessionService
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
+from zocratesd.config import ResearchConfig
 from zocratesd.engine.agent import build_coordinator
 from zocratesd.engine.models.offline import OfflineLlm
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage, Retriever
 from zocratesd.store import APP_NAME, USER_ID
+from zocratesd.store.ui import REQUEST_INPUT_CALL
 
 
 class Engine:
-    def __init__(self, service: BaseSessionService, model: BaseLlm, retriever: Retriever):
+    def __init__(
+        self, service: BaseSessionService, model: BaseLlm, retriever: Retriever, research: ResearchConfig | None = None
+    ):
         self.model = model
         self.retriever = retriever
-        self.agent = build_coordinator(model, retriever)
+        self.research = research or ResearchConfig()
+        self.agent = build_coordinator(model, retriever, self.research)
         # Native compaction stays off (events_compaction_config=None): compaction runs after the
         # turn's answer, under the session lock (spec section 4), never before the first token.
         self.app = App(name=APP_NAME, root_agent=self.agent, events_compaction_config=None)
@@ -58,6 +63,26 @@ class Engine:
             yield_user_message=True,
             abort_signal=abort,
             run_config=config,
+        ):
+            yield ev
+
+    async def resume_turn(
+        self, session_id: str, interrupt_id: str, response: dict[str, Any], *, window_start: float | None,
+        abort: asyncio.Event,
+    ) -> AsyncIterator[Event]:
+        """Continue a turn paused at checkpoint `interrupt_id`, through the public `run_async` with
+        the `adk_request_input` response (research/adk.md section 4): ADK finds the invocation from
+        the response's id and reruns the paused tool, which rehydrates from `hitl_snapshot`."""
+        answer = types.Content(
+            role="user",
+            parts=[types.Part(function_response=types.FunctionResponse(id=interrupt_id, name=REQUEST_INPUT_CALL, response=response))],
+        )
+        config = RunConfig(
+            streaming_mode=StreamingMode.SSE,
+            get_session_config=GetSessionConfig(after_timestamp=window_start) if window_start is not None else None,
+        )
+        async for ev in self.runner.run_async(
+            user_id=USER_ID, session_id=session_id, new_message=answer, abort_signal=abort, run_config=config
         ):
             yield ev
 

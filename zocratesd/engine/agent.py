@@ -6,6 +6,7 @@ from google.adk.agents import LlmAgent
 from google.adk.agents.readonly_context import ReadonlyContext
 from google.adk.models.base_llm import BaseLlm
 
+from zocratesd.config import ResearchConfig
 from zocratesd.engine.retrieval import Retriever
 from zocratesd.engine.tools import build_search_tool
 
@@ -33,11 +34,11 @@ def coordinator_instruction(ctx: ReadonlyContext) -> str:
     return "\n\n".join(parts)
 
 
-def build_coordinator(model: BaseLlm, retriever: Retriever) -> LlmAgent:
+def build_coordinator(model: BaseLlm, retriever: Retriever, research: ResearchConfig | None = None) -> LlmAgent:
     return LlmAgent(
         name=COORDINATOR,
         model=model,
         mode="chat",
         instruction=coordinator_instruction,
-        tools=[build_search_tool(retriever)],
+        tools=[build_search_tool(retriever, research)],
     )

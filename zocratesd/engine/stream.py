@@ -12,8 +12,9 @@ from typing import Any
 
 from google.adk.events import Event
 
+from zocratesd.engine.tools import ROUND_METADATA_KEY
 from zocratesd.store.transcript import Update, event_updates
-from zocratesd.store.ui import title_of
+from zocratesd.store.ui import REQUEST_INPUT_CALL, title_of
 
 
 class TurnStream:
@@ -22,13 +23,15 @@ class TurnStream:
         self.user_event_id: str | None = None
         self._streamed: dict[str, set[str]] = {}
         self.usage: dict[str, Any] | None = None
+        self.checkpoint: dict[str, Any] | None = None  # the checkpoint this run stopped at, if any
+        self._progress: dict[str, list[str]] = {}  # search rounds so far, by tool call
 
     def feed(self, ev: Event) -> list[Update]:
         if ev.author == "user" and self.invocation_id is None and not ev.partial:
             self.invocation_id = ev.invocation_id
             self.user_event_id = ev.id
         if ev.branch or ev.isolation_scope:
-            return []  # inside the search pipeline: not part of the conversation
+            return self._pipeline(ev)  # inside the search pipeline: not part of the conversation
         out: list[Update] = []
         if ev.partial:
             for part in (ev.content.parts or []) if ev.content else []:
@@ -47,4 +50,31 @@ class TurnStream:
         delta = ev.actions.state_delta if ev.actions else None
         if delta and "title" in delta:
             out.append({"kind": "title", "title": title_of(delta)})
+        return out
+
+    def _pipeline(self, ev: Event) -> list[Update]:
+        """What the search pipeline shows of itself: each round as progress of its tool call, and
+        a checkpoint (an `adk_request_input` call) as a question to the user."""
+        if ev.partial:
+            return []
+        if self.invocation_id is None:
+            self.invocation_id = ev.invocation_id  # a resumed turn has no user text event
+        out: list[Update] = []
+        call_id = ev.branch.rsplit("@", 1)[-1] if ev.branch and "@" in ev.branch else None
+        meta = (ev.custom_metadata or {}).get(ROUND_METADATA_KEY)
+        if isinstance(meta, dict) and call_id:
+            text = next((p.text for p in (ev.content.parts or []) if p.text), "") if ev.content else ""
+            done = self._progress.setdefault(call_id, [])
+            done.append(text)
+            out.append({"kind": "tool_progress", "call_id": call_id, "text": "\n".join(done), "round": meta})
+        for fc in ev.get_function_calls():
+            if fc.name == REQUEST_INPUT_CALL and fc.id:
+                args = fc.args or {}
+                self.checkpoint = {
+                    "invocation_id": ev.invocation_id,
+                    "interrupt_id": fc.id,
+                    "message": args.get("message"),
+                    "payload": args.get("payload"),
+                }
+                out.append({"kind": "checkpoint", **self.checkpoint})
         return out

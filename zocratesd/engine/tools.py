@@ -2,7 +2,7 @@
 
 Isolation choice (issue 3, research/adk.md section 5): the tool is an async-generator FunctionTool,
 which ADK 2.13 runs as a FunctionNode on the tool's own branch `search_library@<call id>`. Whatever
-the pipeline emits there (progress, raw retrieval, and later its checkpoints) stays off the
+the pipeline emits there (its rounds and its checkpoints, engine/research.py) stays off the
 coordinator's prompt: the coordinator sees only the call and its result. We chose this over the
 spec's isolation scope because a scope must be closed by hand with a `finish_task` response on
 every exit path, or the next user message is swallowed (adk.md `s06_iso`), and `isolation_scope` is
@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from google.adk.events import Event, RequestInput
 from google.adk.tools import FunctionTool, ToolContext
+from google.genai import types
 
+from zocratesd.config import ResearchConfig
+from zocratesd.engine.research import SNAPSHOT_KEY, Research, Round
 from zocratesd.engine.retrieval import DEFAULT_TOP_K, Hit, Passage, Retriever, Scope
 
 TOOL_NAME = "search_library"
@@ -22,6 +26,8 @@ TOOL_NAME = "search_library"
 MAX_AUDIT_HISTORY_TURNS = 5
 # What the audit trail keeps of each chunk's text: enough to recognise it, small in the state.
 EVIDENCE_TEXT_CHARS = 300
+# Where a round's progress event keeps its facts (aspect, hits), for clients and tests.
+ROUND_METADATA_KEY = "zocrates_round"
 
 
 def scope_from_state(state: Any) -> Scope:
@@ -67,7 +73,7 @@ def _numbered(passages: list[tuple[Passage, float | None]]) -> list[dict[str, An
     return out
 
 
-def record_evidence(state: Any, invocation_id: str, query: str, passages: list[dict[str, Any]]) -> None:
+def record_evidence(state: Any, invocation_id: str, queries: list[str], passages: list[dict[str, Any]]) -> None:
     """Append this search to `retrieved_evidence`, keeping the last MAX_AUDIT_HISTORY_TURNS turns."""
     trail = [e for e in (state.get("retrieved_evidence") or []) if isinstance(e, dict)]
     if trail and trail[-1].get("invocation_id") == invocation_id:
@@ -75,7 +81,7 @@ def record_evidence(state: Any, invocation_id: str, query: str, passages: list[d
     else:
         entry = {"invocation_id": invocation_id, "queries": [], "chunks": [], "citations": []}
         trail.append(entry)
-    entry["queries"].append(query)
+    entry["queries"].extend(queries)
     for p in passages:
         entry["chunks"].append({k: p[k] for k in ("item_key", "attachment_key", "title", "page", "score")} | {"text": p["text"][:EVIDENCE_TEXT_CHARS]})
         if p["item_key"] not in entry["citations"]:
@@ -83,7 +89,21 @@ def record_evidence(state: Any, invocation_id: str, query: str, passages: list[d
     state["retrieved_evidence"] = trail[-MAX_AUDIT_HISTORY_TURNS:]
 
 
-def build_search_tool(retriever: Retriever, top_k: int = DEFAULT_TOP_K) -> FunctionTool:
+def round_event(r: Round, branch: str | None) -> Event:
+    """A round's record on the tool's branch: progress for the client, and the persisted proof
+    of which aspects were searched (a resumed turn never repeats one)."""
+    keys = list(dict.fromkeys(h["item_key"] for h in r.hits))
+    return Event(
+        author=TOOL_NAME,
+        branch=branch,
+        content=types.Content(role="model", parts=[types.Part(text=f"Round {r.n}: searched \"{r.aspect}\" ({len(r.hits)} passages)")]),
+        custom_metadata={ROUND_METADATA_KEY: {"n": r.n, "aspect": r.aspect, "hits": len(r.hits), "item_keys": keys}},
+    )
+
+
+def build_search_tool(retriever: Retriever, research: ResearchConfig | None = None, top_k: int = DEFAULT_TOP_K) -> FunctionTool:
+    limits = research or ResearchConfig()
+
     # No return annotation: ADK derives the tool's response schema from it, and cannot for an
     # async generator (it logs a traceback on every turn).
     async def search_library(query: str, tool_context: ToolContext):  # type: ignore[no-untyped-def]
@@ -91,14 +111,44 @@ def build_search_tool(retriever: Retriever, top_k: int = DEFAULT_TOP_K) -> Funct
         collection, or the whole library) and return the most relevant passages, numbered, each
         with its citation. Cite passages by their number, like [1]."""
         state = tool_context.state
-        scope = scope_from_state(state)
+        invocation_id = tool_context.invocation_id
+        branch = getattr(tool_context, "branch", None)
+        # A resumed checkpoint reruns this body from the top (ADK replays the call): everything it
+        # did before the checkpoint comes back from the snapshot, so no round runs twice.
+        research = Research.from_json(state.get(SNAPSHOT_KEY))
+        if research is not None and (research.invocation_id != invocation_id or research.branch != branch):
+            research = None  # a checkpoint of an earlier turn, superseded by this one
+        synthesize = False
+        if research is not None:
+            waiting = research.pending_interrupt
+            answer = tool_context.resume_inputs.get(waiting) if waiting else None
+            if isinstance(answer, dict) and answer.get("action") == "extend_budget":
+                guidance = answer.get("guidance")
+                research.extend(guidance if isinstance(guidance, str) else None)
+            else:  # "synthesize" (the daemon admits nothing else): answer with what was found
+                synthesize = True
+        else:
+            research = Research.start(
+                invocation_id=invocation_id, branch=branch, query=query, scope=scope_from_state(state),
+                initial_budget=limits.initial_budget, max_extensions=limits.max_extensions,
+            )
+        while not synthesize and (aspect := research.next_aspect()) is not None:
+            hits: list[Hit] = await retriever.search(aspect, research.scope, top_k)
+            yield round_event(research.record_round(aspect, hits), branch)
+        if not synthesize and research.should_ask():
+            interrupt = research.raise_checkpoint()
+            state[SNAPSHOT_KEY] = research.to_json()
+            yield RequestInput(
+                interrupt_id=interrupt, message=research.checkpoint_message(), payload=research.checkpoint_payload()
+            )
+            return
+        state[SNAPSHOT_KEY] = None
         focal = _snippet_passages(state)
-        hits: list[Hit] = await retriever.search(query, scope, top_k) if query.strip() else []
         seen = {(p.item_key, p.page, p.text) for p in focal}
         ranked: list[tuple[Passage, float | None]] = [(p, None) for p in focal]
-        ranked += [(h.passage, h.score) for h in hits if (h.passage.item_key, h.passage.page, h.passage.text) not in seen]
+        ranked += [(p, s) for p, s in research.synthesis() if (p.item_key, p.page, p.text) not in seen]
         passages = _numbered(ranked)
-        record_evidence(state, tool_context.invocation_id, query, passages)
-        yield {"query": query, "scope": scope.mode, "passages": passages}
+        record_evidence(state, invocation_id, [r.aspect for r in research.rounds] or [query], passages)
+        yield {"query": query, "scope": research.scope.mode, "passages": passages, "research": research.report()}
 
     return FunctionTool(search_library)

@@ -9,6 +9,7 @@ shapes the result. Core errors become JSON-RPC errors here and only here:
 | SessionBusy     | 1001   | Session busy       |
 | InvalidInput    | -32602 | Invalid params     |
 | ModelError      | 1003   | Model error        |
+| CheckpointNotPending | 1004 | Checkpoint not pending |
 
 Every error's `data` has a stable `kind` string (protocol/README.md, "Errors").
 """
@@ -26,14 +27,14 @@ from jsonrpcserver import JsonRpcError, Success
 from pydantic import BaseModel, ValidationError
 
 from zocratesd.daemon import Daemon
-from zocratesd.errors import InvalidInput, NotFound, SessionBusy, ZocratesError
+from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionBusy, ZocratesError
 from zocratesd.rpc import jsonrpc, models
-from zocratesd.rpc.peer import MethodTable, Peer
+from zocratesd.rpc.peer import MethodTable, Peer, PeerClosed, RemoteError
 from zocratesd.runtime import PROTOCOL_VERSION
 from zocratesd.store.reader import gc_paused
 from zocratesd.engine.context import PromptContext
 from zocratesd.store.transcript import Update, history_updates
-from zocratesd.rpc.updates import session_info, session_info_update, to_acp
+from zocratesd.rpc.updates import checkpoint_call_id, session_info, session_info_update, to_acp
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ def to_rpc_error(exc: ZocratesError) -> JsonRpcError:
         return JsonRpcError(jsonrpc.INVALID_PARAMS, "Invalid params", data)
     if exc.kind == "model_error":
         return JsonRpcError(jsonrpc.MODEL_ERROR, "Model error", data)
+    if isinstance(exc, CheckpointNotPending):
+        return JsonRpcError(jsonrpc.CHECKPOINT_NOT_PENDING, "Checkpoint not pending", data)
     return JsonRpcError(jsonrpc.INTERNAL_ERROR, "Internal error", data)
 
 
@@ -86,6 +89,56 @@ def attach(peer: Peer, daemon: Daemon, session_id: str) -> None:
     watching[session_id] = daemon.watchers.watch(session_id, listener)
     if len(watching) == 1:
         peer.on_close.append(lambda: [unwatch() for unwatch in watching.values()])
+
+
+# ACP permission options for a research checkpoint: "extend" searches further, "synthesize"
+# answers now. A client may add `_meta.zocrates.guidance` (text) to its answer.
+EXTEND_OPTION = "extend"
+SYNTHESIZE_OPTION = "synthesize"
+PERMISSION_OPTIONS = [
+    {"optionId": EXTEND_OPTION, "name": "Search further", "kind": "allow_once"},
+    {"optionId": SYNTHESIZE_OPTION, "name": "Answer with what was found", "kind": "reject_once"},
+]
+# How long a turn waits on the editor's answer to a checkpoint. The session is held meanwhile
+# (other clients get "busy"), so a dialog left open does not lock it for good: after this the
+# checkpoint stays pending, and any client can resume it.
+CHECKPOINT_ANSWER_TIMEOUT_S = 600.0
+
+
+async def ask_permission(peer: Peer, session_id: str, checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """Put a checkpoint to the prompting editor as `session/request_permission`; its answer as
+    `{action, guidance?}`, or None (declined, cancelled, no answer in time, or the request failed)."""
+    if peer.closed:
+        return None
+    params = {
+        "sessionId": session_id,
+        "toolCall": {
+            "toolCallId": checkpoint_call_id(checkpoint),
+            "title": checkpoint.get("message") or "Research checkpoint",
+            "kind": "think",
+            "status": "pending",
+            "rawInput": checkpoint.get("payload"),
+        },
+        "options": PERMISSION_OPTIONS,
+    }
+    with anyio.move_on_after(CHECKPOINT_ANSWER_TIMEOUT_S):
+        try:
+            result = await peer.request("session/request_permission", params)
+        except (RemoteError, PeerClosed) as exc:
+            log.info("%s: session/request_permission failed (%s); the checkpoint stays pending", peer.name, exc)
+            return None
+        outcome = (result or {}).get("outcome") if isinstance(result, dict) else None
+        if not isinstance(outcome, dict) or outcome.get("outcome") != "selected":
+            return None
+        if outcome.get("optionId") == SYNTHESIZE_OPTION:
+            return {"action": "synthesize"}
+        if outcome.get("optionId") == EXTEND_OPTION:
+            ours = ((result.get("_meta") or {}).get("zocrates") or {}) if isinstance(result.get("_meta"), dict) else {}
+            guidance = ours.get("guidance") if isinstance(ours, dict) else None
+            return {"action": "extend_budget", **({"guidance": guidance} if isinstance(guidance, str) else {})}
+        return None
+    log.info("%s: no answer to a checkpoint in %.0f s; it stays pending", peer.name, CHECKPOINT_ANSWER_TIMEOUT_S)
+    return None
 
 
 def prompt_input(blocks: list[dict[str, Any]], meta: dict[str, Any] | None) -> tuple[str, PromptContext]:
@@ -183,11 +236,29 @@ def build_methods(daemon: Daemon) -> MethodTable:
         attach(peer, daemon, p.session_id)
         prompting: set[str] = peer.state.setdefault("prompting", set())
         prompting.add(p.session_id)
+        asked: list[bool] = []
+
+        async def ask(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+            asked.append(True)
+            return await ask_permission(peer, p.session_id, checkpoint)
+
         try:
-            result = await daemon.prompt(p.session_id, text, context)
+            result = await daemon.prompt(p.session_id, text, context, ask=ask)
         finally:
             prompting.discard(p.session_id)
-        return {"stopReason": result.stop_reason, "_meta": {"zocrates": {"invocationId": result.invocation_id}}}
+        # A checkpoint the editor declined (or could not show) ends the turn as cancelled, with
+        # the checkpoint still pending for any client to resume.
+        stop = "cancelled" if result.pending_hitl is not None and asked else result.stop_reason
+        meta = {"invocationId": result.invocation_id, "pendingHitl": result.pending_hitl}
+        return {"stopReason": stop, "_meta": {"zocrates": meta}}
+
+    @adapter(models.ChatResumeParams)
+    async def zocrates_chat_resume(peer: Peer, p: models.ChatResumeParams) -> dict[str, Any]:
+        attach(peer, daemon, p.session_id)
+        result = await daemon.resume(
+            p.session_id, p.invocation_id, p.interrupt_id, p.response.model_dump(exclude_none=True)
+        )
+        return {"stopReason": result.stop_reason, "invocationId": result.invocation_id, "pendingHitl": result.pending_hitl}
 
     @adapter(models.CancelParams)
     async def session_cancel(peer: Peer, p: models.CancelParams) -> dict[str, Any]:
@@ -258,6 +329,7 @@ def build_methods(daemon: Daemon) -> MethodTable:
         "session/prompt": session_prompt,
         "session/cancel": session_cancel,
         "_zocrates/session/rewind": zocrates_session_rewind,
+        "_zocrates/chat/resume": zocrates_chat_resume,
         "_zocrates/storage/stats": zocrates_storage_stats,
         "_zocrates/storage/maintenance": zocrates_storage_maintenance,
     }

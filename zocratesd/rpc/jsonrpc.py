@@ -24,6 +24,7 @@ REQUEST_CANCELLED: Final = -32800
 SESSION_BUSY: Final = 1001
 OVERLOADED: Final = 1002
 MODEL_ERROR: Final = 1003
+CHECKPOINT_NOT_PENDING: Final = 1004
 
 MESSAGES: Final = {
     PARSE_ERROR: "Parse error",
@@ -36,6 +37,7 @@ MESSAGES: Final = {
     SESSION_BUSY: "Session busy",
     OVERLOADED: "Overloaded",
     MODEL_ERROR: "Model error",
+    CHECKPOINT_NOT_PENDING: "Checkpoint not pending",
 }
 
 # The stable `data.kind` of each code, for clients that branch on errors programmatically.
@@ -50,6 +52,7 @@ KINDS: Final = {
     SESSION_BUSY: "session_busy",
     OVERLOADED: "overloaded",
     MODEL_ERROR: "model_error",
+    CHECKPOINT_NOT_PENDING: "checkpoint_not_pending",
 }
 
 Id = int | str | None

@@ -14,6 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from zocratesd.engine.research import MAX_GUIDANCE_CHARS
+
 # Session ids we mint look like "session-1733190000123-a1b2c3"; ids from other tools (ADK's
 # uuid4s) are accepted too. Anything else is refused before it reaches SQL or a path.
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
@@ -132,7 +134,11 @@ class PromptParams(Params):
 
 class PromptResult(Result):
     stop_reason: Literal["end_turn", "cancelled"]
-    meta: dict[str, Any] | None = Field(None, alias="_meta", description='`{"zocrates": {"invocationId": str}}`')
+    meta: dict[str, Any] | None = Field(
+        None, alias="_meta",
+        description='`{"zocrates": {"invocationId": str, "pendingHitl": PendingHitl | null}}`: the research '
+        "checkpoint the turn stopped at, when the client did not answer it (resume it with _zocrates/chat/resume).",
+    )
 
 
 class CancelParams(Params):
@@ -168,6 +174,31 @@ class PendingHitl(BaseModel):
     interrupt_id: str
     message: str | None
     payload: Any
+
+
+class ResumeAnswer(BaseModel):
+    """The user's answer to a research checkpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+    action: Literal["extend_budget", "synthesize"] = Field(
+        description="`extend_budget`: search further (up to `research.max_extensions` times); `synthesize`: answer now."
+    )
+    guidance: str | None = Field(None, max_length=MAX_GUIDANCE_CHARS, description="What to search next (extend_budget only).")
+
+
+class ChatResumeParams(Params):
+    session_id: str = SessionId
+    invocation_id: str = Field(min_length=1, max_length=256, description="`pending_hitl.invocation_id`.")
+    interrupt_id: str = Field(min_length=1, max_length=256, description="`pending_hitl.interrupt_id`.")
+    response: ResumeAnswer
+
+
+class ChatResumeResult(Result):
+    """How the resumed turn ended: answered (`pendingHitl` null) or at a further checkpoint."""
+
+    stop_reason: Literal["end_turn", "cancelled"]
+    invocation_id: str | None
+    pending_hitl: PendingHitl | None
 
 
 class UiSession(BaseModel):
@@ -268,6 +299,7 @@ METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "_zocrates/session/rename": (RenameSessionParams, SessionSummary),
     "session/prompt": (PromptParams, PromptResult),
     "_zocrates/session/rewind": (RewindParams, RewindResult),
+    "_zocrates/chat/resume": (ChatResumeParams, ChatResumeResult),
     "_zocrates/storage/stats": (NoParams, StorageStatsResult),
     "_zocrates/storage/maintenance": (NoParams, MaintenanceResult),
 }

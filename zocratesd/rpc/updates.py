@@ -51,6 +51,29 @@ def to_acp(u: Update) -> Json | None:
             "status": "failed" if u["failed"] else "completed",
             "rawOutput": u["response"],
         }
+    if kind == "tool_progress":
+        return {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": u["call_id"],
+            "content": [{"type": "content", "content": {"type": "text", "text": u["text"]}}],
+        }
+    if kind == "checkpoint":
+        # A research checkpoint: a `think` tool call waiting on the user (session/request_permission).
+        return {
+            "sessionUpdate": "tool_call",
+            "toolCallId": checkpoint_call_id(u),
+            "title": u.get("message") or "Research checkpoint",
+            "kind": "think",
+            "status": "pending",
+            "rawInput": u.get("payload"),
+        }
+    if kind == "checkpoint_answered":
+        return {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": checkpoint_call_id(u),
+            "status": "completed",
+            "rawOutput": u.get("response"),
+        }
     if kind == "title":
         return session_info_update(u["title"])
     if kind == "usage":
@@ -61,6 +84,12 @@ def to_acp(u: Update) -> Json | None:
             "_meta": {"zocrates": {"compactionMs": u["compaction_ms"], "compacted": u["compacted"]}},
         }
     return None
+
+
+def checkpoint_call_id(checkpoint: Json) -> str:
+    """The tool-call id of a checkpoint: interrupt ids repeat across turns (`interrupt_ext_1`), ACP
+    tool-call ids must not, so the invocation is part of it."""
+    return f"{checkpoint['interrupt_id']}@{checkpoint['invocation_id']}"
 
 
 def session_info_update(title: str) -> Json:

@@ -7,11 +7,11 @@
 | foreign Host or Origin, OPTIONS    | 403    | forbidden            |
 | NotFound (session, turn, route)    | 404    | not_found            |
 | SessionBusy                        | 409    | session_busy         |
+| CheckpointNotPending               | 409    | checkpoint_not_pending |
 | body over the cap                  | 413    | body_too_large       |
 | POST body not application/json     | 415    | unsupported_media    |
 | InvalidInput, bad field types      | 422    | invalid_input        |
 | ModelError (kind "model_error")    | 502    | model_error          |
-| /chat/resume (checkpoints to come) | 501    | not_implemented      |
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 from starlette.responses import JSONResponse as _StarletteJSONResponse
 
-from zocratesd.errors import InvalidInput, NotFound, SessionBusy, ZocratesError
+from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionBusy, ZocratesError
 
 
 class JSONResponse(_StarletteJSONResponse):
@@ -47,7 +47,7 @@ class HttpError(Exception):
 def status_of(exc: ZocratesError) -> int:
     if isinstance(exc, NotFound):
         return 404
-    if isinstance(exc, SessionBusy):
+    if isinstance(exc, (SessionBusy, CheckpointNotPending)):
         return 409
     if isinstance(exc, InvalidInput):
         return 422

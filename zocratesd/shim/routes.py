@@ -7,7 +7,7 @@ already-bounded body from `guard.py`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio.abc
@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from zocratesd.daemon import Daemon, check_session_id
+from zocratesd.daemon import Daemon, TurnResult, check_resume_response, check_session_id
 from zocratesd.engine.context import PromptContext
 from zocratesd.errors import InvalidInput, ZocratesError
 from zocratesd.runtime import PROTOCOL_VERSION
@@ -29,7 +29,7 @@ SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 CAPABILITIES: Json = {
     "sessions": True,
     "chat": True,
-    "chat_resume": False,  # checkpoints (issue 5) have not landed: POST /chat/resume answers 501
+    "chat_resume": True,
     "rewind": True,
     "storage_stats": True,
     "maintenance": True,
@@ -126,18 +126,22 @@ def build_app(
             {"mode": body.get("mode"), "activeItems": body.get("active_items"), "snippets": body.get("snippets"),
              "collection": body.get("collection")}
         )
-        stream = await start_turn(daemon, turns(), session_id, text, context, opened=opened, closed=closed)
+        return await sse_turn(session_id, lambda: daemon.prompt(session_id, text, context))
+
+    async def chat_resume(request: Request) -> Response:
+        body = await json_body(request)
+        session_id = check_session_id(body.get("session_id"))
+        invocation_id = field(body, "invocation_id", str)
+        interrupt_id = field(body, "interrupt_id", str)
+        answer = check_resume_response(body.get("response"))
+        return await sse_turn(session_id, lambda: daemon.resume(session_id, invocation_id, interrupt_id, answer))
+
+    async def sse_turn(session_id: str, turn: Callable[[], Awaitable[TurnResult]]) -> Response:
+        stream = await start_turn(daemon, turns(), session_id, turn, opened=opened, closed=closed)
         if stream.refused is not None:
             stream.receive.close()
             return core_error_response(stream.refused)
         return StreamingResponse(stream.events(), media_type="text/event-stream", headers=SSE_HEADERS)
-
-    async def chat_resume(request: Request) -> Response:
-        await json_body(request)
-        return error_response(
-            501, "not_implemented",
-            "resuming a checkpoint needs the checkpoints of issue 5, which have not landed in this daemon",
-        )
 
     async def on_core_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ZocratesError)

@@ -1,12 +1,14 @@
-"""`POST /chat` as Server-Sent Events, over `Daemon.prompt` and its watchers.
+"""`POST /chat` and `POST /chat/resume` as Server-Sent Events, over the core's turns and watchers.
 
 The turn runs in the shim's own task group, not in the request: a client that disconnects
 mid-stream only stops hearing it, and the turn ends and is persisted as usual (the sidebar then
 reloads it with `GET /sessions/{id}`). Every `data:` line is one JSON object with a `type`:
 - `parts`: `{parts: [{text, thought}], author, invocation_id, partial}` (a chunk of the answer or
   of its reasoning; `invocation_id` is null until the turn's id is known, see `done`);
-- `request_input`: `{invocation_id, interrupt_id, message, payload}` (a checkpoint, issue 5);
-- `done`: `{invocation_id, stop_reason, session}` (the UI session after the turn; always last);
+- `request_input`: `{invocation_id, interrupt_id, message, payload}` (a research checkpoint: the
+  turn is paused; answer it with `POST /chat/resume`);
+- `done`: `{invocation_id, stop_reason, session}` (the UI session after the turn, with
+  `pending_hitl` when it paused; always last);
 - `error`: `{code, message}` (the turn failed after it started; also last).
 A refusal before the turn starts (busy, unknown session, bad input) is a plain JSON error instead.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -24,11 +26,9 @@ import anyio.lowlevel
 import orjson
 from anyio.streams.memory import MemoryObjectSendStream
 
-from zocratesd.daemon import Daemon
-from zocratesd.engine.context import PromptContext
+from zocratesd.daemon import Daemon, TurnResult
 from zocratesd.errors import ZocratesError
 from zocratesd.store.transcript import Update
-from zocratesd.store.ui import REQUEST_INPUT_CALL
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +49,9 @@ def to_sse(update: Update) -> Json | None:
     if kind == "thought":
         return {"type": "parts", "parts": [{"text": update["text"], "thought": True}], "author": AGENT_AUTHOR,
                 "invocation_id": None, "partial": True}
-    if kind == "tool_call" and update.get("name") == REQUEST_INPUT_CALL:
-        args = update.get("args") or {}
-        return {"type": "request_input", "invocation_id": None, "interrupt_id": update["call_id"],
-                "message": args.get("message"), "payload": args.get("payload")}
+    if kind == "checkpoint":
+        return {"type": "request_input", "invocation_id": update["invocation_id"], "interrupt_id": update["interrupt_id"],
+                "message": update.get("message"), "payload": update.get("payload")}
     return None  # the user's own message, tool traffic, title and usage: `done` carries the result
 
 
@@ -97,8 +96,7 @@ async def start_turn(
     daemon: Daemon,
     tg: anyio.abc.TaskGroup,
     session_id: str,
-    text: str,
-    context: PromptContext,
+    turn: Callable[[], Awaitable[TurnResult]],
     *,
     opened: Callable[[], None],
     closed: Callable[[], None],
@@ -119,7 +117,7 @@ async def start_turn(
         unwatch = daemon.watchers.watch(session_id, listener)
         final: Json = {"type": "error", "code": "cancelled", "message": "the daemon is shutting down"}
         try:
-            result = await daemon.prompt(session_id, text, context)
+            result = await turn()
             final = {"type": "done", "invocation_id": result.invocation_id, "stop_reason": result.stop_reason,
                      "session": await daemon.get_session(session_id)}
         except ZocratesError as exc:

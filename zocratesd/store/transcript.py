@@ -4,7 +4,10 @@ One update is a dict with a `kind`:
 - `message`: `{role: "user"|"assistant", message_id, text}` (a chunk of a message's text);
 - `thought`: `{message_id, text}` (a chunk of the model's reasoning);
 - `tool_call`: `{call_id, name, args}`; `tool_result`: `{call_id, name, response, failed}`;
-- `title`: `{title}`.
+- `title`: `{title}`;
+- live turns only: `tool_progress`: `{call_id, text, round}` (a search round, engine/research.py);
+  `checkpoint`: `{invocation_id, interrupt_id, message, payload}` (the turn paused for the user);
+  `checkpoint_answered`: `{invocation_id, interrupt_id, response}` (it resumes); `usage`.
 Stored events (a replay) and live events (a turn; engine/stream.py) both come out this way, so the
 editor that watches a turn and the one that loads it later see the same conversation. The rules of
 what is shown are store/ui.py's `is_shown`.

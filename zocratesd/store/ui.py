@@ -96,6 +96,8 @@ def _scan(live: Iterable[Json]) -> tuple[list[Json], Json | None]:
             fr = part.get("function_response")
             if fr is not None and author == "user" and fr.get("id"):
                 open_calls.pop(fr["id"], None)
+        if text and author == "user" and open_calls and is_shown(ev):
+            open_calls.clear()  # a new prompt supersedes a checkpoint left unanswered before it
         if (text or thought) and is_shown(ev):
             messages.append(
                 {

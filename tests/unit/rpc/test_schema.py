@@ -56,15 +56,25 @@ UPDATE_SHAPES: dict[str, dict[str, Any]] = {
             "toolCallId": {"type": "string"},
             "title": {"type": "string"},
             "kind": {"enum": TOOL_KINDS},
-            "status": {"const": "in_progress"},
+            # in_progress: a tool call; pending: a research checkpoint waiting on the user.
+            "status": {"enum": ["in_progress", "pending"]},
             "rawInput": {"type": "object"},
         },
         "not": {"required": ["messageId"]},
     },
     "tool_call_update": {
         "type": "object",
-        "required": ["sessionUpdate", "toolCallId", "status", "rawOutput"],
-        "properties": {"toolCallId": {"type": "string"}, "status": {"enum": ["completed", "failed"]}},
+        "required": ["sessionUpdate", "toolCallId"],
+        "properties": {
+            "toolCallId": {"type": "string"},
+            "status": {"enum": ["completed", "failed"]},
+            "content": {"type": "array", "items": {
+                "type": "object", "required": ["type", "content"],
+                "properties": {"type": {"const": "content"}, "content": _CHUNK["properties"]["content"]},
+            }},
+        },
+        # Either the call's end (status + rawOutput) or its progress so far (content).
+        "anyOf": [{"required": ["status", "rawOutput"]}, {"required": ["content"]}],
         "not": {"required": ["messageId"]},
     },
     "session_info_update": {
@@ -316,6 +326,8 @@ def test_readme_documents_every_method_and_update_kind() -> None:
 class _Client:
     def __init__(self, stream: MemoryByteStream):
         self.stream, self.buf, self.ids = stream, b"", 0
+        # How this client answers session/request_permission (a research checkpoint).
+        self.permission: dict[str, Any] = {"outcome": {"outcome": "cancelled"}}
 
     async def call(self, method: str, params: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Send one request; return its answer and the notifications that came before it."""
@@ -331,6 +343,9 @@ class _Client:
                 msg = json.loads(line)
                 if msg.get("id") == self.ids and "method" not in msg:
                     return msg, notes
+                if msg.get("method") == "session/request_permission":
+                    reply = {"jsonrpc": "2.0", "id": msg["id"], "result": self.permission}
+                    await self.stream.send(json.dumps(reply).encode() + b"\n")
                 notes.append(msg)
 
 
@@ -341,7 +356,8 @@ async def live(tmp_path: Path) -> AsyncIterator[tuple[_Client, Any]]:
     from zocratesd.rpc.acp import build_methods
     from zocratesd.rpc.peer import Peer
 
-    daemon = Daemon(tmp_path, ZocratesConfig())
+    # A budget of one round: a two-part question stops at a research checkpoint.
+    daemon = Daemon(tmp_path, ZocratesConfig(research={"initial_budget": 1}))
     await daemon.start()
     server_end, client_end = pipe()
     peer = Peer(server_end, build_methods(daemon), name="schema-test")
@@ -409,6 +425,24 @@ async def test_real_answers_match_the_schemas_and_models(live: Any, schemas: dic
         validate(note["params"], params_schema(schemas, "session/update"), "session/update params")
         check_update(note["params"]["update"], "session/update")
     inv = turn["_meta"]["zocrates"]["invocationId"]
+
+    # A checkpoint the client declines stays pending; _zocrates/chat/resume answers it.
+    paused, notes = await ok("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "What is RAG? What is HyDE?"}]})
+    asked = [n for n in notes if n.get("method") == "session/request_permission"]
+    assert paused["stopReason"] == "cancelled" and len(asked) == 1
+    for note in notes:
+        if note.get("method") == "session/update":
+            check_update(note["params"]["update"], "session/update")
+    hitl = paused["_meta"]["zocrates"]["pendingHitl"]
+    assert hitl["interrupt_id"] == "interrupt_ext_1" and asked[0]["params"]["toolCall"]["kind"] == "think"
+    resumed, notes = await ok("_zocrates/chat/resume", {
+        "sessionId": sid, "invocationId": hitl["invocation_id"], "interruptId": hitl["interrupt_id"],
+        "response": {"action": "synthesize"},
+    })
+    assert resumed["stopReason"] == "end_turn" and resumed["pendingHitl"] is None
+    for note in notes:
+        validate(note["params"], params_schema(schemas, "session/update"), "session/update params")
+        check_update(note["params"]["update"], "session/update")
     rewound, _ = await ok("_zocrates/session/rewind", {"sessionId": sid, "invocationId": inv})
     assert rewound["session"]["title"] == "Renamed chat"
     await ok("session/delete", {"sessionId": sid})

@@ -16,16 +16,18 @@ def test_answer_and_thought_chunks_are_parts() -> None:
     assert thought is not None and thought["parts"] == [{"text": "hmm", "thought": True}]
 
 
-def test_a_request_input_call_is_a_checkpoint_and_other_traffic_is_not_shown() -> None:
-    event = to_sse({"kind": "tool_call", "call_id": "c1", "name": "adk_request_input",
-                    "args": {"message": "Search further?", "payload": {"budget": 2}}})
-    assert event == {"type": "request_input", "invocation_id": None, "interrupt_id": "c1",
+def test_a_checkpoint_is_a_request_input_event_and_other_traffic_is_not_shown() -> None:
+    event = to_sse({"kind": "checkpoint", "invocation_id": "e-1", "interrupt_id": "interrupt_ext_1",
+                    "message": "Search further?", "payload": {"budget": 2}})
+    assert event == {"type": "request_input", "invocation_id": "e-1", "interrupt_id": "interrupt_ext_1",
                      "message": "Search further?", "payload": {"budget": 2}}
     for update in [
         {"kind": "message", "role": "user", "message_id": "e0", "text": "question"},
         {"kind": "tool_call", "call_id": "c2", "name": "search_library", "args": {}},
         {"kind": "tool_result", "call_id": "c2", "name": "search_library", "response": {}, "failed": False},
         {"kind": "title", "title": "T"},
+        {"kind": "tool_progress", "call_id": "c2", "text": "Round 1", "round": {"n": 1}},
+        {"kind": "checkpoint_answered", "invocation_id": "e-1", "interrupt_id": "interrupt_ext_1", "response": {}},
         {"kind": "usage", "prompt_tokens": 1, "tokens_estimated": False, "context_size": 2, "compaction_ms": 0,
          "compacted": False, "reason": ""},
     ]:

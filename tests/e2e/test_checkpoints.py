@@ -1,0 +1,167 @@
+"""Research checkpoints against the real daemon: SIGKILL while paused, resume from another process,
+and an ACP editor answering session/request_permission (the official SDK as the client)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rawrpc import RawConn
+from test_turns import write_library
+
+pytestmark = pytest.mark.e2e
+
+THREE = "What is retrieval-augmented generation? How does HyDE write hypothetical documents? Which encoders does dense passage retrieval use?"
+RESEARCH = {"research": {"initial_budget": 1, "max_extensions": 2}}
+
+
+def configure(d: Any) -> None:
+    write_library(d.data_dir)
+    (d.state_dir / "zocrates_config.json").write_text(json.dumps(RESEARCH))
+
+
+def stored_rounds(db: Path, session_id: str) -> list[tuple[int, str]]:
+    """The search rounds as persisted (each a progress event on the tool's branch), read read-only."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = con.execute(
+            "SELECT event_data FROM events WHERE session_id = ? ORDER BY timestamp", (session_id,)
+        ).fetchall()
+    finally:
+        con.close()
+    out = []
+    for (raw,) in rows:
+        meta = (json.loads(raw).get("custom_metadata") or {}).get("zocrates_round")
+        if meta:
+            out.append((meta["n"], meta["aspect"]))
+    return out
+
+
+def test_a_checkpoint_survives_sigkill_and_resumes_from_a_new_daemon(daemon_factory: Any) -> None:
+    d = daemon_factory()
+    configure(d)
+    d.start()
+    with RawConn(d.socket_path) as c:
+        sid = c.result("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
+        c.send({"jsonrpc": "2.0", "id": "p1", "method": "session/prompt",
+                "params": {"sessionId": sid, "prompt": [{"type": "text", "text": THREE}]}})
+        while True:  # the turn pauses and asks this connection; it never answers
+            msg = c.recv()
+            if msg.get("method") == "session/request_permission":
+                break
+            c.notifications.append(msg)
+        ask = msg["params"]
+        assert ask["sessionId"] == sid and ask["toolCall"]["kind"] == "think"
+        assert [o["optionId"] for o in ask["options"]] == ["extend", "synthesize"]
+        assert [o["kind"] for o in ask["options"]] == ["allow_once", "reject_once"]
+        pending = [n["params"]["update"] for n in c.notifications if n["params"]["update"]["sessionUpdate"] == "tool_call"
+                   and n["params"]["update"]["kind"] == "think"]
+        assert pending and pending[-1]["status"] == "pending"
+    d.kill()  # SIGKILL while the turn waits on the editor
+
+    d.start()
+    with RawConn(d.socket_path) as c:
+        ui = c.result("_zocrates/session/get", {"sessionId": sid})
+        hitl = ui["pending_hitl"]
+        assert hitl["interrupt_id"] == "interrupt_ext_1"
+        assert hitl["payload"]["unaddressed_aspects"] == THREE.split("? ", 1)[1].replace("? ", "?|").split("|")
+        assert stored_rounds(d.db_path, sid) == [(1, "What is retrieval-augmented generation?")]
+
+        more = c.result("_zocrates/chat/resume", {"sessionId": sid, "invocationId": hitl["invocation_id"],
+                                                  "interruptId": "interrupt_ext_1", "response": {"action": "extend_budget"}})
+        assert more["stopReason"] == "end_turn" and more["invocationId"] == hitl["invocation_id"]
+        assert more["pendingHitl"]["interrupt_id"] == "interrupt_ext_2"
+        # No round ran twice: round 1 came back from the snapshot, round 2 is new.
+        assert stored_rounds(d.db_path, sid) == [
+            (1, "What is retrieval-augmented generation?"), (2, "How does HyDE write hypothetical documents?"),
+        ]
+        streamed = [n["params"]["update"]["sessionUpdate"] for n in c.notifications]
+        assert "tool_call_update" in streamed
+
+        wrong = c.call("_zocrates/chat/resume", {"sessionId": sid, "invocationId": hitl["invocation_id"],
+                                                 "interruptId": "interrupt_ext_1", "response": {"action": "synthesize"}})
+        assert wrong["error"]["code"] == 1004 and wrong["error"]["data"]["pendingInterruptId"] == "interrupt_ext_2"
+
+        c.notifications.clear()
+        done = c.result("_zocrates/chat/resume", {"sessionId": sid, "invocationId": hitl["invocation_id"],
+                                                  "interruptId": "interrupt_ext_2", "response": {"action": "synthesize"}})
+        assert done["stopReason"] == "end_turn" and done["pendingHitl"] is None
+        answer = "".join(n["params"]["update"]["content"]["text"] for n in c.notifications
+                         if n["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        # Cites evidence found before the crash (LEWIS202, round 1) and after it (GAOHYDE1, round 2).
+        assert "LEWIS202" in answer and "GAOHYDE1" in answer and "# Cited Sources" in answer
+        ui = c.result("_zocrates/session/get", {"sessionId": sid})
+        assert ui["pending_hitl"] is None
+        assert [m["role"] for m in ui["messages"] if m["text"]] == ["user", "assistant"]
+        assert len(stored_rounds(d.db_path, sid)) == 2
+
+
+@pytest.mark.anyio
+async def test_an_acp_editor_answers_checkpoints_and_an_always_extend_editor_is_capped(short_tmp: Path) -> None:
+    from acp import spawn_agent_process, text_block
+    from acp.schema import AllowedOutcome, RequestPermissionResponse
+    from daemonproc import daemon_env
+    from test_acp_stdio import stop_daemon
+
+    class Editor:
+        def __init__(self, choices: list[str]) -> None:
+            self.choices = choices
+            self.asked: list[Any] = []
+            self.updates: list[Any] = []
+
+        async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+            self.updates.append(update.model_dump(by_alias=True, exclude_none=True))
+
+        async def request_permission(self, session_id: str, tool_call: Any, options: list[Any], **kwargs: Any) -> Any:
+            self.asked.append((tool_call.tool_call_id, [o.option_id for o in options]))
+            choice = self.choices[min(len(self.asked), len(self.choices)) - 1]
+            return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=choice))
+
+    run = short_tmp / "run"
+    run.mkdir(mode=0o700)
+    env = daemon_env(run)
+    data_dir = short_tmp / "zotero"
+    write_library(data_dir)
+    (data_dir / "zocrates-data" / "zocrates_config.json").write_text(json.dumps(RESEARCH))
+    args = ("-m", "zocratesd", "stdio", "--zotero-data-dir", str(data_dir))
+    try:
+        # Extend once, then answer now: one turn, two checkpoints, one answer.
+        editor = Editor(["extend", "synthesize"])
+        async with spawn_agent_process(editor, sys.executable, *args, env=env) as (conn, _):
+            await conn.initialize(protocol_version=1)
+            sid = (await conn.new_session(cwd=str(short_tmp))).session_id
+            reply = await conn.prompt(session_id=sid, prompt=[text_block(THREE)])
+            assert reply.stop_reason == "end_turn"
+            assert [a[0].split("@")[0] for a in editor.asked] == ["interrupt_ext_1", "interrupt_ext_2"]
+            kinds = [(u["sessionUpdate"], u.get("kind"), u.get("status")) for u in editor.updates]
+            assert kinds.count(("tool_call", "think", "pending")) == 2
+            closed = [u for u in editor.updates if u["sessionUpdate"] == "tool_call_update" and u.get("status") == "completed"
+                      and u["toolCallId"].startswith("interrupt_ext_")]
+            assert [u["rawOutput"]["action"] for u in closed] == ["extend_budget", "synthesize"]
+            answer = "".join(u["content"]["text"] for u in editor.updates if u["sessionUpdate"] == "agent_message_chunk")
+            assert "LEWIS202" in answer and "GAOHYDE1" in answer
+            ui = await conn.ext_method("zocrates/session/get", {"sessionId": sid})
+            assert ui["pending_hitl"] is None
+
+        # An editor that always extends: asked max_extensions (2) times, then the daemon answers.
+        greedy = Editor(["extend"])
+        async with spawn_agent_process(greedy, sys.executable, *args, env=env) as (conn, _):
+            await conn.initialize(protocol_version=1)
+            sid = (await conn.new_session(cwd=str(short_tmp))).session_id
+            four = THREE + " What does BM25 do?"
+            reply = await conn.prompt(session_id=sid, prompt=[text_block(four)])
+            assert reply.stop_reason == "end_turn"
+            assert len(greedy.asked) == 2
+            results = [u for u in greedy.updates if u["sessionUpdate"] == "tool_call_update"
+                       and isinstance(u.get("rawOutput"), dict) and "research" in u["rawOutput"]]
+            assert results[-1]["rawOutput"]["research"]["capped"] is True
+            assert results[-1]["rawOutput"]["research"]["unaddressed_aspects"] == ["What does BM25 do?"]
+            ui = await conn.ext_method("zocrates/session/get", {"sessionId": sid})
+            assert ui["pending_hitl"] is None and ui["messages"][-1]["text"]
+    finally:
+        stop_daemon(data_dir, env)
+

@@ -1,0 +1,292 @@
+"""Deep-research checkpoints in the core: budgeted rounds, pause, resume, cap, and every wrong answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zocratesd.config import ZocratesConfig
+from zocratesd.daemon import Daemon
+from zocratesd.engine.research import Research, plan_aspects
+from zocratesd.engine.retrieval import Hit, InMemoryRetriever, Passage, Scope
+from zocratesd.engine.tools import ROUND_METADATA_KEY
+from zocratesd.errors import CheckpointNotPending, InvalidInput, SessionBusy
+from zocratesd.store import APP_NAME, USER_ID, close_session_services
+
+pytestmark = pytest.mark.anyio
+
+PASSAGES = [
+    Passage("LEWIS202", "Retrieval-Augmented Generation", "RAG combines parametric and non-parametric memory.", ("Patrick Lewis",), 2020),
+    Passage("GAOHYDE1", "HyDE", "HyDE writes a hypothetical document and embeds it to retrieve real ones.", ("Luyu Gao",), 2022),
+    Passage("KARPDPR1", "Dense Passage Retrieval", "DPR encodes questions and passages with two BERT encoders.", ("V. Karpukhin",), 2020),
+    Passage("COLBERT1", "ColBERT", "ColBERT scores late interactions between token embeddings.", ("O. Khattab",), 2020),
+]
+THREE = "What does RAG combine? How does HyDE retrieve? Which encoders does DPR use?"
+FOUR = THREE + " What does ColBERT score?"
+
+
+class CountingRetriever(InMemoryRetriever):
+    """The in-memory BM25 retriever, counting what it is asked; `gate` can hold a search."""
+
+    def __init__(self, passages: list[Passage]):
+        super().__init__(list(passages))
+        self.queries: list[str] = []
+        self.gate: asyncio.Event | None = None
+        self.entered = asyncio.Event()
+
+    async def search(self, query: str, scope: Scope, top_k: int = 6) -> list[Hit]:
+        self.queries.append(query)
+        self.entered.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        return await super().search(query, scope, top_k)
+
+
+async def make(tmp_path: Path, budget: int = 1, max_extensions: int = 2) -> tuple[Daemon, CountingRetriever]:
+    retriever = CountingRetriever(PASSAGES)
+    config = ZocratesConfig(research={"initial_budget": budget, "max_extensions": max_extensions})
+    d = Daemon(tmp_path, config, retriever=retriever)
+    await d.start()
+    return d, retriever
+
+
+@pytest.fixture
+async def daemon(tmp_path: Path) -> AsyncIterator[tuple[Daemon, CountingRetriever]]:
+    d, r = await make(tmp_path)
+    yield d, r
+    await d.aclose()
+    await close_session_services(tmp_path)
+
+
+async def stored_rounds(d: Daemon, sid: str) -> list[dict[str, Any]]:
+    session = await d._service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=sid)
+    assert session is not None
+    return [e.custom_metadata[ROUND_METADATA_KEY] for e in session.events if e.custom_metadata and ROUND_METADATA_KEY in e.custom_metadata]
+
+
+async def answer_of(d: Daemon, sid: str, invocation_id: str) -> str:
+    messages = (await d.get_session(sid))["messages"]
+    return [m["text"] for m in messages if m["invocation_id"] == invocation_id and m["role"] == "assistant" and m["text"]][-1]
+
+
+def test_aspects_are_the_sentences_and_clauses() -> None:
+    assert plan_aspects("What is RAG? How does HyDE work; and DPR. ") == ["What is RAG?", "How does HyDE work", "and DPR."]
+    assert plan_aspects("Explain retrieval") == ["Explain retrieval"]
+    assert plan_aspects("What is RAG? What is RAG?") == ["What is RAG?"]  # a repeat is one aspect
+    assert plan_aspects("? ; .") == ["? ; ."]  # nothing to split on: the question as it is
+    many = plan_aspects(" ".join(f"Topic{i} retrieval?" for i in range(20)))
+    assert len(many) == 8 and "Topic19" in many[-1]  # the rest joins the last aspect
+
+
+def test_a_snapshot_survives_json_and_refuses_garbage() -> None:
+    r = Research.start(invocation_id="e-1", branch="search_library@c1", query=THREE, scope=Scope("papers", ("LEWIS202",)),
+                       initial_budget=1, max_extensions=2)
+    r.record_round(r.next_aspect() or "", [Hit(PASSAGES[0], 1.5)])
+    r.raise_checkpoint()
+    back = Research.from_json(r.to_json())
+    assert back is not None and back.to_json() == r.to_json()
+    assert back.evidence() == [PASSAGES[0]] and back.pending_interrupt == "interrupt_ext_1"
+    for junk in [None, "x", {}, {"version": 1}, {**r.to_json(), "evidence": "nope"}, {**r.to_json(), "version": 99}]:
+        assert Research.from_json(junk) is None
+
+
+async def test_a_paused_turn_resumes_twice_without_repeating_a_round(daemon: tuple[Daemon, CountingRetriever]) -> None:
+    d, retriever = daemon
+    sid = (await d.create_session()).id
+    updates: list[dict[str, Any]] = []
+
+    async def listen(u: dict[str, Any]) -> None:
+        updates.append(u)
+
+    d.watchers.watch(sid, listen)
+    first = await d.prompt(sid, THREE)
+    hitl = first.pending_hitl
+    assert hitl is not None and hitl["interrupt_id"] == "interrupt_ext_1" and hitl["invocation_id"] == first.invocation_id
+    assert hitl["payload"]["unaddressed_aspects"] == ["How does HyDE retrieve?", "Which encoders does DPR use?"]
+    assert (await d.get_session(sid))["pending_hitl"] == hitl
+    assert [u["kind"] for u in updates if u["kind"] in ("tool_progress", "checkpoint")] == ["tool_progress", "checkpoint"]
+    state = await d.reader.session_state(sid)
+    assert state["hitl_snapshot"]["evidence"][0]["aspect"] == "What does RAG combine?"
+    assert state["hitl_snapshot"]["ceilings"]["budget"] == 1
+
+    second = await d.resume(sid, first.invocation_id, "interrupt_ext_1", {"action": "extend_budget"})
+    assert second.invocation_id == first.invocation_id
+    assert second.pending_hitl is not None and second.pending_hitl["interrupt_id"] == "interrupt_ext_2"
+    third = await d.resume(sid, first.invocation_id, "interrupt_ext_2", {"action": "synthesize"})
+    assert third.pending_hitl is None and third.stop_reason == "end_turn"
+
+    # Each aspect was searched once, in order, across the three runs of the paused tool.
+    assert retriever.queries == ["What does RAG combine?", "How does HyDE retrieve?"]
+    assert [(r["n"], r["aspect"]) for r in await stored_rounds(d, sid)] == [(1, "What does RAG combine?"), (2, "How does HyDE retrieve?")]
+    answer = await answer_of(d, sid, first.invocation_id)
+    assert "LEWIS202" in answer and "GAOHYDE1" in answer  # evidence from before and after the pause
+    state = await d.reader.session_state(sid)
+    assert state["hitl_snapshot"] is None
+    trail = state["retrieved_evidence"][-1]
+    assert trail["invocation_id"] == first.invocation_id
+    assert trail["queries"] == ["What does RAG combine?", "How does HyDE retrieve?"]
+    assert {"LEWIS202", "GAOHYDE1"} <= set(trail["citations"])
+    ui = await d.get_session(sid)
+    assert ui["pending_hitl"] is None
+    assert [m["role"] for m in ui["messages"] if m["text"]] == ["user", "assistant"]
+
+
+async def test_guidance_is_searched_first_and_answers_are_validated(daemon: tuple[Daemon, CountingRetriever]) -> None:
+    d, retriever = daemon
+    sid = (await d.create_session()).id
+    first = await d.prompt(sid, THREE)
+    inv = first.invocation_id
+    assert inv is not None
+    for bad in [None, "extend", {"action": "more"}, {"action": "extend_budget", "guidance": 5},
+                {"action": "extend_budget", "guidance": "x" * 2001}]:
+        with pytest.raises(InvalidInput):
+            await d.resume(sid, inv, "interrupt_ext_1", bad)
+    with pytest.raises(InvalidInput):
+        await d.resume(sid, inv, "", {"action": "synthesize"})
+    before = len(await stored_rounds(d, sid))
+    second = await d.resume(sid, inv, "interrupt_ext_1", {"action": "extend_budget", "guidance": "  ColBERT late interaction  "})
+    assert retriever.queries[-1] == "ColBERT late interaction"
+    assert second.pending_hitl is not None
+    assert second.pending_hitl["payload"]["addressed_aspects"][-1] == "ColBERT late interaction"
+    assert len(await stored_rounds(d, sid)) == before + 1
+
+
+async def test_double_answers_and_wrong_ids_change_nothing(daemon: tuple[Daemon, CountingRetriever]) -> None:
+    d, _ = daemon
+    sid = (await d.create_session()).id
+    first = await d.prompt(sid, THREE)
+    inv = first.invocation_id
+    assert inv is not None
+    rows = await d.reader.live_session(sid)
+    for wrong in [(inv, "interrupt_ext_2"), ("e-not-a-turn", "interrupt_ext_1"), (inv, "interrupt_ext_1x")]:
+        with pytest.raises(CheckpointNotPending) as info:
+            await d.resume(sid, *wrong, {"action": "synthesize"})
+        assert info.value.data["pendingInterruptId"] == "interrupt_ext_1"
+    assert len((await d.reader.live_session(sid)).live) == len(rows.live)
+    await d.resume(sid, inv, "interrupt_ext_1", {"action": "synthesize"})
+    done = len((await d.reader.live_session(sid)).live)
+    with pytest.raises(CheckpointNotPending):
+        await d.resume(sid, inv, "interrupt_ext_1", {"action": "synthesize"})  # answered already
+    assert len((await d.reader.live_session(sid)).live) == done
+
+
+async def test_a_rewound_checkpoint_cannot_be_answered_and_the_next_prompt_is_normal(
+    daemon: tuple[Daemon, CountingRetriever]
+) -> None:
+    d, _ = daemon
+    sid = (await d.create_session()).id
+    await d.prompt(sid, "What does RAG combine?")
+    paused = await d.prompt(sid, THREE)
+    assert paused.invocation_id is not None and paused.pending_hitl is not None
+    rewound = await d.rewind(sid, paused.invocation_id)
+    assert rewound["session"]["pending_hitl"] is None
+    assert (await d.reader.session_state(sid)).get("hitl_snapshot") is None
+    with pytest.raises(CheckpointNotPending):
+        await d.resume(sid, paused.invocation_id, "interrupt_ext_1", {"action": "extend_budget"})
+    after = await d.prompt(sid, "Which encoders does DPR use?")
+    assert after.pending_hitl is None and after.invocation_id != paused.invocation_id
+    assert "KARPDPR1" in await answer_of(d, sid, after.invocation_id or "")
+
+
+async def test_resume_while_another_turn_runs_is_busy_and_a_new_prompt_supersedes_the_checkpoint(
+    daemon: tuple[Daemon, CountingRetriever]
+) -> None:
+    d, retriever = daemon
+    sid = (await d.create_session()).id
+    paused = await d.prompt(sid, THREE)
+    assert paused.pending_hitl is not None and paused.invocation_id is not None
+    retriever.gate, retriever.entered = asyncio.Event(), asyncio.Event()
+    running = asyncio.ensure_future(d.prompt(sid, "What does ColBERT score?"))
+    await asyncio.wait_for(retriever.entered.wait(), 10)
+    with pytest.raises(SessionBusy):
+        await d.resume(sid, paused.invocation_id, "interrupt_ext_1", {"action": "synthesize"})
+    retriever.gate.set()
+    newer = await asyncio.wait_for(running, 30)
+    assert newer.pending_hitl is None
+    assert (await d.get_session(sid))["pending_hitl"] is None  # superseded by the newer prompt
+    with pytest.raises(CheckpointNotPending):
+        await d.resume(sid, paused.invocation_id, "interrupt_ext_1", {"action": "synthesize"})
+    assert "COLBERT1" in await answer_of(d, sid, newer.invocation_id or "")
+
+
+async def test_a_client_that_always_extends_is_stopped_by_the_cap(daemon: tuple[Daemon, CountingRetriever]) -> None:
+    d, retriever = daemon  # budget 1, at most 2 extensions; four aspects need three
+    sid = (await d.create_session()).id
+    asked: list[str] = []
+
+    async def always_extend(checkpoint: dict[str, Any]) -> dict[str, Any]:
+        asked.append(checkpoint["interrupt_id"])
+        return {"action": "extend_budget"}
+
+    result = await d.prompt(sid, FOUR, ask=always_extend)
+    assert asked == ["interrupt_ext_1", "interrupt_ext_2"]
+    assert result.pending_hitl is None and result.stop_reason == "end_turn"
+    assert len(retriever.queries) == 3  # 1 + 1 + 1 rounds; the fourth aspect was never searched
+    session = await d._service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=sid)
+    assert session is not None
+    report = next(
+        p.function_response.response["research"] for e in session.events for p in (e.content.parts if e.content else [])
+        if p.function_response and p.function_response.name == "search_library"
+    )
+    assert report["capped"] is True and report["extensions"] == [1, 2]
+    assert report["unaddressed_aspects"] == ["What does ColBERT score?"]
+
+
+async def test_a_client_that_declines_fails_or_cancels_leaves_the_checkpoint_pending(
+    daemon: tuple[Daemon, CountingRetriever]
+) -> None:
+    d, _ = daemon
+    sid = (await d.create_session()).id
+
+    async def decline(checkpoint: dict[str, Any]) -> None:
+        return None
+
+    async def fail(checkpoint: dict[str, Any]) -> dict[str, Any]:
+        raise ConnectionResetError("the editor went away")
+
+    async def nonsense(checkpoint: dict[str, Any]) -> dict[str, Any]:
+        return {"action": "launch"}
+
+    for ask in (decline, fail, nonsense):
+        result = await d.prompt(sid, THREE, ask=ask)
+        assert result.pending_hitl is not None and result.stop_reason == "end_turn", ask
+        assert (await d.get_session(sid))["pending_hitl"] == result.pending_hitl
+
+    waiting = asyncio.Event()
+
+    async def never(checkpoint: dict[str, Any]) -> dict[str, Any]:
+        waiting.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    turn = asyncio.ensure_future(d.prompt(sid, THREE, ask=never))
+    await asyncio.wait_for(waiting.wait(), 10)
+    assert d.cancel(sid)
+    result = await asyncio.wait_for(turn, 10)
+    assert result.stop_reason == "cancelled" and result.pending_hitl is not None
+    # Still answerable from another client afterwards.
+    done = await d.resume(sid, result.pending_hitl["invocation_id"], result.pending_hitl["interrupt_id"], {"action": "synthesize"})
+    assert done.pending_hitl is None
+
+
+async def test_a_checkpoint_survives_a_new_daemon_on_the_same_data(tmp_path: Path) -> None:
+    d, _ = await make(tmp_path)
+    sid = (await d.create_session()).id
+    paused = await d.prompt(sid, THREE)
+    await d.aclose()
+    await close_session_services(tmp_path)
+
+    d2, retriever = await make(tmp_path)
+    try:
+        assert (await d2.get_session(sid))["pending_hitl"] == paused.pending_hitl
+        assert paused.pending_hitl is not None
+        result = await d2.resume(sid, paused.pending_hitl["invocation_id"], "interrupt_ext_1", {"action": "extend_budget"})
+        assert retriever.queries == ["How does HyDE retrieve?"]  # round 1 is not run again
+        assert result.pending_hitl is not None and result.pending_hitl["interrupt_id"] == "interrupt_ext_2"
+    finally:
+        await d2.aclose()
+        await close_session_services(tmp_path)

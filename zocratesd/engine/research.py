@@ -1,0 +1,255 @@
+"""Deep research under a budget: plan the question's aspects, search one aspect per round, and
+stop at a checkpoint when the budget is spent with aspects left (spec section 5).
+
+This module is the pipeline's state and rules, with no ADK in it: `Research` is what
+`hitl_snapshot` holds (JSON), so a turn paused at a checkpoint resumes in another process exactly
+where it stopped, and no round runs twice. `engine/tools.py` drives it from `search_library`.
+
+Rules:
+- Aspects are the question's sentences and clauses, split at `?`, `.` and `;` (the offline
+  planner; it is deterministic, so a three-part question with a budget of 1 pauses after round 1).
+- A round searches one aspect, in order. The budget is `research.initial_budget` rounds; each
+  extension the user grants adds as many again, and its guidance (if any) is searched first.
+- With aspects left and the budget spent, the pipeline asks (checkpoint `interrupt_ext_N`, N
+  counting this turn's checkpoints) while N <= `research.max_extensions`; past the cap it
+  synthesises without asking (DESIGN.md, "Decisions").
+- Synthesis fuses the rounds' rankings (reciprocal rank fusion), so each aspect's best passages
+  make the answer whatever the scale of their scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from zocratesd.engine.retrieval import Hit, Passage, Scope, tokens
+
+SNAPSHOT_KEY = "hitl_snapshot"
+SNAPSHOT_VERSION = 1
+INTERRUPT_PREFIX = "interrupt_ext_"
+# A pasted paragraph must not become dozens of rounds: the first aspects are searched one by one,
+# the rest of the text joins the last one (searched together, as one query).
+MAX_ASPECTS = 8
+# Reciprocal rank fusion's constant (Cormack, Clarke & Buettcher, SIGIR 2009): 60 damps the weight
+# of the very first ranks just enough that a passage found by two rounds outranks a single top hit.
+RRF_K = 60
+# Passages handed to the model at synthesis: the usual top-k, plus room for each extra round's best.
+SYNTHESIS_EXTRA_PER_ROUND = 2
+MAX_SYNTHESIS_PASSAGES = 12
+# Guidance with a checkpoint answer becomes a search query: a paragraph, not a document.
+MAX_GUIDANCE_CHARS = 2000
+
+_CLAUSE_RE = re.compile(r"[^?.;]+[?.;]*")
+
+
+def plan_aspects(question: str) -> list[str]:
+    """The question's aspects: its sentences and clauses (split after `?`, `.` and `;`), each with
+    at least one content word. A question with no such split is one aspect."""
+    aspects: list[str] = []
+    for m in _CLAUSE_RE.finditer(question):
+        clause = " ".join(m.group(0).split()).strip(" ;")
+        if clause and tokens(clause) and clause not in aspects:
+            aspects.append(clause)
+    if not aspects:
+        return [" ".join(question.split())] if question.strip() else []
+    if len(aspects) > MAX_ASPECTS:
+        aspects = aspects[: MAX_ASPECTS - 1] + [" ".join(aspects[MAX_ASPECTS - 1 :])]
+    return aspects
+
+
+def interrupt_id(n: int) -> str:
+    return f"{INTERRUPT_PREFIX}{n}"
+
+
+@dataclass
+class Round:
+    n: int
+    aspect: str
+    hits: list[dict[str, Any]]  # Hit.as_json(), best first
+
+    def as_json(self) -> dict[str, Any]:
+        return {"n": self.n, "aspect": self.aspect, "hits": self.hits}
+
+
+@dataclass
+class Research:
+    """One turn's research, as `hitl_snapshot` stores it (see the module docstring)."""
+
+    invocation_id: str
+    branch: str | None  # the tool's branch: the pipeline's isolation (engine/tools.py)
+    query: str
+    scope: Scope
+    aspects: list[str]
+    budget: int  # rounds allowed so far
+    initial_budget: int
+    max_extensions: int
+    rounds: list[Round] = field(default_factory=list)
+    asked: int = 0  # checkpoints raised this turn: the last one is interrupt_ext_<asked>
+    completed_extensions: list[int] = field(default_factory=list)
+    guidance: list[str] = field(default_factory=list)
+    capped: bool = False  # the cap stopped it: synthesised without asking
+
+    @classmethod
+    def start(cls, *, invocation_id: str, branch: str | None, query: str, scope: Scope,
+              initial_budget: int, max_extensions: int) -> Research:
+        return cls(
+            invocation_id=invocation_id, branch=branch, query=query, scope=scope, aspects=plan_aspects(query),
+            budget=initial_budget, initial_budget=initial_budget, max_extensions=max_extensions,
+        )
+
+    # --- progress -----------------------------------------------------------------------------
+
+    @property
+    def unaddressed(self) -> list[str]:
+        return self.aspects[len(self.rounds):]
+
+    @property
+    def addressed(self) -> list[str]:
+        return self.aspects[: len(self.rounds)]
+
+    def next_aspect(self) -> str | None:
+        """The aspect the next round searches, or None when the budget is spent or all are done."""
+        if len(self.rounds) >= self.budget or not self.unaddressed:
+            return None
+        return self.unaddressed[0]
+
+    def record_round(self, aspect: str, hits: list[Hit]) -> Round:
+        r = Round(n=len(self.rounds) + 1, aspect=aspect, hits=[h.as_json() for h in hits])
+        self.rounds.append(r)
+        return r
+
+    def should_ask(self) -> bool:
+        """Aspects left with the budget spent: ask, unless the cap is reached (then synthesise)."""
+        if not self.unaddressed:
+            return False
+        if self.asked >= self.max_extensions:
+            self.capped = True
+            return False
+        return True
+
+    def raise_checkpoint(self) -> str:
+        self.asked += 1
+        return interrupt_id(self.asked)
+
+    @property
+    def pending_interrupt(self) -> str | None:
+        """The checkpoint this snapshot waits on (it is saved only when one is raised)."""
+        return interrupt_id(self.asked) if self.asked and self.asked not in self.completed_extensions else None
+
+    def extend(self, guidance: str | None) -> None:
+        """The user granted checkpoint `asked`: more rounds, the guidance first."""
+        self.completed_extensions.append(self.asked)
+        self.budget = len(self.rounds) + self.initial_budget
+        g = " ".join((guidance or "").split())[:MAX_GUIDANCE_CHARS]
+        if g and tokens(g):
+            self.guidance.append(g)
+            self.aspects.insert(len(self.rounds), g)
+
+    def checkpoint_message(self) -> str:
+        left = self.unaddressed
+        return (
+            f"I searched {len(self.rounds)} of {len(self.aspects)} aspects of your question, which spent the research "
+            f"budget of {self.budget} round{'s' if self.budget != 1 else ''}. Not yet searched: "
+            + "; ".join(f'"{a}"' for a in left) + ". "
+            "Search further, or answer now from what I found?"
+        )
+
+    def checkpoint_payload(self) -> dict[str, Any]:
+        return {
+            "unaddressed_aspects": self.unaddressed,
+            "addressed_aspects": self.addressed,
+            "rounds": len(self.rounds),
+            "evidence": len(self.evidence()),
+            "extension": self.asked,
+            "max_extensions": self.max_extensions,
+            "actions": ["extend_budget", "synthesize"],
+        }
+
+    # --- synthesis ----------------------------------------------------------------------------
+
+    def evidence(self) -> list[Passage]:
+        """Every distinct passage found so far, fused across rounds, best first."""
+        return [p for p, _ in self._fused()]
+
+    def synthesis(self) -> list[tuple[Passage, float]]:
+        """The passages the answer is written from: the fused ranking, cut to size."""
+        limit = min(MAX_SYNTHESIS_PASSAGES, 6 + SYNTHESIS_EXTRA_PER_ROUND * max(0, len(self.rounds) - 1))
+        return self._fused()[:limit]
+
+    def _fused(self) -> list[tuple[Passage, float]]:
+        scores: dict[tuple[Any, ...], float] = {}
+        first: dict[tuple[Any, ...], Passage] = {}
+        for r in self.rounds:
+            for rank, h in enumerate(r.hits, start=1):
+                p = passage_from_json(h)
+                key = (p.item_key, p.attachment_key, p.page, p.text)
+                first.setdefault(key, p)
+                scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank)
+        order = sorted(scores, key=lambda k: (-scores[k], k[0], k[2] or 0))
+        return [(first[k], scores[k]) for k in order]
+
+    def report(self) -> dict[str, Any]:
+        """What the pipeline did, for the tool's result (the model and the audit trail see it)."""
+        return {
+            "aspects": self.aspects,
+            "rounds": [{"n": r.n, "aspect": r.aspect, "hits": len(r.hits)} for r in self.rounds],
+            "unaddressed_aspects": self.unaddressed,
+            "extensions": self.completed_extensions,
+            "capped": self.capped,
+        }
+
+    # --- the snapshot ---------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": SNAPSHOT_VERSION,
+            "invocation_id": self.invocation_id,
+            "isolation": {"branch": self.branch},
+            "query": self.query,
+            "scope": {"mode": self.scope.mode, "item_keys": list(self.scope.item_keys), "collection": self.scope.collection},
+            "aspects": self.aspects,
+            "evidence": [r.as_json() for r in self.rounds],
+            "search_report": self.report(),
+            "ceilings": {"budget": self.budget, "initial_budget": self.initial_budget, "max_extensions": self.max_extensions},
+            "asked": self.asked,
+            "completed_extensions": self.completed_extensions,
+            "guidance": self.guidance,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Research | None:
+        """The snapshot back, or None when it is absent, cleared, or not one we can read."""
+        if not isinstance(raw, dict) or raw.get("version") != SNAPSHOT_VERSION:
+            return None
+        try:
+            scope = raw["scope"]
+            ceilings = raw["ceilings"]
+            return cls(
+                invocation_id=str(raw["invocation_id"]),
+                branch=(raw.get("isolation") or {}).get("branch"),
+                query=str(raw["query"]),
+                scope=Scope(mode=scope["mode"], item_keys=tuple(scope["item_keys"]), collection=scope["collection"]),
+                aspects=[str(a) for a in raw["aspects"]],
+                budget=int(ceilings["budget"]),
+                initial_budget=int(ceilings["initial_budget"]),
+                max_extensions=int(ceilings["max_extensions"]),
+                rounds=[Round(n=int(r["n"]), aspect=str(r["aspect"]), hits=list(r["hits"])) for r in raw["evidence"]],
+                asked=int(raw["asked"]),
+                completed_extensions=[int(n) for n in raw["completed_extensions"]],
+                guidance=[str(g) for g in raw.get("guidance") or []],
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+_PASSAGE_FIELDS = frozenset(f.name for f in dataclasses.fields(Passage))
+
+
+def passage_from_json(d: dict[str, Any]) -> Passage:
+    kw = {k: v for k, v in d.items() if k in _PASSAGE_FIELDS}
+    for k in ("creators", "collections"):
+        if k in kw:
+            kw[k] = tuple(kw[k] or ())
+    return Passage(**kw)
