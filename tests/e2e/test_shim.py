@@ -203,6 +203,7 @@ def test_spec_section_7_sequence_over_http_is_the_same_session_over_the_socket(r
     assert two[-1]["type"] == "done"
     inv_two = two[-1]["invocation_id"]
     assert inv_two != one[-1]["invocation_id"]
+    assert {e["invocation_id"] for e in two if e["type"] == "parts"} == {inv_two}
     full = shim.ok("GET", f"/sessions/{sid}")["session"]
     assert [m["role"] for m in full["messages"]].count("user") == 2
     assert full["pending_hitl"] is None

@@ -27,9 +27,17 @@ class TurnStream:
         self._progress: dict[str, list[str]] = {}  # search rounds so far, by tool call
 
     def feed(self, ev: Event) -> list[Update]:
+        """The updates of one event; text chunks carry the turn's `invocation_id`."""
         if ev.author == "user" and self.invocation_id is None and not ev.partial:
             self.invocation_id = ev.invocation_id
             self.user_event_id = ev.id
+        updates = self._feed(ev)
+        for u in updates:
+            if u["kind"] in ("message", "thought"):
+                u["invocation_id"] = self.invocation_id
+        return updates
+
+    def _feed(self, ev: Event) -> list[Update]:
         if ev.branch or ev.isolation_scope:
             return self._pipeline(ev)  # inside the search pipeline: not part of the conversation
         out: list[Update] = []

@@ -4,7 +4,7 @@ The turn runs in the shim's own task group, not in the request: a client that di
 mid-stream only stops hearing it, and the turn ends and is persisted as usual (the sidebar then
 reloads it with `GET /sessions/{id}`). Every `data:` line is one JSON object with a `type`:
 - `parts`: `{parts: [{text, thought}], author, invocation_id, partial}` (a chunk of the answer or
-  of its reasoning; `invocation_id` is null until the turn's id is known, see `done`);
+  of its reasoning);
 - `request_input`: `{invocation_id, interrupt_id, message, payload}` (a research checkpoint: the
   turn is paused; answer it with `POST /chat/resume`);
 - `done`: `{invocation_id, stop_reason, session}` (the UI session after the turn, with
@@ -45,10 +45,10 @@ def to_sse(update: Update) -> Json | None:
     kind = update["kind"]
     if kind == "message" and update.get("role") == "assistant":
         return {"type": "parts", "parts": [{"text": update["text"], "thought": False}], "author": AGENT_AUTHOR,
-                "invocation_id": None, "partial": True}
+                "invocation_id": update.get("invocation_id"), "partial": True}
     if kind == "thought":
         return {"type": "parts", "parts": [{"text": update["text"], "thought": True}], "author": AGENT_AUTHOR,
-                "invocation_id": None, "partial": True}
+                "invocation_id": update.get("invocation_id"), "partial": True}
     if kind == "checkpoint":
         return {"type": "request_input", "invocation_id": update["invocation_id"], "interrupt_id": update["interrupt_id"],
                 "message": update.get("message"), "payload": update.get("payload")}
