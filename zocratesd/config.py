@@ -16,7 +16,9 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from zocratesd import runtime
@@ -98,6 +100,26 @@ class HttpConfig(_Section):
     allowed_origins: list[str] = Field(default_factory=list)
 
 
+class LibraryConfig(_Section):
+    """The user's Zotero library: the full-text index `zocrates-data/library.db` and how it reads
+    Zotero (zocratesd/library). The local API is tried first when on; it must be loopback."""
+
+    enabled: bool = True
+    local_api: bool = True
+    local_api_url: str = "http://127.0.0.1:23119"
+    # How often the indexer checks Zotero for changes: cheap (a stat, or one small local API
+    # request), and 30 s keeps a paper added in Zotero searchable within a minute.
+    poll_interval_s: float = Field(30.0, gt=0)
+
+    @field_validator("local_api_url")
+    @classmethod
+    def _loopback(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError("the local API is Zotero's own server on this machine: http://127.0.0.1:PORT")
+        return url.rstrip("/")
+
+
 class RpcConfig(_Section):
     # 16 MiB: large enough for a prompt with many embedded snippets, small enough that a runaway
     # client cannot make the daemon buffer without bound (rust-sdk #342 argues for a finite cap).
@@ -118,6 +140,7 @@ class ZocratesConfig(BaseSettings):
     model: ModelConfig = Field(default_factory=ModelConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     rpc: RpcConfig = Field(default_factory=RpcConfig)
+    library: LibraryConfig = Field(default_factory=LibraryConfig)
 
     @classmethod
     def settings_customise_sources(

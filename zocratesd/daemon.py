@@ -30,6 +30,7 @@ from zocratesd.engine.models import build_model
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage, Retriever
 from zocratesd.engine.stream import TurnStream
 from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionNotFound
+from zocratesd.library import ZOTERO_DB, Library, disabled_status
 from zocratesd.maintenance import Maintenance, MaintenanceReport, StorageStats
 from zocratesd.rpc.models import MAX_TITLE_CHARS, SESSION_ID_PATTERN
 from zocratesd.store import (
@@ -217,16 +218,41 @@ class Daemon:
         self.watchers = Watchers()
         self._service = get_session_service(data_dir)
         self.reader = SessionReader(db_path(data_dir))
+        # The Zotero library (zocratesd/library), indexed in the background once the daemon runs.
+        self.library: Library | None = None
         if retriever is None:
-            from zocratesd import runtime
-
-            retriever = InMemoryRetriever(load_library_passages(runtime.state_dir(data_dir) / LIBRARY_PASSAGES_FILE))
+            retriever = self._library_retriever()
         self.engine = Engine(self._service, build_model(config.model), retriever, config.research)
         self.maintenance = Maintenance(
             db_path=db_path(data_dir), service=self._service, reader=self.reader, locks=self.locks, config=config
         )
         self.startup_maintenance: MaintenanceReport | None = None
         self._aborts: dict[str, asyncio.Event] = {}
+
+    def _library_retriever(self) -> Retriever:
+        """The library index; or, for a data dir with no zotero.sqlite but a library_passages.jsonl
+        (demos, benchmarks), the interim in-memory passages."""
+        from zocratesd import runtime
+
+        state = runtime.state_dir(self.data_dir)
+        passages = state / LIBRARY_PASSAGES_FILE
+        if passages.exists() and not (self.data_dir / ZOTERO_DB).exists():
+            return InMemoryRetriever(load_library_passages(passages))
+        cfg = self.config.library
+        if not cfg.enabled:
+            return InMemoryRetriever([])
+        self.library = Library(
+            self.data_dir, state, local_api_url=cfg.local_api_url if cfg.local_api else None,
+            poll_interval_s=cfg.poll_interval_s,
+        )
+        return self.library
+
+    def library_status(self, refresh: bool = False) -> dict[str, Any]:
+        """`_zocrates/library/status`: the index's state, counts and progress; `refresh` checks
+        Zotero for changes now rather than at the next poll."""
+        if self.library is None:
+            return disabled_status("this daemon searches a fixed set of passages, not a Zotero library index")
+        return self.library.status(refresh)
 
     async def start(self) -> None:
         """Prepare the store, then run startup maintenance (retention, VACUUM when it pays), all
@@ -236,6 +262,9 @@ class Daemon:
         report = self.startup_maintenance
         if report["empty_deleted"] or report["retention_deleted"] or report["vacuum"]["ran"]:
             log.info("startup maintenance: %s", report)
+        if self.library is not None:
+            # A thread: the daemon is ready at once; `_zocrates/library/status` reports progress.
+            self.library.start()
 
     async def storage_stats(self) -> StorageStats:
         """Size and counts of sessions.db (the Zotero preferences' storage panel)."""
@@ -252,6 +281,8 @@ class Daemon:
         return self.locks.busy_sessions()
 
     async def aclose(self) -> None:
+        if self.library is not None:
+            await self.library.aclose()
         await self.maintenance.aclose()
         await self.reader.aclose()
         await close_session_services(self.data_dir)

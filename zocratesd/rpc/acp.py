@@ -318,6 +318,10 @@ def build_methods(daemon: Daemon) -> MethodTable:
         row = await daemon.rename_session(p.session_id, p.title)
         return {"id": row.id, "title": row.title, "created_at": row.created_at, "updated_at": row.updated_at}
 
+    @adapter(models.LibraryStatusParams)
+    async def zocrates_library_status(peer: Peer, p: models.LibraryStatusParams) -> dict[str, Any]:
+        return daemon.library_status(refresh=p.refresh)
+
     table: dict[str, Handler] = {
         "initialize": initialize,
         "session/new": session_new,
@@ -332,6 +336,7 @@ def build_methods(daemon: Daemon) -> MethodTable:
         "_zocrates/chat/resume": zocrates_chat_resume,
         "_zocrates/storage/stats": zocrates_storage_stats,
         "_zocrates/storage/maintenance": zocrates_storage_maintenance,
+        "_zocrates/library/status": zocrates_library_status,
     }
     extensions = sorted(name for name in table if name.startswith("_zocrates/"))
     return MethodTable(table, notifications=("session/cancel",))

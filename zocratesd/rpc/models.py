@@ -278,6 +278,36 @@ class SessionSummary(BaseModel):
     updated_at: float
 
 
+class LibraryStatusParams(Params):
+    refresh: bool = Field(False, description="Check Zotero for changes now instead of at the next poll.")
+
+
+class LibraryStatusResult(BaseModel):
+    """`_zocrates/library/status`: the library index (`zocrates-data/library.db`) and its progress."""
+
+    state: Literal["starting", "indexing", "ready", "unavailable", "error", "stopped", "disabled"] = Field(
+        description="`indexing` while a refresh writes; `unavailable`: no library found; `error`: see `message`."
+    )
+    source: Literal["local_api", "sqlite", "snapshot"] | None = Field(
+        description="How the library was last read: Zotero's local API, zotero.sqlite read-only, or a snapshot copy."
+    )
+    zotero_schema_version: int | None = Field(description="`userdata` schema: 123 Zotero 7/8, 125 Zotero 9, 129 Zotero 10.")
+    items_total: int = Field(description="Items in the library (trash excluded) at the last read.")
+    items_to_index: int = Field(description="Items the current (or last) refresh (re)indexes.")
+    items_done: int
+    percent: float = Field(description="Progress of the current refresh, 0-100.")
+    items_indexed: int = Field(description="Items in the index.")
+    chunks_indexed: int
+    attachments_with_text: int
+    collections: int
+    last_refresh: str | None = Field(description="ISO 8601, UTC, of the last completed refresh.")
+    last_refresh_ms: float | None
+    refreshes: int = Field(description="Completed refreshes since the daemon started.")
+    message: str | None = Field(description="What went wrong, or why there is no library, and what to do.")
+    warnings: list[str]
+    index_path: str | None
+
+
 # --- notifications ------------------------------------------------------------------------------
 
 
@@ -302,5 +332,6 @@ METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "_zocrates/chat/resume": (ChatResumeParams, ChatResumeResult),
     "_zocrates/storage/stats": (NoParams, StorageStatsResult),
     "_zocrates/storage/maintenance": (NoParams, MaintenanceResult),
+    "_zocrates/library/status": (LibraryStatusParams, LibraryStatusResult),
 }
 NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionUpdateParams, "session/cancel": CancelParams}

@@ -450,6 +450,8 @@ async def test_real_answers_match_the_schemas_and_models(live: Any, schemas: dic
     assert stats["session_count"] == 1  # the "Second" session
     report, _ = await ok("_zocrates/storage/maintenance", {})
     assert report["empty_deleted"] == 0  # the remaining session is younger than 24 h
+    library, _ = await ok("_zocrates/library/status", {"refresh": True})
+    assert library["state"] in ("disabled", "starting", "unavailable", "ready")
     assert set(results) == set(METHODS), "every method must be exercised here"
 
     readme_errors = readme_errors_section()

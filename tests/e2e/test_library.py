@@ -1,0 +1,167 @@
+"""The library over the socket, against a real `zocratesd serve`: a fixture Zotero data dir is
+indexed in the background, and offline-model answers cite the right items in every scope; Zotero
+holding its database exclusively does not stop search and the database stays byte-identical."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_zotero_api import FakeZoteroApi
+from rawrpc import RawConn
+from zoterofixture import build_zotero_dir, sample_library
+
+pytestmark = pytest.mark.e2e
+
+READY_TIMEOUT_S = 60.0
+
+
+def wait_ready(c: RawConn) -> dict[str, Any]:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        st = c.result("_zocrates/library/status", {})
+        if st["state"] in ("ready", "error", "unavailable"):
+            return st
+        time.sleep(0.05)
+    raise AssertionError(f"the library index was not ready in {READY_TIMEOUT_S} s: {st}")
+
+
+def ask(c: RawConn, sid: str, text: str, **meta: Any) -> str:
+    reply = c.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}], "_meta": {"zocrates": meta}})
+    assert reply["result"]["stopReason"] == "end_turn", reply
+    ups = [n["params"]["update"] for n in c.notifications if n["method"] == "session/update"]
+    c.notifications.clear()
+    return "".join(u["content"]["text"] for u in ups if u["sessionUpdate"] == "agent_message_chunk")
+
+
+def cited(answer: str) -> list[str]:
+    sources = answer.split("# Cited Sources", 1)[1] if "# Cited Sources" in answer else ""
+    return [line.rsplit("/items/", 1)[1].rstrip(")") for line in sources.splitlines() if "/items/" in line]
+
+
+def library_daemon(daemon_factory: Any, version: int, config: dict[str, Any] | None = None) -> Any:
+    d = daemon_factory()
+    items, colls = sample_library()
+    build_zotero_dir(d.data_dir, items, colls, version=version)
+    d.state_dir.mkdir(parents=True, exist_ok=True)
+    (d.state_dir / "zocrates_config.json").write_text(json.dumps(config or {"library": {"local_api": False}}))
+    return d
+
+
+@pytest.mark.parametrize("version", [123, 129])
+def test_answers_cite_the_right_items_in_every_scope(daemon_factory: Any, version: int) -> None:
+    d = library_daemon(daemon_factory, version)
+    d.start()
+    with RawConn(d.socket_path) as c:
+        st = wait_ready(c)
+        assert st["state"] == "ready" and st["items_indexed"] == 6 and st["percent"] == 100.0, st
+        assert st["zotero_schema_version"] == version and st["source"] == ("snapshot" if version == 129 else "sqlite")
+        sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
+
+        answer = ask(c, sid, "What does HyDE do?", mode="library")
+        assert cited(answer)[0] == "GAOHYDE1" and "TRASHED1" not in answer
+        assert "hypothetical document" in answer and "[1]" in answer
+
+        answer = ask(c, sid, "How are passages retrieved?", mode="papers", activeItems=[{"item_key": "LEWIS202", "title": "RAG"}])
+        assert set(cited(answer)) == {"LEWIS202"}
+
+        answer = ask(c, sid, "How are passages retrieved?", mode="collection", collection="DENSE0CO")
+        assert set(cited(answer)) == {"KARPDPR1", "GAOHYDE1"}  # the collection and its subcollection
+
+        answer = ask(c, sid, "What about varroa mites?", mode="collection", collection="DENSE0CO")
+        assert "found nothing" in answer  # bees live in another collection
+
+        bad = c.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "x"}],
+                                        "_meta": {"zocrates": {"mode": "collection", "collection": "../../etc"}}})
+        assert bad["error"]["code"] == -32602
+    d.stop()
+    db = sqlite3.connect(d.db_path)
+    state = json.loads(db.execute("SELECT state FROM sessions WHERE id = ?", (sid,)).fetchone()[0])
+    db.close()
+    first = state["retrieved_evidence"][0]
+    assert first["citations"][0] == "GAOHYDE1"
+    chunk = next(ch for ch in first["chunks"] if ch["item_key"] == "GAOHYDE1")
+    assert chunk["attachment_key"] == "GAOHPDF1" and chunk["page"] == 2 and "HyDE" in chunk["text"]
+
+
+HOLDER = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA locking_mode=EXCLUSIVE")
+db.execute("PRAGMA wal_autocheckpoint=0")
+db.execute("UPDATE itemDataValues SET value = value || ' (with okapi)' WHERE value LIKE 'Dense Passage%'")
+db.execute("BEGIN EXCLUSIVE")
+db.execute("INSERT INTO settings VALUES ('zq', 'held', 1)")
+print("held", flush=True)
+sys.stdin.readline()
+db.execute("ROLLBACK")
+"""
+
+
+def digests(db: Path) -> dict[str, str | None]:
+    return {s: (hashlib.sha256(Path(f"{db}{s}").read_bytes()).hexdigest() if Path(f"{db}{s}").exists() else None)
+            for s in ("", "-wal", "-shm", "-journal")}
+
+
+@pytest.fixture
+def holders() -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.communicate("\n", timeout=10)
+
+
+@pytest.mark.parametrize("version", [123, 129])
+def test_zotero_holding_its_database_does_not_stop_search(daemon_factory: Any, holders: list[Any], version: int) -> None:
+    d = library_daemon(daemon_factory, version)
+    db = d.data_dir / "zotero.sqlite"
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holders.append(p)
+    assert p.stdout is not None and p.stdout.readline().strip() == "held"
+    before = digests(db)
+    d.start()
+    with RawConn(d.socket_path) as c:
+        st = wait_ready(c)
+        assert st["state"] == "ready" and st["source"] == "snapshot", st
+        sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
+        answer = ask(c, sid, "Tell me about the okapi", mode="library")
+        assert set(cited(answer)) == {"KARPDPR1"}  # an edit Zotero committed while holding the lock
+    d.stop()
+    assert digests(db) == before
+    assert not list(d.state_dir.glob("library-snapshot-*"))
+
+
+def test_local_api_path_over_the_socket(daemon_factory: Any) -> None:
+    items, colls = sample_library()
+    api = FakeZoteroApi(items, colls)
+    try:
+        d = daemon_factory()  # no zotero.sqlite at all: Zotero's local API is the only way in
+        d.state_dir.mkdir(parents=True, exist_ok=True)
+        (d.state_dir / "zocrates_config.json").write_text(json.dumps({"library": {"local_api_url": api.base_url}}))
+        d.start()
+        with RawConn(d.socket_path) as c:
+            st = wait_ready(c)
+            assert st["state"] == "ready" and st["source"] == "local_api" and st["attachments_with_text"] == 3, st
+            sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
+            answer = ask(c, sid, "What do RAG models combine?", mode="papers", activeItems=[{"item_key": "LEWIS202", "title": "RAG"}])
+            assert set(cited(answer)) == {"LEWIS202"} and "non-parametric memory" in answer
+        d.stop()
+    finally:
+        api.close()
+
+
+def test_status_without_a_library(daemon: Any) -> None:
+    with RawConn(daemon.socket_path) as c:
+        st = wait_ready(c)
+        assert st["state"] == "unavailable" and "no zotero.sqlite" in st["message"]
+        init = c.result("initialize", {"protocolVersion": 1})
+        assert "_zocrates/library/status" in init["agentCapabilities"]["_meta"]["zocrates"]["extensions"]

@@ -1,0 +1,168 @@
+"""library.db: scoped BM25 search, incremental refresh, removal, corrupt or foreign index files."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+from zoterofixture import FixtureAttachment, FixtureItem, build_zotero_dir, sample_library, touch_items
+
+from zocratesd.engine.retrieval import Scope
+from zocratesd.library import Library
+from zocratesd.library.index import INDEX_NAME, match_expression
+
+
+def make(tmp_path: Path, version: int = 123) -> Library:
+    items, colls = sample_library()
+    build_zotero_dir(tmp_path, items, colls, version=version)
+    lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None)
+    lib.indexer.refresh(None)
+    return lib
+
+
+def keys(lib: Library, query: str, scope: Scope | None = None) -> list[str]:
+    hits = asyncio.run(lib.search(query, scope or Scope()))
+    return [h.passage.item_key for h in hits]
+
+
+@pytest.mark.parametrize("version", [123, 129])
+def test_scopes(tmp_path: Path, version: int) -> None:
+    lib = make(tmp_path, version)
+    assert keys(lib, "What does HyDE do?")[0] == "GAOHYDE1"
+    assert "TRASHED1" not in keys(lib, "hypothetical document zeppelin")
+    assert keys(lib, "zeppelin airship") == []  # only in the trash
+    # papers: only the selection, even when other items match better
+    assert set(keys(lib, "dense retrieval passages", Scope("papers", ("LEWIS202",)))) == {"LEWIS202"}
+    # collection: members of the collection and of its subcollections
+    assert set(keys(lib, "retrieval", Scope("collection", (), "DENSE0CO"))) == {"KARPDPR1", "GAOHYDE1"}
+    assert set(keys(lib, "retrieval", Scope("collection", (), "RAG0COLL"))) == {"LEWIS202", "KARPDPR1", "GAOHYDE1"}
+    assert keys(lib, "retrieval", Scope("collection", (), "MISCCOLL")) == []
+    assert keys(lib, "retrieval", Scope("collection", (), "TRASHCOL")) == []
+
+
+def test_hits_carry_provenance(tmp_path: Path) -> None:
+    lib = make(tmp_path)
+    (hit,) = asyncio.run(lib.search("non-parametric memory Wikipedia", Scope("papers", ("LEWIS202",)), top_k=1))
+    p = hit.passage
+    assert (p.item_key, p.attachment_key, p.page, p.year) == ("LEWIS202", "LEWISPDF", 2, 2020)
+    assert p.creators == ("Patrick Lewis", "Ethan Perez") and p.collections == ("RAG0COLL",)
+    assert "non-parametric memory" in p.text and hit.score > 0
+    assert p.citation() == "Patrick Lewis et al. (2020). Retrieval-Augmented Generation for Knowledge-Intensive NLP Tasks, p. 2"
+
+
+@pytest.mark.parametrize(
+    "query", ['"', "AND OR NOT", "NEAR(a b", "title:x", "*", "a' OR 1=1 --", "\x00\x01", "ünïcödé — 検索", "x" * 5000]
+)
+def test_any_query_text_is_safe(tmp_path: Path, query: str) -> None:
+    lib = make(tmp_path)
+    keys(lib, query)  # no exception
+    assert match_expression("the of and") is None
+
+
+@pytest.mark.parametrize("ckey", ["../../etc", "' OR 1=1 --", "", "rag0coll", "RAG0COLL/../x", None])
+def test_hostile_collection_keys_find_nothing(tmp_path: Path, ckey: str | None) -> None:
+    lib = make(tmp_path)
+    assert keys(lib, "retrieval", Scope("collection", (), ckey)) == []
+    assert keys(lib, "retrieval", Scope("papers", ("'; DROP TABLE items; --",))) == []
+
+
+def test_incremental_refresh_reindexes_only_what_changed(tmp_path: Path) -> None:
+    lib = make(tmp_path)
+    first = lib.status()
+    assert first["items_to_index"] == 6 and first["state"] == "ready" and first["items_indexed"] == 6
+    lib.indexer.refresh(None)
+    assert lib.status()["items_to_index"] == 0
+    touch_items(tmp_path / "zotero.sqlite", ["BEEKEEP1", "KARPDPR1"], title_suffix=" quokka")
+    lib.indexer.refresh(None)
+    assert lib.status()["items_to_index"] == 2
+    assert set(keys(lib, "quokka")) == {"BEEKEEP1", "KARPDPR1"}
+    # a cache file rewritten by Zotero (re-extracted text) is picked up without a date change
+    (tmp_path / "storage" / "KARPPDF1" / ".zotero-ft-cache").write_text("Now about wombats.")
+    lib.indexer.refresh(None)
+    assert lib.status()["items_to_index"] == 1 and keys(lib, "wombats") == ["KARPDPR1"]
+    # an item moved to the trash leaves the index
+    conn = sqlite3.connect(tmp_path / "zotero.sqlite")
+    conn.execute("INSERT INTO deletedItems (itemID) SELECT itemID FROM items WHERE key = 'BEEKEEP1'")
+    conn.commit()
+    conn.close()
+    lib.indexer.refresh(None)
+    assert set(keys(lib, "quokka")) == {"KARPDPR1"} and lib.status()["items_indexed"] == 5
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "foreign_schema", "dropped_table"])
+def test_a_bad_index_is_rebuilt(tmp_path: Path, damage: str) -> None:
+    lib = make(tmp_path)
+    index = tmp_path / "zocrates-data" / INDEX_NAME
+    lib.reader.close()
+    if damage == "garbage":
+        for suffix in ("-wal", "-shm"):
+            Path(f"{index}{suffix}").unlink(missing_ok=True)
+        index.write_bytes(b"\x00garbage" * 4096)
+    elif damage == "truncated":
+        conn = sqlite3.connect(index)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        data = index.read_bytes()
+        index.write_bytes(data[: len(data) // 3] + b"\xff" * 8192 + data[len(data) // 3 :][8192:])
+    elif damage == "foreign_schema":
+        conn = sqlite3.connect(index)
+        conn.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+        conn.commit()
+        conn.close()
+    else:
+        conn = sqlite3.connect(index)
+        conn.execute("DROP TABLE chunks_fts")
+        conn.commit()
+        conn.close()
+    asyncio.run(lib.search("HyDE", Scope()))  # never raises, whatever the damage
+    lib.indexer.refresh(None)
+    assert lib.status()["state"] == "ready" and lib.status()["items_indexed"] == 6
+    assert keys(lib, "What does HyDE do?")[0] == "GAOHYDE1"
+
+
+def test_search_on_a_damaged_index_answers_nothing_and_asks_for_a_rebuild(tmp_path: Path) -> None:
+    lib = make(tmp_path)
+    index = tmp_path / "zocrates-data" / INDEX_NAME
+    conn = sqlite3.connect(index)
+    conn.execute("DROP TABLE chunks")
+    conn.commit()
+    conn.close()
+    assert keys(lib, "HyDE") == []
+    assert lib.indexer._rebuild  # the indexer thread rebuilds it at its next wake-up
+
+
+def test_no_library_and_unreadable_library_are_reported(tmp_path: Path) -> None:
+    lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None, poll_interval_s=0.05)
+    lib.start()
+    try:
+        for _ in range(200):
+            if lib.status()["state"] != "starting":
+                break
+            asyncio.run(asyncio.sleep(0.01))
+        st = lib.status()
+        assert st["state"] == "unavailable" and "no zotero.sqlite" in st["message"]
+        assert not (tmp_path / "zocrates-data" / INDEX_NAME).exists()
+        assert keys(lib, "anything") == []
+        (tmp_path / "zotero.sqlite").write_bytes(b"not a database" * 100)
+        lib.status(refresh=True)
+        for _ in range(200):
+            if lib.status()["state"] == "error":
+                break
+            asyncio.run(asyncio.sleep(0.01))
+        assert "not an SQLite database" in lib.status()["message"]
+    finally:
+        asyncio.run(lib.aclose())
+
+
+def test_batches_commit_as_they_go(tmp_path: Path) -> None:
+    items = [FixtureItem(f"ITEM{n:04d}", f"Paper {n} about axolotls", attachments=[FixtureAttachment(f"ATT0{n:04d}", text="Axolotls regrow limbs.")])
+             for n in range(250)]
+    build_zotero_dir(tmp_path, items)
+    lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None)
+    seen: list[tuple[int, int, int]] = []
+    lib.indexer.on_batch = lambda done, total: seen.append((done, total, int(lib.status()["percent"])))
+    lib.indexer.refresh(None)
+    assert [s[:2] for s in seen] == [(100, 250), (200, 250), (250, 250)]
+    assert [s[2] for s in seen] == [40, 80, 100]

@@ -1,0 +1,134 @@
+"""Attachment text: reading `.zotero-ft-cache` safely, splitting it into pages and chunks.
+
+The cache holds the plain text Zotero extracted (pdftotext separates PDF pages with a form feed,
+which we keep as page markers). Files are the user's and may be anything: oversized, binary,
+not UTF-8, a symlink out of the storage folder. None of that may crash the indexer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+from pathlib import Path
+
+from zocratesd.library._records import valid_key
+
+log = logging.getLogger(__name__)
+
+CACHE_NAME = ".zotero-ft-cache"
+PAGE_BREAK = "\f"
+# Zotero stops extracting at fulltext.textMaxLength = 500,000 characters; 4 MiB of UTF-8 holds
+# that with room to spare, and bounds what one odd file can make us read.
+MAX_CACHE_BYTES = 4 * 1024 * 1024
+# A chunk is what one search hit quotes. ~1,200 characters is a long paragraph: enough context to
+# answer from, and 6 hits stay ~2k tokens inside a small local model's prompt.
+CHUNK_CHARS = 1200
+# A chunk shorter than this is merged into its neighbour (headers, page numbers, stray lines).
+MIN_CHUNK_CHARS = 200
+# More than this share of control characters means the file is not text (a binary blob in the
+# cache's place); we index nothing rather than garbage.
+MAX_CONTROL_SHARE = 0.10
+
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
+_SPACE_RE = re.compile(r"[ \t\r\u00a0]+")
+_SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
+
+
+def cache_path(data_dir: Path, attachment_key: str) -> Path | None:
+    """`storage/<key>/.zotero-ft-cache`, or None for a key that is not a Zotero key (never a path)."""
+    if not valid_key(attachment_key):
+        return None
+    return data_dir / "storage" / attachment_key / CACHE_NAME
+
+
+def cache_stamp(data_dir: Path, attachment_key: str) -> str:
+    """'size:mtime_ns' of the cache file, '' when there is none (cheap: one stat)."""
+    p = cache_path(data_dir, attachment_key)
+    if p is None:
+        return ""
+    try:
+        st = p.stat()
+    except OSError:
+        return ""
+    return f"{st.st_size}:{st.st_mtime_ns}" if stat.S_ISREG(st.st_mode) else ""
+
+
+def read_cache(data_dir: Path, attachment_key: str) -> str | None:
+    """The attachment's extracted text, cleaned; None when there is none or it is not text."""
+    p = cache_path(data_dir, attachment_key)
+    if p is None:
+        return None
+    storage = (data_dir / "storage").resolve()
+    try:
+        real = p.resolve(strict=True)
+        if storage not in real.parents:  # a symlink out of storage/: not Zotero's
+            log.warning("library: %s points outside the storage folder; skipped", p)
+            return None
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(real, flags)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read(MAX_CACHE_BYTES + 1)
+        finally:
+            os.close(fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        log.warning("library: cannot read %s: %s", p, exc)
+        return None
+    if len(data) > MAX_CACHE_BYTES:
+        log.info("library: %s is larger than %d bytes; indexing its beginning", p, MAX_CACHE_BYTES)
+        data = data[:MAX_CACHE_BYTES]
+    return clean_text(data.decode("utf-8", errors="replace"), source=str(p))
+
+
+def clean_text(text: str, source: str = "text") -> str | None:
+    """Strip control characters (form feeds stay: they mark pages); None if it is not text."""
+    if not text.strip():
+        return None
+    controls = len(_CONTROL_RE.findall(text))
+    if controls > MAX_CONTROL_SHARE * len(text):
+        log.warning("library: %s does not look like text (%d control characters); skipped", source, controls)
+        return None
+    return _CONTROL_RE.sub(" ", text.replace("\ufffd", " "))
+
+
+def pages(text: str) -> list[tuple[int | None, str]]:
+    """[(page number or None, page text)]: numbered from 1 when the text has form feeds."""
+    if PAGE_BREAK not in text:
+        return [(None, text)]
+    return [(n, t) for n, t in enumerate(text.split(PAGE_BREAK), start=1) if t.strip()]
+
+
+def chunks(text: str, size: int = CHUNK_CHARS) -> list[tuple[int | None, str]]:
+    """[(page, chunk text)]: each page cut into ~`size`-character chunks at sentence ends, never
+    across a page; whitespace collapsed, paragraph breaks kept as single spaces."""
+    out: list[tuple[int | None, str]] = []
+    for page, body in pages(text):
+        body = _SPACE_RE.sub(" ", body.replace("\n", " ")).strip()
+        if not body:
+            continue
+        current = ""
+        for sentence in _SENTENCE_END_RE.split(body):
+            while len(sentence) > size:  # one giant "sentence" (tables, no punctuation)
+                cut = sentence.rfind(" ", 0, size)
+                cut = cut if cut > size // 2 else size
+                if current:
+                    out.append((page, current))
+                    current = ""
+                out.append((page, sentence[:cut].strip()))
+                sentence = sentence[cut:].strip()
+            if current and len(current) + len(sentence) + 1 > size:
+                out.append((page, current))
+                current = ""
+            current = f"{current} {sentence}" if current else sentence
+        if current:
+            if out and out[-1][0] == page and len(current) < MIN_CHUNK_CHARS and len(out[-1][1]) + len(current) < 2 * size:
+                out[-1] = (page, f"{out[-1][1]} {current}")
+            else:
+                out.append((page, current))
+    return out

@@ -1,0 +1,256 @@
+"""The background indexer: keeps library.db in step with the Zotero library, off the event loop.
+
+One thread owns the index's write connection. After the daemon starts it refreshes once, then
+polls for changes every `poll_interval_s` (the database's and `-wal`'s size and mtime, or the
+local API's `Last-Modified-Version`) and refreshes when something changed or a refresh was asked
+for. A refresh reads the library's metadata (local API first, else the database read-only, else a
+snapshot), re-indexes the items whose signature changed, in batches, and removes the ones that
+are gone. Progress is logged and kept in `status()`.
+
+Failures never leave the thread: a corrupt index is removed and rebuilt, a library that cannot be
+read is reported in the status (`state: "unavailable"` or `"error"`, with a message saying what
+to do) and retried at the next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from zocratesd.library._records import ItemRecord, LibrarySnapshot
+from zocratesd.library.fulltext import read_cache
+from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, open_index
+from zocratesd.library.local_api import LocalApi
+from zocratesd.library.zotero_db import (
+    ZOTERO_DB,
+    ZoteroDbError,
+    change_stamp,
+    open_zotero,
+    read_library,
+    remove_stale_snapshots,
+)
+
+log = logging.getLogger(__name__)
+
+State = Literal["starting", "indexing", "ready", "unavailable", "error", "stopped"]
+# Progress goes to the log at most this often during a long build (and at its start and end).
+PROGRESS_LOG_INTERVAL_S = 5.0
+# A refresh that fails (library locked and uncopiable, local API gone mid-read) is retried after
+# this long even when nothing seems to have changed.
+RETRY_AFTER_S = 60.0
+
+
+@dataclass
+class IndexerOptions:
+    data_dir: Path
+    work_dir: Path  # zocrates-data/: library.db and, briefly, snapshots
+    local_api_url: str | None  # None: do not use the local API
+    poll_interval_s: float = 30.0
+
+
+class Indexer:
+    def __init__(self, opts: IndexerOptions, reader: IndexReader):
+        self.opts = opts
+        self.reader = reader
+        self.index_path = reader.path
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._rebuild = False
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._status: dict[str, Any] = {
+            "state": "starting", "source": None, "zotero_schema_version": None, "items_total": 0,
+            "items_to_index": 0, "items_done": 0, "percent": 0.0, "items_indexed": 0, "chunks_indexed": 0,
+            "attachments_with_text": 0, "collections": 0, "last_refresh": None, "last_refresh_ms": None,
+            "refreshes": 0, "message": None, "warnings": [], "index_path": str(self.index_path),
+        }
+        self._last_stamp: object = None
+        self._last_attempt = 0.0
+        # Hooks for tests: called in the thread after each committed batch.
+        self.on_batch: Callable[[int, int], None] | None = None
+
+    # --- owner side (event loop) ---------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="zocrates-library-indexer", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the thread to stop (it stops between batches) and wait for it."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("library: the indexer did not stop within %.0f s", timeout)
+        self._set(state="stopped")
+
+    def request_refresh(self, rebuild: bool = False) -> None:
+        with self._lock:
+            self._rebuild = self._rebuild or rebuild
+        self._last_stamp = None
+        self._wake.set()
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {**self._status, "warnings": list(self._status["warnings"])}
+
+    # --- the thread -----------------------------------------------------------------------------
+
+    def _set(self, **values: Any) -> None:
+        with self._lock:
+            self._status.update(values)
+
+    def _run(self) -> None:
+        remove_stale_snapshots(self.opts.work_dir)
+        api = LocalApi(self.opts.local_api_url, self.opts.data_dir) if self.opts.local_api_url else None
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._maybe_refresh(api)
+                except Exception as exc:  # the thread must survive anything; say what happened
+                    log.exception("library: refresh failed")
+                    self._set(state="error", message=f"indexing failed: {exc}")
+                self._wake.wait(self.opts.poll_interval_s)
+                self._wake.clear()
+        finally:
+            if api is not None:
+                api.close()
+
+    def _maybe_refresh(self, api: LocalApi | None) -> None:
+        with self._lock:
+            rebuild, self._rebuild = self._rebuild, False
+        use_api = api is not None and api.probe()
+        if use_api:
+            assert api is not None
+            stamp: object = ("api", api.library_version())
+        else:
+            stamp = ("db", change_stamp(self.opts.data_dir))
+        stale = time.monotonic() - self._last_attempt > RETRY_AFTER_S and self.status()["state"] in ("error", "unavailable")
+        if stamp == self._last_stamp and not rebuild and not stale:
+            return
+        self._last_attempt = time.monotonic()
+        if not use_api and not (self.opts.data_dir / ZOTERO_DB).exists():
+            self._set(
+                state="unavailable", source=None,
+                message=f"no Zotero library found: {self.opts.data_dir} has no {ZOTERO_DB}, and Zotero's local API "
+                "is not answering (enable it in Zotero: Settings > Advanced > Allow other applications "
+                "on this computer to communicate with Zotero)",
+            )
+            self._last_stamp = stamp
+            return
+        if rebuild:
+            self.reader.invalidate()
+            from zocratesd.library.index import remove_index
+
+            remove_index(self.index_path)
+        self.refresh(api if use_api else None)
+        self._last_stamp = stamp
+
+    def refresh(self, api: LocalApi | None) -> None:
+        """One refresh pass (in the indexer thread, or directly in tests and the benchmark)."""
+        t0 = time.perf_counter()
+        try:
+            conn = open_index(self.index_path)
+        except IndexCorrupt as exc:
+            log.warning("library: the index was unusable and is rebuilt from scratch (%s)", exc)
+            self.reader.invalidate()
+            conn = open_index(self.index_path)
+        try:
+            try:
+                self._refresh_with(IndexWriter(conn), api, t0)
+            except sqlite3.DatabaseError as exc:
+                if not _is_corruption(exc):
+                    raise
+                log.warning("library: the index is corrupt (%s); rebuilding it", exc)
+                conn.close()
+                self.reader.invalidate()
+                from zocratesd.library.index import remove_index
+
+                remove_index(self.index_path)
+                conn = open_index(self.index_path)
+                self._refresh_with(IndexWriter(conn), api, t0)
+        finally:
+            conn.close()
+
+    def _read(self, api: LocalApi | None) -> tuple[LibrarySnapshot, Callable[[str], str | None]]:
+        if api is not None:
+            return api.read(), api.read_text
+        with open_zotero(self.opts.data_dir, self.opts.work_dir) as (zconn, how):
+            snap = read_library(zconn, self.opts.data_dir, how)
+        return snap, lambda key: read_cache(self.opts.data_dir, key)
+
+    def _refresh_with(self, writer: IndexWriter, api: LocalApi | None, t0: float) -> None:
+        try:
+            snap, read_text = self._read(api)
+        except ZoteroDbError as exc:
+            log.warning("library: %s", exc)
+            self._set(state="error", message=str(exc), **_counts(writer))
+            return
+        changed, removed = writer.plan(snap)
+        total = len(changed)
+        self._set(
+            state="indexing" if total or removed else "ready", source=snap.source,
+            zotero_schema_version=snap.schema_version, items_total=len(snap.items), items_to_index=total,
+            items_done=0, percent=0.0 if total else 100.0, message=None, warnings=snap.warnings,
+        )
+        if total:
+            log.info("library: indexing %d of %d items from %s (%d removed)", total, len(snap.items), snap.source, len(removed))
+        writer.write_collections(snap.collections)
+        if removed:
+            writer.remove(removed)
+        done = 0
+        last_log = time.monotonic()
+        for start in range(0, total, BATCH_ITEMS):
+            if self._stop.is_set():
+                log.info("library: indexing stopped at %d/%d items; it continues at the next start", done, total)
+                return
+            batch: list[tuple[ItemRecord, dict[str, str]]] = []
+            for item in changed[start : start + BATCH_ITEMS]:
+                texts = {}
+                for att in item.attachments:
+                    text = read_text(att.key)
+                    if text:
+                        texts[att.key] = text
+                batch.append((item, texts))
+            writer.write_items(batch)
+            done += len(batch)
+            pct = round(100.0 * done / total, 1)
+            self._set(items_done=done, percent=pct)
+            if self.on_batch is not None:
+                self.on_batch(done, total)
+            if time.monotonic() - last_log >= PROGRESS_LOG_INTERVAL_S:
+                log.info("library: indexed %d/%d items (%.0f%%)", done, total, pct)
+                last_log = time.monotonic()
+        ms = round((time.perf_counter() - t0) * 1000.0, 1)
+        writer.set_meta({"last_refresh": time.time(), "source": snap.source, "zotero_schema_version": snap.schema_version})
+        counts = _counts(writer)
+        with self._lock:
+            refreshes = self._status["refreshes"] + 1
+        self._set(
+            state="ready", percent=100.0, last_refresh=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            last_refresh_ms=ms, refreshes=refreshes, **counts,
+        )
+        if total or removed:
+            log.info(
+                "library: index ready in %.1f s: %d items, %d chunks, %d attachments with text (%s)",
+                ms / 1000, counts["items_indexed"], counts["chunks_indexed"], counts["attachments_with_text"], snap.source,
+            )
+
+
+def _counts(writer: IndexWriter) -> dict[str, int]:
+    c = writer.counts()
+    return {"items_indexed": c.items, "chunks_indexed": c.chunks, "attachments_with_text": c.attachments_with_text, "collections": c.collections}
+
+
+def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
+    msg = str(exc).lower()
+    return any(s in msg for s in ("malformed", "not a database", "corrupt", "no such table", "no such column", "fts5"))

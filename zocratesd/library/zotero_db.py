@@ -1,0 +1,354 @@
+"""Reading `zotero.sqlite` without ever writing to it (research/zotero_ops.md sections 1.2-1.5).
+
+How a database is opened, in order:
+
+1. `file:…?mode=ro` on the user's file, when it is a rollback-journal database (Zotero 7-9) with no
+   journal beside it. A running Zotero holds its EXCLUSIVE lock, so the first read fails with
+   "database is locked" within `RO_BUSY_TIMEOUT_S`; then:
+2. a snapshot: the database and its `-wal` (Zotero 10) or `-journal` are copied into a private
+   temporary folder under `zocrates-data/`, opened there read-write so SQLite replays the WAL or
+   rolls back the hot journal *in the copy*, validated with `PRAGMA quick_check` (a copy taken
+   mid-write can be torn: we retry), then read through `immutable=1`. The folder is removed when
+   the read ends, whatever happens, and leftovers of a crash are removed at the next start.
+
+A WAL database (Zotero 10) always goes the snapshot way: `mode=ro` on a WAL file creates `-wal`
+and `-shm` files next to the user's database [tested], which we must never do.
+
+Schema: the `userdata` version is read first. 123 (Zotero 7/8), 125 (9) and 129 (10) are known;
+versions between or after them are read with a warning (the columns we use have not changed since
+7.0); anything older than Zotero 7, or a file that is not a Zotero database, is a clear error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+from zocratesd.library._records import AttachmentRecord, CollectionRecord, ItemRecord, LibrarySnapshot, valid_key, year_of
+from zocratesd.library.fulltext import cache_stamp
+
+log = logging.getLogger(__name__)
+
+ZOTERO_DB = "zotero.sqlite"
+SNAPSHOT_PREFIX = "library-snapshot-"
+# userdata schema versions (zotero_ops.md 1.2): 123 = Zotero 7.0-8.0, 125 = 9.0, 129 = 10.0.
+KNOWN_SCHEMAS = {123: "Zotero 7/8", 125: "Zotero 9", 129: "Zotero 10"}
+OLDEST_SCHEMA = 123
+NEWEST_KNOWN_SCHEMA = 129
+# How long a read-only open waits for Zotero's lock before we take a snapshot instead: a running
+# Zotero never releases it, so waiting longer only delays the fallback.
+RO_BUSY_TIMEOUT_S = 0.25
+# A copy can be torn by a concurrent write (sqlite.org/howtocorrupt.html, backups); Zotero writes
+# in short bursts, so a few retries almost always get a clean copy.
+SNAPSHOT_ATTEMPTS = 3
+# Fields we keep, by their base-field names (type-specific fields such as caseName map to them).
+WANTED_FIELDS = ("title", "abstractNote", "date", "DOI", "url")
+NON_REGULAR_TYPES = ("attachment", "note", "annotation")
+# Tables and columns the reader relies on; a database without them is refused with their names.
+REQUIRED_COLUMNS = {
+    "items": ("itemID", "itemTypeID", "libraryID", "key", "dateModified", "clientDateModified"),
+    "itemData": ("itemID", "fieldID", "valueID"),
+    "itemDataValues": ("valueID", "value"),
+    "creators": ("creatorID", "firstName", "lastName", "fieldMode"),
+    "itemCreators": ("itemID", "creatorID", "orderIndex"),
+    "collections": ("collectionID", "collectionName", "parentCollectionID", "libraryID", "key"),
+    "collectionItems": ("collectionID", "itemID"),
+    "deletedItems": ("itemID",),
+    "itemAttachments": ("itemID", "parentItemID", "linkMode", "contentType"),
+    "libraries": ("libraryID", "type"),
+}
+
+
+class ZoteroDbError(Exception):
+    """The Zotero database cannot be read; the message says why and what to do."""
+
+
+def db_uri(path: Path, **params: str) -> str:
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    return f"file:{quote(str(path))}" + (f"?{query}" if query else "")
+
+
+def is_wal(path: Path) -> bool:
+    """True when the file's header says WAL (bytes 18-19 are 2); raises ZoteroDbError if not SQLite."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+    except OSError as exc:
+        raise ZoteroDbError(f"cannot read {path}: {exc.strerror}") from None
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        raise ZoteroDbError(f"{path} is not an SQLite database")
+    return header[18] == 2 or header[19] == 2
+
+
+def remove_stale_snapshots(work_dir: Path) -> None:
+    """Remove snapshot folders a crashed daemon left behind."""
+    for d in work_dir.glob(SNAPSHOT_PREFIX + "*"):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def open_zotero(data_dir: Path, work_dir: Path) -> Iterator[tuple[sqlite3.Connection, str]]:
+    """A read-only connection to the library and how it was made ("sqlite" or "snapshot")."""
+    db = data_dir / ZOTERO_DB
+    if not db.is_file():
+        raise ZoteroDbError(f"no {ZOTERO_DB} in {data_dir}: is this the Zotero data directory?")
+    wal = is_wal(db)
+    side_files = any(Path(f"{db}{s}").exists() for s in ("-wal", "-journal"))
+    if not wal and not side_files:
+        conn = sqlite3.connect(db_uri(db, mode="ro"), uri=True, timeout=RO_BUSY_TIMEOUT_S, check_same_thread=False)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            log.info("library: %s is in use (%s); reading a snapshot", db, exc)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise ZoteroDbError(f"{db} is not a readable SQLite database ({exc})") from None
+        else:
+            try:
+                yield conn, "sqlite"
+            finally:
+                conn.close()
+            return
+    with snapshot(db, work_dir) as conn:
+        yield conn, "snapshot"
+
+
+@contextlib.contextmanager
+def snapshot(db: Path, work_dir: Path) -> Iterator[sqlite3.Connection]:
+    """A validated private copy of `db` (+ `-wal` or `-journal`), removed on exit."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    last_error = ""
+    for attempt in range(1, SNAPSHOT_ATTEMPTS + 1):
+        folder = Path(tempfile.mkdtemp(prefix=SNAPSHOT_PREFIX, dir=work_dir))
+        try:
+            copy = folder / ZOTERO_DB
+            before = _stamp(db)
+            shutil.copyfile(db, copy)
+            for suffix in ("-wal", "-journal"):
+                side = Path(f"{db}{suffix}")
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.copyfile(side, Path(f"{copy}{suffix}"))
+            if _stamp(db) != before:
+                last_error = "the database changed while it was copied"
+                log.info("library: snapshot attempt %d of %s failed: %s", attempt, db, last_error)
+                continue
+            try:
+                _recover(copy)
+            except sqlite3.DatabaseError as exc:
+                last_error = f"the copy is not consistent ({exc})"
+                log.info("library: snapshot attempt %d of %s failed: %s", attempt, db, last_error)
+                continue
+            conn = sqlite3.connect(db_uri(copy, mode="ro", immutable="1"), uri=True, check_same_thread=False)
+            try:
+                yield conn
+            finally:
+                conn.close()
+            return
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    raise ZoteroDbError(f"could not take a consistent snapshot of {db} after {SNAPSHOT_ATTEMPTS} attempts: {last_error}")
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def _recover(copy: Path) -> None:
+    """Replay the WAL / roll back a hot journal in the copy, fold everything into the main file,
+    and check it. Only ever run on our own copy."""
+    conn = sqlite3.connect(copy, isolation_level=None)
+    try:
+        (result,) = conn.execute("PRAGMA quick_check").fetchone()
+        if result != "ok":
+            raise sqlite3.DatabaseError(str(result))
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("PRAGMA journal_mode=DELETE")
+    finally:
+        conn.close()
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    try:
+        row = conn.execute("SELECT version FROM version WHERE schema = 'userdata'").fetchone()
+    except sqlite3.OperationalError:
+        raise ZoteroDbError("zotero.sqlite has no version table: not a Zotero database") from None
+    if row is None or not isinstance(row[0], int):
+        raise ZoteroDbError(f"zotero.sqlite has no usable userdata schema version ({row[0] if row else 'none'!r})")
+    return int(row[0])
+
+
+def check_schema(conn: sqlite3.Connection, version: int) -> list[str]:
+    """Refuse what we cannot read; return warnings for versions we read on trust."""
+    if version < OLDEST_SCHEMA:
+        raise ZoteroDbError(
+            f"zotero.sqlite has userdata schema {version}, older than Zotero 7 ({OLDEST_SCHEMA}); update Zotero to 7 or later"
+        )
+    for table, columns in REQUIRED_COLUMNS.items():
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        missing = [c for c in columns if c not in have]
+        if missing:
+            what = f"table {table}" if not have else f"{table}.{', '.join(missing)}"
+            raise ZoteroDbError(f"zotero.sqlite (userdata schema {version}) lacks {what}; this zocratesd cannot read it")
+    if version in KNOWN_SCHEMAS:
+        return []
+    newer = " (newer than this zocratesd knows)" if version > NEWEST_KNOWN_SCHEMA else ""
+    msg = f"zotero.sqlite has userdata schema {version}{newer}; reading it as Zotero 10's ({NEWEST_KNOWN_SCHEMA})"
+    log.warning("library: %s", msg)
+    return [msg]
+
+
+def read_library(conn: sqlite3.Connection, data_dir: Path, source: str) -> LibrarySnapshot:
+    """Every non-trashed item of the user library with metadata, collections, tags, attachments
+    (and their cache stamps; no text). Bulk queries, one pass each, grouped in Python."""
+    version = schema_version(conn)
+    warnings = check_schema(conn, version)
+    row = conn.execute("SELECT libraryID FROM libraries WHERE type = 'user' ORDER BY libraryID LIMIT 1").fetchone()
+    if row is None:
+        raise ZoteroDbError("zotero.sqlite has no user library")
+    lib = row[0]
+    types = dict(conn.execute("SELECT itemTypeID, typeName FROM itemTypesCombined"))
+    field_names = dict(conn.execute("SELECT fieldID, fieldName FROM fieldsCombined"))
+    base_of: dict[tuple[int, int], str] = {}
+    for type_id, base_id, field_id in conn.execute("SELECT itemTypeID, baseFieldID, fieldID FROM baseFieldMappingsCombined"):
+        if field_names.get(base_id) in WANTED_FIELDS:
+            base_of[(type_id, field_id)] = field_names[base_id]
+    wanted_ids = {fid for fid, name in field_names.items() if name in WANTED_FIELDS} | {fid for _, fid in base_of}
+
+    trashed = {r[0] for r in conn.execute("SELECT itemID FROM deletedItems")}
+    items: dict[int, dict[str, object]] = {}
+    for item_id, key, type_id, modified, client_modified in conn.execute(
+        "SELECT itemID, key, itemTypeID, dateModified, clientDateModified FROM items WHERE libraryID = ?", (lib,)
+    ):
+        if item_id in trashed or not valid_key(key):
+            continue
+        items[item_id] = {
+            "key": key, "type_id": type_id, "type": types.get(type_id, "unknown"),
+            "modified": str(modified or ""), "client_modified": str(client_modified or ""),
+        }
+
+    values: dict[int, dict[str, str]] = {}
+    if wanted_ids:
+        marks = ",".join("?" * len(wanted_ids))
+        for item_id, field_id, value in conn.execute(
+            f"SELECT d.itemID, d.fieldID, v.value FROM itemData d JOIN itemDataValues v ON v.valueID = d.valueID "
+            f"WHERE d.fieldID IN ({marks})", tuple(wanted_ids),
+        ):
+            it = items.get(item_id)
+            if it is None or value is None:
+                continue
+            name = base_of.get((it["type_id"], field_id)) or field_names.get(field_id)  # type: ignore[arg-type]
+            if name in WANTED_FIELDS:
+                values.setdefault(item_id, {})[name] = str(value)
+
+    creators: dict[int, list[str]] = {}
+    for item_id, first, last, mode in conn.execute(
+        "SELECT ic.itemID, c.firstName, c.lastName, c.fieldMode FROM itemCreators ic "
+        "JOIN creators c ON c.creatorID = ic.creatorID ORDER BY ic.itemID, ic.orderIndex"
+    ):
+        if item_id in items:
+            name = (last or "") if mode == 1 else " ".join(p for p in (first, last) if p)
+            if name.strip():
+                creators.setdefault(item_id, []).append(name.strip())
+
+    tags: dict[int, list[str]] = {}
+    with contextlib.suppress(sqlite3.OperationalError):  # tags are optional to us
+        for item_id, name in conn.execute("SELECT it.itemID, t.name FROM itemTags it JOIN tags t ON t.tagID = it.tagID"):
+            if item_id in items and name:
+                tags.setdefault(item_id, []).append(str(name))
+
+    collections, coll_keys = _collections(conn, lib)
+    member: dict[int, list[str]] = {}
+    for coll_id, item_id in conn.execute("SELECT collectionID, itemID FROM collectionItems ORDER BY collectionID, orderIndex"):
+        ck = coll_keys.get(coll_id)
+        if ck and item_id in items:
+            member.setdefault(item_id, []).append(ck)
+
+    atts: dict[int, list[AttachmentRecord]] = {}
+    standalone: list[int] = []
+    for item_id, parent_id, link_mode, content_type in conn.execute(
+        "SELECT itemID, parentItemID, linkMode, contentType FROM itemAttachments"
+    ):
+        it = items.get(item_id)
+        if it is None:
+            continue  # trashed, another library, or a bad key
+        rec = AttachmentRecord(
+            key=str(it["key"]), content_type=content_type, link_mode=link_mode,
+            modified=f"{it['modified']}|{it['client_modified']}", cache_stamp=cache_stamp(data_dir, str(it["key"])),
+        )
+        if parent_id is None:
+            standalone.append(item_id)
+            atts[item_id] = [rec]
+        elif parent_id in items:
+            atts.setdefault(parent_id, []).append(rec)
+    standalone_ids = set(standalone)
+
+    out: list[ItemRecord] = []
+    for item_id, it in items.items():
+        if it["type"] in NON_REGULAR_TYPES and item_id not in standalone_ids:
+            continue
+        v = values.get(item_id, {})
+        year = year_of(v.get("date"))
+        # PDFs first: their text is the paper (zotero-mcp orders the same way).
+        item_atts = sorted(atts.get(item_id, ()), key=lambda a: (a.content_type != "application/pdf", a.key))
+        out.append(
+            ItemRecord(
+                key=str(it["key"]), item_type=str(it["type"]), title=v.get("title") or "(untitled)",
+                creators=tuple(creators.get(item_id, ())), year=year, abstract=v.get("abstractNote", ""),
+                doi=v.get("DOI"), url=v.get("url"), collections=tuple(member.get(item_id, ())),
+                tags=tuple(tags.get(item_id, ())), attachments=tuple(item_atts),
+                date_modified=str(it["modified"]), client_date_modified=str(it["client_modified"]),
+            )
+        )
+    out.sort(key=lambda r: r.key)
+    return LibrarySnapshot(source=source, schema_version=version, items=out, collections=collections, warnings=warnings)
+
+
+def _collections(conn: sqlite3.Connection, lib: int) -> tuple[list[CollectionRecord], dict[int, str]]:
+    """Non-trashed collections (a collection under a trashed one counts as trashed)."""
+    rows = {
+        cid: (key, name, parent)
+        for cid, key, name, parent in conn.execute(
+            "SELECT collectionID, key, collectionName, parentCollectionID FROM collections WHERE libraryID = ?", (lib,)
+        )
+        if valid_key(key)
+    }
+    deleted: set[int] = set()
+    with contextlib.suppress(sqlite3.OperationalError):
+        deleted = {r[0] for r in conn.execute("SELECT collectionID FROM deletedCollections")}
+
+    def alive(cid: int) -> bool:
+        seen: set[int] = set()
+        while cid is not None:
+            if cid in deleted or cid not in rows or cid in seen:  # seen: a parent cycle in a damaged db
+                return False
+            seen.add(cid)
+            cid = rows[cid][2]
+        return True
+
+    keys = {cid: rows[cid][0] for cid in rows if alive(cid)}
+    out = [
+        CollectionRecord(key=keys[cid], name=str(rows[cid][1] or ""), parent_key=keys.get(rows[cid][2]) if rows[cid][2] else None)
+        for cid in keys
+    ]
+    return sorted(out, key=lambda c: c.key), keys
+
+
+def change_stamp(data_dir: Path) -> tuple[object, ...] | None:
+    """Cheap "has anything changed?" check: size and mtime of the database and its -wal."""
+    out: list[object] = []
+    for suffix in ("", "-wal"):
+        try:
+            st = os.stat(f"{data_dir / ZOTERO_DB}{suffix}")
+            out += [st.st_size, st.st_mtime_ns]
+        except OSError:
+            out += [None, None]
+    return tuple(out) if out[0] is not None else None
