@@ -14,10 +14,9 @@ After each restart:
 - a research checkpoint left pending by an acknowledged turn is still pending, the same one;
 - every session takes the next operation (the next iteration's set-up asserts that).
 
-Adding an operation is adding a function to OPS. The checkpoint case (a turn stopped at a pending
-checkpoint, then killed while its answer `_zocrates/chat/resume` runs) belongs there once the
-checkpoints of issue 5 have landed; until then a checkpoint any turn happens to leave pending is
-already recorded and checked after every restart.
+Adding an operation is adding a function to OPS. The checkpoint victim kills the daemon while a
+deep question waits at its research checkpoint (issue 5); a kill in the middle of answering one
+(`_zocrates/chat/resume`) is the next case to add.
 """
 
 from __future__ import annotations
@@ -44,7 +43,12 @@ CONFIG = {
     "max_saved_sessions": MAX_SESSIONS,
     "session_retention_days": None,
     "compaction": {"min_turns": 3, "token_floor": 0, "decision_threshold": 0.0},
+    # One search round before a research checkpoint: a question of several aspects stops at one.
+    "research": {"initial_budget": 1, "max_extensions": 2},
 }
+# Three aspects: with initial_budget 1 the turn pauses at a checkpoint after the first round.
+DEEP_QUESTION = ("What is retrieval-augmented generation? How does HyDE write hypothetical documents? "
+                 "Which encoders does dense passage retrieval use?")
 MAX_KILL_NOTIFICATION = 32  # a turn of the offline model streams ~30-45 notifications: most kills land inside it
 REQUEST_TIMEOUT_S = 60.0
 
@@ -100,7 +104,9 @@ def prompt_params(sid: str, text: str) -> dict[str, Any]:
 
 
 def question(rng: random.Random) -> str:
-    return f"{rng.choice(QUESTIONS)} (crash ref {rng.randrange(10**6)})"
+    # The tag goes inside the question: after its "?" it would be an aspect of its own, and with a
+    # budget of one round the turn would stop at a checkpoint.
+    return f"{rng.choice(QUESTIONS).rstrip('?')} (crash ref {rng.randrange(10**6)})?"
 
 
 def acked_turn(ch: Chain, c: Conn, sid: str) -> None:
@@ -142,11 +148,19 @@ def kill_now(ch: Chain, extra_s: float = 0.0) -> None:
     ch.d.kill()
 
 
+def forget_checkpoint(ch: Chain, sid: str) -> None:
+    """A victim on this session may supersede (a prompt) or hide (a rewind) its pending checkpoint
+    before the kill: once it is sent, the checkpoint is no longer promised."""
+    ch.sessions[sid].pending = None
+
+
 def send_and_kill(ch: Chain, c: Conn, method: str, params: dict[str, Any], *, after_notes: int | None = None,
                   after_first: str | None = None, delay_s: float = 0.0) -> dict[str, Any] | None:
     """Send a request, then SIGKILL the daemon: after `after_notes` notifications, or `delay_s`
     after the first update of kind `after_first`, or `delay_s` after sending. Returns the reply if
     it arrived before the kill (the operation was acknowledged), else None."""
+    if "sessionId" in params:
+        forget_checkpoint(ch, params["sessionId"])
     c.send({"jsonrpc": "2.0", "id": "victim", "method": method, "params": params})
     if after_notes is None and after_first is None:
         kill_now(ch, delay_s)
@@ -206,6 +220,7 @@ def victim_rewind(ch: Chain, c: Conn) -> str:
     t = ch.sessions[sid]
     target_i = ch.rng.randrange(len(t.live))
     delay = ch.rng.uniform(0.0, 0.02)
+    forget_checkpoint(ch, sid)
     c.send({"jsonrpc": "2.0", "id": "victim", "method": "_zocrates/session/rewind",
             "params": {"sessionId": sid, "invocationId": t.live[target_i]}})
     time.sleep(delay)
@@ -257,11 +272,35 @@ def _update_order(ch: Chain) -> list[str]:
         conn.close()
 
 
+def victim_checkpoint(ch: Chain, c: Conn) -> str:
+    """A deep question pauses at a research checkpoint and asks us (session/request_permission);
+    the daemon is killed while it waits. Asking is the daemon saying the checkpoint is pending: it
+    must still be pending, the same one, after the restart."""
+    sid = pick_session(ch, c)
+    forget_checkpoint(ch, sid)
+    c.send({"jsonrpc": "2.0", "id": "victim", "method": "session/prompt", "params": prompt_params(sid, DEEP_QUESTION)})
+    while True:
+        msg = c.recv()
+        if msg.get("method") == "session/request_permission":
+            break
+        if msg.get("id") == "victim":  # answered without a checkpoint
+            kill_now(ch)
+            record_victim_turn(ch, sid, msg)
+            return f"deep question on {sid} ended without a checkpoint"
+    delay = ch.rng.uniform(0.0, 0.003)
+    kill_now(ch, delay)
+    # The permission request's toolCallId is "<interrupt id>@<invocation id>".
+    interrupt, _, invocation = str(msg["params"]["toolCall"].get("toolCallId")).partition("@")
+    ch.sessions[sid].pending = {"invocation_id": invocation or None, "interrupt_id": interrupt}
+    return f"checkpoint on {sid}, killed {delay * 1000:.1f} ms after it asked"
+
+
 OPS: list[tuple[str, Callable[[Chain, Conn], str]]] = [
     ("turn", victim_turn),
     ("compaction", victim_compaction),
     ("rewind", victim_rewind),
     ("maintenance", victim_maintenance),
+    ("checkpoint", victim_checkpoint),
 ]
 
 
@@ -297,8 +336,9 @@ def check_after_restart(ch: Chain) -> None:
             t.maybe_hidden = set()
             if t.pending is not None:
                 got = ui["pending_hitl"]
-                assert got is not None and (got["invocation_id"], got["interrupt_id"]) == (
-                    t.pending["invocation_id"], t.pending["interrupt_id"]), f"{sid}: checkpoint {t.pending} lost: {got}"
+                assert got is not None, f"{sid}: checkpoint {t.pending} lost after a crash"
+                for key in ("invocation_id", "interrupt_id"):
+                    assert t.pending[key] in (None, got[key]), f"{sid}: checkpoint {t.pending} became {got}"
             # Turns the kill cut short are part of the history now: the live list follows the store.
             t.live = [m["invocation_id"] for m in ui["messages"] if m["role"] == "user"]
             t.pending = ui["pending_hitl"]
