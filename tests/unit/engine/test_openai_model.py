@@ -60,7 +60,9 @@ async def test_streamed_turn_with_a_tool_call(tmp_path: Path, fake: FakeOpenAI, 
         result, updates, sid = await turn(d, "What is RAG?")
         assert result.stop_reason == "end_turn"
         kinds = [u["kind"] for u in updates]
-        assert updates[0] == {"kind": "message", "role": "user", "message_id": updates[0]["message_id"], "text": "What is RAG?"}
+        assert updates[0] == {"kind": "message", "role": "user", "message_id": updates[0]["message_id"], "text": "What is RAG?",
+                              "invocation_id": result.invocation_id}
+        assert {u["invocation_id"] for u in updates if u["kind"] in ("message", "thought")} == {result.invocation_id}
         assert kinds[1] == "title" and "tool_call" in kinds and "tool_result" in kinds and "thought" in kinds
         chunks = [u["text"] for u in updates if u["kind"] == "message" and u["role"] == "assistant"]
         assert len(chunks) > 1  # streamed, not one block
