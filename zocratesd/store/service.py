@@ -32,6 +32,7 @@ from sqlalchemy import text as sa_text
 from google.adk.sessions import DatabaseSessionService
 
 from zocratesd import runtime
+from zocratesd.store.writer import FastAppendSessionService
 
 APP_NAME = "zocrates"
 # zocratesd is a per-user daemon: every session belongs to the one local user.
@@ -41,7 +42,7 @@ BUSY_TIMEOUT_S = 30.0
 
 log = logging.getLogger(__name__)
 
-_services: dict[Path, DatabaseSessionService] = {}
+_services: dict[Path, FastAppendSessionService] = {}
 _gates: dict[Path, StoreGate] = {}
 
 
@@ -142,20 +143,24 @@ def _configure_connection(dbapi_conn: Any, _record: Any) -> None:
         cur.close()
 
 
-def get_session_service(zotero_data_dir: Path) -> DatabaseSessionService:
-    """The one DatabaseSessionService for this data dir, created on first use (tables not yet made:
-    await `prepare_tables()` at start so the first request does not pay for it)."""
+def get_session_service(zotero_data_dir: Path) -> FastAppendSessionService:
+    """The one session service for this data dir (ADK's DatabaseSessionService, with the fast
+    `append_event` of store/writer.py), created on first use (tables not yet made: await
+    `prepare_tables()` at start so the first request does not pay for it)."""
     key = Path(zotero_data_dir).resolve()
     svc = _services.get(key)
     if svc is None:
         path = db_path(key)
         runtime.ensure_private_dir(path.parent)
-        svc = DatabaseSessionService(
+        svc = FastAppendSessionService(
+            db_file=path,
+            busy_timeout_s=BUSY_TIMEOUT_S,
             db_url=f"sqlite+aiosqlite:///{path}",
             connect_args={"timeout": BUSY_TIMEOUT_S},
         )
         sa_event.listen(svc.db_engine.sync_engine, "connect", _configure_connection)
         _install_gate(svc, store_gate(path))
+        svc.gate = store_gate(path)
         _services[key] = svc
     return svc
 
@@ -188,6 +193,8 @@ async def paused_store(
     async with store_gate(db_file).paused(drain_timeout_s):
         try:
             await svc.db_engine.dispose()
+            if isinstance(svc, FastAppendSessionService):
+                svc.close_writer()
             for c in closables:
                 await c.aclose()
             yield
