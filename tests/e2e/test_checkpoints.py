@@ -67,6 +67,12 @@ def test_a_checkpoint_survives_sigkill_and_resumes_from_a_new_daemon(daemon_fact
     with RawConn(d.socket_path) as c:
         ui = c.result("_zocrates/session/get", {"sessionId": sid})
         hitl = ui["pending_hitl"]
+        c.result("session/load", {"sessionId": sid, "cwd": "/tmp", "mcpServers": []})
+        replayed = [n["params"]["update"] for n in c.notifications]
+        assert replayed[-1]["sessionUpdate"] == "session_info_update"
+        assert replayed[-2]["kind"] == "think" and replayed[-2]["status"] == "pending"
+        assert replayed[-2]["toolCallId"] == f"interrupt_ext_1@{hitl['invocation_id']}"
+        c.notifications.clear()
         assert hitl["interrupt_id"] == "interrupt_ext_1"
         assert hitl["payload"]["unaddressed_aspects"] == THREE.split("? ", 1)[1].replace("? ", "?|").split("|")
         assert stored_rounds(d.db_path, sid) == [(1, "What is retrieval-augmented generation?")]

@@ -34,6 +34,7 @@ from zocratesd.runtime import PROTOCOL_VERSION
 from zocratesd.store.reader import gc_paused
 from zocratesd.engine.context import PromptContext
 from zocratesd.store.transcript import Update, history_updates
+from zocratesd.store.ui import pending_checkpoint
 from zocratesd.rpc.updates import checkpoint_call_id, session_info, session_info_update, to_acp
 
 log = logging.getLogger(__name__)
@@ -298,7 +299,11 @@ def build_methods(daemon: Daemon) -> MethodTable:
         live = await daemon.live_session(p.session_id)
         attach(peer, daemon, p.session_id)
         with gc_paused():
-            updates = [*(a for a in map(to_acp, history_updates(live.live)) if a), session_info_update(live.title)]
+            updates = [*(a for a in map(to_acp, history_updates(live.live)) if a)]
+            pending = pending_checkpoint(live.live)
+            if pending is not None:  # show it, so the editor knows the last turn waits on the user
+                updates.append(to_acp({"kind": "checkpoint", **pending}))
+            updates.append(session_info_update(live.title))
         await peer.send_messages(
             jsonrpc.notification("session/update", {"sessionId": p.session_id, "update": u}) for u in updates
         )

@@ -114,6 +114,11 @@ def _scan(live: Iterable[Json]) -> tuple[list[Json], Json | None]:
     return messages, pending
 
 
+def pending_checkpoint(live: Iterable[Json]) -> Json | None:
+    """The research checkpoint still waiting for an answer in these live events, if any."""
+    return _scan(live)[1]
+
+
 def title_of(state: Json) -> str:
     title = state.get("title")
     return title if isinstance(title, str) and title else DEFAULT_TITLE
