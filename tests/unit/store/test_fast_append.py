@@ -120,3 +120,29 @@ async def test_appends_to_many_sessions_at_once_all_land(tmp_path: Path) -> None
             assert back is not None and back.state["n"] == 9 and len(back.events) == 10
     finally:
         await close_session_services(tmp_path)
+
+
+async def test_get_session_equals_adks_for_every_config(tmp_path: Path) -> None:
+    from google.adk.sessions.base_session_service import GetSessionConfig
+
+    fast = get_session_service(tmp_path)
+    plain = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{db_path(tmp_path)}")
+    try:
+        session = await fast.create_session(app_name=APP_NAME, user_id=USER_ID, session_id="s1", state={"app:theme": "dark", "user:lang": "fr"})
+        for ev in events_for("s1"):
+            await fast.append_event(session, ev)
+        middle = session.events[2].timestamp
+        configs = [None, GetSessionConfig(), GetSessionConfig(num_recent_events=0), GetSessionConfig(num_recent_events=2),
+                   GetSessionConfig(after_timestamp=middle), GetSessionConfig(after_timestamp=middle, num_recent_events=1),
+                   GetSessionConfig(after_timestamp=session.events[-1].timestamp + 10)]
+        for config in configs:
+            ours = await fast.get_session(app_name=APP_NAME, user_id=USER_ID, session_id="s1", config=config)
+            theirs = await plain.get_session(app_name=APP_NAME, user_id=USER_ID, session_id="s1", config=config)
+            assert ours is not None and theirs is not None
+            assert ours.model_dump() == theirs.model_dump(), config
+            assert ours._storage_update_marker == theirs._storage_update_marker
+            assert ours.state["app:theme"] == "dark" and ours.state["user:lang"] == "fr"
+        assert await fast.get_session(app_name=APP_NAME, user_id=USER_ID, session_id="nope") is None
+    finally:
+        await plain.close()
+        await close_session_services(tmp_path)
