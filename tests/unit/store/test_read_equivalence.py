@@ -17,6 +17,7 @@ from google.adk.apps import App
 from google.adk.events import Event, EventActions
 from google.adk.events.event_actions import EventCompaction
 from google.adk.runners import Runner
+from google.adk.sessions import DatabaseSessionService
 from google.genai import types
 
 from adkevents import answer, append_all, call, text
@@ -24,6 +25,7 @@ from adkevents import answer, append_all, call, text
 from zocratesd.config import ZocratesConfig
 from zocratesd.daemon import Daemon
 from zocratesd.store import APP_NAME, USER_ID, close_session_services, format_session_for_ui
+from zocratesd.store.service import db_path
 
 pytestmark = pytest.mark.anyio
 
@@ -32,9 +34,12 @@ pytestmark = pytest.mark.anyio
 async def world(tmp_path: Path) -> Any:
     daemon = Daemon(tmp_path, ZocratesConfig())
     await daemon.start()
-    svc = daemon._service
+    # ADK's own service on the same file (not the daemon's, whose reads and appends are our fast
+    # path): what it writes and reads is the reference.
+    svc = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{db_path(tmp_path)}", connect_args={"timeout": 30})
     runner = Runner(app=App(name=APP_NAME, root_agent=LlmAgent(name="coordinator", model="gemini-2.0-flash")), session_service=svc)
     yield daemon, svc, runner
+    await svc.close()
     await close_session_services(tmp_path)
 
 
