@@ -46,7 +46,6 @@ from zocratesd.compaction.summarise import ExtractiveSummariser, ModelSummariser
 from zocratesd.compaction.turns import estimate_prompt_tokens, latest_compaction, split_turns, summary_text
 from zocratesd.config import CompactionConfig, ZocratesConfig
 from zocratesd.store import APP_NAME, USER_ID
-from zocratesd.store.ui import apply_rewinds
 
 if TYPE_CHECKING:
     from zocratesd.daemon import Daemon
@@ -171,14 +170,7 @@ class Compactor:
         state = await self.daemon.reader.session_state(session_id)
         until, covered = state.get(COMPACTED_UNTIL), state.get(COMPACTED_TURNS)
         if isinstance(until, (int, float)) and isinstance(covered, int) and not isinstance(covered, bool):
-            session = await self.daemon._service.get_session(
-                app_name=APP_NAME, user_id=USER_ID, session_id=session_id,
-                config=GetSessionConfig(after_timestamp=float(until)),
-            )
-            if session is None:
-                raise LookupError(f"session {session_id} is gone")
-            events = [e.model_dump(exclude_none=True, mode="json") for e in session.events]
-            return apply_rewinds(events), covered
+            return await self.daemon.reader.window(session_id, float(until)), covered
         return (await self.daemon.reader.live_session(session_id)).live, 0
 
     async def append(self, session_id: str, start: float, end: float, summary: str, *, covered: int) -> None:

@@ -37,6 +37,10 @@ _EVENTS_SQL = (
     "SELECT event_data FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?"
     " ORDER BY timestamp ASC, id ASC"
 )
+_WINDOW_SQL = (
+    "SELECT event_data FROM events WHERE app_name = ? AND user_id = ? AND session_id = ? AND timestamp >= ?"
+    " ORDER BY timestamp ASC, id ASC"
+)
 _EXISTS_SQL = "SELECT 1 FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?"
 
 T = TypeVar("T")
@@ -217,6 +221,30 @@ class SessionReader:
         head, rows = await self._rows(session_id)
         with gc_paused():
             return self._parse(session_id, head, rows)
+
+    async def window(self, session_id: str, after_timestamp: float) -> list[Json]:
+        """The live events at or after `after_timestamp` (rewinds applied): what a turn loads after
+        a compaction (ADK's `GetSessionConfig(after_timestamp=...)`, the same filter on the same
+        column). Raises SessionNotFound."""
+        from zocratesd.store.writer import sqlite_datetime
+
+        params = (APP_NAME, USER_ID, session_id)
+        after = sqlite_datetime(after_timestamp)[0]
+
+        def read(c: sqlite3.Connection) -> tuple[Any, list[Any]]:
+            c.execute("BEGIN")
+            try:
+                head = c.execute(_SESSION_SQL, params).fetchone()
+                rows = c.execute(_WINDOW_SQL, (*params, after)).fetchall() if head is not None else []
+            finally:
+                c.execute("COMMIT")
+            return head, rows
+
+        head, rows = await self._run(read)
+        if head is None:
+            raise SessionNotFound(session_id)
+        with gc_paused():
+            return apply_rewinds([orjson.loads(r[0]) for r in rows if r[0] is not None])
 
     async def ui_session(self, session_id: str) -> Json:
         head, rows = await self._rows(session_id)

@@ -185,17 +185,27 @@ async def test_a_turn_after_compaction_loads_only_the_window(daemon: tuple[Daemo
         full_reads += 1
         return await real_live(sid)
 
+    windows: list[tuple[float, int]] = []
+    real_window = d.reader.window
+
+    async def spy_window(sid: str, after: float) -> Any:
+        events = await real_window(sid, after)
+        windows.append((after, len(events)))
+        return events
+
     d.reader.live_session = count_live  # type: ignore[method-assign]
+    d.reader.window = spy_window  # type: ignore[method-assign]
     await d.prompt(row.id, "question 9")
     d.reader.live_session = real_live  # type: ignore[method-assign]
+    d.reader.window = real_window  # type: ignore[method-assign]
     config, loaded = loads[0]
     assert config.after_timestamp == state["compacted_until"]
     total = len((await d.live_session(row.id)).live)
     assert loaded < 15 < total  # turns 7-8, the compaction(s) after them: not 8 turns' events
     # The compaction step read the same window (not the whole session) and compacted turn 7.
     assert full_reads == 0
-    config, loaded = loads[1]
-    assert config.after_timestamp == state["compacted_until"] and loaded < 15
+    [(after, loaded)] = windows
+    assert after == state["compacted_until"] and loaded < 15
     assert (await d.live_session(row.id)).state["compacted_turns"] == 7
 
 

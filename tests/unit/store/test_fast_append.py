@@ -143,6 +143,18 @@ async def test_get_session_equals_adks_for_every_config(tmp_path: Path) -> None:
             assert ours._storage_update_marker == theirs._storage_update_marker
             assert ours.state["app:theme"] == "dark" and ours.state["user:lang"] == "fr"
         assert await fast.get_session(app_name=APP_NAME, user_id=USER_ID, session_id="nope") is None
+        # The reader's window (compaction reads it) is ADK's windowed load, as stored JSON.
+        from zocratesd.store.reader import SessionReader
+
+        reader = SessionReader(db_path(tmp_path))
+        try:
+            for after in (session.events[0].timestamp, middle, session.events[-1].timestamp + 10):
+                theirs = await plain.get_session(app_name=APP_NAME, user_id=USER_ID, session_id="s1",
+                                                 config=GetSessionConfig(after_timestamp=after))
+                assert theirs is not None
+                assert await reader.window("s1", after) == [e.model_dump(exclude_none=True, mode="json") for e in theirs.events]
+        finally:
+            await reader.aclose()
     finally:
         await plain.close()
         await close_session_services(tmp_path)
