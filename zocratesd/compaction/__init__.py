@@ -115,13 +115,17 @@ class Compactor:
             return CompactionResult(compacted=compacted, reason=reason, prompt_tokens=tokens, tokens_estimated=estimated,
                                     completed_turns=completed, compaction_ms=(time.perf_counter() - t0) * 1000, **kw)
 
+        cfg = self.config
+        reported = (usage or {}).get("prompt_token_count")
+        estimated = not isinstance(reported, int) or isinstance(reported, bool)
+        completed = 0
+        if not estimated and int(reported) < cfg.token_floor:
+            tokens = int(reported)
+            return result(False, "gate")  # below the floor whatever the turn count: nothing to read
         live, covered = await self._history(session_id)
         turns = split_turns(live, first_index=covered + 1)
         completed = covered + len(turns)
-        reported = (usage or {}).get("prompt_token_count")
-        estimated = not isinstance(reported, int)
         tokens = estimate_prompt_tokens(live) if estimated else int(reported)
-        cfg = self.config
         if completed < self.effective_min_turns or tokens < cfg.token_floor:
             return result(False, "gate")
         prev = latest_compaction(live)

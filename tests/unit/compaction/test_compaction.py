@@ -221,6 +221,44 @@ async def test_the_gate_holds_below_min_turns_and_token_floor(tmp_path: Path) ->
         await close_session_services(tmp_path)
 
 
+async def test_a_prompt_below_the_token_floor_costs_no_read(tmp_path: Path) -> None:
+    """With the model's reported prompt size under the floor, the gate fails whatever the turn
+    count: the evaluation reads nothing (the common case, every turn of a short chat)."""
+    d = Daemon(tmp_path, ZocratesConfig(compaction={"min_turns": 0, "token_floor": 30_000}),
+               retriever=InMemoryRetriever([Passage(item_key="ABCD1234", title="t", text="q text")]))
+    await d.start()
+    reads: list[str] = []
+    real_live, real_window = d.reader.live_session, d.reader.window
+
+    async def live(sid: str) -> Any:
+        reads.append("live")
+        return await real_live(sid)
+
+    async def window(sid: str, after: float) -> Any:
+        reads.append("window")
+        return await real_window(sid, after)
+
+    usages: list[dict[str, Any]] = []
+
+    async def listen(u: dict[str, Any]) -> None:
+        if u["kind"] == "usage":
+            usages.append(u)
+
+    try:
+        row = await d.create_session()
+        d.watchers.watch(row.id, listen)
+        d.reader.live_session, d.reader.window = live, window  # type: ignore[method-assign]
+        for i in range(1, 4):
+            await d.prompt(row.id, question(i))
+        assert reads == []
+        assert [(u["reason"], u["tokens_estimated"]) for u in usages] == [("gate", False)] * 3
+        assert all(0 < u["prompt_tokens"] < 30_000 for u in usages)
+    finally:
+        d.reader.live_session, d.reader.window = real_live, real_window  # type: ignore[method-assign]
+        await d.aclose()
+        await close_session_services(tmp_path)
+
+
 async def test_effective_min_turns_is_clamped_above_k(tmp_path: Path) -> None:
     d, _ = await make(tmp_path, min_turns=1, keep_recent_turns=2)
     try:
