@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.platform import time as platform_time
 from google.adk.events import Event
 from google.adk.sessions import DatabaseSessionService, Session
 from google.adk.sessions import _session_util
@@ -91,6 +93,62 @@ class FastAppendSessionService(DatabaseSessionService):
     async def close(self) -> None:
         self.close_writer()
         await super().close()
+
+    # --- create -------------------------------------------------------------------------------
+
+    async def create_session(
+        self, *, app_name: str, user_id: str, state: dict[str, Any] | None = None, session_id: str | None = None
+    ) -> Session:
+        """ADK's `create_session` (2.13) with sqlite3, for a session id given by the caller and no
+        app or user state (what the daemon does); anything else, and the very first session of an
+        app and user (whose state rows ADK creates), goes through ADK."""
+        deltas = _session_util.extract_json_safe_state_delta(state or {})
+        if session_id is None or deltas["app"] or deltas["user"]:
+            return await super().create_session(app_name=app_name, user_id=user_id, state=state, session_id=session_id)
+        await self.prepare_tables()
+        stored_now, _ = sqlite_datetime(platform_time.get_time())
+        async with self.gate.request():
+            found = await anyio.to_thread.run_sync(
+                self._create, app_name, user_id, session_id, deltas["session"], stored_now, limiter=self._writer_limiter
+            )
+        if found is None:  # no state rows yet: ADK makes them
+            return await super().create_session(app_name=app_name, user_id=user_id, state=state, session_id=session_id)
+        app_json, user_json = found
+        merged = _merge_state(json.loads(app_json) if app_json else {}, json.loads(user_json) if user_json else {},
+                              dict(deltas["session"]))
+        marker, last_update = _marker(stored_now)
+        session = Session(app_name=app_name, user_id=user_id, id=session_id, state=merged, events=[],
+                          last_update_time=last_update)
+        session._storage_update_marker = marker
+        return session
+
+    def _create(
+        self, app_name: str, user_id: str, session_id: str, session_state: dict[str, Any], stored_now: str
+    ) -> tuple[Any, Any] | None:
+        with self._conn_lock:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                app = conn.execute("SELECT state FROM app_states WHERE app_name = ?", (app_name,)).fetchone()
+                user = conn.execute(
+                    "SELECT state FROM user_states WHERE app_name = ? AND user_id = ?", (app_name, user_id)
+                ).fetchone()
+                if app is None or user is None:
+                    conn.execute("ROLLBACK")
+                    return None
+                try:
+                    conn.execute(
+                        "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time) VALUES (?, ?, ?, ?, ?, ?)",
+                        (app_name, user_id, session_id, json.dumps(session_state), stored_now, stored_now),
+                    )
+                except sqlite3.IntegrityError:
+                    raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return app[0], user[0]
 
     # --- get ----------------------------------------------------------------------------------
 

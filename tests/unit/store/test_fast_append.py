@@ -158,3 +158,38 @@ async def test_get_session_equals_adks_for_every_config(tmp_path: Path) -> None:
     finally:
         await plain.close()
         await close_session_services(tmp_path)
+
+
+async def test_create_session_equals_adks(tmp_path: Path) -> None:
+    from google.adk.errors.already_exists_error import AlreadyExistsError
+
+    fast = get_session_service(tmp_path / "fast")
+    plain_db = tmp_path / "plain.db"
+    plain = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{plain_db}")
+    try:
+        made = {}
+        for name, svc in (("fast", fast), ("plain", plain)):
+            first = await svc.create_session(app_name=APP_NAME, user_id=USER_ID, session_id="s0")  # makes the state rows
+            second = await svc.create_session(app_name=APP_NAME, user_id=USER_ID, session_id="s1",
+                                              state={"title": "Thèse", "temp:x": 1, "n": [1, None]})
+            with pytest.raises(AlreadyExistsError):
+                await svc.create_session(app_name=APP_NAME, user_id=USER_ID, session_id="s1")
+            made[name] = (first, second)
+            # It is a session ADK can load and append to.
+            await svc.append_event(second, Event(author="user", invocation_id="e-1", actions=EventActions(state_delta={"k": 2})))
+            back = await svc.get_session(app_name=APP_NAME, user_id=USER_ID, session_id="s1")
+            assert back is not None and back.state["title"] == "Thèse" and back.state["k"] == 2 and "temp:x" not in back.state
+        f, p = made["fast"][1], made["plain"][1]
+        assert (f.id, f.app_name, f.user_id, f.state, len(f.events)) == (p.id, p.app_name, p.user_id, p.state, len(p.events))
+        con_f, con_p = sqlite3.connect(db_path(tmp_path / "fast")), sqlite3.connect(plain_db)
+        try:
+            q = "SELECT app_name, user_id, id, state, length(create_time), create_time = update_time FROM sessions WHERE id = 's1'"
+            row_f = con_f.execute(q).fetchone()
+            assert row_f == con_p.execute(q).fetchone()
+            assert row_f is not None
+        finally:
+            con_f.close()
+            con_p.close()
+    finally:
+        await plain.close()
+        await close_session_services(tmp_path / "fast")
