@@ -11,7 +11,6 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-import orjson
 
 # Zotero item and collection keys: 8 characters of [23456789A-Z] (we accept any A-Z0-9, as the
 # prompt context does). A key names a folder under storage/, so anything else is refused.
@@ -57,11 +56,17 @@ class ItemRecord:
     attachments: tuple[AttachmentRecord, ...] = ()
     date_modified: str = ""
     client_date_modified: str = ""
+    stamp: str = ""  # see item_stamp()
 
-    def signature(self) -> str:
-        """Changes whenever anything the index holds about the item could have changed: Zotero's
-        modification stamps, the metadata itself, and each attachment's stamps and cache file."""
-        return hashlib.blake2b(orjson.dumps(self), digest_size=16).hexdigest()
+
+def item_stamp(modified: str, client_modified: str, collections: list[str], attachments: list[AttachmentRecord]) -> str:
+    """What tells a refresh that an item changed, computed without reading its metadata: Zotero's
+    `dateModified` (user edits) and `clientDateModified` (every save, collection and tag changes
+    included), its collections, and each attachment's stamps and cache file (Zotero rewrites the
+    cache when it re-extracts text, without touching the item)."""
+    parts = [modified, client_modified, ",".join(sorted(collections))]
+    parts += [f"{a.key}:{a.modified}:{a.cache_stamp}" for a in sorted(attachments, key=lambda a: a.key)]
+    return hashlib.blake2b("|".join(parts).encode(), digest_size=12).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -73,10 +78,12 @@ class CollectionRecord:
 
 @dataclass
 class LibrarySnapshot:
-    """One read of the whole library's metadata (no attachment text)."""
+    """One read of the library: every live item's stamp, and full records (no attachment text)
+    for the items whose stamp differs from what the index already holds."""
 
     source: str  # "local_api" | "sqlite" | "snapshot"
     schema_version: int | None
     items: list[ItemRecord] = field(default_factory=list)
+    stamps: dict[str, str] = field(default_factory=dict)  # every live item: key -> stamp
     collections: list[CollectionRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)

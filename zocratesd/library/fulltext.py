@@ -44,12 +44,12 @@ def cache_path(data_dir: Path, attachment_key: str) -> Path | None:
 
 
 def cache_stamp(data_dir: Path, attachment_key: str) -> str:
-    """'size:mtime_ns' of the cache file, '' when there is none (cheap: one stat)."""
-    p = cache_path(data_dir, attachment_key)
-    if p is None:
+    """'size:mtime_ns' of the cache file, '' when there is none (cheap: one stat; string paths,
+    as this runs for every attachment at every refresh)."""
+    if not valid_key(attachment_key):
         return ""
     try:
-        st = p.stat()
+        st = os.stat(os.path.join(data_dir, "storage", attachment_key, CACHE_NAME))
     except OSError:
         return ""
     return f"{st.st_size}:{st.st_mtime_ns}" if stat.S_ISREG(st.st_mode) else ""

@@ -181,29 +181,30 @@ class Indexer:
         finally:
             conn.close()
 
-    def _read(self, api: LocalApi | None) -> tuple[LibrarySnapshot, Callable[[str], str | None]]:
+    def _read(self, api: LocalApi | None, known: dict[str, str]) -> tuple[LibrarySnapshot, Callable[[str], str | None]]:
         if api is not None:
-            return api.read(), api.read_text
+            return api.read(known), api.read_text
         with open_zotero(self.opts.data_dir, self.opts.work_dir) as (zconn, how):
-            snap = read_library(zconn, self.opts.data_dir, how)
+            snap = read_library(zconn, self.opts.data_dir, how, known)
         return snap, lambda key: read_cache(self.opts.data_dir, key)
 
     def _refresh_with(self, writer: IndexWriter, api: LocalApi | None, t0: float) -> None:
+        have = writer.signatures()
         try:
-            snap, read_text = self._read(api)
+            snap, read_text = self._read(api, have)
         except ZoteroDbError as exc:
             log.warning("library: %s", exc)
             self._set(state="error", message=str(exc), **_counts(writer))
             return
-        changed, removed = writer.plan(snap)
+        changed, removed = writer.plan(snap, have)
         total = len(changed)
         self._set(
             state="indexing" if total or removed else "ready", source=snap.source,
-            zotero_schema_version=snap.schema_version, items_total=len(snap.items), items_to_index=total,
+            zotero_schema_version=snap.schema_version, items_total=len(snap.stamps), items_to_index=total,
             items_done=0, percent=0.0 if total else 100.0, message=None, warnings=snap.warnings,
         )
         if total:
-            log.info("library: indexing %d of %d items from %s (%d removed)", total, len(snap.items), snap.source, len(removed))
+            log.info("library: indexing %d of %d items from %s (%d removed)", total, len(snap.stamps), snap.source, len(removed))
         writer.write_collections(snap.collections)
         if removed:
             writer.remove(removed)

@@ -18,7 +18,15 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from zocratesd.library._records import AttachmentRecord, CollectionRecord, ItemRecord, LibrarySnapshot, valid_key, year_of
+from zocratesd.library._records import (
+    AttachmentRecord,
+    CollectionRecord,
+    ItemRecord,
+    LibrarySnapshot,
+    item_stamp,
+    valid_key,
+    year_of,
+)
 from zocratesd.library.fulltext import cache_stamp, clean_text, read_cache
 
 log = logging.getLogger(__name__)
@@ -112,7 +120,9 @@ class LocalApi:
                 return out  # the last page, or a server that ignores paging and sent everything
         raise LocalApiError(f"GET {path}: more than {MAX_PAGES} pages")
 
-    def read(self) -> LibrarySnapshot:
+    def read(self, known: dict[str, str] | None = None) -> LibrarySnapshot:
+        """Everything (the local API has no cheaper listing); full records only for items whose
+        stamp differs from `known`."""
         collections_raw = self._all("/api/users/0/collections")
         items_raw = self._all("/api/users/0/items")
         colls: dict[str, CollectionRecord] = {}
@@ -134,12 +144,18 @@ class LocalApi:
             if d.get("itemType") == "attachment" and valid_key(d.get("parentItem")):
                 children.setdefault(d["parentItem"], []).append(self._attachment(d))
         out: list[ItemRecord] = []
+        stamps: dict[str, str] = {}
         for d in live:
             kind = d.get("itemType")
             if kind in ("note", "annotation") or (kind == "attachment" and d.get("parentItem")):
                 continue
             atts = [self._attachment(d)] if kind == "attachment" else children.get(d["key"], [])
             atts.sort(key=lambda a: (a.content_type != "application/pdf", a.key))
+            in_colls = [k for k in (d.get("collections") or []) if k in colls]
+            stamp = item_stamp(str(d.get("dateModified") or ""), str(d.get("version") or ""), in_colls, atts)
+            stamps[d["key"]] = stamp
+            if known is not None and known.get(d["key"]) == stamp:
+                continue
             creators = []
             for c in d.get("creators") or []:
                 if isinstance(c, dict):
@@ -152,15 +168,16 @@ class LocalApi:
                     title=str(next((d[f] for f in TITLE_FIELDS if d.get(f)), "(untitled)")),
                     creators=tuple(creators), year=year_of(str(next((d[f] for f in DATE_FIELDS if d.get(f)), ""))),
                     abstract=str(d.get("abstractNote") or ""), doi=d.get("DOI") or None, url=d.get("url") or None,
-                    collections=tuple(k for k in (d.get("collections") or []) if k in colls),
+                    collections=tuple(in_colls),
                     tags=tuple(str(t["tag"]) for t in (d.get("tags") or []) if isinstance(t, dict) and t.get("tag")),
                     attachments=tuple(atts), date_modified=str(d.get("dateModified") or ""),
-                    client_date_modified=str(d.get("version") or ""),
+                    client_date_modified=str(d.get("version") or ""), stamp=stamp,
                 )
             )
         out.sort(key=lambda r: r.key)
         return LibrarySnapshot(
-            source="local_api", schema_version=self.schema_version, items=out, collections=sorted(colls.values(), key=lambda c: c.key)
+            source="local_api", schema_version=self.schema_version, items=out, stamps=stamps,
+            collections=sorted(colls.values(), key=lambda c: c.key),
         )
 
     def _attachment(self, d: dict[str, Any]) -> AttachmentRecord:

@@ -22,6 +22,7 @@ versions between or after them are read with a warning (the columns we use have 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -31,7 +32,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-from zocratesd.library._records import AttachmentRecord, CollectionRecord, ItemRecord, LibrarySnapshot, valid_key, year_of
+from zocratesd.library._records import (
+    AttachmentRecord,
+    CollectionRecord,
+    ItemRecord,
+    LibrarySnapshot,
+    item_stamp,
+    valid_key,
+    year_of,
+)
 from zocratesd.library.fulltext import cache_stamp
 
 log = logging.getLogger(__name__)
@@ -206,9 +215,14 @@ def check_schema(conn: sqlite3.Connection, version: int) -> list[str]:
     return [msg]
 
 
-def read_library(conn: sqlite3.Connection, data_dir: Path, source: str) -> LibrarySnapshot:
-    """Every non-trashed item of the user library with metadata, collections, tags, attachments
-    (and their cache stamps; no text). Bulk queries, one pass each, grouped in Python."""
+def read_library(
+    conn: sqlite3.Connection, data_dir: Path, source: str, known: dict[str, str] | None = None
+) -> LibrarySnapshot:
+    """Every non-trashed item of the user library: its stamp (`item_stamp`), and, for the items
+    whose stamp differs from `known` (all when None), the full record with metadata, collections,
+    tags and attachments (no text). Phase 1 reads only ids, dates, collection membership and
+    attachments; phase 2 reads field values, creators and tags for the changed items only, so a
+    refresh of a 10,000-item library that changed in 10 places reads 10 items' metadata."""
     version = schema_version(conn)
     warnings = check_schema(conn, version)
     row = conn.execute("SELECT libraryID FROM libraries WHERE type = 'user' ORDER BY libraryID LIMIT 1").fetchone()
@@ -216,54 +230,13 @@ def read_library(conn: sqlite3.Connection, data_dir: Path, source: str) -> Libra
         raise ZoteroDbError("zotero.sqlite has no user library")
     lib = row[0]
     types = dict(conn.execute("SELECT itemTypeID, typeName FROM itemTypesCombined"))
-    field_names = dict(conn.execute("SELECT fieldID, fieldName FROM fieldsCombined"))
-    base_of: dict[tuple[int, int], str] = {}
-    for type_id, base_id, field_id in conn.execute("SELECT itemTypeID, baseFieldID, fieldID FROM baseFieldMappingsCombined"):
-        if field_names.get(base_id) in WANTED_FIELDS:
-            base_of[(type_id, field_id)] = field_names[base_id]
-    wanted_ids = {fid for fid, name in field_names.items() if name in WANTED_FIELDS} | {fid for _, fid in base_of}
-
     trashed = {r[0] for r in conn.execute("SELECT itemID FROM deletedItems")}
-    items: dict[int, dict[str, object]] = {}
+    items: dict[int, tuple[str, int, str, str, str]] = {}  # id -> (key, type id, type, modified, client modified)
     for item_id, key, type_id, modified, client_modified in conn.execute(
         "SELECT itemID, key, itemTypeID, dateModified, clientDateModified FROM items WHERE libraryID = ?", (lib,)
     ):
-        if item_id in trashed or not valid_key(key):
-            continue
-        items[item_id] = {
-            "key": key, "type_id": type_id, "type": types.get(type_id, "unknown"),
-            "modified": str(modified or ""), "client_modified": str(client_modified or ""),
-        }
-
-    values: dict[int, dict[str, str]] = {}
-    if wanted_ids:
-        marks = ",".join("?" * len(wanted_ids))
-        for item_id, field_id, value in conn.execute(
-            f"SELECT d.itemID, d.fieldID, v.value FROM itemData d JOIN itemDataValues v ON v.valueID = d.valueID "
-            f"WHERE d.fieldID IN ({marks})", tuple(wanted_ids),
-        ):
-            it = items.get(item_id)
-            if it is None or value is None:
-                continue
-            name = base_of.get((it["type_id"], field_id)) or field_names.get(field_id)  # type: ignore[arg-type]
-            if name in WANTED_FIELDS:
-                values.setdefault(item_id, {})[name] = str(value)
-
-    creators: dict[int, list[str]] = {}
-    for item_id, first, last, mode in conn.execute(
-        "SELECT ic.itemID, c.firstName, c.lastName, c.fieldMode FROM itemCreators ic "
-        "JOIN creators c ON c.creatorID = ic.creatorID ORDER BY ic.itemID, ic.orderIndex"
-    ):
-        if item_id in items:
-            name = (last or "") if mode == 1 else " ".join(p for p in (first, last) if p)
-            if name.strip():
-                creators.setdefault(item_id, []).append(name.strip())
-
-    tags: dict[int, list[str]] = {}
-    with contextlib.suppress(sqlite3.OperationalError):  # tags are optional to us
-        for item_id, name in conn.execute("SELECT it.itemID, t.name FROM itemTags it JOIN tags t ON t.tagID = it.tagID"):
-            if item_id in items and name:
-                tags.setdefault(item_id, []).append(str(name))
+        if item_id not in trashed and valid_key(key):
+            items[item_id] = (key, type_id, types.get(type_id, "unknown"), str(modified or ""), str(client_modified or ""))
 
     collections, coll_keys = _collections(conn, lib)
     member: dict[int, list[str]] = {}
@@ -273,7 +246,7 @@ def read_library(conn: sqlite3.Connection, data_dir: Path, source: str) -> Libra
             member.setdefault(item_id, []).append(ck)
 
     atts: dict[int, list[AttachmentRecord]] = {}
-    standalone: list[int] = []
+    standalone: set[int] = set()
     for item_id, parent_id, link_mode, content_type in conn.execute(
         "SELECT itemID, parentItemID, linkMode, contentType FROM itemAttachments"
     ):
@@ -281,35 +254,98 @@ def read_library(conn: sqlite3.Connection, data_dir: Path, source: str) -> Libra
         if it is None:
             continue  # trashed, another library, or a bad key
         rec = AttachmentRecord(
-            key=str(it["key"]), content_type=content_type, link_mode=link_mode,
-            modified=f"{it['modified']}|{it['client_modified']}", cache_stamp=cache_stamp(data_dir, str(it["key"])),
+            key=it[0], content_type=content_type, link_mode=link_mode,
+            modified=f"{it[3]}|{it[4]}", cache_stamp=cache_stamp(data_dir, it[0]),
         )
         if parent_id is None:
-            standalone.append(item_id)
+            standalone.add(item_id)
             atts[item_id] = [rec]
         elif parent_id in items:
             atts.setdefault(parent_id, []).append(rec)
-    standalone_ids = set(standalone)
 
-    out: list[ItemRecord] = []
-    for item_id, it in items.items():
-        if it["type"] in NON_REGULAR_TYPES and item_id not in standalone_ids:
+    stamps: dict[str, str] = {}
+    changed: list[int] = []
+    for item_id, (key, _, type_name, modified, client_modified) in items.items():
+        if type_name in NON_REGULAR_TYPES and item_id not in standalone:
             continue
-        v = values.get(item_id, {})
-        year = year_of(v.get("date"))
-        # PDFs first: their text is the paper (zotero-mcp orders the same way).
-        item_atts = sorted(atts.get(item_id, ()), key=lambda a: (a.content_type != "application/pdf", a.key))
-        out.append(
-            ItemRecord(
-                key=str(it["key"]), item_type=str(it["type"]), title=v.get("title") or "(untitled)",
-                creators=tuple(creators.get(item_id, ())), year=year, abstract=v.get("abstractNote", ""),
-                doi=v.get("DOI"), url=v.get("url"), collections=tuple(member.get(item_id, ())),
-                tags=tuple(tags.get(item_id, ())), attachments=tuple(item_atts),
-                date_modified=str(it["modified"]), client_date_modified=str(it["client_modified"]),
-            )
-        )
+        stamp = item_stamp(modified, client_modified, member.get(item_id, []), atts.get(item_id, []))
+        stamps[key] = stamp
+        if known is None or known.get(key) != stamp:
+            changed.append(item_id)
+
+    meta = _metadata(conn, changed, items)
+    out = [_full_record(i, items[i], stamps[items[i][0]], member, atts, meta) for i in changed]
     out.sort(key=lambda r: r.key)
-    return LibrarySnapshot(source=source, schema_version=version, items=out, collections=collections, warnings=warnings)
+    return LibrarySnapshot(
+        source=source, schema_version=version, items=out, stamps=stamps, collections=collections, warnings=warnings
+    )
+
+
+def _metadata(
+    conn: sqlite3.Connection, ids: list[int], items: dict[int, tuple[str, int, str, str, str]]
+) -> tuple[dict[int, dict[str, str]], dict[int, list[str]], dict[int, list[str]]]:
+    """(field values by base name, creators, tags) of `ids`."""
+    if not ids:
+        return {}, {}, {}
+    # Bound as one JSON array: no limit on the number of ids, and nothing spliced into SQL.
+    id_list = json.dumps(ids)
+    field_names = dict(conn.execute("SELECT fieldID, fieldName FROM fieldsCombined"))
+    base_of: dict[tuple[int, int], str] = {}
+    for type_id, base_id, field_id in conn.execute("SELECT itemTypeID, baseFieldID, fieldID FROM baseFieldMappingsCombined"):
+        if field_names.get(base_id) in WANTED_FIELDS:
+            base_of[(type_id, field_id)] = field_names[base_id]
+    wanted = sorted({fid for fid, name in field_names.items() if name in WANTED_FIELDS} | {fid for _, fid in base_of})
+    values: dict[int, dict[str, str]] = {}
+    for item_id, field_id, value in conn.execute(
+        "SELECT d.itemID, d.fieldID, v.value FROM itemData d JOIN itemDataValues v ON v.valueID = d.valueID "
+        "WHERE d.itemID IN (SELECT value FROM json_each(?)) AND d.fieldID IN (SELECT value FROM json_each(?))",
+        (id_list, json.dumps(wanted)),
+    ):
+        if value is None:
+            continue
+        name = base_of.get((items[item_id][1], field_id)) or field_names.get(field_id)
+        if name in WANTED_FIELDS:
+            values.setdefault(item_id, {})[name] = str(value)
+    creators: dict[int, list[str]] = {}
+    for item_id, first, last, mode in conn.execute(
+        "SELECT ic.itemID, c.firstName, c.lastName, c.fieldMode FROM itemCreators ic "
+        "JOIN creators c ON c.creatorID = ic.creatorID WHERE ic.itemID IN (SELECT value FROM json_each(?)) "
+        "ORDER BY ic.itemID, ic.orderIndex",
+        (id_list,),
+    ):
+        name = (last or "") if mode == 1 else " ".join(p for p in (first, last) if p)
+        if name.strip():
+            creators.setdefault(item_id, []).append(name.strip())
+    tags: dict[int, list[str]] = {}
+    with contextlib.suppress(sqlite3.OperationalError):  # tags are optional to us
+        for item_id, name in conn.execute(
+            "SELECT it.itemID, t.name FROM itemTags it JOIN tags t ON t.tagID = it.tagID "
+            "WHERE it.itemID IN (SELECT value FROM json_each(?))",
+            (id_list,),
+        ):
+            if name:
+                tags.setdefault(item_id, []).append(str(name))
+    return values, creators, tags
+
+
+def _full_record(
+    item_id: int,
+    it: tuple[str, int, str, str, str],
+    stamp: str,
+    member: dict[int, list[str]],
+    atts: dict[int, list[AttachmentRecord]],
+    meta: tuple[dict[int, dict[str, str]], dict[int, list[str]], dict[int, list[str]]],
+) -> ItemRecord:
+    values, creators, tags = meta
+    v = values.get(item_id, {})
+    # PDFs first: their text is the paper (zotero-mcp orders the same way).
+    item_atts = sorted(atts.get(item_id, ()), key=lambda a: (a.content_type != "application/pdf", a.key))
+    return ItemRecord(
+        key=it[0], item_type=it[2], title=v.get("title") or "(untitled)", creators=tuple(creators.get(item_id, ())),
+        year=year_of(v.get("date")), abstract=v.get("abstractNote", ""), doi=v.get("DOI"), url=v.get("url"),
+        collections=tuple(member.get(item_id, ())), tags=tuple(tags.get(item_id, ())), attachments=tuple(item_atts),
+        date_modified=it[3], client_date_modified=it[4], stamp=stamp,
+    )
 
 
 def _collections(conn: sqlite3.Connection, lib: int) -> tuple[list[CollectionRecord], dict[int, str]]:

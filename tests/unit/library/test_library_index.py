@@ -166,3 +166,16 @@ def test_batches_commit_as_they_go(tmp_path: Path) -> None:
     lib.indexer.refresh(None)
     assert [s[:2] for s in seen] == [(100, 250), (200, 250), (250, 250)]
     assert [s[2] for s in seen] == [40, 80, 100]
+
+
+def test_collection_membership_alone_is_a_change(tmp_path: Path) -> None:
+    lib = make(tmp_path)
+    assert "BEEKEEP1" not in keys(lib, "varroa", Scope("collection", (), "RAG0COLL"))
+    conn = sqlite3.connect(tmp_path / "zotero.sqlite")  # no date touched: only collectionItems changes
+    conn.execute("INSERT INTO collectionItems SELECT c.collectionID, i.itemID, 9 FROM collections c, items i "
+                 "WHERE c.key = 'HYDECOL2' AND i.key = 'BEEKEEP1'")
+    conn.commit()
+    conn.close()
+    lib.indexer.refresh(None)
+    assert lib.status()["items_to_index"] == 1
+    assert keys(lib, "varroa", Scope("collection", (), "RAG0COLL")) == ["BEEKEEP1"]  # via a subcollection
