@@ -70,8 +70,11 @@ def test_answers_cite_the_right_items_in_every_scope(daemon_factory: Any, versio
         assert cited(answer)[0] == "GAOHYDE1" and "TRASHED1" not in answer
         assert "hypothetical document" in answer and "[1]" in answer
 
-        answer = ask(c, sid, "How are passages retrieved?", mode="papers", activeItems=[{"item_key": "LEWIS202", "title": "RAG"}])
+        answer = ask(c, sid, "How are passages retrieved?", mode="papers", activeItems=[{"item_key": "LEWIS202", "title": "RAG"}],
+                     snippets=[{"kind": "text", "item_key": "LEWIS202", "key": "ANNOT001", "page": 2,
+                                "text": "The retriever is a bi-encoder over Wikipedia passages."}])
         assert set(cited(answer)) == {"LEWIS202"}
+        assert "- The retriever is a bi-encoder over Wikipedia passages. [1]" in answer  # the focal snippet comes first
 
         answer = ask(c, sid, "How are passages retrieved?", mode="collection", collection="DENSE0CO")
         assert set(cited(answer)) == {"KARPDPR1", "GAOHYDE1"}  # the collection and its subcollection
@@ -86,10 +89,13 @@ def test_answers_cite_the_right_items_in_every_scope(daemon_factory: Any, versio
     db = sqlite3.connect(d.db_path)
     state = json.loads(db.execute("SELECT state FROM sessions WHERE id = ?", (sid,)).fetchone()[0])
     db.close()
-    first = state["retrieved_evidence"][0]
+    first, second = state["retrieved_evidence"][:2]
     assert first["citations"][0] == "GAOHYDE1"
     chunk = next(ch for ch in first["chunks"] if ch["item_key"] == "GAOHYDE1")
-    assert chunk["attachment_key"] == "GAOHPDF1" and chunk["page"] == 2 and "HyDE" in chunk["text"]
+    assert chunk["attachment_key"] == "GAOHPDF1" and chunk["page"] == 2 and "HyDE" in chunk["text"] and chunk["score"] > 0
+    focal, *found = second["chunks"]
+    assert (focal["attachment_key"], focal["page"], focal["score"]) == ("ANNOT001", 2, None)  # the snippet is evidence too
+    assert found and {ch["item_key"] for ch in found} == {"LEWIS202"} and all(ch["attachment_key"] for ch in found if ch["page"])
 
 
 HOLDER = """
@@ -165,3 +171,16 @@ def test_status_without_a_library(daemon: Any) -> None:
         assert st["state"] == "unavailable" and "no zotero.sqlite" in st["message"]
         init = c.result("initialize", {"protocolVersion": 1})
         assert "_zocrates/library/status" in init["agentCapabilities"]["_meta"]["zocrates"]["extensions"]
+
+
+def test_a_corrupt_index_is_rebuilt_at_start(daemon_factory: Any) -> None:
+    d = library_daemon(daemon_factory, 125)
+    (d.state_dir / "library.db").write_bytes(b"SQLite format 3\x00" + b"\xde\xad" * 4000)
+    d.start()
+    with RawConn(d.socket_path) as c:
+        st = wait_ready(c)
+        assert st["state"] == "ready" and st["items_indexed"] == 6, st
+        sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
+        assert set(cited(ask(c, sid, "varroa mites and honeybees", mode="library"))) == {"BEEKEEP1"}
+    d.stop()
+    assert "rebuilt from scratch" in d.stderr_text()

@@ -27,7 +27,7 @@ from zocratesd.library._records import (
     valid_key,
     year_of,
 )
-from zocratesd.library.fulltext import cache_stamp, clean_text, read_cache
+from zocratesd.library.fulltext import MAX_CACHE_BYTES, cache_stamp, clean_text, read_cache
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,10 @@ class LocalApi:
             content = r.json().get("content")
         except (ValueError, AttributeError):
             return None
-        return clean_text(content, source=f"fulltext of {attachment_key}") if isinstance(content, str) else None
+        if not isinstance(content, str):
+            return None
+        # The same bound as a cache file on disk: one odd answer must not fill the index.
+        return clean_text(content[:MAX_CACHE_BYTES], source=f"fulltext of {attachment_key}")
 
 
 def _reaches_root(key: str, colls: dict[str, CollectionRecord]) -> bool:

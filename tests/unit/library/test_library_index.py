@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,31 @@ def test_collection_membership_alone_is_a_change(tmp_path: Path) -> None:
     lib.indexer.refresh(None)
     assert lib.status()["items_to_index"] == 1
     assert keys(lib, "varroa", Scope("collection", (), "RAG0COLL")) == ["BEEKEEP1"]  # via a subcollection
+
+
+def test_indexing_runs_off_the_event_loop(tmp_path: Path) -> None:
+    """start() returns at once, and the loop keeps ticking while the thread indexes."""
+    from zoterofixture import generate_library
+
+    gen = generate_library(n_items=600, n_fulltexts=150, pages=10, seed=9)
+    build_zotero_dir(tmp_path, gen.items, gen.collections, version=129)
+    lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None)
+
+    async def run() -> tuple[float, float, list[str]]:
+        t0 = time.perf_counter()
+        lib.start()
+        started = time.perf_counter() - t0
+        worst, states = 0.0, []
+        while lib.status()["state"] != "ready":
+            before = time.perf_counter()
+            await asyncio.sleep(0.01)
+            worst = max(worst, time.perf_counter() - before - 0.01)
+            states.append(lib.status()["state"])
+            assert time.perf_counter() - t0 < 60
+        await lib.aclose()
+        return started, worst, states
+
+    started, worst_lag, states = asyncio.run(run())
+    assert started < 0.05 and "indexing" in states
+    print(f"worst event-loop lag while indexing: {worst_lag * 1000:.1f} ms")
+    assert worst_lag < 0.25, f"the event loop stalled for {worst_lag * 1000:.0f} ms"

@@ -76,9 +76,11 @@ def test_a_disabled_local_api_falls_back_to_the_database(tmp_path: Path, api: Fa
     api.enabled = False  # 403 Local API is not enabled
     lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=api.base_url)
     api_client = LocalApi(api.base_url, tmp_path)
-    assert not api_client.probe()
-    api_client.close()
-    lib.indexer._maybe_refresh(LocalApi(api.base_url, tmp_path))
+    try:
+        assert not api_client.probe()
+        lib.indexer._maybe_refresh(api_client)  # what the indexer thread does at each poll
+    finally:
+        api_client.close()
     assert lib.status()["source"] == "sqlite" and lib.status()["items_indexed"] == 6
 
 
