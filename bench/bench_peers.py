@@ -108,6 +108,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cold-rounds", type=int, default=3, help="cold starts per server (default 3)")
     p.add_argument("--sessions", type=int, default=1000, help="sessions in the big store (default 1000)")
     p.add_argument("--sizes", default="100,1000,2000,5000", help="history sizes of the turn rows and the plot")
+    p.add_argument("--peer-journal", choices=("delete", "wal"), default="delete",
+                   help="journal mode of the ADK sides' copies (default delete: what ADK makes; it sets no WAL pragma)")
     p.add_argument("--quick", action="store_true", help="smoke run: 200 sessions, sizes 100,500, 2 rounds")
     p.add_argument("--out", type=Path, default=OUT_DIR / "bench_peers.json")
     a = p.parse_args(argv)
@@ -261,6 +263,8 @@ def run(args: argparse.Namespace, tmp: Path, data: dict[str, Any], rec: Recorder
         for side in ("inproc", "api"):
             copies[(store, side)] = tmp / f"{store}-{side}" / "sessions.db"
             copy_db(src, copies[(store, side)])
+            # The journal mode ADK's service leaves a new file in (it sets no WAL pragma), as bench_turns.
+            bench_turns.set_journal_mode(copies[(store, side)], args.peer_journal)
     # Keep every session on zocratesd's side too (build_store's config does it for the big store).
     for store in ("small",):
         (data[store] / "zocrates-data" / "zocrates_config.json").write_text(

@@ -65,6 +65,12 @@ class Tally:
         self.ops[name] = self.ops.get(name, 0) + 1
 
 
+def tagged(rng: random.Random, tag: str) -> str:
+    """A question made unique by a tag inside its "?" (after it, the tag would be a research aspect
+    of its own, and the turn would spend a search round on it)."""
+    return f"{rng.choice(QUESTIONS).rstrip('?')} (ref {tag}-{rng.randrange(10**6)})?"
+
+
 def agent_ids(updates: list[dict[str, Any]]) -> tuple[set[str], str]:
     """The message ids of streamed agent messages and thoughts, and the answer's text."""
     ids = {u["messageId"] for u in updates if u.get("sessionUpdate") in ("agent_message_chunk", "agent_thought_chunk")}
@@ -85,7 +91,7 @@ async def socket_client(n: int, path: str, deadline: float, tally: Tally) -> Non
             for k in range(rng.randint(*TURNS_PER_SESSION)):
                 if anyio.current_time() >= deadline:
                     break
-                question = f"{rng.choice(QUESTIONS)} (ref s{n}-{k}-{rng.randrange(10**6)})"
+                question = tagged(rng, f"s{n}-{k}")
                 race = rng.random() < RACE_SHARE
                 result: dict[str, Any] = {}
 
@@ -181,9 +187,9 @@ async def http_client(n: int, base: str, token: str, deadline: float, tally: Tal
             for k in range(rng.randint(*TURNS_PER_SESSION)):
                 if anyio.current_time() >= deadline:
                     break
-                question = f"{rng.choice(QUESTIONS)} (ref h{n}-{k}-{rng.randrange(10**6)})"
+                question = tagged(rng, f"h{n}-{k}")
                 race = rng.random() < RACE_SHARE
-                second = f"{rng.choice(QUESTIONS)} (ref h{n}-{k}-race-{rng.randrange(10**6)})"
+                second = tagged(rng, f"h{n}-{k}-race")
                 outcomes: dict[str, tuple[int, list[dict[str, Any]]]] = {}
 
                 async def first() -> None:
