@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from zocratesd.library._records import ItemRecord, LibrarySnapshot
 from zocratesd.library.fulltext import read_cache
-from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, open_index
+from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, open_index, remove_index
 from zocratesd.library.local_api import LocalApi
 from zocratesd.library.zotero_db import (
     ZOTERO_DB,
@@ -45,6 +45,11 @@ PROGRESS_LOG_INTERVAL_S = 5.0
 # A refresh that fails (library locked and uncopiable, local API gone mid-read) is retried after
 # this long even when nothing seems to have changed.
 RETRY_AFTER_S = 60.0
+# While Zotero is in use its database changes at almost every poll, and a refresh through a
+# snapshot copies and checks the whole file (seconds for a large 7-9 database with its word
+# index). Waiting this many times the last refresh's duration before the next one keeps the
+# indexer under ~1/20 of a core; an explicit refresh request is never held back.
+REFRESH_DUTY = 20
 
 
 @dataclass
@@ -71,8 +76,10 @@ class Indexer:
             "attachments_with_text": 0, "collections": 0, "last_refresh": None, "last_refresh_ms": None,
             "refreshes": 0, "message": None, "warnings": [], "index_path": str(self.index_path),
         }
+        self._forced = False
         self._last_stamp: object = None
         self._last_attempt = 0.0
+        self._next_allowed = 0.0
         # Hooks for tests: called in the thread after each committed batch.
         self.on_batch: Callable[[int, int], None] | None = None
 
@@ -94,9 +101,10 @@ class Indexer:
         self._set(state="stopped")
 
     def request_refresh(self, rebuild: bool = False) -> None:
+        """Refresh now (and from scratch if `rebuild`), whatever the poll and duty limits say."""
         with self._lock:
             self._rebuild = self._rebuild or rebuild
-        self._last_stamp = None
+            self._forced = True
         self._wake.set()
 
     def status(self) -> dict[str, Any]:
@@ -128,6 +136,7 @@ class Indexer:
     def _maybe_refresh(self, api: LocalApi | None) -> None:
         with self._lock:
             rebuild, self._rebuild = self._rebuild, False
+            forced, self._forced = self._forced, False
         use_api = api is not None and api.probe()
         if use_api:
             assert api is not None
@@ -135,8 +144,8 @@ class Indexer:
         else:
             stamp = ("db", change_stamp(self.opts.data_dir))
         stale = time.monotonic() - self._last_attempt > RETRY_AFTER_S and self.status()["state"] in ("error", "unavailable")
-        if stamp == self._last_stamp and not rebuild and not stale:
-            return
+        if not (forced or rebuild or stale) and (stamp == self._last_stamp or time.monotonic() < self._next_allowed):
+            return  # unchanged, or too soon after a long refresh (the change is seen at a later poll)
         self._last_attempt = time.monotonic()
         if not use_api and not (self.opts.data_dir / ZOTERO_DB).exists():
             self._set(
@@ -149,10 +158,10 @@ class Indexer:
             return
         if rebuild:
             self.reader.invalidate()
-            from zocratesd.library.index import remove_index
-
             remove_index(self.index_path)
+        t0 = time.monotonic()
         self.refresh(api if use_api else None)
+        self._next_allowed = time.monotonic() + REFRESH_DUTY * (time.monotonic() - t0)
         self._last_stamp = stamp
 
     def refresh(self, api: LocalApi | None) -> None:
@@ -173,8 +182,6 @@ class Indexer:
                 log.warning("library: the index is corrupt (%s); rebuilding it", exc)
                 conn.close()
                 self.reader.invalidate()
-                from zocratesd.library.index import remove_index
-
                 remove_index(self.index_path)
                 conn = open_index(self.index_path)
                 self._refresh_with(IndexWriter(conn), api, t0)

@@ -208,3 +208,21 @@ def test_indexing_runs_off_the_event_loop(tmp_path: Path) -> None:
     assert started < 0.05 and "indexing" in states
     print(f"worst event-loop lag while indexing: {worst_lag * 1000:.1f} ms")
     assert worst_lag < 0.25, f"the event loop stalled for {worst_lag * 1000:.0f} ms"
+
+
+def test_polls_skip_unchanged_libraries_and_hold_back_after_long_refreshes(tmp_path: Path) -> None:
+    items, colls = sample_library()
+    build_zotero_dir(tmp_path, items, colls, version=123)
+    lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None)
+    ix = lib.indexer
+    ix._maybe_refresh(None)
+    assert ix.status()["refreshes"] == 1
+    ix._maybe_refresh(None)  # nothing changed: not even a read
+    assert ix.status()["refreshes"] == 1
+    touch_items(tmp_path / "zotero.sqlite", ["BEEKEEP1"])
+    ix._next_allowed = time.monotonic() + 60  # as after a refresh that took 3 s
+    ix._maybe_refresh(None)
+    assert ix.status()["refreshes"] == 1  # held back; the change waits for a later poll
+    lib.status(refresh=True)  # ...unless someone asks
+    ix._maybe_refresh(None)
+    assert ix.status()["refreshes"] == 2 and ix.status()["items_to_index"] == 1

@@ -30,7 +30,9 @@ def lib_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
 
 
 def test_reads_items_metadata_collections_and_attachments(lib_dir: Path) -> None:
+    before = {p.name: digest(p) for p in lib_dir.iterdir() if p.is_file()}
     snap = read(lib_dir)
+    assert {p.name: digest(p) for p in lib_dir.iterdir() if p.is_file()} == before  # no -wal, -shm or -journal appeared
     by_key = {i.key: i for i in snap.items}
     assert set(by_key) == {"LEWIS202", "KARPDPR1", "GAOHYDE1", "BEEKEEP1", "ROEWADE1", "ORPHANED"}  # TRASHED1 is in the trash
     lewis = by_key["LEWIS202"]
