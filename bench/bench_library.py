@@ -27,7 +27,6 @@ import gc
 import random
 import sqlite3
 import sys
-import time
 from pathlib import Path
 from typing import Any
 

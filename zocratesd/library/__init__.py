@@ -73,3 +73,6 @@ class Library:
             self.reader.invalidate()
             self.indexer.request_refresh(rebuild=True)
             return []
+        except sqlite3.Error as exc:  # e.g. a connection closed under us at shutdown
+            log.info("library: search failed (%s)", exc)
+            return []

@@ -265,6 +265,16 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, top_k: int) -> li
     expr = match_expression(query)
     if expr is None or top_k <= 0:
         return []
+    # One read transaction: the indexer commits between our statements otherwise, and a chunk
+    # ranked by the first could be gone by the second.
+    conn.execute("BEGIN")
+    try:
+        return _search(conn, expr, scope, top_k)
+    finally:
+        conn.execute("ROLLBACK")
+
+
+def _search(conn: sqlite3.Connection, expr: str, scope: Scope, top_k: int) -> list[Hit]:
     keys = scope_item_keys(conn, scope)
     if keys is not None and not keys:
         return []
@@ -287,6 +297,8 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, top_k: int) -> li
     spill: list[tuple[int, float]] = []
     per_item: dict[str, int] = {}
     for rowid, score in ranked:
+        if rowid not in where_of:  # an FTS row without its chunk row: skipped, never a crash
+            continue
         key = where_of[rowid][0]
         n = per_item.get(key, 0)
         (chosen if n < MAX_HITS_PER_ITEM else spill).append((rowid, score))

@@ -226,3 +226,13 @@ def test_polls_skip_unchanged_libraries_and_hold_back_after_long_refreshes(tmp_p
     lib.status(refresh=True)  # ...unless someone asks
     ix._maybe_refresh(None)
     assert ix.status()["refreshes"] == 2 and ix.status()["items_to_index"] == 1
+
+
+def test_an_inconsistent_index_row_is_skipped(tmp_path: Path) -> None:
+    lib = make(tmp_path)
+    conn = sqlite3.connect(tmp_path / "zocrates-data" / INDEX_NAME)
+    conn.execute("DELETE FROM chunks WHERE item_key = 'GAOHYDE1' AND page = 2")  # its FTS row stays
+    conn.commit()
+    conn.close()
+    hits = asyncio.run(lib.search("hypothetical document", Scope()))
+    assert [(h.passage.item_key, h.passage.page) for h in hits] == [("GAOHYDE1", 1)]
