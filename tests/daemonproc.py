@@ -25,6 +25,9 @@ def daemon_env(runtime_dir: Path) -> dict[str, str]:
     for key in list(env):
         if key.startswith("ZOCRATES_"):
             del env[key]
+    # Zotero's local API on this machine is the developer's real library: a test daemon never
+    # reads it (port 9, discard, has no listener; a test that wants a local API sets its own).
+    env["ZOCRATES_LIBRARY__LOCAL_API_URL"] = "http://127.0.0.1:9"
     return env
 
 

@@ -152,7 +152,7 @@ def test_local_api_path_over_the_socket(daemon_factory: Any) -> None:
     try:
         d = daemon_factory()  # no zotero.sqlite at all: Zotero's local API is the only way in
         d.state_dir.mkdir(parents=True, exist_ok=True)
-        (d.state_dir / "zocrates_config.json").write_text(json.dumps({"library": {"local_api_url": api.base_url}}))
+        d.env["ZOCRATES_LIBRARY__LOCAL_API_URL"] = api.base_url  # the environment outranks the config file
         d.start()
         with RawConn(d.socket_path) as c:
             st = wait_ready(c)
