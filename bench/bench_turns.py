@@ -688,7 +688,7 @@ def report(
     epts = {row: pairs for row, pairs in checks["events_per_turn"].items()}
     per_turn = sorted({z for pairs in epts.values() for z, _ in pairs})
     print(f"correctness: {checks['answers_compared']} turns gave the same answer on both sides; each turn stored "
-          f"{'/'.join(map(str, per_turn))} events on both sides (user, model call, tool branch event, tool result, answer); "
+          f"{'/'.join(map(str, per_turn))} events on both sides (user, model call, the search's events on its branch, tool result, answer); "
           + ("prompt sizes equal on both sides: "
              + ", ".join(f"{_row_name(k)} ~{v[0]} tokens" for k, v in checks["prompt_tokens"].items())
              if checks["prompt_tokens"] else "no history rows run") + ".")
