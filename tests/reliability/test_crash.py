@@ -15,8 +15,9 @@ After each restart:
 - every session takes the next operation (the next iteration's set-up asserts that).
 
 Adding an operation is adding a function to OPS. The checkpoint victim kills the daemon while a
-deep question waits at its research checkpoint (issue 5); a kill in the middle of answering one
-(`_zocrates/chat/resume`) is the next case to add.
+deep question waits at its research checkpoint (issue 5); the resume victim kills it in the middle
+of answering one (`_zocrates/chat/resume`): the turn must still be answerable afterwards, at the
+same checkpoint or the next.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class Tracked:
     hidden: set[str] = field(default_factory=set)  # turns an acknowledged rewind hid
     maybe_hidden: set[str] = field(default_factory=set)  # turns a rewind the kill cut short may have hid
     pending: dict[str, Any] | None = None  # the checkpoint an acknowledged turn left pending
+    resumed: str | None = None  # a turn whose checkpoint answer the kill cut short (its invocation id)
 
 
 @dataclass
@@ -295,12 +297,40 @@ def victim_checkpoint(ch: Chain, c: Conn) -> str:
     return f"checkpoint on {sid}, killed {delay * 1000:.1f} ms after it asked"
 
 
+def victim_resume(ch: Chain, c: Conn) -> str:
+    """A deep question pauses (we decline the permission request: an acknowledged pending
+    checkpoint); then the daemon is killed while `_zocrates/chat/resume` extends it. Extending a
+    three-part question with a budget of one round always stops at the next checkpoint, so after
+    the restart the turn must be pending: still at the first checkpoint, or at the second."""
+    sid = pick_session(ch, c)
+    forget_checkpoint(ch, sid)
+    reply = c.call("session/prompt", prompt_params(sid, DEEP_QUESTION))
+    assert "result" in reply, reply
+    meta = reply["result"]["_meta"]["zocrates"]
+    t = ch.sessions[sid]
+    t.live.append(meta["invocationId"])
+    hitl = meta.get("pendingHitl")
+    c.notifications.clear()
+    ch.snapshot(sid)
+    if hitl is None:  # answered without a checkpoint
+        t.pending = None
+        kill_now(ch)
+        return f"deep question on {sid} ended without a checkpoint"
+    k = ch.rng.randint(1, 4)
+    params = {"sessionId": sid, "invocationId": hitl["invocation_id"], "interruptId": hitl["interrupt_id"],
+              "response": {"action": "extend_budget"}}
+    got = send_and_kill(ch, c, "_zocrates/chat/resume", params, after_notes=k, delay_s=ch.rng.uniform(0.0, 0.003))
+    t.resumed = hitl["invocation_id"]
+    return f"resume on {sid}, killed after notification {k}" + (" (answered first)" if got else "")
+
+
 OPS: list[tuple[str, Callable[[Chain, Conn], str]]] = [
     ("turn", victim_turn),
     ("compaction", victim_compaction),
     ("rewind", victim_rewind),
     ("maintenance", victim_maintenance),
     ("checkpoint", victim_checkpoint),
+    ("resume", victim_resume),
 ]
 
 
@@ -334,6 +364,11 @@ def check_after_restart(ch: Chain) -> None:
                 t.hidden |= t.maybe_hidden & set(t.live) - shown  # the cut-short rewind did happen
                 t.pending = None
             t.maybe_hidden = set()
+            if t.resumed is not None:
+                got = ui["pending_hitl"]
+                assert got is not None and got["invocation_id"] == t.resumed, f"{sid}: a cut-short resume left {got}"
+                assert got["interrupt_id"] in ("interrupt_ext_1", "interrupt_ext_2"), got
+                t.resumed = None
             if t.pending is not None:
                 got = ui["pending_hitl"]
                 assert got is not None, f"{sid}: checkpoint {t.pending} lost after a crash"

@@ -66,15 +66,25 @@ def is_shown(ev: Json) -> bool:
 
 def _scan(live: Iterable[Json]) -> tuple[list[Json], Json | None]:
     """Messages and the open checkpoint in one pass (the hot loop of showing a session: ~5000
-    events in a few milliseconds, so it reads each event's fields once)."""
+    events in a few milliseconds, so it reads each event's fields once).
+
+    A checkpoint is pending from its `adk_request_input` call until the user's answer *and* the
+    turn going on after it (a root event of the same invocation: the search's result, the answer)
+    or a newer prompt. An answer stored by a daemon that died before the turn went on leaves the
+    checkpoint pending, so it can be answered again (ADK resumes from a repeated answer)."""
     messages: list[Json] = []
     open_calls: dict[str, Json] = {}
+    answered: dict[str, Json] = {}  # answered checkpoints whose turn has not gone on yet
     for ev in live:
+        author = ev.get("author") or ""
+        if answered and author != "user" and not ev.get("branch") and not ev.get("isolation_scope"):
+            inv = ev.get("invocation_id")
+            for key in [k for k, c in answered.items() if c["invocation_id"] == inv]:
+                del answered[key]
         content = ev.get("content")
         parts = content.get("parts") if content else None
         if not parts:
             continue
-        author = ev.get("author") or ""
         text: list[str] = []
         thought: list[str] = []
         for part in parts:
@@ -95,9 +105,12 @@ def _scan(live: Iterable[Json]) -> tuple[list[Json], Json | None]:
                 continue
             fr = part.get("function_response")
             if fr is not None and author == "user" and fr.get("id"):
-                open_calls.pop(fr["id"], None)
-        if text and author == "user" and open_calls and is_shown(ev):
+                call = open_calls.pop(fr["id"], None)
+                if call is not None:
+                    answered[fr["id"]] = call
+        if text and author == "user" and (open_calls or answered) and is_shown(ev):
             open_calls.clear()  # a new prompt supersedes a checkpoint left unanswered before it
+            answered.clear()
         if (text or thought) and is_shown(ev):
             messages.append(
                 {
@@ -110,7 +123,7 @@ def _scan(live: Iterable[Json]) -> tuple[list[Json], Json | None]:
                     "invocation_id": ev.get("invocation_id"),
                 }
             )
-    pending = list(open_calls.values())[-1] if open_calls else None
+    pending = list(open_calls.values())[-1] if open_calls else (list(answered.values())[-1] if answered else None)
     return messages, pending
 
 

@@ -290,3 +290,31 @@ async def test_a_checkpoint_survives_a_new_daemon_on_the_same_data(tmp_path: Pat
     finally:
         await d2.aclose()
         await close_session_services(tmp_path)
+
+
+async def test_an_answer_stored_by_a_daemon_that_died_before_the_turn_went_on_can_be_given_again(
+    daemon: tuple[Daemon, CountingRetriever]
+) -> None:
+    from google.adk.events import Event
+    from google.genai import types
+
+    d, retriever = daemon
+    sid = (await d.create_session()).id
+    paused = await d.prompt(sid, THREE)
+    assert paused.pending_hitl is not None and paused.invocation_id is not None
+    # What ADK stores first when a resume starts: the user's answer. Then the daemon dies.
+    session = await d._service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=sid)
+    assert session is not None
+    await d._service.append_event(session, Event(
+        author="user", invocation_id=paused.invocation_id,
+        content=types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
+            id="interrupt_ext_1", name="adk_request_input", response={"action": "extend_budget"}))]),
+    ))
+    assert (await d.get_session(sid))["pending_hitl"] == paused.pending_hitl  # still answerable
+    again = await d.resume(sid, paused.invocation_id, "interrupt_ext_1", {"action": "extend_budget"})
+    assert again.pending_hitl is not None and again.pending_hitl["interrupt_id"] == "interrupt_ext_2"
+    assert retriever.queries == ["What does RAG combine?", "How does HyDE retrieve?"]
+    with pytest.raises(CheckpointNotPending):  # the turn went on: the old answer cannot be given a third time
+        await d.resume(sid, paused.invocation_id, "interrupt_ext_1", {"action": "extend_budget"})
+    done = await d.resume(sid, paused.invocation_id, "interrupt_ext_2", {"action": "synthesize"})
+    assert done.pending_hitl is None and "GAOHYDE1" in await answer_of(d, sid, paused.invocation_id)

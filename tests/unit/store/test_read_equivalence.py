@@ -160,8 +160,13 @@ async def test_compactions_scopes_and_checkpoints(world: Any) -> None:
     }
     assert ui["title"] == "New Chat"
 
-    # Answering the checkpoint closes it.
+    # The user's answer alone (a daemon that died right after storing it) leaves it answerable ...
     await append_all(svc, row.id, [answer("inv-9", "interrupt_ext_1", "adk_request_input", {"action": "synthesize"}, author="user")])
+    ui = await assert_equivalent(daemon, svc, row.id)
+    assert ui["pending_hitl"] is not None and ui["pending_hitl"]["interrupt_id"] == "interrupt_ext_1"
+    # ... and the turn going on after it (the search's result on the coordinator's branch) closes it.
+    await append_all(svc, row.id, [answer("inv-9", "fc-9", "search_library", {"passages": []}),
+                                   text("coordinator", "inv-9", "Nothing found.")])
     ui = await assert_equivalent(daemon, svc, row.id)
     assert ui["pending_hitl"] is None
 
