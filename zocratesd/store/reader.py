@@ -25,6 +25,7 @@ import orjson
 
 from zocratesd.errors import SessionNotFound
 from zocratesd.store.service import APP_NAME, BUSY_TIMEOUT_S, USER_ID, store_gate
+from zocratesd.store.writer import sqlite_datetime
 from zocratesd.store.ui import Json, apply_rewinds, title_of, ui_view
 
 _SESSIONS_SQL = (
@@ -226,10 +227,8 @@ class SessionReader:
         """The live events at or after `after_timestamp` (rewinds applied): what a turn loads after
         a compaction (ADK's `GetSessionConfig(after_timestamp=...)`, the same filter on the same
         column). Raises SessionNotFound."""
-        from zocratesd.store.writer import sqlite_datetime
-
         params = (APP_NAME, USER_ID, session_id)
-        after = sqlite_datetime(after_timestamp)[0]
+        after = sqlite_datetime(after_timestamp)
 
         def read(c: sqlite3.Connection) -> tuple[Any, list[Any]]:
             c.execute("BEGIN")

@@ -47,10 +47,10 @@ from google.adk.errors._stale_session_error import StaleSessionError
 _SQLITE_DATETIME = "{:04d}-{:02d}-{:02d} {:02d}:{:02d}:{:02d}.{:06d}"
 
 
-def sqlite_datetime(epoch: float) -> tuple[str, datetime]:
-    """An event time as ADK stores it on SQLite (naive UTC), and the naive datetime itself."""
-    dt = datetime.fromtimestamp(epoch, timezone.utc).replace(tzinfo=None)
-    return _SQLITE_DATETIME.format(dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second, dt.microsecond), dt
+def sqlite_datetime(epoch: float) -> str:
+    """A time as ADK stores it on SQLite: naive UTC, in SQLAlchemy's DATETIME format."""
+    dt = datetime.fromtimestamp(epoch, timezone.utc)
+    return _SQLITE_DATETIME.format(dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second, dt.microsecond)
 
 
 def _marker(stored: str) -> tuple[str, float]:
@@ -106,7 +106,7 @@ class FastAppendSessionService(DatabaseSessionService):
         if session_id is None or deltas["app"] or deltas["user"]:
             return await super().create_session(app_name=app_name, user_id=user_id, state=state, session_id=session_id)
         await self.prepare_tables()
-        stored_now, _ = sqlite_datetime(platform_time.get_time())
+        stored_now = sqlite_datetime(platform_time.get_time())
         async with self.gate.request():
             found = await anyio.to_thread.run_sync(
                 self._create, app_name, user_id, session_id, deltas["session"], stored_now, limiter=self._writer_limiter
@@ -159,7 +159,7 @@ class FastAppendSessionService(DatabaseSessionService):
         only those at or after `after_timestamp`, or the latest `num_recent_events`), app and user
         state merged in with their prefixes."""
         await self.prepare_tables()
-        after = sqlite_datetime(config.after_timestamp)[0] if config and config.after_timestamp else None
+        after = sqlite_datetime(config.after_timestamp) if config and config.after_timestamp else None
         limit = config.num_recent_events if config else None
         async with self.gate.request():
             found = await anyio.to_thread.run_sync(
@@ -225,15 +225,15 @@ class FastAppendSessionService(DatabaseSessionService):
         if event.partial:
             return event
         delta = event.actions.state_delta if event.actions and event.actions.state_delta else {}
+        # Split as ADK splits it; `temp:` keys are in none of the three (they are never stored).
         deltas = _session_util.extract_json_safe_state_delta(delta) if delta else {"app": {}, "user": {}, "session": {}}
         if deltas["app"] or deltas["user"] or session._storage_update_marker is None:
             return await super().append_event(session, event)
         await self.prepare_tables()
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
-        # Deltas again, after the temp keys are gone (ADK extracts them from the trimmed event too).
-        session_delta = _session_util.extract_json_safe_state_delta(event.actions.state_delta or {})["session"] if delta else {}
-        stored_time, _ = sqlite_datetime(event.timestamp)
+        session_delta = deltas["session"]
+        stored_time = sqlite_datetime(event.timestamp)
         row = (
             event.id, session.app_name, session.user_id, session.id, event.invocation_id, stored_time,
             json.dumps(event.model_dump(exclude_none=True, mode="json")),
