@@ -518,9 +518,9 @@ def build_store(data_dir: Path, *, sessions: int, events: int, seed: int = 20260
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session as OrmSession
 
-    from zocratesd.daemon import _bookkeeping_event
+    from zocratesd.core.daemon import _bookkeeping_event
     from zocratesd.store import APP_NAME, USER_ID, close_session_services, get_session_service
-    from zocratesd.store.service import db_path as store_db_path
+    from zocratesd.store.database import db_path as store_db_path
 
     if sessions < 1 or events < 1:
         raise ValueError("need at least one session and one event")
@@ -693,7 +693,7 @@ def library_passages(n: int = 40, seed: int = 7) -> list[dict[str, Any]]:
 def write_library(data_dir: Path, passages: Sequence[dict[str, Any]]) -> Path:
     """`<data_dir>/zocrates-data/library_passages.jsonl`, which a daemon without a Zotero index
     searches (daemon.load_library_passages)."""
-    from zocratesd.daemon import LIBRARY_PASSAGES_FILE
+    from zocratesd.core.daemon import LIBRARY_PASSAGES_FILE
 
     path = data_dir / "zocrates-data" / LIBRARY_PASSAGES_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -794,9 +794,9 @@ def build_chat_sessions(
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session as OrmSession
 
-    from zocratesd.daemon import _bookkeeping_event
+    from zocratesd.core.daemon import _bookkeeping_event
     from zocratesd.store import APP_NAME, USER_ID, close_session_services, get_session_service
-    from zocratesd.store.service import db_path as store_db_path
+    from zocratesd.store.database import db_path as store_db_path
 
     t_start = timer()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -977,9 +977,9 @@ def build_bulk_store(
     """
     from google.adk.events import Event
 
-    from zocratesd.daemon import _bookkeeping_event
+    from zocratesd.core.daemon import _bookkeeping_event
     from zocratesd.store import APP_NAME, USER_ID, close_session_services, get_session_service
-    from zocratesd.store.service import db_path as store_db_path
+    from zocratesd.store.database import db_path as store_db_path
 
     t_start = timer()
     data_dir.mkdir(parents=True, exist_ok=True)

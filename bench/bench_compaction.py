@@ -61,7 +61,7 @@ def stats(samples_s: list[float]) -> dict[str, Any]:
 
 def build(tmp: Path) -> tuple[dict[str, Any], float, Path]:
     """The sessions (built synchronously: build_chat_sessions runs its own event loop)."""
-    from zocratesd.store.service import db_path
+    from zocratesd.store.database import db_path
 
     ours_dir, peer_dir = tmp / "ours", tmp / "peer"
     chats, build_s = build_chat_sessions(ours_dir, [(str(n), n, False) for n in SIZES])
@@ -80,7 +80,7 @@ async def run(tmp: Path, rounds: int, chats: dict[str, Any], build_s: float, lib
 
     from zocratesd.compaction import FixedProbe, compactor_for
     from zocratesd.config import ZocratesConfig
-    from zocratesd.daemon import Daemon, load_library_passages
+    from zocratesd.core.daemon import Daemon, load_library_passages
     from zocratesd.engine.models.offline import OfflineLlm
     from zocratesd.engine.retrieval import InMemoryRetriever
     from zocratesd.engine.tools import build_search_tool

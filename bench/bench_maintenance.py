@@ -104,7 +104,7 @@ def copy_data_dir(src: Path, dst: Path) -> Path:
 
 
 async def _zocratesd(data_dir: Path, config: Any, noop_rounds: int = 0) -> dict[str, Any]:
-    from zocratesd.daemon import Daemon
+    from zocratesd.core.daemon import Daemon
 
     daemon = Daemon(data_dir, config)
     # Daemon.start() is prepare_tables() then this very pass: open the store, and time the pass.
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace, tmp: Path, started: float) -> int:
     from zocratesd.config import ZocratesConfig
-    from zocratesd.store.service import db_path
+    from zocratesd.store.database import db_path
 
     log(f"building {args.sessions} sessions of {args.events} events, then deleting every other one ...")
     template = tmp / "template"

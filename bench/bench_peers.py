@@ -76,7 +76,7 @@ SIDES = ("zocratesd", "adk_inproc", "adk_api_server")
 AGENT_OFFLINE = textwrap.dedent('''
     from pathlib import Path
     from google.adk.agents import LlmAgent
-    from zocratesd.daemon import load_library_passages
+    from zocratesd.core.daemon import load_library_passages
     from zocratesd.engine.models.offline import OfflineLlm
     from zocratesd.engine.retrieval import InMemoryRetriever
     from zocratesd.engine.tools import build_search_tool

@@ -242,7 +242,7 @@ def verify_daemon(client: RpcClient, peer_session: Any, peer_listing: list[Any])
     from google.adk.events._rewind_events import _apply_rewinds
 
     from zocratesd.rpc.updates import to_acp
-    from zocratesd.store.transcript import history_updates
+    from zocratesd.updates import history_updates
     from zocratesd.store import format_session_for_ui
 
     sid = peer_session.id

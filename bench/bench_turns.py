@@ -173,7 +173,7 @@ class Peer:
         from google.adk.runners import Runner
         from google.adk.sessions import DatabaseSessionService
 
-        from zocratesd.daemon import load_library_passages
+        from zocratesd.core.daemon import load_library_passages
         from zocratesd.engine.models.offline import OfflineLlm
         from zocratesd.engine.retrieval import InMemoryRetriever
         from zocratesd.engine.tools import build_search_tool
@@ -199,7 +199,7 @@ class Peer:
         """A session as the daemon makes one: create_session, then the seed bookkeeping event."""
         import secrets
 
-        from zocratesd.daemon import _bookkeeping_event
+        from zocratesd.core.daemon import _bookkeeping_event
         from zocratesd.store import APP_NAME, USER_ID
 
         sid = f"session-{int(time.time() * 1000)}-{secrets.token_hex(3)}"
@@ -750,7 +750,7 @@ COMPONENTS = [
     ("ADK runner, flows, agents, tools", lambda f, fn: "google/adk" in f),
     ("google-genai types", lambda f, fn: "google/genai" in f),
     ("OpenTelemetry (ADK's tracing)", lambda f, fn: "opentelemetry" in f),
-    ("zocratesd rpc (peer, framing, ACP updates)", lambda f, fn: "zocratesd/rpc" in f or "zocratesd/server" in f),
+    ("zocratesd rpc (peer, framing, ACP updates)", lambda f, fn: "zocratesd/rpc" in f or "zocratesd/process" in f),
     ("zocratesd engine, daemon, store", lambda f, fn: "zocratesd/" in f),
     ("jsonrpcserver", lambda f, fn: "jsonrpcserver" in f),
     ("event loop (asyncio, anyio, threads)", lambda f, fn: any(x in f for x in ("asyncio/", "anyio/", "selectors", "threading", "queue.py", "concurrent/"))),
@@ -765,7 +765,7 @@ FOCUS = [
     ("ADK _contents (LLM request history)", "_contents.py", "_get_contents"),
     ("OfflineLlm.generate_content_async", "offline.py", "generate_content_async"),
     ("search_library tool", "tools.py", "search_library"),
-    ("TurnStream.feed (ADK events to updates)", "stream.py", "feed"),
+    ("TurnUpdates.feed (ADK events to updates)", "turn_updates.py", "feed"),
     ("Watchers.publish (session/update out)", "daemon.py", "publish"),
 ]
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from zocratesd import __version__, runtime
+from zocratesd import __version__, locations
 
 STOP_TIMEOUT_S = 30.0
 EXIT_NOT_RUNNING = 3  # LSB: "program is not running"
@@ -104,7 +104,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _serve(args: argparse.Namespace, data_dir: Path) -> int:
     import anyio
 
-    from zocratesd.server import ServeOptions, serve, serve_stdio_standalone
+    from zocratesd.process.boot import ServeOptions, serve, serve_stdio_standalone
 
     opts = ServeOptions(
         data_dir=data_dir,
@@ -118,8 +118,8 @@ def _serve(args: argparse.Namespace, data_dir: Path) -> int:
 
 
 def _status(args: argparse.Namespace, data_dir: Path) -> int:
-    info = runtime.read_daemon_info(data_dir)
-    live = runtime.live_daemon(data_dir)
+    info = locations.read_daemon_info(data_dir)
+    live = locations.live_daemon(data_dir)
     if args.json:
         print(json.dumps({"running": live is not None, "data_dir": str(data_dir), **(info.raw if info else {})}))
     elif live is None:
@@ -135,15 +135,15 @@ def _status(args: argparse.Namespace, data_dir: Path) -> int:
 
 
 def _stop(args: argparse.Namespace, data_dir: Path) -> int:
-    live = runtime.live_daemon(data_dir)
+    live = locations.live_daemon(data_dir)
     if live is None:
         print(f"zocratesd is not running for {data_dir}")
         return 0
     os.kill(live.pid, signal.SIGTERM)
-    lock = runtime.state_dir(data_dir) / runtime.LOCK_NAME
+    lock = locations.state_dir(data_dir) / locations.LOCK_NAME
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while time.monotonic() < deadline:
-        if not runtime.lock_is_held(lock):
+        if not locations.lock_is_held(lock):
             print(f"stopped zocratesd (pid {live.pid})")
             return 0
         time.sleep(0.05)
@@ -152,7 +152,7 @@ def _stop(args: argparse.Namespace, data_dir: Path) -> int:
 
 
 def _service(args: argparse.Namespace, data_dir: Path) -> int:
-    from zocratesd.service import installer
+    from zocratesd.service_manager import installer
 
     settings = installer.Settings(
         data_dir=data_dir, home=Path.home(), idle_exit_after=getattr(args, "idle_exit_after", None)
@@ -164,14 +164,14 @@ def _service(args: argparse.Namespace, data_dir: Path) -> int:
         if args.action == "uninstall":
             return installer.uninstall(manager, dry_run=args.dry_run)
         return installer.status(manager)
-    except (installer.ServiceError, runtime.RuntimeFileError) as exc:
+    except (installer.ServiceError, locations.RuntimeFileError) as exc:
         print(f"zocratesd service {args.action}: {exc}", file=sys.stderr)
         return 1
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    data_dir = runtime.resolve_data_dir(args.zotero_data_dir)
+    data_dir = locations.resolve_data_dir(args.zotero_data_dir)
     if args.command == "stdio" and not args.standalone:
         from zocratesd.rpc import pump
 

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from zocratesd import runtime
+from zocratesd import locations
 
 CONFIG_NAME = "zocrates_config.json"
 
@@ -172,7 +172,7 @@ class ConfigError(Exception):
 
 
 def config_path(data_dir: Path) -> Path:
-    return runtime.state_dir(data_dir) / CONFIG_NAME
+    return locations.state_dir(data_dir) / CONFIG_NAME
 
 
 def load_config(data_dir: Path, overrides: dict[str, Any] | None = None) -> ZocratesConfig:

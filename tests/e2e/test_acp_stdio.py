@@ -14,7 +14,7 @@ import pytest
 from acp import RequestError, spawn_agent_process
 from adkevents import append_to_db, research_chat
 
-from zocratesd import runtime
+from zocratesd import locations
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -55,7 +55,7 @@ async def exercise(args: list[str], env: dict[str, str], data_dir: Path) -> None
         assert [(s.session_id, s.cwd, s.title) for s in listed.sessions] == [(sid, "/home/u/project", "New Chat")]
 
         # History written by ADK itself (as a turn would), then replayed to the editor.
-        await append_to_db(runtime.state_dir(data_dir) / "sessions.db", sid, research_chat())
+        await append_to_db(locations.state_dir(data_dir) / "sessions.db", sid, research_chat())
         await conn.load_session(cwd="/home/u/project", session_id=sid)
         replay = [u.model_dump(by_alias=True, exclude_none=True) for s, u in editor.updates if s == sid]
         kinds = [u["sessionUpdate"] for u in replay]
@@ -105,13 +105,13 @@ async def test_stdio_starts_the_daemon_and_speaks_acp(short_tmp: Path) -> None:
     data_dir = short_tmp / "zotero"
     data_dir.mkdir()
     try:
-        assert runtime.live_daemon(data_dir) is None
+        assert locations.live_daemon(data_dir) is None
         await exercise(["--zotero-data-dir", str(data_dir)], env, data_dir)
         # The daemon the pump started outlives the editor, and the next editor reuses it.
-        first = runtime.live_daemon(data_dir)
+        first = locations.live_daemon(data_dir)
         assert first is not None
         await exercise(["--zotero-data-dir", str(data_dir)], env, data_dir)
-        assert runtime.live_daemon(data_dir).pid == first.pid  # type: ignore[union-attr]
+        assert locations.live_daemon(data_dir).pid == first.pid  # type: ignore[union-attr]
     finally:
         stop_daemon(data_dir, env)
 
@@ -125,7 +125,7 @@ async def test_stdio_standalone_runs_the_core_in_process(short_tmp: Path) -> Non
     data_dir = short_tmp / "zotero"
     data_dir.mkdir()
     await exercise(["--standalone", "--zotero-data-dir", str(data_dir)], env, data_dir)
-    assert runtime.live_daemon(data_dir) is None  # no daemon was started
+    assert locations.live_daemon(data_dir) is None  # no daemon was started
 
 
 def test_pump_exits_0_on_stdin_eof_after_forwarding_the_answers(daemon: Any) -> None:
@@ -170,7 +170,7 @@ def test_two_editors_starting_at_once_share_one_daemon(short_tmp: Path) -> None:
         outs = [p.communicate(msg, timeout=90) for p in procs]
         assert [p.returncode for p in procs] == [0, 0, 0], [o[1] for o in outs]
         assert all(b'"protocolVersion":1' in o[0] for o in outs)
-        info = runtime.live_daemon(data_dir)
+        info = locations.live_daemon(data_dir)
         assert info is not None
         time.sleep(0.5)
         # Exactly one daemon survived; the losers of the lock race exited.
@@ -224,7 +224,7 @@ async def test_three_turns_over_stdio_survive_a_sigkill(short_tmp: Path) -> None
         assert [u["content"]["text"] for u in replay if u["sessionUpdate"] == "user_message_chunk"] == questions
         replayed = "".join(u["content"]["text"] for u in replay if u["sessionUpdate"] == "agent_message_chunk")
         assert replayed == "".join(a for _, a in answers)
-        assert runtime.live_daemon(data_dir).pid != pid  # type: ignore[union-attr]
+        assert locations.live_daemon(data_dir).pid != pid  # type: ignore[union-attr]
     finally:
         stop_daemon(data_dir, env)
 

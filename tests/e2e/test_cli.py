@@ -18,7 +18,7 @@ from adkevents import append_to_db, research_chat
 from daemonproc import DaemonProc, daemon_env
 from rawrpc import RawConn
 
-from zocratesd import runtime
+from zocratesd import locations
 
 pytestmark = pytest.mark.e2e
 
@@ -165,7 +165,7 @@ def test_no_start_without_a_daemon_says_how_to_start_one(shared: DaemonProc, sho
     data_dir.mkdir()
     out = zocrates(shared, "sessions", "list", "--no-start", data_dir=data_dir)
     assert_one_line_error(out, str(data_dir.resolve()), "zocratesd serve")
-    assert runtime.read_daemon_info(data_dir.resolve()) is None  # nothing was started
+    assert locations.read_daemon_info(data_dir.resolve()) is None  # nothing was started
 
 
 def test_starts_the_daemon_when_none_runs(short_tmp: Path) -> None:
@@ -177,7 +177,7 @@ def test_starts_the_daemon_when_none_runs(short_tmp: Path) -> None:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
         assert out.returncode == 0, out.stderr
         assert out.stdout == "no sessions yet\n"
-        info = runtime.live_daemon(data_dir)
+        info = locations.live_daemon(data_dir)
         assert info is not None  # started, and still serving for the next command
     finally:
         subprocess.run(
@@ -190,12 +190,12 @@ def test_a_daemon_that_cannot_start_is_one_line_naming_its_log(short_tmp: Path) 
     env = daemon_env(short_tmp / "run")
     (short_tmp / "run").mkdir(mode=0o700, exist_ok=True)
     data_dir = (short_tmp / "broken").resolve()
-    state = runtime.state_dir(data_dir)
+    state = locations.state_dir(data_dir)
     state.mkdir(parents=True)
     (state / "zocrates_config.json").write_text("{not json")
     out = subprocess.run(
         [*zocrates_command(), "sessions", "list", "--zotero-data-dir", str(data_dir)],
         env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
     )
-    assert_one_line_error(out, "could not start zocratesd", str(state / runtime.LOG_NAME))
-    assert not os.path.exists(state / runtime.INFO_NAME)
+    assert_one_line_error(out, "could not start zocratesd", str(state / locations.LOG_NAME))
+    assert not os.path.exists(state / locations.INFO_NAME)

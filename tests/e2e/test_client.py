@@ -31,7 +31,7 @@ from rawrpc import RawConn
 
 import zocrates_client
 from zocrates_client import ConnectError, ConnectionLost, DaemonNotRunning, RpcError, connect
-from zocratesd import runtime
+from zocratesd import locations
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -81,12 +81,12 @@ def chat(shared: DaemonProc) -> str:
 
 def stop_by_pid(data_dir: Path) -> None:
     """Stop a daemon this test started through the client (its pid is in daemon.json)."""
-    info = runtime.read_daemon_info(data_dir)
-    if info is None or not runtime.pid_alive(info.pid):
+    info = locations.read_daemon_info(data_dir)
+    if info is None or not locations.pid_alive(info.pid):
         return
     os.kill(info.pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while runtime.lock_is_held(runtime.state_dir(data_dir) / runtime.LOCK_NAME) and time.monotonic() < deadline:
+    while locations.lock_is_held(locations.state_dir(data_dir) / locations.LOCK_NAME) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
@@ -99,7 +99,7 @@ async def test_finds_the_daemon_through_the_data_dir_and_initializes(shared: Dae
             assert client.socket_path == shared.info["socket"]
             assert client.data_dir == shared.data_dir.resolve()
             init = await client.initialize()
-        assert init.protocol_version == runtime.PROTOCOL_VERSION
+        assert init.protocol_version == locations.PROTOCOL_VERSION
         assert init.agent_name == "zocratesd" and init.zocrates_version == shared.info["version"]
         assert {"_zocrates/session/get", "_zocrates/session/rename"} <= set(init.extensions)
         assert init.capabilities["loadSession"] is True
@@ -119,14 +119,14 @@ async def test_connects_to_an_explicit_socket(shared: DaemonProc) -> None:
 
 async def test_no_daemon_is_daemon_not_running_naming_the_data_dir(short_tmp: Path) -> None:
     data_dir = short_tmp / "zotero"
-    state = runtime.state_dir(data_dir)
+    state = locations.state_dir(data_dir)
     state.mkdir(parents=True)
     for stale in (False, True):
         if stale:
             # A daemon.json left behind by a dead daemon is not trusted.
             dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
             info = {"pid": int(dead.stdout), "socket": str(short_tmp / "gone.sock"), "protocol_version": 1, "version": "0.1.0"}
-            (state / runtime.INFO_NAME).write_text(json.dumps(info))
+            (state / locations.INFO_NAME).write_text(json.dumps(info))
         with pytest.raises(DaemonNotRunning) as caught:
             async with connect(data_dir=data_dir):
                 pass  # pragma: no cover
@@ -148,7 +148,7 @@ async def test_start_daemon_starts_one_and_connects(short_tmp: Path, monkeypatch
         with anyio.fail_after(60):
             async with connect(data_dir=data_dir, start_daemon=True) as client:
                 assert await client.list_sessions() == []
-        info = runtime.live_daemon(data_dir.resolve())
+        info = locations.live_daemon(data_dir.resolve())
         assert info is not None and info.socket == client.socket_path
         assert info.socket.startswith(str(run))
     finally:

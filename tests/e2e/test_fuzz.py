@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rawrpc import RawConn
 
-from zocratesd.store.service import integrity_check
+from zocratesd.store.database import integrity_check
 
 pytestmark = pytest.mark.e2e
 

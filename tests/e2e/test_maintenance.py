@@ -26,9 +26,9 @@ import anyio
 import pytest
 
 from zocratesd.config import ZocratesConfig
-from zocratesd.daemon import Daemon
+from zocratesd.core.daemon import Daemon
 from zocratesd.maintenance import FAULT_ENV, FAULT_STEPS, Maintenance, _swap
-from zocratesd.store.service import db_path, integrity_check
+from zocratesd.store.database import db_path, integrity_check
 
 pytestmark = pytest.mark.e2e
 
@@ -260,7 +260,7 @@ def test_a_small_disk_skips_vacuum_and_a_full_one_fails_open(small_fs: Path, mon
 
 
 async def _small_disk(mnt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import zocratesd.maintenance.engine as engine
+    import zocratesd.maintenance.runner as engine
 
     data_dir = mnt / "zotero"
     ids = await build_template(data_dir)

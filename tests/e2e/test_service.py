@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from rawrpc import RawConn
 
-from zocratesd import runtime
+from zocratesd import locations
 
 pytestmark = pytest.mark.e2e
 
@@ -106,7 +106,7 @@ class Manager:
     def __init__(self, d: Any, socket_path: Path, notify_address: str):
         self.d = d
         self.socket_path = socket_path
-        runtime.ensure_private_dir(socket_path.parent)  # DirectoryMode=0700
+        locations.ensure_private_dir(socket_path.parent)  # DirectoryMode=0700
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(socket_path))
         os.chmod(socket_path, 0o600)  # SocketMode=0600
@@ -237,7 +237,7 @@ def test_stdio_uses_the_socket_activated_daemon_before_it_ever_ran(
     what starts the daemon) and not start a daemon of its own."""
     d = daemon_factory()
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(d.runtime_dir))
-    m = Manager(d, runtime.default_socket_path(d.data_dir), str(short_tmp / "notify.sock"))
+    m = Manager(d, locations.default_socket_path(d.data_dir), str(short_tmp / "notify.sock"))
     try:
         pump_env = clean_env(d)
         # A daemon the pump started itself would die of this at once; the activated one never sees it.
@@ -276,7 +276,7 @@ async def test_python_client_uses_the_socket_activated_daemon(
 
     d = daemon_factory()
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(d.runtime_dir))
-    m = Manager(d, runtime.default_socket_path(d.data_dir), str(short_tmp / "notify.sock"))
+    m = Manager(d, locations.default_socket_path(d.data_dir), str(short_tmp / "notify.sock"))
     # A daemon the client started itself (it inherits this env) would die of this at once.
     monkeypatch.setenv("ZOCRATES_MAX_SAVED_SESSIONS", "not-a-number")
     try:
@@ -301,7 +301,7 @@ def test_manual_serve_never_unlinks_a_listening_manager_socket(
 ) -> None:
     d = daemon_factory()
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(d.runtime_dir))
-    m = Manager(d, runtime.default_socket_path(d.data_dir), str(short_tmp / "notify.sock"))
+    m = Manager(d, locations.default_socket_path(d.data_dir), str(short_tmp / "notify.sock"))
     try:
         before = os.stat(m.socket_path)
         out = subprocess.run(
@@ -388,7 +388,7 @@ def calls(tmp: Path) -> list[str]:
 
 
 def expected_socket(env: dict[str, str], data_dir: Path) -> str:
-    probe = "import sys; from pathlib import Path; from zocratesd import runtime; print(runtime.default_socket_path(Path(sys.argv[1])))"
+    probe = "import sys; from pathlib import Path; from zocratesd import locations; print(locations.default_socket_path(Path(sys.argv[1])))"
     return subprocess.run(
         [sys.executable, "-c", probe, str(data_dir)], env=env, capture_output=True, text=True, check=True
     ).stdout.strip()

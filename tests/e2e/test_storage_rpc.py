@@ -11,7 +11,7 @@ import pytest
 from fake_openai import Behaviour, FakeOpenAI
 from rawrpc import RawConn
 
-from zocratesd.store.service import integrity_check
+from zocratesd.store.database import integrity_check
 
 pytestmark = pytest.mark.e2e
 

@@ -48,7 +48,7 @@ from zocratesd.config import CompactionConfig, ZocratesConfig
 from zocratesd.store import APP_NAME, USER_ID
 
 if TYPE_CHECKING:
-    from zocratesd.daemon import Daemon
+    from zocratesd.core.daemon import Daemon
 
 __all__ = [
     "CompactionResult", "Compactor", "DecisionProbe", "FixedProbe", "HttpDecisionProbe", "ProbeError",

@@ -9,7 +9,7 @@ step of the swap; only fault-injection tests set it.
 """
 
 from zocratesd.maintenance._swap import FAULT_ENV, FAULT_STEPS
-from zocratesd.maintenance.engine import (
+from zocratesd.maintenance.runner import (
     EMPTY_SESSION_MIN_AGE_S,
     VACUUM_DISK_FACTOR,
     VACUUM_MIN_FILE_BYTES,

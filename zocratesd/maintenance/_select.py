@@ -21,7 +21,7 @@ from typing import Literal, TypeVar
 import anyio
 import anyio.to_thread
 
-from zocratesd.store.service import APP_NAME, BUSY_TIMEOUT_S, USER_ID, store_gate
+from zocratesd.store.database import APP_NAME, BUSY_TIMEOUT_S, USER_ID, store_gate
 
 T = TypeVar("T")
 

@@ -26,14 +26,14 @@ import anyio
 from jsonrpcserver import JsonRpcError, Success
 from pydantic import BaseModel, ValidationError
 
-from zocratesd.daemon import Daemon
+from zocratesd.core.daemon import Daemon
 from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionBusy, ZocratesError
 from zocratesd.rpc import jsonrpc, models
 from zocratesd.rpc.peer import MethodTable, Peer, PeerClosed, RemoteError
-from zocratesd.runtime import PROTOCOL_VERSION
+from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.store.reader import gc_paused
-from zocratesd.engine.context import PromptContext
-from zocratesd.store.transcript import Update, history_updates
+from zocratesd.core.context import PromptContext
+from zocratesd.updates import Update, history_updates
 from zocratesd.store.ui import pending_checkpoint
 from zocratesd.rpc.updates import checkpoint_call_id, session_info, session_info_update, to_acp
 

@@ -1,7 +1,7 @@
 """`zocratesd stdio`: an editor's ACP stdio, pumped byte for byte to the daemon's Unix socket.
 
 The socket speaks the same NDJSON as stdio, so nothing is parsed here. This module imports only
-the standard library and `zocratesd.runtime`: an editor starts it for every chat panel, and its
+the standard library and `zocratesd.locations`: an editor starts it for every chat panel, and its
 first `initialize` answer must arrive within 150 ms when the daemon is already up.
 
 - The daemon is found through `<data>/zocrates-data/daemon.json`. Without a live one, the data
@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from zocratesd import runtime
+from zocratesd import locations
 
 # How long to wait for a daemon we started: importing ADK alone takes 1-2 s on a 2-core machine
 # (research/adk.md, cold start); 60 s leaves room for a slow disk and a first-time table set-up.
@@ -56,9 +56,9 @@ def _start_daemon(data_dir: Path, serve_args: list[str]) -> subprocess.Popen[byt
     start (a broken zocrates_config.json) says why before its logging is set up, and the error we
     report points at that file."""
     cmd = [sys.executable, "-m", "zocratesd", "serve", "--zotero-data-dir", str(data_dir), *serve_args]
-    state = runtime.state_dir(data_dir)
-    runtime.ensure_private_dir(state)
-    log_fd = os.open(state / runtime.LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    state = locations.state_dir(data_dir)
+    locations.ensure_private_dir(state)
+    log_fd = os.open(state / locations.LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     try:
         return subprocess.Popen(
             cmd,
@@ -80,17 +80,17 @@ def _connect_activated(data_dir: Path) -> socket.socket | None:
     is accepted once the daemon serves. We return only after daemon.json says the daemon runs, so
     callers that look daemon.json up next (the client library) find it.
     """
-    path = runtime.activation_socket(data_dir)
+    path = locations.activation_socket(data_dir)
     if path is None:
         return None
     try:
         sock = _connect(str(path))
     except OSError:
         return None
-    log = runtime.state_dir(data_dir) / runtime.LOG_NAME
+    log = locations.state_dir(data_dir) / locations.LOG_NAME
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
-        if runtime.live_daemon(data_dir) is not None:
+        if locations.live_daemon(data_dir) is not None:
             return sock
         if _closed_by_peer(sock):  # the manager gave up (the daemon failed to start, repeatedly)
             sock.close()
@@ -116,7 +116,7 @@ def _closed_by_peer(sock: socket.socket) -> bool:
 def connect_to_daemon(data_dir: Path, *, start: bool = True, serve_args: list[str] | None = None) -> socket.socket:
     """A connected socket to the daemon of `data_dir`: the live one, else a socket-activated one,
     else (when `start`) one we start."""
-    info = runtime.live_daemon(data_dir)
+    info = locations.live_daemon(data_dir)
     if info is not None:
         try:
             return _connect(info.socket)
@@ -128,20 +128,20 @@ def connect_to_daemon(data_dir: Path, *, start: bool = True, serve_args: list[st
     if not start:
         raise PumpError(f"no zocratesd is running for {data_dir}")
     proc = None
-    if not runtime.lock_is_held(runtime.state_dir(data_dir) / runtime.LOCK_NAME):
+    if not locations.lock_is_held(locations.state_dir(data_dir) / locations.LOCK_NAME):
         proc = _start_daemon(data_dir, serve_args or [])
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
-        info = runtime.live_daemon(data_dir)
+        info = locations.live_daemon(data_dir)
         if info is not None:
             try:
                 return _connect(info.socket)
             except OSError:
                 pass
-        if proc is not None and proc.poll() is not None and not runtime.lock_is_held(
-            runtime.state_dir(data_dir) / runtime.LOCK_NAME
+        if proc is not None and proc.poll() is not None and not locations.lock_is_held(
+            locations.state_dir(data_dir) / locations.LOCK_NAME
         ):
-            log = runtime.state_dir(data_dir) / runtime.LOG_NAME
+            log = locations.state_dir(data_dir) / locations.LOG_NAME
             raise PumpError(f"zocratesd exited with status {proc.returncode} while starting; see {log}")
         time.sleep(POLL_INTERVAL_S)
     raise PumpError(f"zocratesd did not become ready within {START_TIMEOUT_S:.0f} s")
@@ -197,7 +197,7 @@ def pump(sock: socket.socket, in_fd: int = 0, out_fd: int = 1) -> int:
 def run(data_dir: Path, serve_args: list[str] | None = None) -> int:
     try:
         sock = connect_to_daemon(data_dir, serve_args=serve_args)
-    except (PumpError, runtime.RuntimeFileError) as exc:
+    except (PumpError, locations.RuntimeFileError) as exc:
         print(f"zocratesd stdio: {exc}", file=sys.stderr)
         return 1
     return pump(sock)

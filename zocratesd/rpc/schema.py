@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema
 
 from zocratesd.rpc.models import METHODS, NOTIFICATIONS
-from zocratesd.runtime import PROTOCOL_VERSION
+from zocratesd.locations import PROTOCOL_VERSION
 
 JSON_SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 INDEX_NAME: Final = "index.json"

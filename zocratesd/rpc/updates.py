@@ -1,4 +1,4 @@
-"""Face-neutral updates (store/transcript.py) as ACP `session/update` payloads.
+"""Face-neutral updates (updates.py) as ACP `session/update` payloads.
 
 Used for both `session/load` replays and live turns, so an editor sees the same conversation
 either way. Text chunks carry the stored event's id as `messageId`.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zocratesd.store.transcript import Update
+from zocratesd.updates import Update
 from zocratesd.store.ui import REQUEST_INPUT_CALL
 
 Json = dict[str, Any]

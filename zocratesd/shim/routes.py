@@ -17,10 +17,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from zocratesd.daemon import Daemon, TurnResult, check_resume_response, check_session_id
-from zocratesd.engine.context import PromptContext
+from zocratesd.core.daemon import Daemon, TurnResult, check_resume_response, check_session_id
+from zocratesd.core.context import PromptContext
 from zocratesd.errors import InvalidInput, ZocratesError
-from zocratesd.runtime import PROTOCOL_VERSION
+from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.shim.errors import HttpError, JSONResponse, core_error_response, error_response
 from zocratesd.shim.turns import start_turn
 

@@ -16,7 +16,7 @@ import anyio.abc
 import uvicorn
 
 from zocratesd.config import HttpConfig
-from zocratesd.daemon import Daemon
+from zocratesd.core.daemon import Daemon
 from zocratesd.shim.guard import Guard
 from zocratesd.shim.routes import build_app
 

@@ -26,9 +26,9 @@ import anyio.lowlevel
 import orjson
 from anyio.streams.memory import MemoryObjectSendStream
 
-from zocratesd.daemon import Daemon, TurnResult
+from zocratesd.core.daemon import Daemon, TurnResult
 from zocratesd.errors import ZocratesError
-from zocratesd.store.transcript import Update
+from zocratesd.updates import Update
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def sse_line(event: Json) -> bytes:
     return b"data: " + payload + b"\n\n"
 
 
-class TurnStream:
+class SseTurn:
     """One turn started for one HTTP client."""
 
     def __init__(self) -> None:
@@ -100,9 +100,9 @@ async def start_turn(
     *,
     opened: Callable[[], None],
     closed: Callable[[], None],
-) -> TurnStream:
+) -> SseTurn:
     """Start the turn in `tg`; return once it streams (or was refused: `stream.refused`)."""
-    stream = TurnStream()
+    stream = SseTurn()
 
     async def listener(update: Update) -> None:
         stream.started.set()

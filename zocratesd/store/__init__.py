@@ -8,7 +8,7 @@ same result. The store imports nothing from the engine or the faces.
 
 from zocratesd.store.locks import SessionLocks
 from zocratesd.store.reader import SessionReader, SessionRow
-from zocratesd.store.service import APP_NAME, USER_ID, close_session_services, get_session_service
+from zocratesd.store.database import APP_NAME, USER_ID, close_session_services, get_session_service
 from zocratesd.store.ui import format_session_for_ui
 
 __all__ = [

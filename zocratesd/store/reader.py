@@ -24,7 +24,7 @@ import anyio.to_thread
 import orjson
 
 from zocratesd.errors import SessionNotFound
-from zocratesd.store.service import APP_NAME, BUSY_TIMEOUT_S, USER_ID, store_gate
+from zocratesd.store.database import APP_NAME, BUSY_TIMEOUT_S, USER_ID, store_gate
 from zocratesd.store.writer import sqlite_datetime
 from zocratesd.store.ui import Json, apply_rewinds, title_of, ui_view
 

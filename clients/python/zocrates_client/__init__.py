@@ -7,7 +7,7 @@
             print(info.session_id, info.title)
 
 Importing it is light: the standard library, anyio, and the daemon's sans-IO wire code
-(`zocratesd.runtime`, `zocratesd.rpc.framing`, `zocratesd.rpc.jsonrpc`, `zocratesd.rpc.pump`) -
+(`zocratesd.locations`, `zocratesd.rpc.framing`, `zocratesd.rpc.jsonrpc`, `zocratesd.rpc.pump`) -
 never ADK, pydantic or the daemon core.
 """
 

@@ -1,6 +1,6 @@
 """Finding the daemon: an explicit socket, or the daemon.json of a Zotero data dir, started on request.
 
-Discovery is the daemon's own (`zocratesd.runtime`): daemon.json names the socket, and it is
+Discovery is the daemon's own (`zocratesd.locations`): daemon.json names the socket, and it is
 trusted only while its pid is alive and the instance lock is held. Starting a daemon is
 `zocratesd stdio`'s logic (`zocratesd.rpc.pump.connect_to_daemon`), run in a worker thread because
 it polls with blocking sleeps.
@@ -16,7 +16,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from zocratesd import runtime
+from zocratesd import locations
 from zocratesd.rpc import pump
 
 from zocrates_client._errors import ConnectError, DaemonNotRunning
@@ -54,7 +54,7 @@ async def open_endpoint(
 
     - `socket_path` given: connect to it; a missing or refusing socket is DaemonNotRunning.
       `start_daemon` cannot be combined with it (a daemon is started per data dir, not per socket).
-    - otherwise the data dir is `runtime.resolve_data_dir(data_dir)` (the flag, $ZOTERO_DATA_DIR,
+    - otherwise the data dir is `locations.resolve_data_dir(data_dir)` (the flag, $ZOTERO_DATA_DIR,
       ~/Zotero, or the per-user default) and its live daemon.json gives the socket. With no live
       daemon: `start_daemon` starts one and waits (up to `pump.START_TIMEOUT_S`), else
       DaemonNotRunning names the data dir and the command to run.
@@ -70,8 +70,8 @@ async def open_endpoint(
         except OSError as exc:
             raise ConnectError(f"cannot connect to zocratesd at {path}: {exc.strerror or exc}") from None
 
-    resolved = runtime.resolve_data_dir(data_dir)
-    info = runtime.live_daemon(resolved)
+    resolved = locations.resolve_data_dir(data_dir)
+    info = locations.live_daemon(resolved)
     if info is not None:
         try:
             return Endpoint(await _connect_unix(info.socket), info.socket, resolved)
@@ -89,11 +89,11 @@ async def open_endpoint(
         # abandon_on_cancel: a cancelled caller (Ctrl-C, a timeout) must not wait out the pump's
         # 60 s start timeout; the thread finishes on its own and closes its probe socket.
         await anyio.to_thread.run_sync(_start_and_wait, resolved, abandon_on_cancel=True)
-    except (pump.PumpError, runtime.RuntimeFileError) as exc:
+    except (pump.PumpError, locations.RuntimeFileError) as exc:
         raise ConnectError(f"could not start zocratesd for {resolved}: {exc}") from None
-    info = runtime.live_daemon(resolved)
+    info = locations.live_daemon(resolved)
     if info is None:
-        raise ConnectError(f"zocratesd for {resolved} exited right after it started; see {runtime.state_dir(resolved) / runtime.LOG_NAME}")
+        raise ConnectError(f"zocratesd for {resolved} exited right after it started; see {locations.state_dir(resolved) / locations.LOG_NAME}")
     try:
         return Endpoint(await _connect_unix(info.socket), info.socket, resolved)
     except OSError as exc:

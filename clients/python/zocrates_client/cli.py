@@ -30,7 +30,7 @@ from zocrates_client._errors import (
 )
 from zocrates_client._types import SessionInfo, UiSession
 from zocrates_client.client import Client, connect
-from zocratesd import __version__, runtime
+from zocratesd import __version__, locations
 from zocratesd.rpc import jsonrpc
 
 PROG: Final = "zocrates"
@@ -180,7 +180,7 @@ async def _sessions(client: Client, args: argparse.Namespace) -> None:
 
 
 async def _run(args: argparse.Namespace) -> None:
-    data_dir = runtime.resolve_data_dir(args.zotero_data_dir)
+    data_dir = locations.resolve_data_dir(args.zotero_data_dir)
     async with connect(data_dir=data_dir, start_daemon=not args.no_start) as client:
         await client.initialize(client_name=PROG)
         await _sessions(client, args)
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     except ConnectionLost as exc:
         return _fail(f"lost the connection to zocratesd: {exc}; `zocratesd status` tells whether it still runs")
-    except (ZocratesClientError, runtime.RuntimeFileError) as exc:
+    except (ZocratesClientError, locations.RuntimeFileError) as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

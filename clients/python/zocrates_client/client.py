@@ -47,7 +47,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from zocratesd import __version__
 from zocratesd.rpc import jsonrpc
 from zocratesd.rpc.framing import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameDecoder, FrameTooLarge, encode_message
-from zocratesd.runtime import PROTOCOL_VERSION
+from zocratesd.locations import PROTOCOL_VERSION
 
 from zocrates_client._discovery import open_endpoint
 from zocrates_client._errors import ConnectionLost, MessageTooLarge, RpcError, UpdatesOverflow

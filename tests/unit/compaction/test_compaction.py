@@ -19,12 +19,12 @@ from zocratesd.compaction import FixedProbe, ProbeError, ProbeInput, compactor_f
 from zocratesd.compaction.summarise import SUMMARY_HEADER
 from zocratesd.compaction.turns import latest_compaction, split_turns
 from zocratesd.config import ZocratesConfig
-from zocratesd.daemon import Daemon
+from zocratesd.core.daemon import Daemon
 from zocratesd.engine import Engine
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage
 from zocratesd.rpc.updates import to_acp
 from zocratesd.store import close_session_services
-from zocratesd.store.transcript import history_updates
+from zocratesd.updates import history_updates
 
 pytestmark = pytest.mark.anyio
 

@@ -173,7 +173,7 @@ async def test_rule_probe_rewards_topic_shift_progression_and_pressure() -> None
 
 
 async def test_a_rate_limited_probe_never_fails_the_turn(serve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from zocratesd.daemon import Daemon
+    from zocratesd.core.daemon import Daemon
     from zocratesd.store import close_session_services
 
     monkeypatch.setattr(probe_mod, "MAX_BACKOFF_S", 0.0)

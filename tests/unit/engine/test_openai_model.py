@@ -10,7 +10,7 @@ import pytest
 from fake_openai import Behaviour, FakeOpenAI
 
 from zocratesd.config import ZocratesConfig
-from zocratesd.daemon import Daemon
+from zocratesd.core.daemon import Daemon
 from zocratesd.engine.models import openai as openai_model
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage
 from zocratesd.errors import ZocratesError

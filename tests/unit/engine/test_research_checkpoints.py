@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from zocratesd.config import ZocratesConfig
-from zocratesd.daemon import Daemon
+from zocratesd.core.daemon import Daemon
 from zocratesd.engine.research import Research, plan_aspects
 from zocratesd.engine.retrieval import Hit, InMemoryRetriever, Passage, Scope
 from zocratesd.engine.tools import ROUND_METADATA_KEY

@@ -20,7 +20,7 @@ from google.genai import types
 from pydantic import PrivateAttr
 
 from zocratesd.config import ZocratesConfig
-from zocratesd.daemon import Daemon
+from zocratesd.core.daemon import Daemon
 from zocratesd.engine import Engine
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage
 from zocratesd.store import APP_NAME, USER_ID, close_session_services

@@ -18,9 +18,9 @@ from typing import Any
 from adkevents import append_all, text
 
 from zocratesd.config import ZocratesConfig
-from zocratesd.daemon import Daemon
+from zocratesd.core.daemon import Daemon
 from zocratesd.maintenance import Maintenance
-from zocratesd.store.service import db_path
+from zocratesd.store.database import db_path
 
 DAY = 86400.0
 HOUR = 3600.0

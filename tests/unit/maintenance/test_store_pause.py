@@ -1,4 +1,4 @@
-"""The store pause the swap relies on (store/service.py): the gate, and that a paused store has no
+"""The store pause the swap relies on (store/database.py): the gate, and that a paused store has no
 connection open on the file (proved by SQLite itself, which refuses to leave WAL otherwise)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import anyio
 import pytest
 from maintworld import World
 
-from zocratesd.store.service import StoreBusy, StoreGate, paused_store, store_gate
+from zocratesd.store.database import StoreBusy, StoreGate, paused_store, store_gate
 
 pytestmark = pytest.mark.anyio
 

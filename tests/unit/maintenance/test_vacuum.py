@@ -17,9 +17,9 @@ import pytest
 from adkevents import append_all, text
 from maintworld import DAY, World
 
-from zocratesd.maintenance import _select, _swap, engine
+from zocratesd.maintenance import _select, _swap, runner
 from zocratesd.store import APP_NAME, USER_ID
-from zocratesd.store.service import integrity_check, store_gate
+from zocratesd.store.database import integrity_check, store_gate
 
 pytestmark = pytest.mark.anyio
 
@@ -82,7 +82,7 @@ async def test_not_needed_below_a_quarter_of_free_pages(world: World) -> None:
     report = await world.maintenance.run(startup=False)
     assert report["retention_deleted"] == 1
     assert report["vacuum"]["skipped_reason"] == "not_needed"
-    assert (await world.maintenance.stats())["freelist_ratio"] < engine.VACUUM_MIN_FREELIST_RATIO
+    assert (await world.maintenance.stats())["freelist_ratio"] < runner.VACUUM_MIN_FREELIST_RATIO
 
 
 async def test_without_deletions_only_a_file_of_30_mb_is_vacuumed(world: World, monkeypatch: Any) -> None:
@@ -95,16 +95,16 @@ async def test_without_deletions_only_a_file_of_30_mb_is_vacuumed(world: World, 
     assert world.db.stat().st_ino == inode
     stats = await world.maintenance.stats()
     size = stats["page_count"] * stats["page_size"]
-    monkeypatch.setattr(engine, "VACUUM_MIN_FILE_BYTES", size + 1)
+    monkeypatch.setattr(runner, "VACUUM_MIN_FILE_BYTES", size + 1)
     assert (await world.maintenance.run(startup=False))["vacuum"]["skipped_reason"] == "not_needed"
-    monkeypatch.setattr(engine, "VACUUM_MIN_FILE_BYTES", size)  # as if the file had reached the threshold
+    monkeypatch.setattr(runner, "VACUUM_MIN_FILE_BYTES", size)  # as if the file had reached the threshold
     report = await world.maintenance.run(startup=False)
     assert (report["retention_deleted"], report["vacuum"]["ran"]) == (0, True)
 
 
 async def test_disk_check_needs_one_and_a_half_times_the_file(world: World, monkeypatch: Any) -> None:
     kept, dropped = await fill(world)
-    monkeypatch.setattr(engine, "VACUUM_MIN_FILE_BYTES", 0)  # so that every pass considers VACUUM
+    monkeypatch.setattr(runner, "VACUUM_MIN_FILE_BYTES", 0)  # so that every pass considers VACUUM
     world.free_bytes = 0
     report = await world.maintenance.run(startup=False)
     assert report["vacuum"]["skipped_reason"] == "insufficient_disk"
@@ -138,7 +138,7 @@ async def test_another_open_connection_makes_it_busy_and_changes_nothing(world: 
         assert other.execute("SELECT count(*) FROM sessions").fetchone()[0] == len(kept) + 1
     finally:
         other.close()
-    monkeypatch.setattr(engine, "VACUUM_MIN_FILE_BYTES", 0)
+    monkeypatch.setattr(runner, "VACUUM_MIN_FILE_BYTES", 0)
     assert (await world.maintenance.run(startup=False))["vacuum"]["ran"] is True
     assert integrity_check(world.db) == "ok"
 
@@ -230,7 +230,7 @@ async def test_the_pause_waits_for_a_request_in_flight(world: World) -> None:
 
 
 async def test_a_request_that_never_ends_makes_it_busy_and_the_store_stays_open(world: World, monkeypatch: Any) -> None:
-    monkeypatch.setattr(engine, "PAUSE_DRAIN_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(runner, "PAUSE_DRAIN_TIMEOUT_S", 0.2)
     kept, dropped = await fill(world)
     gate = store_gate(world.db)
     release = anyio.Event()

@@ -352,7 +352,7 @@ class _Client:
 @pytest.fixture
 async def live(tmp_path: Path) -> AsyncIterator[tuple[_Client, Any]]:
     from zocratesd.config import ZocratesConfig
-    from zocratesd.daemon import Daemon
+    from zocratesd.core.daemon import Daemon
     from zocratesd.rpc.acp import build_methods
     from zocratesd.rpc.peer import Peer
 

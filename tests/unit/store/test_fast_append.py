@@ -14,7 +14,7 @@ from google.adk.sessions import DatabaseSessionService
 from google.genai import types
 
 from zocratesd.store import APP_NAME, USER_ID, close_session_services, get_session_service
-from zocratesd.store.service import db_path
+from zocratesd.store.database import db_path
 from zocratesd.store.writer import FastAppendSessionService
 
 pytestmark = pytest.mark.anyio

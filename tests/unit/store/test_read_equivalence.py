@@ -23,9 +23,9 @@ from google.genai import types
 from adkevents import answer, append_all, call, text
 
 from zocratesd.config import ZocratesConfig
-from zocratesd.daemon import Daemon
+from zocratesd.core.daemon import Daemon
 from zocratesd.store import APP_NAME, USER_ID, close_session_services, format_session_for_ui
-from zocratesd.store.service import db_path
+from zocratesd.store.database import db_path
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from zocratesd import runtime
+from zocratesd import locations
 from zocratesd.rpc import pump
 
 
@@ -21,7 +21,7 @@ def data_dir(short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
     d = short_tmp / "zotero"
     d.mkdir()
-    runtime.ensure_private_dir(runtime.default_socket_path(d).parent)
+    locations.ensure_private_dir(locations.default_socket_path(d).parent)
     return d
 
 
@@ -40,22 +40,22 @@ def in_thread(fn: Any, *args: Any, **kwargs: Any) -> tuple[threading.Thread, dic
 
 
 def test_activation_socket_only_names_a_socket_file(data_dir: Path) -> None:
-    path = runtime.default_socket_path(data_dir)
-    assert runtime.activation_socket(data_dir) is None
+    path = locations.default_socket_path(data_dir)
+    assert locations.activation_socket(data_dir) is None
     path.write_text("not a socket")
-    assert runtime.activation_socket(data_dir) is None
+    assert locations.activation_socket(data_dir) is None
     path.unlink()
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(path))
     try:
-        assert runtime.activation_socket(data_dir) == path
+        assert locations.activation_socket(data_dir) == path
     finally:
         s.close()
 
 
 def test_a_dead_socket_file_is_not_taken_for_a_manager(data_dir: Path) -> None:
     s = socket.socket(socket.AF_UNIX)
-    s.bind(str(runtime.default_socket_path(data_dir)))  # bound, never listening: what a crash leaves
+    s.bind(str(locations.default_socket_path(data_dir)))  # bound, never listening: what a crash leaves
     try:
         with pytest.raises(pump.PumpError, match="no zocratesd is running"):
             pump.connect_to_daemon(data_dir, start=False)
@@ -66,7 +66,7 @@ def test_a_dead_socket_file_is_not_taken_for_a_manager(data_dir: Path) -> None:
 def test_the_manager_giving_up_is_reported_not_waited_out(data_dir: Path) -> None:
     """A manager whose daemon keeps failing closes its socket: the pump says so at once."""
     listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(runtime.default_socket_path(data_dir)))
+    listener.bind(str(locations.default_socket_path(data_dir)))
     listener.listen(4)
     t, result = in_thread(pump.connect_to_daemon, data_dir, start=False)
     assert select.select([listener], [], [], 10)[0], "the pump did not connect to the manager's socket"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from zocratesd.service import notify
-from zocratesd.service.notify import Notifier
+from zocratesd.service_manager import notify
+from zocratesd.service_manager.notify import Notifier
 
 
 @pytest.fixture

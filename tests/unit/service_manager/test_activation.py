@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from zocratesd.service import activation
-from zocratesd.service.activation import Activation, ActivationError
+from zocratesd.service_manager import activation
+from zocratesd.service_manager.activation import Activation, ActivationError
 
 # Far above anything pytest has open, so the tests need not take over fd 3.
 FIRST_FD = 300

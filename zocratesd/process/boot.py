@@ -37,10 +37,10 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from zocratesd import __version__, runtime
+from zocratesd import __version__, locations
 from zocratesd.config import ConfigError, ZocratesConfig, load_config
-from zocratesd.service.activation import Activation, ActivationError, activated_sockets, check_unix_listener
-from zocratesd.service.notify import Notifier
+from zocratesd.service_manager.activation import Activation, ActivationError, activated_sockets, check_unix_listener
+from zocratesd.service_manager.notify import Notifier
 
 log = logging.getLogger("zocratesd")
 
@@ -81,9 +81,9 @@ def setup_logging(data_dir: Path, level: str) -> None:
     err.setFormatter(fmt)
     root.addHandler(err)
     try:
-        runtime.ensure_private_dir(runtime.state_dir(data_dir))
+        locations.ensure_private_dir(locations.state_dir(data_dir))
         fileh = logging.handlers.RotatingFileHandler(
-            runtime.state_dir(data_dir) / runtime.LOG_NAME, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_COUNT
+            locations.state_dir(data_dir) / locations.LOG_NAME, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_COUNT
         )
         fileh.setFormatter(fmt)
         root.addHandler(fileh)
@@ -115,35 +115,35 @@ class _Runtime:
 
     def __init__(self, data_dir: Path):
         self.data_dir = data_dir
-        self.state = runtime.state_dir(data_dir)
-        self.lock = runtime.InstanceLock(self.state / runtime.LOCK_NAME)
-        self.info_path = self.state / runtime.INFO_NAME
+        self.state = locations.state_dir(data_dir)
+        self.lock = locations.InstanceLock(self.state / locations.LOCK_NAME)
+        self.info_path = self.state / locations.INFO_NAME
         self.socket_path: Path | None = None
         # False when a service manager owns the socket: it must outlive us, so we never unlink it.
         self.owns_socket = False
         self.activated_by: str | None = None
 
     def acquire(self) -> None:
-        runtime.ensure_private_dir(self.state)
+        locations.ensure_private_dir(self.state)
         self.lock.acquire()
 
     def claim_path(self, path: Path) -> None:
         """Make `path` free for our bind: remove a dead daemon's socket, refuse anything else."""
-        runtime.ensure_private_dir(path.parent)
-        runtime.check_socket_path(path)
+        locations.ensure_private_dir(path.parent)
+        locations.check_socket_path(path)
         try:
             st = os.lstat(path)
         except FileNotFoundError:
             pass
         else:
             if not stat.S_ISSOCK(st.st_mode):
-                raise runtime.RuntimeFileError(f"{path} exists and is not a socket; remove it or pass another --socket")
+                raise locations.RuntimeFileError(f"{path} exists and is not a socket; remove it or pass another --socket")
             # We hold the lock, so no zocratesd listens here. Something listening anyway is a
             # service manager's socket (zocratesd.socket, the LaunchAgent): unlinking it would cut
             # every client off from autostart. (Our probe makes the manager start its daemon; that
             # one waits for our lock, which we release right away, and then serves.)
             if _is_listening(path):
-                raise runtime.RuntimeFileError(
+                raise locations.RuntimeFileError(
                     f"{path} is already listening: the zocratesd.socket unit or the launchd agent holds it "
                     "(`zocratesd service status`), and clients reach the daemon through it. To run one by hand, "
                     "stop it first (`systemctl --user stop zocratesd.socket`, or `launchctl bootout "
@@ -161,12 +161,12 @@ class _Runtime:
         self.activated_by = manager
 
     def write_info(self, http: dict[str, Any] | None = None, token: str | None = None) -> None:
-        runtime.write_private_json(
+        locations.write_private_json(
             self.info_path,
             {
                 "pid": os.getpid(),
                 "socket": str(self.socket_path) if self.socket_path else None,
-                "protocol_version": runtime.PROTOCOL_VERSION,
+                "protocol_version": locations.PROTOCOL_VERSION,
                 "version": __version__,
                 "started_at": datetime.now(timezone.utc).isoformat(),
                 "http": http,
@@ -176,7 +176,7 @@ class _Runtime:
         )
 
     def cleanup(self) -> None:
-        info = runtime.read_daemon_info(self.data_dir)
+        info = locations.read_daemon_info(self.data_dir)
         if info is not None and info.pid == os.getpid():
             self.info_path.unlink(missing_ok=True)
         if self.socket_path is not None and self.owns_socket:
@@ -395,15 +395,15 @@ async def serve(opts: ServeOptions) -> int:
     rt = _Runtime(opts.data_dir)
     try:
         rt.acquire()
-    except runtime.AlreadyRunning as exc:
+    except locations.AlreadyRunning as exc:
         print(f"zocratesd: {exc}; use `zocratesd status` or `zocratesd stop`", file=sys.stderr)
         return 1
-    except runtime.RuntimeFileError as exc:
+    except locations.RuntimeFileError as exc:
         print(f"zocratesd: {exc}", file=sys.stderr)
         return 1
     try:
         return await _serve_locked(opts, config, rt, activation, notifier)
-    except (runtime.RuntimeFileError, ActivationError) as exc:
+    except (locations.RuntimeFileError, ActivationError) as exc:
         print(f"zocratesd: {exc}", file=sys.stderr)
         return 1
     finally:
@@ -437,9 +437,9 @@ async def _serve_locked(
 ) -> int:
     if activation is None:
         # Checked before the core is even imported, so a socket in the way fails at once.
-        rt.claim_path(opts.socket_path or runtime.default_socket_path(opts.data_dir))
+        rt.claim_path(opts.socket_path or locations.default_socket_path(opts.data_dir))
 
-    from zocratesd.daemon import Daemon
+    from zocratesd.core.daemon import Daemon
     from zocratesd.rpc.acp import build_methods
 
     idle_exit = opts.idle_exit_after
@@ -508,7 +508,7 @@ def _http_face(opts: ServeOptions, config: ZocratesConfig, daemon: Any, conns: C
     try:
         face.bind(opts.data_dir)
     except OSError as exc:
-        raise runtime.RuntimeFileError(f"cannot serve HTTP on 127.0.0.1: {exc}; pass --http-port N or --no-http") from None
+        raise locations.RuntimeFileError(f"cannot serve HTTP on 127.0.0.1: {exc}; pass --http-port N or --no-http") from None
     log.info("HTTP shim on http://127.0.0.1:%d", face.port)
     return face
 
@@ -543,7 +543,7 @@ class _FdStream(anyio.abc.ByteStream):
 
 async def serve_stdio_standalone(opts: ServeOptions) -> int:
     """ACP on this process's stdin/stdout with the core in-process (no socket, no other daemon)."""
-    from zocratesd.daemon import Daemon
+    from zocratesd.core.daemon import Daemon
     from zocratesd.rpc.acp import build_methods
     from zocratesd.rpc.peer import Peer
 
@@ -558,7 +558,7 @@ async def serve_stdio_standalone(opts: ServeOptions) -> int:
     rt = _Runtime(opts.data_dir)
     try:
         rt.acquire()
-    except runtime.AlreadyRunning as exc:
+    except locations.AlreadyRunning as exc:
         print(f"zocratesd: {exc}; drop --standalone to talk to it", file=sys.stderr)
         return 1
     daemon = Daemon(opts.data_dir, config)

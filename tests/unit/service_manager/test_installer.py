@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from zocratesd import runtime
-from zocratesd.service import activation, installer
-from zocratesd.service.installer import Launchd, ServiceError, Settings, SystemdUser
+from zocratesd import locations
+from zocratesd.service_manager import activation, installer
+from zocratesd.service_manager.installer import Launchd, ServiceError, Settings, SystemdUser
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -56,7 +56,7 @@ def calls(tmp: Path) -> list[str]:
     [("systemd", "zocratesd.socket"), ("systemd", "zocratesd.service"), ("launchd", "org.zocrates.zocratesd.plist")],
 )
 def test_packaged_templates_equal_the_top_level_ones(top: str, name: str) -> None:
-    packaged = REPO / "zocratesd" / "service" / "templates" / name
+    packaged = REPO / "zocratesd" / "service_manager" / "templates" / name
     assert packaged.read_bytes() == (REPO / top / name).read_bytes(), f"copy {top}/{name} to {packaged}"
     assert installer.MARKER in packaged.read_text()
 
@@ -66,7 +66,7 @@ def test_systemd_units_name_the_socket_the_daemon_looks_for(home: Path, short_tm
     files = SystemdUser(Settings(data_dir=data, home=home), {}).files()
     sock = files[home / ".config/systemd/user/zocratesd.socket"]
     svc = files[home / ".config/systemd/user/zocratesd.service"]
-    assert f"ListenStream={runtime.default_socket_path(data)}\n" in sock
+    assert f"ListenStream={locations.default_socket_path(data)}\n" in sock
     assert f"FileDescriptorName={activation.SOCKET_NAME}\n" in sock
     assert "@" not in sock.replace("zocratesd service install", "").split("[Unit]")[1]  # no placeholder left
     assert f"ExecStart={sys.executable} -m zocratesd serve --zotero-data-dir {data}\n" in svc
@@ -105,7 +105,7 @@ def test_plist_has_what_launchd_needs(home: Path, short_tmp: Path) -> None:
     assert plist["ProgramArguments"] == settings.serve_argv()
     assert plist["ProgramArguments"][-2:] == ["--idle-exit-after", "600"]
     sock = plist["Sockets"][activation.SOCKET_NAME]
-    assert sock["SockPathName"] == str(runtime.default_socket_path(data))
+    assert sock["SockPathName"] == str(locations.default_socket_path(data))
     assert sock["SockPathMode"] == 0o600 == 384  # launchd reads the integer as decimal
     assert plist["KeepAlive"] == {"SuccessfulExit": False}  # restart after a crash, not after idle exit
     assert plist["RunAtLoad"] is False
@@ -130,7 +130,7 @@ def test_launchd_install_update_and_uninstall(home: Path, short_tmp: Path, fake_
     assert calls(short_tmp)[-1] == f"bootstrap gui/{os.getuid()} {plist_path}"
     assert plistlib.loads(plist_path.read_bytes())["Label"] == "org.zocrates.zocratesd"
     # launchd creates neither directory: the installer did, private.
-    sock_dir = runtime.default_socket_path(data).parent
+    sock_dir = locations.default_socket_path(data).parent
     for d in (sock_dir, home / "Library/Logs/zocrates"):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700
 
@@ -176,7 +176,7 @@ def test_status_warns_when_the_unit_listens_where_clients_do_not_look(
     other = SystemdUser(Settings(data_dir=short_tmp / "b", home=home), {"ZOCRATESD_SYSTEMCTL": "/nonexistent"})
     out = io.StringIO()
     assert installer.status(other, out=out) == 0
-    assert f"it listens on {runtime.default_socket_path(short_tmp / 'a')}" in out.getvalue()
+    assert f"it listens on {locations.default_socket_path(short_tmp / 'a')}" in out.getvalue()
     assert "unknown (/nonexistent not available)" in out.getvalue()
 
 

@@ -8,7 +8,7 @@
   gui/<uid> <plist>`. launchd does not create the socket's directory, so we do (0700).
 
 The templates are `systemd/` and `launchd/` at the top of the repository; the package ships
-byte-identical copies in `zocratesd/service/templates/` (a test keeps them so) because an installed
+byte-identical copies in `zocratesd/service_manager/templates/` (a test keeps them so) because an installed
 wheel has no repository around it. Placeholders `@NAME@` are filled here, escaped for the format.
 
 The rules that make it safe to run twice or by mistake:
@@ -41,7 +41,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Literal
 
-from zocratesd import runtime
+from zocratesd import locations
 
 # Every file we write carries this; its absence marks a file as someone else's.
 MARKER = "Written by `zocratesd service install`"
@@ -84,13 +84,13 @@ class Settings:
     home: Path
     python: str = field(default_factory=lambda: sys.executable)
     idle_exit_after: float | None = None
-    socket_path: Path | None = None  # None: runtime.default_socket_path(data_dir), as clients compute it
+    socket_path: Path | None = None  # None: locations.default_socket_path(data_dir), as clients compute it
 
     def resolved_socket_path(self) -> Path:
-        path = self.socket_path or runtime.default_socket_path(self.data_dir)
+        path = self.socket_path or locations.default_socket_path(self.data_dir)
         try:
-            runtime.check_socket_path(path)
-        except runtime.RuntimeFileError as exc:
+            locations.check_socket_path(path)
+        except locations.RuntimeFileError as exc:
             raise ServiceError(str(exc)) from None
         return path
 
@@ -106,7 +106,7 @@ class Settings:
 
 def template_text(name: str) -> str:
     """A template: the package's copy (installed wheels), else the repository's top-level one."""
-    packaged = resources.files("zocratesd.service").joinpath("templates", name)
+    packaged = resources.files("zocratesd.service_manager").joinpath("templates", name)
     if packaged.is_file():
         return packaged.read_text(encoding="utf-8")
     repo_copy = Path(__file__).resolve().parents[2] / TEMPLATE_DIRS[name] / name
@@ -454,7 +454,7 @@ def install(manager: _Manager, *, dry_run: bool = False, out: IO[str] | None = N
         if not directory.is_dir():
             print(f"# {verb}create {description}: {directory}", file=out)
             if not dry_run:
-                runtime.ensure_private_dir(directory)
+                locations.ensure_private_dir(directory)
     for path, content in files.items():
         if states[path] == "unchanged":
             print(f"# unchanged: {path}", file=out)
@@ -550,7 +550,7 @@ def status(manager: _Manager, *, out: IO[str] | None = None) -> int:
     if installed:
         for line in manager.status_lines():
             print(line, file=out)
-    live = runtime.live_daemon(s.data_dir)
+    live = locations.live_daemon(s.data_dir)
     if live is not None:
         print(f"  daemon: running (pid {live.pid}) on {live.socket}", file=out)
     else:

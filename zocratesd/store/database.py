@@ -31,7 +31,7 @@ from sqlalchemy import text as sa_text
 
 from google.adk.sessions import DatabaseSessionService
 
-from zocratesd import runtime
+from zocratesd import locations
 from zocratesd.store.writer import FastAppendSessionService
 
 APP_NAME = "zocrates"
@@ -129,7 +129,7 @@ def _install_gate(svc: DatabaseSessionService, gate: StoreGate) -> None:
 
 
 def db_path(zotero_data_dir: Path) -> Path:
-    return runtime.state_dir(zotero_data_dir) / runtime.DB_NAME
+    return locations.state_dir(zotero_data_dir) / locations.DB_NAME
 
 
 def _configure_connection(dbapi_conn: Any, _record: Any) -> None:
@@ -151,7 +151,7 @@ def get_session_service(zotero_data_dir: Path) -> FastAppendSessionService:
     svc = _services.get(key)
     if svc is None:
         path = db_path(key)
-        runtime.ensure_private_dir(path.parent)
+        locations.ensure_private_dir(path.parent)
         svc = FastAppendSessionService(
             db_file=path,
             busy_timeout_s=BUSY_TIMEOUT_S,

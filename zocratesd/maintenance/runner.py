@@ -33,7 +33,7 @@ from zocratesd.errors import SessionBusy
 from zocratesd.maintenance import _select, _swap
 from zocratesd.maintenance.reports import MaintenanceReport, SkipReason, StorageStats, VacuumReport
 from zocratesd.store.locks import SessionLocks
-from zocratesd.store.service import APP_NAME, USER_ID, StoreBusy, paused_store
+from zocratesd.store.database import APP_NAME, USER_ID, StoreBusy, paused_store
 
 if TYPE_CHECKING:
     from google.adk.sessions import DatabaseSessionService

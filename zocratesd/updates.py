@@ -8,7 +8,7 @@ One update is a dict with a `kind`:
 - live turns only: `tool_progress`: `{call_id, text, round}` (a search round, engine/research.py);
   `checkpoint`: `{invocation_id, interrupt_id, message, payload}` (the turn paused for the user);
   `checkpoint_answered`: `{invocation_id, interrupt_id, response}` (it resumes); `usage`.
-Stored events (a replay) and live events (a turn; engine/stream.py) both come out this way, so the
+Stored events (a replay) and live events (a turn; core/turn_updates.py) both come out this way, so the
 editor that watches a turn and the one that loads it later see the same conversation. The rules of
 what is shown are store/ui.py's `is_shown`.
 """

@@ -1,4 +1,4 @@
-"""A running turn's ADK events as face-neutral updates (store/transcript.py describes them).
+"""A running turn's ADK events as face-neutral updates (updates.py describes them).
 
 Streaming models send partial events (text chunks) and then one final event with the whole
 message under the same event id: chunks go out as they come, and the final event contributes only
@@ -13,11 +13,11 @@ from typing import Any
 from google.adk.events import Event
 
 from zocratesd.engine.tools import ROUND_METADATA_KEY
-from zocratesd.store.transcript import Update, event_updates
+from zocratesd.updates import Update, event_updates
 from zocratesd.store.ui import REQUEST_INPUT_CALL, title_of
 
 
-class TurnStream:
+class TurnUpdates:
     def __init__(self) -> None:
         self.invocation_id: str | None = None
         self.user_event_id: str | None = None

@@ -24,11 +24,11 @@ from google.genai import types
 from zocratesd import __version__, compaction
 from zocratesd.config import ZocratesConfig
 from zocratesd.engine import Engine
-from zocratesd.engine.context import PromptContext
+from zocratesd.core.context import PromptContext
 from zocratesd.engine.research import MAX_GUIDANCE_CHARS
 from zocratesd.engine.models import build_model
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage, Retriever
-from zocratesd.engine.stream import TurnStream
+from zocratesd.core.turn_updates import TurnUpdates
 from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionNotFound
 from zocratesd.library import ZOTERO_DB, Library, disabled_status
 from zocratesd.maintenance import Maintenance, MaintenanceReport, StorageStats
@@ -43,8 +43,8 @@ from zocratesd.store import (
     get_session_service,
 )
 from zocratesd.store.reader import LiveSession, epoch_to_iso
-from zocratesd.store.service import db_path
-from zocratesd.store.transcript import Update
+from zocratesd.store.database import db_path
+from zocratesd.updates import Update
 from zocratesd.store.ui import DEFAULT_TITLE, title_of
 
 log = logging.getLogger(__name__)
@@ -232,9 +232,9 @@ class Daemon:
     def _library_retriever(self) -> Retriever:
         """The library index; or, for a data dir with no zotero.sqlite but a library_passages.jsonl
         (demos, benchmarks), the interim in-memory passages."""
-        from zocratesd import runtime
+        from zocratesd import locations
 
-        state = runtime.state_dir(self.data_dir)
+        state = locations.state_dir(self.data_dir)
         passages = state / LIBRARY_PASSAGES_FILE
         if passages.exists() and not (self.data_dir / ZOTERO_DB).exists():
             return InMemoryRetriever(load_library_passages(passages))
@@ -382,7 +382,7 @@ class Daemon:
             if title_of(state) == DEFAULT_TITLE:
                 delta["title"] = title_from_prompt(text)
             abort = asyncio.Event()
-            stream = TurnStream()
+            stream = TurnUpdates()
             message = types.Content(role="user", parts=[types.Part(text=text)])
             window = _window(state)
             events = self.engine.run_turn(session_id, message, state_delta=delta, window_start=window, abort=abort)
@@ -420,7 +420,7 @@ class Daemon:
             state = await self.reader.session_state(session_id)
             window = _window(state)
             abort = asyncio.Event()
-            stream = TurnStream()
+            stream = TurnUpdates()
             stream.invocation_id = invocation_id
             await self.watchers.publish(
                 session_id, {"kind": "checkpoint_answered", "invocation_id": invocation_id, "interrupt_id": interrupt_id, "response": answer}
@@ -429,7 +429,7 @@ class Daemon:
             return await self._drive(session_id, stream, events, abort, ask, window)
 
     async def _drive(
-        self, session_id: str, stream: TurnStream, events: AsyncIterator[Event], abort: asyncio.Event,
+        self, session_id: str, stream: TurnUpdates, events: AsyncIterator[Event], abort: asyncio.Event,
         ask: Ask | None, window: float | None,
     ) -> TurnResult:
         """Run a turn's events to its end or its next checkpoint; while `ask` answers checkpoints,
