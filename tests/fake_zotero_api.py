@@ -4,12 +4,17 @@ section 2), for tests: HTTP/1.0 responses, `GET /api/` with `Zotero-API-Version`
 included, trashed objects left out, `limit`/`start` paging with `Total-Results`,
 `Last-Modified-Version`), `items/<key>/fulltext` (Zotero 8+), and 403 "Local API is not enabled"
 when switched off. Built from the same fixture items as `zoterofixture.build_zotero_dir`.
+
+`huge_page_bytes` makes `users/0/items` answer a JSON page that big instead, generated as it is
+sent (with or without Content-Length: `huge_page_length`), so the test process never holds it;
+`bytes_sent` counts what the handler managed to write before the client hung up.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -54,6 +59,9 @@ class FakeZoteroApi:
         self.fulltext = fulltext
         self.library_version = 100
         self.requests: list[str] = []
+        self.huge_page_bytes = 0
+        self.huge_page_length = True
+        self.bytes_sent = 0
         self._versions: dict[str, tuple[str, int]] = {}  # key -> (object JSON, its version)
         self.set_library(items, collections)
         self.schema_version = schema_version
@@ -67,6 +75,22 @@ class FakeZoteroApi:
 
             def do_GET(self) -> None:  # noqa: N802
                 server.requests.append(self.path)
+                url = urlsplit(self.path)
+                if server.huge_page_bytes and url.path == "/api/users/0/items" and "format=keys" not in url.query:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Zotero-API-Version", "3")
+                    self.send_header("Total-Results", "1")
+                    if server.huge_page_length:
+                        self.send_header("Content-Length", str(server.huge_page_bytes))
+                    self.end_headers()
+                    try:
+                        for chunk in server.huge_page(server.huge_page_bytes):
+                            self.wfile.write(chunk)
+                            server.bytes_sent += len(chunk)
+                    except OSError:
+                        pass  # the client hung up: what the test wants
+                    return
                 status, headers, body = server.answer(self.path)
                 self.send_response(status)
                 for k, v in headers.items():
@@ -111,6 +135,21 @@ class FakeZoteroApi:
             if c.trashed:
                 data["deleted"] = True
             self.collections.append({"key": c.key, "version": v, "data": data, "meta": {}})
+
+    @staticmethod
+    def huge_page(size: int) -> Iterator[bytes]:
+        """A JSON list of item objects, exactly `size` bytes (padded with spaces), in 64 KiB pieces."""
+        one = json.dumps({"key": "HUGEITEM", "version": 1, "data": {"key": "HUGEITEM", "itemType": "book", "title": "x" * 900}})
+        body_items = (size - 2) // (len(one) + 1)
+        yield b"["
+        sent = 1
+        chunk = ",".join([one] * 64).encode()
+        n = 0
+        while n + 64 <= body_items:
+            yield (b"," if n else b"") + chunk
+            sent += len(chunk) + (1 if n else 0)
+            n += 64
+        yield b" " * (size - sent - 1) + b"]"
 
     def answer(self, raw_path: str) -> tuple[int, dict[str, str], bytes]:
         url = urlsplit(raw_path)

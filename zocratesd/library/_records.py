@@ -11,7 +11,6 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-
 # Zotero item and collection keys: 8 characters of [23456789A-Z] (we accept any A-Z0-9, as the
 # prompt context does). A key names a folder under storage/, so anything else is refused.
 KEY_RE = re.compile(r"^[A-Z0-9]{8}$")

@@ -2,7 +2,9 @@
 
 The cache holds the plain text Zotero extracted (pdftotext separates PDF pages with a form feed,
 which we keep as page markers). Files are the user's and may be anything: oversized, binary,
-not UTF-8, a symlink out of the storage folder. None of that may crash the indexer.
+not UTF-8, a symlink out of the storage folder, a FIFO or a device in the cache's place. None of
+that may crash or block the indexer: only a regular file is opened, never blocking, and read up to
+a bound.
 """
 
 from __future__ import annotations
@@ -66,7 +68,13 @@ def read_cache(data_dir: Path, attachment_key: str) -> str | None:
         if storage not in real.parents:  # a symlink out of storage/: not Zotero's
             log.warning("library: %s points outside the storage folder; skipped", p)
             return None
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+        # A FIFO would block open() until someone writes to it (forever: the indexer stalls), a
+        # device could be anything: regular files only, checked before opening, and opened with
+        # O_NONBLOCK in case it was swapped in between (fstat then refuses it).
+        if not stat.S_ISREG(os.lstat(real).st_mode):
+            log.info("library: %s is not a regular file; skipped", p)
+            return None
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
         fd = os.open(real, flags)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):

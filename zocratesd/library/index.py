@@ -4,6 +4,8 @@ Tables:
 - `items`: one row per item with the metadata a citation needs and the item's `signature` (see
   `ItemRecord.signature`); a refresh re-indexes exactly the items whose signature changed.
 - `collections` (key, name, parent_key) and `item_collections`: scope filtering in SQL.
+- `db_items`: the item keys of the last read of `zotero.sqlite`. A read through Zotero's local API
+  never removes these (only a later database read can): the API is the weaker witness.
 - `chunks` (id, item_key, attachment_key, page) and the FTS5 table `chunks_fts` (title, body) with
   the same rowid. Each item has one metadata chunk (title, creators, year, tags, abstract; no
   page) and one chunk per ~1,200 characters of each attachment's text, never across a page.
@@ -56,8 +58,11 @@ MAX_QUERY_TERMS = 24
 OVERFETCH = 5
 MAX_HITS_PER_ITEM = 2
 # A selection (papers mode) larger than this is still honoured; the number only bounds the JSON
-# array bound into the query (context.MAX_ACTIVE_ITEMS is 500).
+# array bound into the query (limits.MAX_ACTIVE_ITEMS is 500).
 MAX_SCOPE_KEYS = 1000
+
+# Added after INDEX_SCHEMA_VERSION 1 shipped: created on open in an older index (no rebuild needed).
+_DB_ITEMS = "CREATE TABLE IF NOT EXISTS db_items (item_key TEXT PRIMARY KEY) WITHOUT ROWID"
 
 _SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
@@ -74,6 +79,7 @@ CREATE INDEX item_collections_item ON item_collections (item_key);
 CREATE TABLE chunks (id INTEGER PRIMARY KEY, item_key TEXT NOT NULL, attachment_key TEXT, page INTEGER);
 CREATE INDEX chunks_item ON chunks (item_key);
 CREATE VIRTUAL TABLE chunks_fts USING fts5 (title, body, tokenize = 'porter unicode61 remove_diacritics 2');
+{_DB_ITEMS};
 INSERT INTO meta VALUES ('schema_version', '{INDEX_SCHEMA_VERSION}');
 """
 
@@ -125,6 +131,7 @@ def open_index(path: Path) -> sqlite3.Connection:
                 raise sqlite3.DatabaseError(f"index schema {row[0] if row else None}, want {INDEX_SCHEMA_VERSION}")
             conn.execute("SELECT count(*) FROM items").fetchone()
             conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'zocrates' LIMIT 1").fetchall()
+            conn.execute(_DB_ITEMS)
     except sqlite3.DatabaseError as exc:
         conn.close()
         remove_index(path)
@@ -147,6 +154,23 @@ class IndexWriter:
 
     def signatures(self) -> dict[str, str]:
         return dict(self.conn.execute("SELECT item_key, signature FROM items"))
+
+    def db_item_keys(self) -> set[str]:
+        """The keys the last database read had (see `db_items`)."""
+        keys = {r[0] for r in self.conn.execute("SELECT item_key FROM db_items")}
+        if not keys and self.meta("source") in ("sqlite", "snapshot"):
+            return set(self.signatures())  # an index built before db_items existed: all from the database
+        return keys
+
+    def set_db_item_keys(self, keys: Iterable[str]) -> None:
+        """Record a database read's keys (written only where they changed: this runs at every refresh)."""
+        have = {r[0] for r in self.conn.execute("SELECT item_key FROM db_items")}
+        new = set(keys)
+        if new == have:
+            return
+        with self.transaction():
+            self.conn.executemany("DELETE FROM db_items WHERE item_key = ?", [(k,) for k in have - new])
+            self.conn.executemany("INSERT INTO db_items VALUES (?)", [(k,) for k in new - have])
 
     def counts(self) -> IndexCounts:
         c = self.conn
@@ -353,7 +377,8 @@ class IndexReader:
             return None
         held = getattr(self._local, "conn", None)
         if held is not None and held[0] == self.generation:
-            return held[1]
+            current: sqlite3.Connection = held[1]
+            return current
         if held is not None:
             held[1].close()
         conn = sqlite3.connect(db_uri(self.path, mode="ro"), uri=True, check_same_thread=False, timeout=5.0)

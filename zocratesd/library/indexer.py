@@ -1,11 +1,17 @@
 """The background indexer: keeps library.db in step with the Zotero library, off the event loop.
 
 One thread owns the index's write connection. After the daemon starts it refreshes once, then
-polls for changes every `poll_interval_s` (the database's and `-wal`'s size and mtime, or the
-local API's `Last-Modified-Version`) and refreshes when something changed or a refresh was asked
-for. A refresh reads the library's metadata (local API first, else the database read-only, else a
-snapshot), re-indexes the items whose signature changed, in batches, and removes the ones that
-are gone. Progress is logged and kept in `status()`.
+polls for changes every `poll_interval_s` (the database's and `-wal`'s size and mtime, and, while
+the database cannot be read, the local API's `Last-Modified-Version`) and refreshes when something
+changed or a refresh was asked for. A refresh reads the library's metadata, re-indexes the items
+whose signature changed, in batches, and removes the ones that are gone. Progress is logged and
+kept in `status()`.
+
+Where the metadata comes from: `zotero.sqlite` whenever it can be read (read-only, or a snapshot
+while Zotero holds it); Zotero's local API only when it cannot, and only when the listener on its
+port is the user's own (local_api.py). The API never removes an item the last database read had:
+another local user can answer on that port, and "your library is now one item" is the one thing
+a squatter could otherwise make us believe; such items stay until the database confirms.
 
 Failures never leave the thread: a corrupt index is removed and rebuilt, a library that cannot be
 read is reported in the status (`state: "unavailable"` or `"error"`, with a message saying what
@@ -20,14 +26,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from zocratesd.library._records import ItemRecord, LibrarySnapshot
 from zocratesd.library.fulltext import read_cache
 from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, open_index, remove_index
-from zocratesd.library.local_api import LocalApi
+from zocratesd.library.local_api import ListenerChanged, LocalApi, LocalApiError
 from zocratesd.library.zotero_db import (
     ZOTERO_DB,
     ZoteroDbError,
@@ -36,6 +42,7 @@ from zocratesd.library.zotero_db import (
     read_library,
     remove_stale_snapshots,
 )
+from zocratesd.logtext import escape_for_log
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +57,9 @@ RETRY_AFTER_S = 60.0
 # index). Waiting this many times the last refresh's duration before the next one keeps the
 # indexer under ~1/20 of a core; an explicit refresh request is never held back.
 REFRESH_DUTY = 20
+HOW_TO_ENABLE_API = (
+    "enable it in Zotero: Settings > Advanced > Allow other applications on this computer to communicate with Zotero"
+)
 
 
 @dataclass
@@ -80,6 +90,9 @@ class Indexer:
         self._last_stamp: object = None
         self._last_attempt = 0.0
         self._next_allowed = 0.0
+        # False while zotero.sqlite cannot be read: then the polls also watch the local API.
+        self._db_readable = True
+        self._api_refusal: str | None = None  # the last reason the local API was not used (logged once)
         # Hooks for tests: called in the thread after each committed batch.
         self.on_batch: Callable[[int, int], None] | None = None
 
@@ -126,7 +139,7 @@ class Indexer:
                     self._maybe_refresh(api)
                 except Exception as exc:  # the thread must survive anything; say what happened
                     log.exception("library: refresh failed")
-                    self._set(state="error", message=f"indexing failed: {exc}")
+                    self._set(state="error", message=f"indexing failed: {escape_for_log(exc)}")
                 self._wake.wait(self.opts.poll_interval_s)
                 self._wake.clear()
         finally:
@@ -137,36 +150,56 @@ class Indexer:
         with self._lock:
             rebuild, self._rebuild = self._rebuild, False
             forced, self._forced = self._forced, False
-        use_api = api is not None and api.probe()
-        if use_api:
-            assert api is not None
-            stamp: object = ("api", api.library_version())
-        else:
-            stamp = ("db", change_stamp(self.opts.data_dir))
+        stamp: object = (change_stamp(self.opts.data_dir), self._api_stamp(api))
         stale = time.monotonic() - self._last_attempt > RETRY_AFTER_S and self.status()["state"] in ("error", "unavailable")
         if not (forced or rebuild or stale) and (stamp == self._last_stamp or time.monotonic() < self._next_allowed):
             return  # unchanged, or too soon after a long refresh (the change is seen at a later poll)
         self._last_attempt = time.monotonic()
-        if not use_api and not (self.opts.data_dir / ZOTERO_DB).exists():
-            self._set(
-                state="unavailable", source=None,
-                message=f"no Zotero library found: {self.opts.data_dir} has no {ZOTERO_DB}, and Zotero's local API "
-                "is not answering (enable it in Zotero: Settings > Advanced > Allow other applications "
-                "on this computer to communicate with Zotero)",
-            )
-            self._last_stamp = stamp
-            return
         if rebuild:
             self.reader.invalidate()
             remove_index(self.index_path)
         t0 = time.monotonic()
-        self.refresh(api if use_api else None)
+        self.refresh(api)
         self._next_allowed = time.monotonic() + REFRESH_DUTY * (time.monotonic() - t0)
         self._last_stamp = stamp
 
+    def _api_stamp(self, api: LocalApi | None) -> object:
+        """What a poll compares for the local API: nothing while the database can be read (it is
+        not used then); else who listens on its port and, if that may be used, its version."""
+        if api is None or self._db_readable:
+            return None
+        owner = api.owner()
+        usable = owner.verdict in ("mine", "unknown")
+        return owner, api.library_version() if usable else None
+
+    def _api_usable(self, api: LocalApi) -> str | None:
+        """None when the local API may be read (the database cannot); else why not."""
+        owner = api.owner()
+        why: str | None = None
+        if owner.verdict == "foreign":
+            uids = ", ".join(str(u) for u in owner.uids)
+            why = (f"the program listening on Zotero's local API port ({api.endpoint}) belongs to another user "
+                   f"(uid {uids}), not to you; it is not Zotero's and is not used")
+            if why != self._api_refusal:
+                log.warning("library: %s", why)
+        elif owner.verdict == "none" or not api.probe():
+            why = f"Zotero's local API is not answering ({HOW_TO_ENABLE_API})"
+        self._api_refusal = why
+        return why
+
     def refresh(self, api: LocalApi | None) -> None:
-        """One refresh pass (in the indexer thread, or directly in tests and the benchmark)."""
+        """One refresh pass (in the indexer thread, or directly in tests and the benchmark). `api`:
+        Zotero's local API, used only when the database cannot be read."""
         t0 = time.perf_counter()
+        api_checked = False
+        if not (self.opts.data_dir / ZOTERO_DB).exists():
+            self._db_readable = False
+            why = "Zotero's local API is off (library.local_api)" if api is None else self._api_usable(api)
+            if why is not None:  # nothing to read: say so without creating an index
+                self._set(state="unavailable", source=None,
+                          message=f"no Zotero library found: {self.opts.data_dir} has no {ZOTERO_DB}, and {why}")
+                return
+            api_checked = True
         try:
             conn = open_index(self.index_path)
         except IndexCorrupt as exc:
@@ -175,7 +208,7 @@ class Indexer:
             conn = open_index(self.index_path)
         try:
             try:
-                self._refresh_with(IndexWriter(conn), api, t0)
+                self._refresh_with(IndexWriter(conn), api, t0, api_checked)
             except sqlite3.DatabaseError as exc:
                 if not _is_corruption(exc):
                     raise
@@ -184,26 +217,58 @@ class Indexer:
                 self.reader.invalidate()
                 remove_index(self.index_path)
                 conn = open_index(self.index_path)
-                self._refresh_with(IndexWriter(conn), api, t0)
+                self._refresh_with(IndexWriter(conn), api, t0, api_checked)
         finally:
             conn.close()
 
-    def _read(self, api: LocalApi | None, known: dict[str, str]) -> tuple[LibrarySnapshot, Callable[[str], str | None]]:
-        if api is not None:
-            return api.read(known), api.read_text
-        with open_zotero(self.opts.data_dir, self.opts.work_dir) as (zconn, how):
-            snap = read_library(zconn, self.opts.data_dir, how, known)
-        return snap, lambda key: read_cache(self.opts.data_dir, key)
+    def _read(
+        self, api: LocalApi | None, known: dict[str, str], api_checked: bool = False
+    ) -> tuple[LibrarySnapshot, Callable[[str], str | None]]:
+        """The database when it can be read; else the local API, when it is the user's own
+        (`api_checked`: refresh() found no database and has already checked the API)."""
+        if api is not None and api_checked:
+            db_error = f"no {ZOTERO_DB} in {self.opts.data_dir}"
+        else:
+            try:
+                with open_zotero(self.opts.data_dir, self.opts.work_dir) as (zconn, how):
+                    snap = read_library(zconn, self.opts.data_dir, how, known)
+                self._db_readable = True
+                return snap, lambda key: read_cache(self.opts.data_dir, key)
+            except ZoteroDbError as exc:
+                self._db_readable = False
+                if api is None:
+                    raise
+                db_error = str(exc)
+            why = self._api_usable(api)
+            if why is not None:
+                raise ZoteroDbError(f"{db_error}; {why}")
+        try:
+            snap = api.read(known)
+        except LocalApiError as exc:
+            raise type(exc)(f"{db_error}; Zotero's local API failed: {exc}") from None
+        snap.warnings = [*snap.warnings, f"read through Zotero's local API: {db_error}"]
+        return snap, api.read_text
 
-    def _refresh_with(self, writer: IndexWriter, api: LocalApi | None, t0: float) -> None:
+    def _refresh_with(self, writer: IndexWriter, api: LocalApi | None, t0: float, api_checked: bool = False) -> None:
         have = writer.signatures()
         try:
-            snap, read_text = self._read(api, have)
-        except ZoteroDbError as exc:
-            log.warning("library: %s", exc)
-            self._set(state="error", message=str(exc), **_counts(writer))
+            snap, read_text = self._read(api, have, api_checked)
+        except (ZoteroDbError, LocalApiError) as exc:
+            msg = str(exc)  # our words, local paths, and the server's text escaped where it was quoted
+            log.warning("library: %s", msg)
+            self._set(state="error", message=msg, **_counts(writer))
             return
         changed, removed = writer.plan(snap, have)
+        if snap.source == "local_api":
+            confirmed = writer.db_item_keys()
+            kept = [k for k in removed if k in confirmed]
+            if kept:
+                removed = [k for k in removed if k not in confirmed]
+                snap.warnings = [*snap.warnings, f"{len(kept)} items Zotero's local API does not list are kept until "
+                                 f"{ZOTERO_DB} can be read and confirms they are gone"]
+                log.info("library: %s", snap.warnings[-1])
+        else:
+            writer.set_db_item_keys(snap.stamps)
         total = len(changed)
         self._set(
             state="indexing" if total or removed else "ready", source=snap.source,
@@ -229,6 +294,14 @@ class Indexer:
                     if text:
                         texts[att.key] = text
                 batch.append((item, texts))
+            try:
+                if snap.source == "local_api" and api is not None:
+                    api.confirm_owner()  # full texts came over HTTP: still from the user's own listener?
+            except ListenerChanged as exc:  # the batches written before came from the listener we checked
+                msg = str(exc)
+                log.warning("library: indexing stopped at %d/%d items: %s", done, total, msg)
+                self._set(state="error", message=msg, **_counts(writer))
+                return
             writer.write_items(batch)
             done += len(batch)
             pct = round(100.0 * done / total, 1)
@@ -244,7 +317,7 @@ class Indexer:
         with self._lock:
             refreshes = self._status["refreshes"] + 1
         self._set(
-            state="ready", percent=100.0, last_refresh=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            state="ready", percent=100.0, last_refresh=datetime.now(UTC).isoformat(timespec="seconds"),
             last_refresh_ms=ms, refreshes=refreshes, **counts,
         )
         if total or removed:
@@ -256,7 +329,8 @@ class Indexer:
 
 def _counts(writer: IndexWriter) -> dict[str, int]:
     c = writer.counts()
-    return {"items_indexed": c.items, "chunks_indexed": c.chunks, "attachments_with_text": c.attachments_with_text, "collections": c.collections}
+    return {"items_indexed": c.items, "chunks_indexed": c.chunks, "attachments_with_text": c.attachments_with_text,
+            "collections": c.collections}
 
 
 def _is_corruption(exc: sqlite3.DatabaseError) -> bool:

@@ -1,6 +1,14 @@
-"""Zotero's local API (research/zotero_ops.md section 2): the one live, consistent view of a
-library while Zotero runs, when the user enabled it (Settings > Advanced > "Allow other
-applications on this computer to communicate with Zotero").
+"""Zotero's local API (research/zotero_ops.md section 2): the library's view when `zotero.sqlite`
+cannot be read (the indexer reads the database first, read-only or through a snapshot), and only
+when it is the user's own (Settings > Advanced > "Allow other applications on this computer to
+communicate with Zotero").
+
+Anyone on this machine can listen on Zotero's port while Zotero is closed, and answer like it. So:
+on Linux the listener must belong to our uid (`/proc/net/tcp*`, `_listeners.py`), checked before
+the first request and again before anything it sent is used (`confirm_owner`: at the end of a
+listing, before each batch of full texts is written); every answer is read as a stream and refused past
+`ApiLimits.max_response_bytes`, and one read lists at most `ApiLimits.max_items` objects. Whatever
+it answered, the indexer never lets it remove what the database last had (indexer.py).
 
 Read-only: `GET /api/` to probe (a real local API answers with `Zotero-API-Version`; a disabled one
 with 403), then `users/0/collections` and `users/0/items` (Web API v3 JSON; children included, the
@@ -11,13 +19,19 @@ blocking client, one request at a time, from the indexer's thread.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
+from zocratesd.library import _listeners
+from zocratesd.library._listeners import Ownership, listener_owner
 from zocratesd.library._records import (
     AttachmentRecord,
     CollectionRecord,
@@ -28,6 +42,7 @@ from zocratesd.library._records import (
     year_of,
 )
 from zocratesd.library.fulltext import MAX_CACHE_BYTES, cache_stamp, clean_text, read_cache
+from zocratesd.logtext import escape_for_log
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +52,48 @@ API_VERSION = "3"
 # a library read may take a while (Zotero answers a 10k-item page set in seconds).
 PROBE_TIMEOUT_S = 2.0
 READ_TIMEOUT_S = 60.0
+# A server that trickles bytes (each under READ_TIMEOUT_S apart) must still end: one answer gets
+# this long in all. Zotero sends a page of 100 objects in well under a second.
+RESPONSE_DEADLINE_S = 120.0
 # Web API v3's largest page; the local API may ignore `limit` and send everything at once.
 PAGE_LIMIT = 100
-# A runaway server must not make us page forever: 1,000 pages of 100 is a 100k-item library.
-MAX_PAGES = 1000
+# An answer is read in pieces of this size, and counted as it comes.
+CHUNK_BYTES = 64 * 1024
 # Type-specific fields that stand for `title` in API JSON (base-field mappings, schema.json).
 TITLE_FIELDS = ("title", "caseName", "nameOfAct", "subject")
 DATE_FIELDS = ("date", "dateDecided", "dateEnacted", "issueDate")
+# What we keep of an item's JSON until the read ends (notes and annotations are dropped at once).
+KEPT_FIELDS = (*TITLE_FIELDS, *DATE_FIELDS, "key", "itemType", "parentItem", "contentType", "dateModified", "version",
+               "creators", "abstractNote", "DOI", "url", "collections", "tags")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+# Text from the server that goes into a log line or a status message (escaped, logtext.py): at most
+# this many characters.
+QUOTE_CHARS = 200
+
+
+@dataclass(frozen=True)
+class ApiLimits:
+    # One answer's body, read as a stream and refused past this (a 400 MiB page once took the
+    # daemon from 135 MB to 1.56 GB). A page of 100 objects with long abstracts is under 1 MiB;
+    # a full text at Zotero's 500,000-character limit about 2 MiB of JSON: 16 MiB is ample.
+    max_response_bytes: int = 16 * 1024 * 1024
+    # json.loads builds one Python object per value, tens of bytes even for `{}` or `1.5`, which
+    # cost two or four bytes of text: a body is refused when it could hold more than this many
+    # values (counted from the bytes that open or separate them: { [ ,), which bounds the parse to
+    # ~100 MB. A real page has a few thousand; even 16 MiB of comma-rich prose a few hundred thousand.
+    max_json_values: int = 1_000_000
+    # Objects (items, attachments, notes, annotations) one read may list: far more than a personal
+    # library holds with all its children, and a server that pages forever stops here.
+    max_items: int = 500_000
 
 
 class LocalApiError(Exception):
-    """The local API answered something we cannot use; we fall back to the database."""
+    """The local API answered something we cannot use (or too much of it); nothing is indexed from it.
+    Its message is safe to log and to show: any text the server sent in it is escaped already."""
+
+
+class ListenerChanged(LocalApiError):
+    """The port's listener is no longer the user's: stop reading from it at once."""
 
 
 def check_loopback(base_url: str) -> str:
@@ -59,29 +104,92 @@ def check_loopback(base_url: str) -> str:
     return base_url.rstrip("/")
 
 
+@dataclass
+class _Answer:
+    status: int
+    headers: httpx.Headers
+    body: bytes
+
+    def text(self) -> str:
+        return escape_for_log(self.body[: QUOTE_CHARS * 4].decode("utf-8", errors="replace"), QUOTE_CHARS)
+
+
 class LocalApi:
-    def __init__(self, base_url: str, data_dir: Path):
+    def __init__(self, base_url: str, data_dir: Path, *, limits: ApiLimits | None = None,
+                 proc_net: Path | None = None, uid: int | None = None):
         self.base_url = check_loopback(base_url)
+        parts = urlsplit(self.base_url)
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or 80
         self.data_dir = data_dir
+        self.limits = limits or ApiLimits()
+        # Where the listener's owner is looked up, and whose it must be (tests point these elsewhere).
+        self._proc_net = proc_net if proc_net is not None else _listeners.PROC_NET
+        self._uid = uid
         self.schema_version: int | None = None
         self._fulltext_endpoint = True
         self._client = httpx.Client(
-            base_url=self.base_url, timeout=READ_TIMEOUT_S, headers={"Zotero-API-Version": API_VERSION},
+            base_url=self.base_url, timeout=READ_TIMEOUT_S,
+            # identity: the limits count the bytes we hold; a compressed body could inflate past them.
+            headers={"Zotero-API-Version": API_VERSION, "Accept-Encoding": "identity"},
             trust_env=False, follow_redirects=False,
         )
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
 
     def close(self) -> None:
         self._client.close()
 
+    def owner(self) -> Ownership:
+        """Whose process listens on the API's port (`unknown` where the system cannot tell)."""
+        return listener_owner(self.host, self.port, proc_net=self._proc_net, uid=self._uid)
+
+    def confirm_owner(self) -> None:
+        """Raise ListenerChanged unless the port's listener is (still) the user's, or the system
+        cannot tell. Called before what the server sent is used: a squatter could take the port
+        between two requests (only once Zotero has let it go: Linux lets no other uid share it)."""
+        owner = self.owner()
+        if owner.verdict in ("foreign", "none"):
+            who = f"uid {', '.join(map(str, owner.uids))}" if owner.uids else "nobody listens"
+            raise ListenerChanged(f"the listener on Zotero's local API port ({self.endpoint}) changed while we read it "
+                                  f"({who}); what it sent is not used")
+
+    def _get(self, path: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> _Answer:
+        """One GET, its body read as a stream and refused past the limit (never buffered whole)."""
+        limit = self.limits.max_response_bytes
+        deadline = time.monotonic() + RESPONSE_DEADLINE_S
+        try:
+            with self._client.stream("GET", path, params=params, timeout=timeout or READ_TIMEOUT_S) as r:
+                encoding = r.headers.get("Content-Encoding", "identity").strip().lower()
+                if encoding not in ("", "identity"):
+                    raise LocalApiError(f"GET {path} answered with Content-Encoding {escape_for_log(encoding, 40)!r}")
+                declared = _int(r.headers.get("Content-Length"))
+                if declared is not None and declared > limit:
+                    raise LocalApiError(f"GET {path} announced {declared} bytes, more than the {limit} bytes allowed")
+                body = bytearray()
+                for chunk in r.iter_raw(CHUNK_BYTES):
+                    body += chunk
+                    if len(body) > limit:
+                        raise LocalApiError(f"GET {path} answered more than the {limit} bytes allowed")
+                    if time.monotonic() > deadline:
+                        raise LocalApiError(f"GET {path} took more than {RESPONSE_DEADLINE_S:.0f} s")
+                answer = _Answer(r.status_code, r.headers, bytes(body))
+        except httpx.HTTPError as exc:
+            raise LocalApiError(f"GET {path} failed: {escape_for_log(exc, QUOTE_CHARS)}") from None
+        return answer
+
     def probe(self) -> bool:
         """True when a local API answers; False when nothing listens or it is disabled."""
         try:
-            r = self._client.get("/api/", timeout=PROBE_TIMEOUT_S)
-        except httpx.HTTPError:
+            r = self._get("/api/", timeout=PROBE_TIMEOUT_S)
+        except LocalApiError as exc:
+            log.debug("library: no local API at %s: %s", self.endpoint, exc)
             return False
-        if r.status_code != 200 or "Zotero-API-Version" not in r.headers:
-            if r.status_code == 403:
-                log.debug("library: Zotero's local API is disabled (%s)", r.text[:80])
+        if r.status != 200 or "Zotero-API-Version" not in r.headers:
+            if r.status == 403:
+                log.debug("library: Zotero's local API is disabled (%s)", escape_for_log(r.text()))
             return False
         try:
             self.schema_version = int(r.headers.get("Zotero-Schema-Version", ""))
@@ -92,44 +200,48 @@ class LocalApi:
     def library_version(self) -> str | None:
         """`Last-Modified-Version` of the items: changes with every edit (cheap change check)."""
         try:
-            r = self._client.get("/api/users/0/items", params={"limit": 1, "format": "keys"}, timeout=PROBE_TIMEOUT_S)
-        except httpx.HTTPError:
+            r = self._get("/api/users/0/items", params={"limit": 1, "format": "keys"}, timeout=PROBE_TIMEOUT_S)
+        except LocalApiError:
             return None
-        return r.headers.get("Last-Modified-Version") if r.status_code == 200 else None
+        version = r.headers.get("Last-Modified-Version")
+        return escape_for_log(version, 40) if r.status == 200 and version is not None else None
 
-    def _all(self, path: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def _json(self, path: str, r: _Answer) -> Any:
+        values = r.body.count(b"{") + r.body.count(b"[") + r.body.count(b",")
+        if values > self.limits.max_json_values:
+            raise LocalApiError(f"GET {path} answered JSON of more than {self.limits.max_json_values} values")
+        try:
+            return json.loads(r.body)
+        except ValueError:
+            raise LocalApiError(f"GET {path} did not answer JSON") from None
+
+    def _objects(self, path: str) -> Iterator[dict[str, Any]]:
+        """Every object of a listing, page by page (one page in memory at a time)."""
         start = 0
-        for _ in range(MAX_PAGES):
-            try:
-                r = self._client.get(path, params={"format": "json", "limit": PAGE_LIMIT, "start": start})
-            except httpx.HTTPError as exc:
-                raise LocalApiError(f"GET {path} failed: {exc}") from None
-            if r.status_code != 200:
-                raise LocalApiError(f"GET {path} answered {r.status_code}: {r.text[:200]}")
-            try:
-                page = r.json()
-            except ValueError:
-                raise LocalApiError(f"GET {path} did not answer JSON") from None
+        while True:
+            r = self._get(path, params={"format": "json", "limit": PAGE_LIMIT, "start": start})
+            if r.status != 200:
+                raise LocalApiError(f"GET {path} answered {r.status}: {r.text()}")
+            page = self._json(path, r)
             if not isinstance(page, list):
                 raise LocalApiError(f"GET {path} answered {type(page).__name__}, not a list")
-            out += [o for o in page if isinstance(o, dict)]
-            total = _int(r.headers.get("Total-Results"))
             start += len(page)
-            if len(page) < PAGE_LIMIT or len(page) > PAGE_LIMIT or (total is not None and start >= total):
-                return out  # the last page, or a server that ignores paging and sent everything
-        raise LocalApiError(f"GET {path}: more than {MAX_PAGES} pages")
+            if start > self.limits.max_items:
+                raise LocalApiError(f"GET {path} lists more than {self.limits.max_items} objects")
+            yield from (o for o in page if isinstance(o, dict))
+            total = _int(r.headers.get("Total-Results"))
+            if len(page) != PAGE_LIMIT or (total is not None and start >= total):
+                return  # the last page, or a server that ignores paging and sent everything
 
     def read(self, known: dict[str, str] | None = None) -> LibrarySnapshot:
         """Everything (the local API has no cheaper listing); full records only for items whose
         stamp differs from `known`."""
-        collections_raw = self._all("/api/users/0/collections")
-        items_raw = self._all("/api/users/0/items")
         colls: dict[str, CollectionRecord] = {}
-        for c in collections_raw:
-            d = c.get("data") if isinstance(c.get("data"), dict) else c
+        for c in self._objects("/api/users/0/collections"):
+            raw = c.get("data")
+            d: dict[str, Any] = raw if isinstance(raw, dict) else c
             key = d.get("key")
-            if not valid_key(key) or d.get("deleted"):
+            if not isinstance(key, str) or not valid_key(key) or d.get("deleted"):
                 continue
             parent = d.get("parentCollection")
             colls[key] = CollectionRecord(key=key, name=str(d.get("name") or ""), parent_key=parent if valid_key(parent) else None)
@@ -137,27 +249,33 @@ class LocalApi:
         alive = {k for k in colls if _reaches_root(k, colls)}
         colls = {k: c for k, c in colls.items() if k in alive}
 
-        data = [o["data"] for o in items_raw if isinstance(o.get("data"), dict)]
-        live = [d for d in data if valid_key(d.get("key")) and not d.get("deleted")]
+        live: list[dict[str, Any]] = []
         children: dict[str, list[AttachmentRecord]] = {}
-        for d in live:
-            if d.get("itemType") == "attachment" and valid_key(d.get("parentItem")):
-                children.setdefault(d["parentItem"], []).append(self._attachment(d))
+        for o in self._objects("/api/users/0/items"):
+            data = o.get("data")
+            if not isinstance(data, dict) or not valid_key(data.get("key")) or data.get("deleted"):
+                continue
+            kind = data.get("itemType")
+            if kind in ("note", "annotation"):
+                continue
+            if kind == "attachment" and data.get("parentItem"):
+                if valid_key(data.get("parentItem")):
+                    children.setdefault(data["parentItem"], []).append(self._attachment(data))
+                continue
+            live.append({k: data[k] for k in KEPT_FIELDS if k in data})
         out: list[ItemRecord] = []
         stamps: dict[str, str] = {}
         for d in live:
             kind = d.get("itemType")
-            if kind in ("note", "annotation") or (kind == "attachment" and d.get("parentItem")):
-                continue
             atts = [self._attachment(d)] if kind == "attachment" else children.get(d["key"], [])
             atts.sort(key=lambda a: (a.content_type != "application/pdf", a.key))
-            in_colls = [k for k in (d.get("collections") or []) if k in colls]
+            in_colls = [k for k in _list(d.get("collections")) if isinstance(k, str) and k in colls]
             stamp = item_stamp(str(d.get("dateModified") or ""), str(d.get("version") or ""), in_colls, atts)
             stamps[d["key"]] = stamp
             if known is not None and known.get(d["key"]) == stamp:
                 continue
             creators = []
-            for c in d.get("creators") or []:
+            for c in _list(d.get("creators")):
                 if isinstance(c, dict):
                     name = c.get("name") or " ".join(str(p) for p in (c.get("firstName"), c.get("lastName")) if p)
                     if str(name).strip():
@@ -167,22 +285,24 @@ class LocalApi:
                     key=d["key"], item_type=str(kind or "unknown"),
                     title=str(next((d[f] for f in TITLE_FIELDS if d.get(f)), "(untitled)")),
                     creators=tuple(creators), year=year_of(str(next((d[f] for f in DATE_FIELDS if d.get(f)), ""))),
-                    abstract=str(d.get("abstractNote") or ""), doi=d.get("DOI") or None, url=d.get("url") or None,
+                    abstract=str(d.get("abstractNote") or ""), doi=_str_or_none(d.get("DOI")), url=_str_or_none(d.get("url")),
                     collections=tuple(in_colls),
-                    tags=tuple(str(t["tag"]) for t in (d.get("tags") or []) if isinstance(t, dict) and t.get("tag")),
+                    tags=tuple(str(t["tag"]) for t in _list(d.get("tags")) if isinstance(t, dict) and t.get("tag")),
                     attachments=tuple(atts), date_modified=str(d.get("dateModified") or ""),
                     client_date_modified=str(d.get("version") or ""), stamp=stamp,
                 )
             )
         out.sort(key=lambda r: r.key)
+        self.confirm_owner()
         return LibrarySnapshot(
             source="local_api", schema_version=self.schema_version, items=out, stamps=stamps,
             collections=sorted(colls.values(), key=lambda c: c.key),
         )
 
     def _attachment(self, d: dict[str, Any]) -> AttachmentRecord:
+        content_type = d.get("contentType")
         return AttachmentRecord(
-            key=d["key"], content_type=d.get("contentType"), link_mode=None,
+            key=d["key"], content_type=content_type if isinstance(content_type, str) else None, link_mode=None,
             modified=f"{d.get('dateModified') or ''}|{d.get('version') or ''}", cache_stamp=cache_stamp(self.data_dir, d["key"]),
         )
 
@@ -191,20 +311,23 @@ class LocalApi:
         text = read_cache(self.data_dir, attachment_key)
         if text is not None or not self._fulltext_endpoint or not valid_key(attachment_key):
             return text
+        path = f"/api/users/0/items/{attachment_key}/fulltext"
         try:
-            r = self._client.get(f"/api/users/0/items/{attachment_key}/fulltext")
-        except httpx.HTTPError as exc:
+            r = self._get(path)
+        except LocalApiError as exc:
             log.info("library: full text of %s: %s", attachment_key, exc)
             return None
-        if r.status_code == 501 or (r.status_code == 404 and "endpoint" in r.text.lower()):
+        if r.status == 501 or (r.status == 404 and b"endpoint" in r.body[:QUOTE_CHARS].lower()):
             self._fulltext_endpoint = False  # Zotero 7 has no such endpoint: stop asking
             return None
-        if r.status_code != 200:
+        if r.status != 200:
             return None
         try:
-            content = r.json().get("content")
-        except (ValueError, AttributeError):
+            body = self._json(path, r)
+        except LocalApiError as exc:
+            log.info("library: full text of %s: %s", attachment_key, exc)
             return None
+        content = body.get("content") if isinstance(body, dict) else None
         if not isinstance(content, str):
             return None
         # The same bound as a cache file on disk: one odd answer must not fill the index.
@@ -220,6 +343,14 @@ def _reaches_root(key: str, colls: dict[str, CollectionRecord]) -> bool:
         seen.add(k)
         k = colls[k].parent_key
     return True
+
+
+def _list(v: object) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _str_or_none(v: object) -> str | None:
+    return str(v) if v else None
 
 
 def _int(v: str | None) -> int | None:

@@ -1,10 +1,16 @@
-"""`.zotero-ft-cache` files: pages, chunks, and malformed or hostile files that must not crash."""
+"""`.zotero-ft-cache` files: pages, chunks, and malformed or hostile files that must not crash or block."""
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+from zoterofixture import FixtureAttachment, FixtureItem, build_zotero_dir
+
+from zocratesd.library import Library
 from zocratesd.library.fulltext import CHUNK_CHARS, MAX_CACHE_BYTES, cache_path, chunks, pages, read_cache
 
 
@@ -56,3 +62,51 @@ def test_hostile_keys_and_symlinks_out_of_storage(tmp_path: Path) -> None:
     folder.mkdir(parents=True)
     os.symlink(secret, folder / ".zotero-ft-cache")
     assert read_cache(tmp_path, "LINKOUT1") is None
+
+
+def _unblock(fifo: Path) -> None:
+    """Open the FIFO's writing end once, so a reader blocked in open() (today's bug) returns."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass  # no reader is blocked: nothing to release
+
+
+def _finishes(fn: Callable[[], object], fifo: Path, within_s: float = 5.0) -> tuple[bool, object]:
+    result: list[object] = []
+    t = threading.Thread(target=lambda: result.append(fn()), daemon=True)
+    t.start()
+    t.join(within_s)
+    blocked = t.is_alive()
+    _unblock(fifo)
+    t.join(5)
+    return not blocked, result[0] if result else None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this system")
+def test_a_fifo_in_the_caches_place_does_not_block(tmp_path: Path) -> None:
+    folder = tmp_path / "storage" / "FIFO0001"
+    folder.mkdir(parents=True)
+    fifo = folder / ".zotero-ft-cache"
+    os.mkfifo(fifo)
+    done, text = _finishes(lambda: read_cache(tmp_path, "FIFO0001"), fifo)
+    assert done and text is None
+    os.mkdir(tmp_path / "storage" / "LINKFIF1")  # a link to it, inside storage/, is refused too
+    os.symlink(fifo, tmp_path / "storage" / "LINKFIF1" / ".zotero-ft-cache")
+    done, text = _finishes(lambda: read_cache(tmp_path, "LINKFIF1"), fifo)
+    assert done and text is None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this system")
+def test_the_indexer_goes_past_a_fifo(tmp_path: Path) -> None:
+    items = [FixtureItem("PIPEITEM", "Pipes and valves", attachments=[FixtureAttachment("PIPEATT1", text="placeholder")]),
+             FixtureItem("BEEKEEP1", "Honeybees", abstract="Varroa mites.")]
+    build_zotero_dir(tmp_path, items)
+    fifo = tmp_path / "storage" / "PIPEATT1" / ".zotero-ft-cache"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None)
+    done, _ = _finishes(lambda: lib.indexer.refresh(None), fifo)
+    assert done, "the indexer blocked on the FIFO"
+    st = lib.status()
+    assert st["state"] == "ready" and st["items_indexed"] == 2 and st["attachments_with_text"] == 0, st
