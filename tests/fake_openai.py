@@ -4,6 +4,11 @@ It records every request body (so a test can see exactly what the model was sent
 scripted: a research assistant that first calls `search_library` and then answers from the tool
 result, streamed in small chunks; optionally slow, rate-limited (429) a number of times, failing
 with an HTTP status, or streaming garbage.
+
+Hostile modes (issue 16): one endless line (`line_bytes`, streamed from a small block, never held
+whole), keep-alive comments forever, a huge answer, calls of a tool that does not exist on every
+answer, and any raw SSE lines a test wants (`raw_lines`: malformed chunks, forged error text).
+`sent_bytes` counts what the server managed to write, so a test can see where a client stopped.
 """
 
 from __future__ import annotations
@@ -25,6 +30,12 @@ class Behaviour:
     malformed: bool = False  # stream a line that is not JSON
     reasoning: bool = False  # stream a reasoning delta before the text
     use_tools: bool = True
+    line_bytes: int = 0  # stream one `data:` line of this many bytes that never ends
+    keepalive_forever: bool = False  # stream ": keep-alive" comments until the client hangs up
+    keepalive_interval_s: float = 0.05
+    answer_chars: int = 0  # answer with this many characters of text, in 64 KiB deltas
+    unknown_tool: str | None = None  # every answer calls this tool (which does not exist)
+    raw_lines: list[bytes] | None = None  # stream these lines as they are, then [DONE]
 
 
 @dataclass
@@ -32,6 +43,7 @@ class FakeOpenAI:
     behaviour: Behaviour = field(default_factory=Behaviour)
     requests: list[dict[str, Any]] = field(default_factory=list)
     rate_limited: int = 0
+    sent_bytes: int = 0
 
     def __post_init__(self) -> None:
         fake = self
@@ -89,7 +101,13 @@ class FakeOpenAI:
         if b.fail_status:
             self._json(h, b.fail_status, {"error": {"message": "Invalid API key provided", "code": b.fail_status}})
             return
+        if b.line_bytes or b.keepalive_forever or b.answer_chars or b.raw_lines is not None:
+            self._hostile(h, b)
+            return
         reply = self.reply_for(body, b.use_tools)
+        if b.unknown_tool:
+            n = len(body["messages"])
+            reply = {"tool_calls": [{"id": f"call_{n}", "name": b.unknown_tool, "arguments": "{}"}]}
         usage = {"prompt_tokens": sum(len(str(m.get("content") or "")) for m in body["messages"]) // 4, "completion_tokens": 7, "total_tokens": 99}
         if not body.get("stream"):
             msg: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
@@ -104,8 +122,7 @@ class FakeOpenAI:
 
         def send(obj: Any) -> None:
             data = b": keep-alive\n\n" if obj is None else (obj if isinstance(obj, bytes) else f"data: {json.dumps(obj)}\n\n".encode())
-            h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-            h.wfile.flush()
+            self._chunk(h, data)
 
         def delta(d: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
             return {"choices": [{"index": 0, "delta": d, "finish_reason": finish}]}
@@ -134,6 +151,45 @@ class FakeOpenAI:
             h.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client went away (a cancelled turn)
+
+    def _chunk(self, h: BaseHTTPRequestHandler, data: bytes) -> None:
+        h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        h.wfile.flush()
+        self.sent_bytes += len(data)
+
+    def _hostile(self, h: BaseHTTPRequestHandler, b: Behaviour) -> None:
+        h.send_response(200)
+        h.send_header("content-type", "text/event-stream")
+        h.send_header("transfer-encoding", "chunked")
+        h.end_headers()
+        try:
+            self._chunk(h, b": keep-alive\n\n")
+            if b.line_bytes:
+                self._chunk(h, b'data: {"choices": [{"index": 0, "delta": {"content": "')
+                block = b"x" * 65536
+                left = b.line_bytes
+                while left > 0:
+                    self._chunk(h, block[: min(left, len(block))])
+                    left -= len(block)
+            elif b.keepalive_forever:
+                while True:
+                    time.sleep(b.keepalive_interval_s)
+                    self._chunk(h, b": keep-alive\n\n")
+            elif b.answer_chars:
+                piece = "y" * 65536
+                for i in range(0, b.answer_chars, len(piece)):
+                    text = piece[: min(len(piece), b.answer_chars - i)]
+                    delta = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+                    self._chunk(h, f"data: {json.dumps(delta)}\n\n".encode())
+                self._chunk(h, b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n')
+            else:
+                for line in b.raw_lines or []:
+                    self._chunk(h, line + b"\n\n")
+            self._chunk(h, b"data: [DONE]\n\n")
+            h.wfile.write(b"0\r\n\r\n")
+            h.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client stopped reading, as it should
 
     @staticmethod
     def _json(h: BaseHTTPRequestHandler, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:

@@ -18,11 +18,15 @@ this turn. Two probes share the interface:
           (also accepted: {"decision": {"probability": p}} or {"choices": [{"probability": p}]})
 
   HTTP 429 is retried (at most MAX_RETRIES_429 times, waiting Retry-After or a growing backoff,
-  capped at MAX_BACKOFF_S); the whole probe, retries included, must finish in `timeout_s`.
+  capped at MAX_BACKOFF_S); the whole probe, retries included, must finish in `timeout_s`. The
+  endpoint is the model's, and trusted no more: an answer is read up to `max_answer_bytes` (the
+  model's `max_line_bytes`: one JSON document) and no further, a `user:password@` in the URL is sent
+  as Basic auth and never logged, and its text is escaped in the ProbeError the compactor logs.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -30,7 +34,10 @@ from typing import Any, Protocol
 import anyio
 import httpx
 
+from zocratesd.config import MODEL_MAX_LINE_BYTES
+from zocratesd.engine.models.openai import split_credentials
 from zocratesd.engine.retrieval import tokens as terms
+from zocratesd.logtext import escape_for_log, redact_credentials
 
 log = logging.getLogger(__name__)
 
@@ -117,15 +124,20 @@ def _probability(data: Any) -> float:
     for value in candidates:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= float(value) <= 1.0:
             return float(value)
-    raise ProbeError(f"the decision answer has no probability in [0, 1]: {str(data)[:200]}")
+    raise ProbeError(f"the decision answer has no probability in [0, 1]: {escape_for_log(str(data)[:200])}")
 
 
 class HttpDecisionProbe:
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 10.0):
-        self.base_url = base_url.rstrip("/")
+    def __init__(
+        self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 10.0,
+        max_answer_bytes: int = MODEL_MAX_LINE_BYTES,
+    ):
+        # httpx logs every request's URL: it gets the URL without user info, and that as auth.
+        self.base_url, self.auth = split_credentials(base_url.rstrip("/"))
         self.model = model
         self.api_key = api_key
         self.timeout_s = timeout_s
+        self.max_answer_bytes = max_answer_bytes
 
     def body(self, probe: ProbeInput) -> dict[str, Any]:
         return {"model": self.model, "question": DECISION_QUESTION, "context": probe.recent[-PROBE_CONTEXT_CHARS:], "options": OPTIONS}
@@ -142,20 +154,34 @@ class HttpDecisionProbe:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
             with anyio.fail_after(self.timeout_s):
-                async with httpx.AsyncClient(timeout=self.timeout_s, headers=headers) as client:
+                async with httpx.AsyncClient(timeout=self.timeout_s, headers=headers, auth=self.auth) as client:
                     for attempt in range(MAX_RETRIES_429 + 1):
-                        resp = await client.post(f"{self.base_url}/decisions", json=self.body(probe))
-                        if resp.status_code == 429 and attempt < MAX_RETRIES_429:
-                            await anyio.sleep(self._backoff(resp, attempt))
-                            continue
-                        if resp.status_code != 200:
-                            raise ProbeError(f"the decision endpoint answered HTTP {resp.status_code}")
-                        try:
-                            return _probability(resp.json())
-                        except ValueError:
-                            raise ProbeError("the decision endpoint answered something that is not JSON") from None
+                        async with client.stream("POST", f"{self.base_url}/decisions", json=self.body(probe)) as resp:
+                            if resp.status_code == 429 and attempt < MAX_RETRIES_429:
+                                wait = self._backoff(resp, attempt)
+                            elif resp.status_code != 200:
+                                raise ProbeError(f"the decision endpoint answered HTTP {resp.status_code}")
+                            else:
+                                return _probability(_json(await self._read(resp)))
+                        await anyio.sleep(wait)
         except TimeoutError:
             raise ProbeError(f"the decision endpoint did not answer in {self.timeout_s:g} s") from None
         except httpx.HTTPError as exc:
-            raise ProbeError(f"cannot reach the decision endpoint: {exc}") from None
+            raise ProbeError(f"cannot reach the decision endpoint: {escape_for_log(redact_credentials(str(exc)), 300)}") from None
         raise ProbeError("unreachable")  # pragma: no cover
+
+    async def _read(self, resp: httpx.Response) -> bytes:
+        """The answer's body, refused past max_answer_bytes (a decision is a few hundred bytes)."""
+        body = bytearray()
+        async for data in resp.aiter_bytes():
+            body += data
+            if len(body) > self.max_answer_bytes:
+                raise ProbeError(f"the decision endpoint's answer passed {self.max_answer_bytes} bytes (model.max_line_bytes)")
+        return bytes(body)
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        raise ProbeError("the decision endpoint answered something that is not JSON") from None

@@ -2,14 +2,21 @@
 
 The engine runs one turn or one rewind when asked; who may ask (one writer per session), what the
 turn's context is, and who hears about it are the core's business (daemon.py).
+
+Every run (a prompt, or the answer to a checkpoint) is bounded by the model section's limits
+(config.ModelConfig): `max_calls_per_turn` model calls (ADK's RunConfig.max_llm_calls) and
+`max_turn_s` seconds. Past either, the run stops through ADK's abort (which seals the history as
+a cancel does) and the turn ends with a ModelError, so the session takes the next prompt.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from google.adk.agents.invocation_context import LlmCallsLimitExceededError
 from google.adk.agents.run_config import RunConfig, StreamingMode
 from google.adk.apps import App
 from google.adk.events import Event
@@ -19,19 +26,22 @@ from google.adk.sessions import BaseSessionService, InMemorySessionService
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
-from zocratesd.config import ResearchConfig
+from zocratesd.config import ModelConfig, ResearchConfig
 from zocratesd.engine.agent import build_coordinator
 from zocratesd.engine.models.offline import OfflineLlm
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage, Retriever
+from zocratesd.errors import ModelError
 from zocratesd.store import APP_NAME, USER_ID
 from zocratesd.store.ui import REQUEST_INPUT_CALL
 
 
 class Engine:
     def __init__(
-        self, service: BaseSessionService, model: BaseLlm, retriever: Retriever, research: ResearchConfig | None = None
+        self, service: BaseSessionService, model: BaseLlm, retriever: Retriever, research: ResearchConfig | None = None,
+        limits: ModelConfig | None = None,
     ):
         self.model = model
+        self.limits = limits or ModelConfig()
         self.retriever = retriever
         self.research = research or ResearchConfig()
         self.agent = build_coordinator(model, retriever, self.research)
@@ -51,19 +61,16 @@ class Engine:
     ) -> AsyncIterator[Event]:
         """ADK's events for one turn, partial chunks included. `window_start` loads only events from
         that time on (after a compaction); None loads the whole session."""
-        config = RunConfig(
-            streaming_mode=StreamingMode.SSE,
-            get_session_config=GetSessionConfig(after_timestamp=window_start) if window_start is not None else None,
-        )
-        async for ev in self.runner.run_async(
+        run = functools.partial(
+            self.runner.run_async,
             user_id=USER_ID,
             session_id=session_id,
             new_message=message,
             state_delta=state_delta,
             yield_user_message=True,
             abort_signal=abort,
-            run_config=config,
-        ):
+        )
+        async for ev in self._bounded(run, window_start, abort):
             yield ev
 
     async def resume_turn(
@@ -77,14 +84,43 @@ class Engine:
             role="user",
             parts=[types.Part(function_response=types.FunctionResponse(id=interrupt_id, name=REQUEST_INPUT_CALL, response=response))],
         )
+        run = functools.partial(
+            self.runner.run_async, user_id=USER_ID, session_id=session_id, new_message=answer, abort_signal=abort
+        )
+        async for ev in self._bounded(run, window_start, abort):
+            yield ev
+
+    async def _bounded(
+        self, run: Callable[..., AsyncIterator[Event]], window_start: float | None, abort: asyncio.Event
+    ) -> AsyncIterator[Event]:
+        """One run under the limits: its model calls counted by ADK, its time by a timer that
+        aborts it (the model's own deadline stops a single call; this stops the run between calls
+        and tools too)."""
+        limits = self.limits
         config = RunConfig(
             streaming_mode=StreamingMode.SSE,
             get_session_config=GetSessionConfig(after_timestamp=window_start) if window_start is not None else None,
+            max_llm_calls=limits.max_calls_per_turn,
         )
-        async for ev in self.runner.run_async(
-            user_id=USER_ID, session_id=session_id, new_message=answer, abort_signal=abort, run_config=config
-        ):
-            yield ev
+        expired = asyncio.Event()
+
+        def expire() -> None:
+            expired.set()
+            abort.set()
+
+        timer = asyncio.get_running_loop().call_later(limits.max_turn_s, expire)
+        try:
+            async for ev in run(run_config=config):
+                yield ev
+        except LlmCallsLimitExceededError:
+            raise ModelError(
+                f"the model made more than {limits.max_calls_per_turn} calls in one turn without finishing its answer "
+                "(model.max_calls_per_turn); stopped"
+            ) from None
+        finally:
+            timer.cancel()
+        if expired.is_set():
+            raise ModelError(f"the turn ran longer than {limits.max_turn_s:g} s (model.max_turn_s); stopped")
 
     async def rewind(self, session_id: str, invocation_id: str) -> None:
         await self.runner.rewind_async(user_id=USER_ID, session_id=session_id, rewind_before_invocation_id=invocation_id)

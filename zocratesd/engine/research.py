@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zocratesd.engine.retrieval import Hit, Passage, Scope, tokens
+from zocratesd.limits import MAX_GUIDANCE_CHARS
 
 SNAPSHOT_KEY = "hitl_snapshot"
 SNAPSHOT_VERSION = 1
@@ -38,8 +39,6 @@ RRF_K = 60
 # Passages handed to the model at synthesis: the usual top-k, plus room for each extra round's best.
 SYNTHESIS_EXTRA_PER_ROUND = 2
 MAX_SYNTHESIS_PASSAGES = 12
-# Guidance with a checkpoint answer becomes a search query: a paragraph, not a document.
-MAX_GUIDANCE_CHARS = 2000
 
 _CLAUSE_RE = re.compile(r"[^?.;]+[?.;]*")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -122,7 +122,7 @@ class InMemoryRetriever:
     async def search(self, query: str, scope: Scope, top_k: int = DEFAULT_TOP_K) -> list[Hit]:
         terms = set(tokens(query))
         hits: list[Hit] = []
-        for p, tf, length in zip(self.passages, self._tf, self._len):
+        for p, tf, length in zip(self.passages, self._tf, self._len, strict=True):
             if not scope.admits(p):
                 continue
             score = 0.0
@@ -135,11 +135,3 @@ class InMemoryRetriever:
                 hits.append(Hit(p, score))
         hits.sort(key=lambda h: (-h.score, h.passage.item_key, h.passage.page or 0))
         return hits[:top_k]
-
-
-def dedupe_by_item(hits: Sequence[Hit]) -> list[Passage]:
-    """Cited sources in first-seen order, one per item."""
-    seen: dict[str, Passage] = {}
-    for h in hits:
-        seen.setdefault(h.passage.item_key, h.passage)
-    return list(seen.values())

@@ -34,7 +34,7 @@ def scope_from_state(state: Any) -> Scope:
     items = state.get("active_context_items") or []
     return Scope(
         mode=state.get("active_mode") or "library",
-        item_keys=tuple(i.get("item_key") for i in items if isinstance(i, dict)),
+        item_keys=tuple(k for i in items if isinstance(i, dict) and isinstance(k := i.get("item_key"), str)),
         collection=state.get("active_collection"),
     )
 
@@ -83,7 +83,8 @@ def record_evidence(state: Any, invocation_id: str, queries: list[str], passages
         trail.append(entry)
     entry["queries"].extend(queries)
     for p in passages:
-        entry["chunks"].append({k: p[k] for k in ("item_key", "attachment_key", "title", "page", "score")} | {"text": p["text"][:EVIDENCE_TEXT_CHARS]})
+        chunk = {k: p[k] for k in ("item_key", "attachment_key", "title", "page", "score")}
+        entry["chunks"].append(chunk | {"text": p["text"][:EVIDENCE_TEXT_CHARS]})
         if p["item_key"] not in entry["citations"]:
             entry["citations"].append(p["item_key"])
     state["retrieved_evidence"] = trail[-MAX_AUDIT_HISTORY_TURNS:]
@@ -139,7 +140,8 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
             interrupt = research.raise_checkpoint()
             state[SNAPSHOT_KEY] = research.to_json()
             yield RequestInput(
-                interrupt_id=interrupt, message=research.checkpoint_message(), payload=research.checkpoint_payload()
+                interrupt_id=interrupt, message=research.checkpoint_message(), payload=research.checkpoint_payload(),
+                response_schema=None,  # ADK's default, spelled out: mypy misses its positional Field(None)
             )
             return
         state[SNAPSHOT_KEY] = None

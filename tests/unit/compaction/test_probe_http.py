@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from zocratesd.compaction import HttpDecisionProbe, ProbeError, ProbeInput, RuleProbe, compactor_for, default_probe
+from zocratesd.compaction import HttpDecisionProbe, ProbeError, ProbeInput, RuleProbe, default_probe
 from zocratesd.compaction import probe as probe_mod
 from zocratesd.config import ZocratesConfig
 
@@ -149,6 +151,27 @@ async def test_alternative_probability_shapes(serve: Any) -> None:
     assert await probe.decide(INPUT) == 0.6
 
 
+async def test_an_oversized_answer_is_refused_and_outside_text_is_escaped(serve: Any) -> None:
+    fake = serve((200, json.dumps({"probability": 0.5, "padding": "x" * (20 * 1024 * 1024)}), 0.0, {}),
+                 (200, json.dumps({"probability": "high\n2099-01-01 ERROR zocratesd: forged\x1b[2J"}), 0.0, {}))
+    with pytest.raises(ProbeError, match="passed 65536 bytes"):
+        await HttpDecisionProbe(fake.url, "m", max_answer_bytes=65536).decide(INPUT)
+    with pytest.raises(ProbeError) as info:
+        await HttpDecisionProbe(fake.url, "m").decide(INPUT)
+    assert "\\n2099-01-01" in str(info.value) and "\n" not in str(info.value) and "\x1b" not in str(info.value)
+
+
+async def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_logged(
+    serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    fake = serve(OK)
+    url = fake.url.replace("http://", "http://proxy:s3cret-pw@")
+    assert await HttpDecisionProbe(url, "m").decide(INPUT) == 0.82
+    assert fake.requests[0]["auth"] == "Basic " + base64.b64encode(b"proxy:s3cret-pw").decode()
+    assert "HTTP Request: POST" in caplog.text and "s3cret" not in caplog.text
+
+
 def test_the_probe_follows_the_provider(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(default_probe(ZocratesConfig()), RuleProbe)
     monkeypatch.setenv("ZQ_KEY", "sk-1")
@@ -157,6 +180,7 @@ def test_the_probe_follows_the_provider(monkeypatch: pytest.MonkeyPatch) -> None
     probe = default_probe(cfg)
     assert isinstance(probe, HttpDecisionProbe)
     assert (probe.base_url, probe.model, probe.api_key, probe.timeout_s) == ("http://127.0.0.1:1/v1", "inception/mercury-decide:free", "sk-1", 3)
+    assert probe.max_answer_bytes == cfg.model.max_line_bytes
 
 
 async def test_rule_probe_rewards_topic_shift_progression_and_pressure() -> None:
@@ -174,14 +198,13 @@ async def test_rule_probe_rewards_topic_shift_progression_and_pressure() -> None
 
 async def test_a_rate_limited_probe_never_fails_the_turn(serve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from zocratesd.core.daemon import Daemon
-    from zocratesd.store import close_session_services
 
     monkeypatch.setattr(probe_mod, "MAX_BACKOFF_S", 0.0)
     fake = serve((429, "{}", 0.0, {}))
     d = Daemon(tmp_path, ZocratesConfig(compaction={"min_turns": 3, "token_floor": 0}))
     await d.start()
     try:
-        compactor_for(d).probe = HttpDecisionProbe(fake.url, "m", timeout_s=2)
+        d.compactor.probe = HttpDecisionProbe(fake.url, "m", timeout_s=2)
         row = await d.create_session()
         results = [await d.prompt(row.id, f"question {i}") for i in range(4)]
         assert [r.stop_reason for r in results] == ["end_turn"] * 4
@@ -190,4 +213,3 @@ async def test_a_rate_limited_probe_never_fails_the_turn(serve: Any, tmp_path: P
         assert not any((ev.get("actions") or {}).get("compaction") for ev in live)
     finally:
         await d.aclose()
-        await close_session_services(tmp_path)

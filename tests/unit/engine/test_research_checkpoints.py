@@ -15,7 +15,8 @@ from zocratesd.engine.research import Research, plan_aspects
 from zocratesd.engine.retrieval import Hit, InMemoryRetriever, Passage, Scope
 from zocratesd.engine.tools import ROUND_METADATA_KEY
 from zocratesd.errors import CheckpointNotPending, InvalidInput, SessionBusy
-from zocratesd.store import APP_NAME, USER_ID, close_session_services
+from zocratesd.store import APP_NAME, USER_ID
+from zocratesd.updates import Checkpoint, ToolProgress
 
 pytestmark = pytest.mark.anyio
 
@@ -59,11 +60,10 @@ async def daemon(tmp_path: Path) -> AsyncIterator[tuple[Daemon, CountingRetrieve
     d, r = await make(tmp_path)
     yield d, r
     await d.aclose()
-    await close_session_services(tmp_path)
 
 
 async def stored_rounds(d: Daemon, sid: str) -> list[dict[str, Any]]:
-    session = await d._service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=sid)
+    session = await d.db.service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=sid)
     assert session is not None
     return [e.custom_metadata[ROUND_METADATA_KEY] for e in session.events if e.custom_metadata and ROUND_METADATA_KEY in e.custom_metadata]
 
@@ -97,18 +97,14 @@ def test_a_snapshot_survives_json_and_refuses_garbage() -> None:
 async def test_a_paused_turn_resumes_twice_without_repeating_a_round(daemon: tuple[Daemon, CountingRetriever]) -> None:
     d, retriever = daemon
     sid = (await d.create_session()).id
-    updates: list[dict[str, Any]] = []
-
-    async def listen(u: dict[str, Any]) -> None:
-        updates.append(u)
-
-    d.watchers.watch(sid, listen)
+    watching = d.watch(sid)
     first = await d.prompt(sid, THREE)
     hitl = first.pending_hitl
     assert hitl is not None and hitl["interrupt_id"] == "interrupt_ext_1" and hitl["invocation_id"] == first.invocation_id
     assert hitl["payload"]["unaddressed_aspects"] == ["How does HyDE retrieve?", "Which encoders does DPR use?"]
     assert (await d.get_session(sid))["pending_hitl"] == hitl
-    assert [u["kind"] for u in updates if u["kind"] in ("tool_progress", "checkpoint")] == ["tool_progress", "checkpoint"]
+    shown = [u for u in watching.take_nowait() if isinstance(u, (ToolProgress, Checkpoint))]
+    assert [type(u) for u in shown] == [ToolProgress, Checkpoint] and shown[1].to_json() == hitl
     state = await d.reader.session_state(sid)
     assert state["hitl_snapshot"]["evidence"][0]["aspect"] == "What does RAG combine?"
     assert state["hitl_snapshot"]["ceilings"]["budget"] == 1
@@ -226,7 +222,7 @@ async def test_a_client_that_always_extends_is_stopped_by_the_cap(daemon: tuple[
     assert asked == ["interrupt_ext_1", "interrupt_ext_2"]
     assert result.pending_hitl is None and result.stop_reason == "end_turn"
     assert len(retriever.queries) == 3  # 1 + 1 + 1 rounds; the fourth aspect was never searched
-    session = await d._service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=sid)
+    session = await d.db.service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=sid)
     assert session is not None
     report = next(
         p.function_response.response["research"] for e in session.events for p in (e.content.parts if e.content else [])
@@ -278,7 +274,6 @@ async def test_a_checkpoint_survives_a_new_daemon_on_the_same_data(tmp_path: Pat
     sid = (await d.create_session()).id
     paused = await d.prompt(sid, THREE)
     await d.aclose()
-    await close_session_services(tmp_path)
 
     d2, retriever = await make(tmp_path)
     try:
@@ -289,7 +284,6 @@ async def test_a_checkpoint_survives_a_new_daemon_on_the_same_data(tmp_path: Pat
         assert result.pending_hitl is not None and result.pending_hitl["interrupt_id"] == "interrupt_ext_2"
     finally:
         await d2.aclose()
-        await close_session_services(tmp_path)
 
 
 async def test_an_answer_stored_by_a_daemon_that_died_before_the_turn_went_on_can_be_given_again(
@@ -303,9 +297,9 @@ async def test_an_answer_stored_by_a_daemon_that_died_before_the_turn_went_on_ca
     paused = await d.prompt(sid, THREE)
     assert paused.pending_hitl is not None and paused.invocation_id is not None
     # What ADK stores first when a resume starts: the user's answer. Then the daemon dies.
-    session = await d._service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=sid)
+    session = await d.db.service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=sid)
     assert session is not None
-    await d._service.append_event(session, Event(
+    await d.db.service.append_event(session, Event(
         author="user", invocation_id=paused.invocation_id,
         content=types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
             id="interrupt_ext_1", name="adk_request_input", response={"action": "extend_budget"}))]),

@@ -23,7 +23,7 @@ from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
 from zocratesd.engine import Engine
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage
-from zocratesd.store import APP_NAME, USER_ID, close_session_services
+from zocratesd.store import APP_NAME, USER_ID
 
 pytestmark = pytest.mark.anyio
 
@@ -63,11 +63,10 @@ def texts(request: LlmRequest) -> list[str]:
 async def daemon(tmp_path: Path) -> AsyncIterator[tuple[Daemon, RecordingLlm]]:
     d = Daemon(tmp_path, ZocratesConfig(), retriever=InMemoryRetriever([Passage(item_key="ABCD1234", title="t", text="q text")]))
     model = RecordingLlm()
-    d.engine = Engine(d._service, model, d.engine.retriever)
+    d.engine = Engine(d.db.service, model, d.engine.retriever)
     await d.start()
     yield d, model
     await d.aclose()
-    await close_session_services(tmp_path)
 
 
 async def test_after_rewinding_an_interrupted_search_the_next_message_reaches_the_coordinator(
@@ -96,7 +95,7 @@ async def test_after_rewinding_an_interrupted_search_the_next_message_reaches_th
     assert after.invocation_id != interrupted.invocation_id  # not absorbed into the dead invocation
     assert texts(model.requests[-1])[-1] == "follow up after rewind"
     assert "please search" not in texts(model.requests[-1])
-    session = await d._service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=row.id)
+    session = await d.db.service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=row.id)
     user_event = next(e for e in session.events if e.invocation_id == after.invocation_id and e.author == "user")
     assert user_event.isolation_scope is None
 
@@ -105,7 +104,7 @@ async def test_turns_load_a_window_after_a_compaction_and_all_after_a_rewind_bef
     daemon: tuple[Daemon, RecordingLlm]
 ) -> None:
     d, model = daemon
-    svc = d._service
+    svc = d.db.service
     loads: list[Any] = []
     real_get = svc.get_session
 
@@ -149,7 +148,7 @@ async def test_turns_load_a_window_after_a_compaction_and_all_after_a_rewind_bef
 async def test_turn_cost_stays_flat_with_a_window(daemon: tuple[Daemon, RecordingLlm]) -> None:
     """Not a timing test: counts what a turn loads, which is what makes its cost flat."""
     d, _ = daemon
-    svc = d._service
+    svc = d.db.service
     row = await d.create_session()
     session = await svc.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=row.id)
     base = time.time() - 10_000

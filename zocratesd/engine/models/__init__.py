@@ -17,7 +17,10 @@ def build_model(cfg: ModelConfig) -> BaseLlm:
         from zocratesd.engine.models.openai import OpenAICompatLlm
 
         assert cfg.base_url and cfg.name  # ModelConfig's validator guarantees both
-        return OpenAICompatLlm(model=cfg.name, base_url=cfg.base_url, api_key=cfg.api_key())
+        return OpenAICompatLlm(
+            model=cfg.name, base_url=cfg.base_url, api_key=cfg.api_key(),
+            max_line_bytes=cfg.max_line_bytes, max_answer_chars=cfg.max_answer_chars, max_call_s=cfg.max_turn_s,
+        )
     if cfg.provider == "gemini":
         from google.adk.models.google_llm import Gemini
 
