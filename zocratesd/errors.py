@@ -1,13 +1,33 @@
-"""Errors of the core API. Each has a stable `kind`; the faces map kinds to their own codes
-(JSON-RPC error codes in `rpc/`, HTTP statuses in `shim/`), so the core never speaks either."""
+"""The one error hierarchy of the core: every error a face may turn into an answer derives from
+`ZocratesError` and is defined here.
+
+Each class has a stable `kind` string, on the wire as JSON-RPC `data.kind` and as the HTTP error
+`code` (protocol/README.md, "Errors"; protocol/http.md). Each face maps these classes in ONE table
+keyed by class (`rpc/errors.py`: JSON-RPC code; `shim/errors.py`: HTTP status), looked up along the
+MRO so a subclass (SessionNotFound) answers as its base (NotFound); the core never speaks either.
+tests/unit/test_error_mapping.py fails when a class is missing from either table or from the docs.
+
+Exceptions that never reach a face stay beside the code that raises and handles them:
+ConfigError, RuntimeFileError, AlreadyRunning, ActivationError and ServiceError end the process
+or a CLI command at start-up; StoreBusy, SwapBusy and SwapCheckFailed become a VACUUM skip reason
+in the maintenance report; ProbeError is logged and the compactor does not compact; IndexCorrupt,
+ZoteroDbError and LocalApiError become the library's status (or a fallback to the database);
+PumpError, PeerClosed and RemoteError belong to the rpc face's transport, HttpError to the shim.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar
+
+T = TypeVar("T")
 
 
 class ZocratesError(Exception):
-    kind = "internal"
+    """Base of the tree; raised bare, it is a bug in the daemon (`internal`)."""
+
+    # Class-level and stable: clients branch on it (`data.kind`, the SSE error's `code`).
+    kind: ClassVar[str] = "internal"
 
     def __init__(self, message: str, **data: Any):
         super().__init__(message)
@@ -50,3 +70,19 @@ class InvalidInput(ZocratesError):
     """A value from a client failed validation (bad id, bad title, ...)."""
 
     kind = "invalid_input"
+
+
+class ModelError(ZocratesError):
+    """The model endpoint failed a turn: HTTP error, timeout, unreachable, or an unusable answer.
+    `data` carries `status` and `endpoint` when known."""
+
+    kind = "model_error"
+
+
+def lookup(table: Mapping[type[ZocratesError], T], cls: type[ZocratesError]) -> T:
+    """A face's entry for `cls`: that of the nearest class along its MRO the table names, so a
+    subclass answers as its base. KeyError only for a table without `ZocratesError` itself."""
+    for base in cls.__mro__:
+        if issubclass(base, ZocratesError) and base in table:
+            return table[base]
+    raise KeyError(cls)

@@ -15,19 +15,17 @@ focal snippets (passages or images the user pointed at). They become, on the use
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast, get_args
 from xml.sax.saxutils import escape, quoteattr
 
-from zocratesd.engine.retrieval import Mode, Passage, Scope
+from zocratesd.engine.retrieval import Mode, Scope
 from zocratesd.errors import InvalidInput
+from zocratesd.limits import MAX_ACTIVE_ITEMS, MAX_ITEM_TITLE_CHARS, MAX_SNIPPET_CHARS, MAX_SNIPPETS
 
-# Limits on what a client may attach to one prompt. Zotero selections of hundreds of items happen
-# (a whole collection selected); 500 keeps the header readable and the state delta small.
-MAX_ACTIVE_ITEMS = 500
-MAX_SNIPPETS = 50
-MAX_SNIPPET_CHARS = 20_000
 ITEM_KEY_RE = re.compile(r"^[A-Z0-9]{8}$")  # Zotero item and collection keys: 8 chars of [23456789A-Z]
 KEY_ATTR_RE = re.compile(r'\s+key="[^"]*"')
 
@@ -53,49 +51,32 @@ class PromptContext:
     snippets: tuple[Snippet, ...] = field(default_factory=tuple)
 
     @classmethod
-    def from_wire(cls, raw: Any) -> PromptContext:
-        """Validate `_meta.zocrates` of a prompt (or the shim's body fields); InvalidInput if bad."""
-        if raw is None:
-            return cls()
-        if not isinstance(raw, dict):
-            raise InvalidInput('"_meta.zocrates" must be an object')
-        mode = raw.get("mode") or ("papers" if raw.get("activeItems") else "library")
-        if mode not in ("papers", "collection", "library"):
-            raise InvalidInput('mode must be "papers", "collection" or "library"', mode=mode)
-        items = []
-        for it in _list(raw.get("activeItems"), "activeItems", MAX_ACTIVE_ITEMS):
-            if not isinstance(it, dict):
-                raise InvalidInput("each active item is an object {item_key, title}")
-            items.append((_key(it.get("item_key"), "item_key"), _text(it.get("title", ""), "title", 1000)))
-        collection = raw.get("collection")
-        if mode == "collection":
-            collection = _key(collection, "collection")
-        elif collection is not None:
-            collection = None
-        if mode == "papers" and not items:
+    def build(
+        cls,
+        *,
+        mode: str | None = None,
+        items: Sequence[tuple[str, str] | Mapping[str, Any]] | None = None,
+        collection: str | None = None,
+        snippets: Sequence[Snippet | Mapping[str, Any]] | None = None,
+    ) -> PromptContext:
+        """The context of one prompt, validated; InvalidInput (naming the problem) if it is not one.
+
+        Each face maps its own wire format onto these arguments; the values may come straight from
+        a client's JSON, so every type is checked here. `items` are `(item_key, title)` pairs or
+        `{"item_key", "title"}` objects; `snippets` are Snippets or `{"kind"?, "item_key", "text"?,
+        "title"?, "page"?, "key"?}` objects. `mode` defaults to "papers" when items are given, else
+        "library"; a `collection` counts only in "collection" mode.
+        """
+        chosen = mode or ("papers" if items else "library")
+        if chosen not in get_args(Mode):
+            raise InvalidInput('mode must be "papers", "collection" or "library"', mode=chosen)
+        checked = cast(Mode, chosen)
+        active = tuple(_item(it) for it in _list(items, "active items", MAX_ACTIVE_ITEMS))
+        collection = _key(collection, "collection") if checked == "collection" else None
+        if checked == "papers" and not active:
             raise InvalidInput('mode "papers" needs at least one active item')
-        snippets = []
-        for sn in _list(raw.get("snippets"), "snippets", MAX_SNIPPETS):
-            if not isinstance(sn, dict):
-                raise InvalidInput("each snippet is an object")
-            kind = sn.get("kind", "text")
-            if kind not in ("text", "image"):
-                raise InvalidInput('a snippet kind is "text" or "image"')
-            page = sn.get("page")
-            if page is not None and (not isinstance(page, int) or isinstance(page, bool) or page < 0):
-                raise InvalidInput("a snippet page is a non-negative integer")
-            key = sn.get("key")
-            snippets.append(
-                Snippet(
-                    kind=kind,
-                    item_key=_key(sn.get("item_key"), "snippet item_key"),
-                    text=_text(sn.get("text", ""), "snippet text", MAX_SNIPPET_CHARS),
-                    title=_text(sn.get("title", ""), "snippet title", 1000),
-                    page=page,
-                    key=_key(key, "snippet key") if key is not None else None,
-                )
-            )
-        return cls(mode=mode, items=tuple(items), collection=collection, snippets=tuple(snippets))
+        focal = tuple(_snippet(sn) for sn in _list(snippets, "snippets", MAX_SNIPPETS))
+        return cls(mode=checked, items=active, collection=collection, snippets=focal)
 
     def scope(self) -> Scope:
         return Scope(mode=self.mode, item_keys=tuple(k for k, _ in self.items), collection=self.collection)
@@ -134,27 +115,51 @@ class PromptContext:
                 out.append(f"<text_snippet{attrs}>{escape(s.text)}</text_snippet>")
         return "\n".join(out)
 
-    def snippet_passages(self) -> list[Passage]:
-        """Focal text snippets as evidence: the user pointed at them, so they rank first."""
-        return [
-            Passage(item_key=s.item_key, title=s.title or s.item_key, text=s.text, page=s.page, attachment_key=s.key)
-            for s in self.snippets
-            if s.kind == "text" and s.text
-        ]
-
 
 def strip_keys(xml: str) -> str:
     return KEY_ATTR_RE.sub("", xml)
 
 
-def _list(value: Any, name: str, limit: int) -> list[Any]:
+def _list(value: Any, name: str, limit: int) -> Sequence[Any]:
     if value is None:
-        return []
-    if not isinstance(value, list):
+        return ()
+    if not isinstance(value, (list, tuple)):
         raise InvalidInput(f"{name} must be a list")
     if len(value) > limit:
         raise InvalidInput(f"at most {limit} {name}", count=len(value))
     return value
+
+
+def _item(value: Any) -> tuple[str, str]:
+    if isinstance(value, tuple) and len(value) == 2:
+        key, title = value
+    elif isinstance(value, Mapping):
+        key, title = value.get("item_key"), value.get("title", "")
+    else:
+        raise InvalidInput("each active item is an object {item_key, title}")
+    return _key(key, "item_key"), _text(title, "title", MAX_ITEM_TITLE_CHARS)
+
+
+def _snippet(value: Any) -> Snippet:
+    if isinstance(value, Snippet):
+        value = dataclasses.asdict(value)
+    if not isinstance(value, Mapping):
+        raise InvalidInput("each snippet is an object")
+    kind = value.get("kind", "text")
+    if kind not in ("text", "image"):
+        raise InvalidInput('a snippet kind is "text" or "image"')
+    page = value.get("page")
+    if page is not None and (not isinstance(page, int) or isinstance(page, bool) or page < 0):
+        raise InvalidInput("a snippet page is a non-negative integer")
+    key = value.get("key")
+    return Snippet(
+        kind=kind,
+        item_key=_key(value.get("item_key"), "snippet item_key"),
+        text=_text(value.get("text", ""), "snippet text", MAX_SNIPPET_CHARS),
+        title=_text(value.get("title", ""), "snippet title", MAX_ITEM_TITLE_CHARS),
+        page=page,
+        key=_key(key, "snippet key") if key is not None else None,
+    )
 
 
 def _key(value: Any, name: str) -> str:

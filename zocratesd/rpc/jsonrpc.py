@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 # Error codes. JSON-RPC reserves -32768..-32000; ACP adds -32002 and -32800 there. Zocrates' own
-# codes live outside that range (protocol/README.md, "Errors").
+# codes are 1000-1999, outside that range (protocol/README.md, "Errors", which lists every one).
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 METHOD_NOT_FOUND: Final = -32601
@@ -26,34 +26,35 @@ OVERLOADED: Final = 1002
 MODEL_ERROR: Final = 1003
 CHECKPOINT_NOT_PENDING: Final = 1004
 
-MESSAGES: Final = {
-    PARSE_ERROR: "Parse error",
-    INVALID_REQUEST: "Invalid request",
-    METHOD_NOT_FOUND: "Method not found",
-    INVALID_PARAMS: "Invalid params",
-    INTERNAL_ERROR: "Internal error",
-    RESOURCE_NOT_FOUND: "Resource not found",
-    REQUEST_CANCELLED: "Request cancelled",
-    SESSION_BUSY: "Session busy",
-    OVERLOADED: "Overloaded",
-    MODEL_ERROR: "Model error",
-    CHECKPOINT_NOT_PENDING: "Checkpoint not pending",
-}
 
-# The stable `data.kind` of each code, for clients that branch on errors programmatically.
-KINDS: Final = {
-    PARSE_ERROR: "parse_error",
-    INVALID_REQUEST: "invalid_request",
-    METHOD_NOT_FOUND: "method_not_found",
-    INVALID_PARAMS: "invalid_params",
-    INTERNAL_ERROR: "internal",
-    RESOURCE_NOT_FOUND: "not_found",
-    REQUEST_CANCELLED: "cancelled",
-    SESSION_BUSY: "session_busy",
-    OVERLOADED: "overloaded",
-    MODEL_ERROR: "model_error",
-    CHECKPOINT_NOT_PENDING: "checkpoint_not_pending",
+@dataclass(frozen=True, slots=True)
+class ErrorCode:
+    """One error code: its number, its standard `message`, and the `data.kind` it gets when the
+    sender names none (a core error names its own: InvalidInput is -32602 with `invalid_input`)."""
+
+    code: int
+    message: str
+    kind: str
+
+
+ERROR_CODES: Final[dict[int, ErrorCode]] = {
+    e.code: e
+    for e in (
+        ErrorCode(PARSE_ERROR, "Parse error", "parse_error"),
+        ErrorCode(INVALID_REQUEST, "Invalid request", "invalid_request"),
+        ErrorCode(METHOD_NOT_FOUND, "Method not found", "method_not_found"),
+        ErrorCode(INVALID_PARAMS, "Invalid params", "invalid_params"),
+        ErrorCode(INTERNAL_ERROR, "Internal error", "internal"),
+        ErrorCode(RESOURCE_NOT_FOUND, "Resource not found", "not_found"),
+        ErrorCode(REQUEST_CANCELLED, "Request cancelled", "cancelled"),
+        ErrorCode(SESSION_BUSY, "Session busy", "session_busy"),
+        ErrorCode(OVERLOADED, "Overloaded", "overloaded"),
+        ErrorCode(MODEL_ERROR, "Model error", "model_error"),
+        ErrorCode(CHECKPOINT_NOT_PENDING, "Checkpoint not pending", "checkpoint_not_pending"),
+    )
 }
+# A code not in the table (one a peer sent us, or a newer daemon's) still gets a message and a kind.
+_UNKNOWN_CODE = ErrorCode(0, "Error", "error")
 
 Id = int | str | None
 
@@ -92,16 +93,21 @@ Message = Request | Notification | Response | Invalid
 
 def error_data(code: int, data: Any) -> dict[str, Any]:
     """`data` as an object that always has `kind`; a bare value becomes its `detail`."""
+    kind = ERROR_CODES.get(code, _UNKNOWN_CODE).kind
     if isinstance(data, dict):
-        return data if "kind" in data else {"kind": KINDS.get(code, "error"), **data}
-    out: dict[str, Any] = {"kind": KINDS.get(code, "error")}
+        return data if "kind" in data else {"kind": kind, **data}
+    out: dict[str, Any] = {"kind": kind}
     if data is not None:
         out["detail"] = data
     return out
 
 
 def error(code: int, id: Id, message: str | None = None, data: Any = None) -> dict[str, Any]:
-    err = {"code": code, "message": message or MESSAGES.get(code, "Error"), "data": error_data(code, data)}
+    err = {
+        "code": code,
+        "message": message or ERROR_CODES.get(code, _UNKNOWN_CODE).message,
+        "data": error_data(code, data),
+    }
     return {"jsonrpc": "2.0", "id": id, "error": err}
 
 

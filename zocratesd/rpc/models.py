@@ -14,12 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from zocratesd.engine.research import MAX_GUIDANCE_CHARS
-
-# Session ids we mint look like "session-1733190000123-a1b2c3"; ids from other tools (ADK's
-# uuid4s) are accepted too. Anything else is refused before it reaches SQL or a path.
-SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
-MAX_TITLE_CHARS = 200
+from zocratesd.limits import MAX_GUIDANCE_CHARS, MAX_INTERRUPT_ID_CHARS, MAX_TITLE_CHARS, SESSION_ID_PATTERN
 
 
 class Params(BaseModel):
@@ -188,8 +183,8 @@ class ResumeAnswer(BaseModel):
 
 class ChatResumeParams(Params):
     session_id: str = SessionId
-    invocation_id: str = Field(min_length=1, max_length=256, description="`pending_hitl.invocation_id`.")
-    interrupt_id: str = Field(min_length=1, max_length=256, description="`pending_hitl.interrupt_id`.")
+    invocation_id: str = Field(min_length=1, max_length=MAX_INTERRUPT_ID_CHARS, description="`pending_hitl.invocation_id`.")
+    interrupt_id: str = Field(min_length=1, max_length=MAX_INTERRUPT_ID_CHARS, description="`pending_hitl.interrupt_id`.")
     response: ResumeAnswer
 
 
@@ -214,7 +209,7 @@ class UiSession(BaseModel):
 
 class RewindParams(Params):
     session_id: str = SessionId
-    invocation_id: str = Field(min_length=1, max_length=256, description="The turn to undo, with all after it.")
+    invocation_id: str = Field(min_length=1, max_length=MAX_INTERRUPT_ID_CHARS, description="The turn to undo, with all after it.")
 
 
 class Restored(BaseModel):
@@ -335,3 +330,60 @@ METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "_zocrates/library/status": (LibraryStatusParams, LibraryStatusResult),
 }
 NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionUpdateParams, "session/cancel": CancelParams}
+
+
+# --- requests from the daemon (daemon -> client) -------------------------------------------------
+# Not in protocol/schema/ (which holds what the daemon accepts and answers); documented in
+# protocol/README.md ("Requests from the daemon"), and tests check what the daemon sends, and the
+# README's examples, against these models.
+
+
+class PermissionOption(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    optionId: str
+    name: str
+    kind: Literal["allow_once", "allow_always", "reject_once", "reject_always"]
+
+
+class CheckpointToolCall(BaseModel):
+    """The research checkpoint asked about: the `tool_call` the turn streamed just before."""
+
+    model_config = ConfigDict(extra="allow")
+    toolCallId: str = Field(description="`<interrupt_id>@<invocation_id>` (rpc/updates.py, checkpoint_call_id).")
+    title: str
+    kind: Literal["think"]
+    status: Literal["pending"]
+    rawInput: Any
+
+
+class RequestPermissionParams(BaseModel):
+    """`session/request_permission`: a research checkpoint, put to the connection that prompted."""
+
+    model_config = ConfigDict(extra="allow")
+    sessionId: str
+    toolCall: CheckpointToolCall
+    options: list[PermissionOption] = Field(min_length=1)
+
+
+class SelectedOutcome(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    outcome: Literal["selected"]
+    optionId: str
+
+
+class CancelledOutcome(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    outcome: Literal["cancelled"]
+
+
+class RequestPermissionResult(BaseModel):
+    """The client's answer; `_meta.zocrates.guidance` (text) may go with `extend`."""
+
+    model_config = ConfigDict(extra="allow")
+    outcome: SelectedOutcome | CancelledOutcome = Field(discriminator="outcome")
+    meta: dict[str, Any] | None = Field(None, alias="_meta")
+
+
+DAEMON_REQUESTS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
+    "session/request_permission": (RequestPermissionParams, RequestPermissionResult),
+}

@@ -1,0 +1,31 @@
+"""Limits on what a client may send, shared by the core (which enforces them) and the faces (which
+declare them in their schemas). protocol/README.md ("Limits") lists them for clients.
+
+A leaf module: nothing from zocratesd, so any layer may import it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Session ids we mint look like "session-1733190000123-a1b2c3"; ids from other tools (ADK's
+# uuid4s) are accepted too. Anything else is refused before it reaches SQL or a path.
+SESSION_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+# A title is a sidebar row and a `session/list` entry, not a paragraph.
+MAX_TITLE_CHARS: Final = 200
+# A prompt longer than this is refused: ~25k tokens of question is a pasted paper, which belongs in
+# Zotero (and comes in as snippets), not in one chat message.
+MAX_PROMPT_CHARS: Final = 100_000
+# Invocation ids (ADK's "e-" + uuid4) and interrupt ids ("interrupt_ext_2") are ours; a longer one
+# cannot be, and is refused before it is looked up.
+MAX_INTERRUPT_ID_CHARS: Final = 256
+# Guidance with a checkpoint answer becomes a search query: a paragraph, not a document.
+MAX_GUIDANCE_CHARS: Final = 2000
+
+# The Zotero context of one prompt. Zotero selections of hundreds of items happen (a whole
+# collection selected); 500 keeps the header readable and the state delta small.
+MAX_ACTIVE_ITEMS: Final = 500
+MAX_SNIPPETS: Final = 50
+MAX_SNIPPET_CHARS: Final = 20_000
+# Titles of active items and snippets: a paper's title, with room for a long subtitle.
+MAX_ITEM_TITLE_CHARS: Final = 1000
