@@ -19,6 +19,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,9 @@ CHILD_TIMEOUT_S = 60.0
 
 
 def sql_time(epoch: float) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 def snapshot(db: Path) -> dict[str, tuple[str, list[tuple[str, str]]]]:
@@ -57,17 +58,14 @@ def snapshot(db: Path) -> dict[str, tuple[str, list[tuple[str, str]]]]:
 def maintenance_for(daemon: Daemon, **kw: Any) -> Maintenance:
     """A Maintenance with test seams, installed as the daemon's own (one per store: a second would
     hold a connection of its own and make every VACUUM "busy")."""
-    m = Maintenance(
-        db_path=db_path(daemon.data_dir), service=daemon._service, reader=daemon.reader, locks=daemon.locks,
-        config=daemon.config, **kw,
-    )
+    m = Maintenance(daemon.db, daemon.locks, daemon.config, **kw)
     daemon.maintenance = m
     return m
 
 
 async def open_store(daemon: Daemon) -> None:
     """The first half of Daemon.start(): the tests run the maintenance half themselves."""
-    await daemon._service.prepare_tables()
+    await daemon.db.prepare_tables()
 
 
 async def chat(daemon: Daemon, title: str, chars: int) -> str:
@@ -77,7 +75,7 @@ async def chat(daemon: Daemon, title: str, chars: int) -> str:
     from zocratesd.store import APP_NAME, USER_ID
 
     row = await daemon.create_session(title=title)
-    svc = daemon._service
+    svc = daemon.db.service
     session = await svc.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=row.id)
     for author, role in (("user", "user"), ("coordinator", "model"), ("user", "user"), ("coordinator", "model")):
         ev = Event(author=author, invocation_id=f"{row.id}-inv", content=types.Content(role=role, parts=[types.Part(text=title[0] * chars)]))

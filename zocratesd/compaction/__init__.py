@@ -1,6 +1,7 @@
 """Post-turn adaptive compaction (spec section 4, issue 6).
 
-`after_turn(daemon, session_id, usage)` is the one entry point: Daemon.prompt calls it after the
+`Compactor.after_turn(session_id, usage)` is the one entry point: the Daemon builds one Compactor
+(from its `SessionsDb`, the compaction config, a probe and a summariser) and calls it after the
 turn's answer has been streamed and before the prompt returns, under the session lock. It
 1. counts the live completed turns and the coordinator prompt's tokens (the model's last
    `prompt_token_count`, else the chars/4 estimate of turns.estimate_prompt_tokens);
@@ -24,13 +25,11 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from google.adk.events import Event, EventActions
 from google.adk.events.event_actions import EventCompaction
-from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
 from zocratesd.compaction.probe import (
@@ -45,14 +44,15 @@ from zocratesd.compaction.probe import (
 from zocratesd.compaction.summarise import ExtractiveSummariser, ModelSummariser, Summariser, transcript
 from zocratesd.compaction.turns import estimate_prompt_tokens, latest_compaction, split_turns, summary_text
 from zocratesd.config import CompactionConfig, ZocratesConfig
-from zocratesd.store import APP_NAME, USER_ID
+from zocratesd.store import SessionsDb
+from zocratesd.updates import Usage
 
 if TYPE_CHECKING:
-    from zocratesd.core.daemon import Daemon
+    from google.adk.models.base_llm import BaseLlm
 
 __all__ = [
     "CompactionResult", "Compactor", "DecisionProbe", "FixedProbe", "HttpDecisionProbe", "ProbeError",
-    "ProbeInput", "RuleProbe", "after_turn", "compactor_for", "default_probe",
+    "ProbeInput", "RuleProbe", "default_probe", "default_summariser",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,17 +76,16 @@ class CompactionResult:
     start_timestamp: float | None = None
     end_timestamp: float | None = None
 
-    def usage_update(self, context_size: int) -> dict[str, Any]:
-        """The face-neutral `usage` update (rpc/updates.py maps it to ACP `usage_update`)."""
-        return {
-            "kind": "usage",
-            "prompt_tokens": self.prompt_tokens,
-            "tokens_estimated": self.tokens_estimated,
-            "context_size": context_size,
-            "compaction_ms": round(self.compaction_ms, 3),
-            "compacted": self.compacted,
-            "reason": self.reason,
-        }
+    def usage_update(self, context_size: int) -> Usage:
+        """The face-neutral `Usage` update (rpc/updates.py maps it to ACP `usage_update`)."""
+        return Usage(
+            prompt_tokens=self.prompt_tokens,
+            tokens_estimated=self.tokens_estimated,
+            context_size=context_size,
+            compaction_ms=round(self.compaction_ms, 3),
+            compacted=self.compacted,
+            reason=self.reason,
+        )
 
 
 def _recent_text(turns: list[Any]) -> str:
@@ -94,15 +93,22 @@ def _recent_text(turns: list[Any]) -> str:
 
 
 class Compactor:
-    """The compaction policy of one daemon: its gate, probe and summariser (replaceable in tests)."""
+    """The compaction policy of one daemon: its gate, probe and summariser (replaceable in tests).
 
-    def __init__(self, daemon: Daemon):
-        self.daemon = daemon
-        self.config: CompactionConfig = daemon.config.compaction
-        self.probe: DecisionProbe = default_probe(daemon.config)
-        self.summariser: Summariser = (
-            ExtractiveSummariser() if daemon.config.model.provider == "offline" else ModelSummariser(daemon.engine.model)
-        )
+    It reads sessions through `db.reader` and appends its compaction events through `db`; the
+    caller holds the session's lock (a turn's, in `Daemon`)."""
+
+    def __init__(self, db: SessionsDb, config: CompactionConfig, *, probe: DecisionProbe, summariser: Summariser):
+        self.db = db
+        self.config = config
+        self.probe = probe
+        self.summariser = summariser
+
+    @classmethod
+    def from_config(cls, db: SessionsDb, config: ZocratesConfig, llm: BaseLlm) -> Compactor:
+        """The probe and summariser the configured model provider calls for (module doc); `llm` is
+        the model the turns run on."""
+        return cls(db, config.compaction, probe=default_probe(config), summariser=default_summariser(config, llm))
 
     @property
     def effective_min_turns(self) -> int:
@@ -117,15 +123,16 @@ class Compactor:
 
         cfg = self.config
         reported = (usage or {}).get("prompt_token_count")
-        estimated = not isinstance(reported, int) or isinstance(reported, bool)
+        known = reported if isinstance(reported, int) and not isinstance(reported, bool) else None
+        estimated = known is None
         completed = 0
-        if not estimated and int(reported) < cfg.token_floor:
-            tokens = int(reported)
+        if known is not None and known < cfg.token_floor:
+            tokens = known
             return result(False, "gate")  # below the floor whatever the turn count: nothing to read
         live, covered = await self._history(session_id)
         turns = split_turns(live, first_index=covered + 1)
         completed = covered + len(turns)
-        tokens = estimate_prompt_tokens(live) if estimated else int(reported)
+        tokens = estimate_prompt_tokens(live) if known is None else known
         if completed < self.effective_min_turns or tokens < cfg.token_floor:
             return result(False, "gate")
         prev = latest_compaction(live)
@@ -171,19 +178,35 @@ class Compactor:
         step then costs the same at 50 or 5000 events. A rewind to before the compaction reverts
         both state keys, so that case (and no compaction yet) reads the whole live session.
         """
-        state = await self.daemon.reader.session_state(session_id)
+        reader = self.db.reader
+        state = await reader.session_state(session_id)
         until, covered = state.get(COMPACTED_UNTIL), state.get(COMPACTED_TURNS)
         if isinstance(until, (int, float)) and isinstance(covered, int) and not isinstance(covered, bool):
-            return await self.daemon.reader.window(session_id, float(until)), covered
-        return (await self.daemon.reader.live_session(session_id)).live, 0
+            return await reader.window(session_id, float(until)), covered
+        return (await reader.live_session(session_id)).live, 0
 
     async def append(self, session_id: str, start: float, end: float, summary: str, *, covered: int) -> None:
-        svc = self.daemon._service
-        session = await svc.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=session_id,
-                                        config=GetSessionConfig(num_recent_events=0))
-        if session is None:
-            raise LookupError(f"session {session_id} is gone")
-        await svc.append_event(session, compaction_event(start, end, summary, covered=covered))
+        await self.db.append_event(session_id, compaction_event(start, end, summary, covered=covered))
+
+    async def after_turn(
+        self, session_id: str, usage: dict[str, Any] | None, *, cancelled: bool = False, paused: bool = False
+    ) -> Usage:
+        """Evaluate (and maybe run) compaction after a turn; returns the `usage` update to publish.
+        Never raises: a failure is logged and reported as not compacted. A cancelled turn, or one
+        paused at a research checkpoint, is not complete: it is never compacted."""
+        t0 = time.perf_counter()
+        size = self.config.hard_backstop_tokens
+        if cancelled or paused:
+            reported = int((usage or {}).get("prompt_token_count") or 0)
+            res = CompactionResult(False, "cancelled" if cancelled else "paused", reported, usage is None, 0, 0.0)
+            return res.usage_update(size)
+        try:
+            res = await self.evaluate(session_id, usage)
+        except Exception:
+            log.exception("session %s: compaction failed; the conversation is left as it was", session_id)
+            res = CompactionResult(False, "error", int((usage or {}).get("prompt_token_count") or 0), usage is None, 0,
+                                   (time.perf_counter() - t0) * 1000)
+        return res.usage_update(size)
 
 
 def compaction_event(start: float, end: float, summary: str, *, covered: int) -> Event:
@@ -208,37 +231,10 @@ def default_probe(config: ZocratesConfig) -> DecisionProbe:
     m = config.model
     if m.provider == "openai" and m.base_url:
         return HttpDecisionProbe(m.base_url, config.compaction.probe_model, api_key=m.api_key(),
-                                 timeout_s=config.compaction.probe_timeout_s)
+                                 timeout_s=config.compaction.probe_timeout_s, max_answer_bytes=m.max_line_bytes)
     return RuleProbe()
 
 
-_compactors: weakref.WeakKeyDictionary[Any, Compactor] = weakref.WeakKeyDictionary()
-
-
-def compactor_for(daemon: Daemon) -> Compactor:
-    """The daemon's compactor, made on first use (tests replace its probe or summariser)."""
-    c = _compactors.get(daemon)
-    if c is None:
-        c = _compactors[daemon] = Compactor(daemon)
-    return c
-
-
-async def after_turn(
-    daemon: Daemon, session_id: str, usage: dict[str, Any] | None, *, cancelled: bool = False, paused: bool = False
-) -> dict[str, Any]:
-    """Evaluate (and maybe run) compaction after a turn; returns the `usage` update to publish.
-    Never raises: a failure is logged and reported as not compacted. A cancelled turn, or one
-    paused at a research checkpoint, is not complete: it is never compacted."""
-    t0 = time.perf_counter()
-    compactor = compactor_for(daemon)
-    size = compactor.config.hard_backstop_tokens
-    if cancelled or paused:
-        res = CompactionResult(False, "cancelled" if cancelled else "paused", int((usage or {}).get("prompt_token_count") or 0), usage is None, 0, 0.0)
-        return res.usage_update(size)
-    try:
-        res = await compactor.evaluate(session_id, usage)
-    except Exception:
-        log.exception("session %s: compaction failed; the conversation is left as it was", session_id)
-        res = CompactionResult(False, "error", int((usage or {}).get("prompt_token_count") or 0), usage is None, 0,
-                               (time.perf_counter() - t0) * 1000)
-    return res.usage_update(size)
+def default_summariser(config: ZocratesConfig, llm: BaseLlm) -> Summariser:
+    """Offline: extractive; any other provider asks `llm`, the configured model."""
+    return ExtractiveSummariser() if config.model.provider == "offline" else ModelSummariser(llm)

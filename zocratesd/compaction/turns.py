@@ -57,9 +57,9 @@ def split_turns(live: list[Json], *, first_index: int = 1) -> list[Turn]:
         ts = float(ev.get("timestamp") or 0.0)
         inv = ev.get("invocation_id") or ""
         if is_prompt(ev) and inv not in by_invocation:
-            turn = Turn(index=len(turns) + first_index, invocation_id=inv, question=text_of(ev).strip(), start=ts, end=ts)
-            turns.append(turn)
-            by_invocation[inv] = turn
+            started = Turn(index=len(turns) + first_index, invocation_id=inv, question=text_of(ev).strip(), start=ts, end=ts)
+            turns.append(started)
+            by_invocation[inv] = started
         turn = by_invocation.get(inv)
         if turn is None or compaction_of(ev) is not None:
             continue

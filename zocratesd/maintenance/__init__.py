@@ -9,6 +9,7 @@ step of the swap; only fault-injection tests set it.
 """
 
 from zocratesd.maintenance._swap import FAULT_ENV, FAULT_STEPS
+from zocratesd.maintenance.reports import MaintenanceReport, SkipReason, StorageStats, VacuumReport
 from zocratesd.maintenance.runner import (
     EMPTY_SESSION_MIN_AGE_S,
     VACUUM_DISK_FACTOR,
@@ -16,7 +17,6 @@ from zocratesd.maintenance.runner import (
     VACUUM_MIN_FREELIST_RATIO,
     Maintenance,
 )
-from zocratesd.maintenance.reports import MaintenanceReport, SkipReason, StorageStats, VacuumReport
 
 __all__ = [
     "EMPTY_SESSION_MIN_AGE_S",

@@ -15,13 +15,15 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import anyio
 import anyio.to_thread
 
-from zocratesd.store.database import APP_NAME, BUSY_TIMEOUT_S, USER_ID, store_gate
+from zocratesd.store.sqlite import APP_NAME, USER_ID
+
+if TYPE_CHECKING:
+    from zocratesd.store.database import SessionsDb
 
 T = TypeVar("T")
 
@@ -167,6 +169,7 @@ def oldest_candidates(c: sqlite3.Connection, excess: int, skip: frozenset[str]) 
 def still_qualifies(c: sqlite3.Connection, cand: Candidate) -> bool:
     """Re-check, under the session's lock, that nothing made the session worth keeping since it
     was selected (a turn that ended in between, a rename)."""
+    params: tuple[object, ...]
     if cand.kind == "empty":
         sql, params = _EMPTY_ONE_SQL, (APP_NAME, USER_ID, cand.id, cand.cutoff_jd)
     elif cand.kind == "stale":
@@ -190,24 +193,27 @@ class Probe:
     """Maintenance's own read connection (plain sqlite3, one worker thread), cached between passes
     so an idle pass opens nothing. It never writes the database; it has a temp table (see
     `empty_candidates`), which is why it is not `query_only`. Its reads pass the store's gate like
-    every other request; `aclose()` (also called by `paused_store`) closes it, the next read
+    every other request; `aclose()` (also called by `SessionsDb.paused`) closes it, the next read
     reopens it."""
 
-    def __init__(self, db_path: Path):
-        self._path = db_path
+    def __init__(self, db: SessionsDb):
+        self._db = db
         self._conn: sqlite3.Connection | None = None
         self._limiter = anyio.CapacityLimiter(1)
-        self._gate = store_gate(db_path)
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = sqlite3.connect(self._path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
-            conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {_KNOWN_USED.split('.')[1]} (id TEXT PRIMARY KEY) WITHOUT ROWID")
+            conn = self._db.connect()
+            try:
+                conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {_KNOWN_USED.split('.')[1]} (id TEXT PRIMARY KEY) WITHOUT ROWID")
+            except BaseException:
+                conn.close()
+                raise
             self._conn = conn
         return self._conn
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        async with self._gate.request():
+        async with self._db.gate.request():
             return await anyio.to_thread.run_sync(lambda: fn(self._connection()), limiter=self._limiter)
 
     async def aclose(self) -> None:

@@ -19,12 +19,13 @@ a failed VACUUM leaves the original file in place and the store serving.
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import anyio
 import anyio.to_thread
@@ -32,11 +33,9 @@ import anyio.to_thread
 from zocratesd.errors import SessionBusy
 from zocratesd.maintenance import _select, _swap
 from zocratesd.maintenance.reports import MaintenanceReport, SkipReason, StorageStats, VacuumReport
+from zocratesd.store.database import SessionsDb
 from zocratesd.store.locks import SessionLocks
-from zocratesd.store.database import APP_NAME, USER_ID, StoreBusy, paused_store
-
-if TYPE_CHECKING:
-    from google.adk.sessions import DatabaseSessionService
+from zocratesd.store.sqlite import APP_NAME, USER_ID, StoreBusy
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +61,6 @@ LOCK_ACTIVITY = "maintenance"
 class DiskUsage(Protocol):
     @property
     def free(self) -> int: ...
-
-
-class _Reader(Protocol):
-    """The store's `SessionReader` (only its `aclose()` is used, to close it for the swap)."""
-
-    async def aclose(self) -> None: ...
 
 
 class RetentionConfig(Protocol):
@@ -97,10 +90,8 @@ def _ms(seconds: float) -> float:
 class Maintenance:
     """Retention and space reclamation for one sessions.db.
 
-    - `db_path`: the database file (`store.service.db_path(data_dir)`);
-    - `service`: the daemon's ADK `DatabaseSessionService` for that file (from
-      `get_session_service`: its requests pass the store's gate);
-    - `reader`: the daemon's `SessionReader` (closed and reopened around a swap);
+    - `db`: the daemon's `SessionsDb` (sessions are deleted through its ADK service; a swap pauses
+      it, closing every connection it holds);
     - `locks`: the daemon's `SessionLocks`;
     - `config`: the daemon's `ZocratesConfig` (`session_retention_days`, `max_saved_sessions`,
       read at every pass; 0 or None disables that pass);
@@ -111,23 +102,20 @@ class Maintenance:
 
     def __init__(
         self,
-        *,
-        db_path: Path,
-        service: DatabaseSessionService,
-        reader: _Reader,
+        db: SessionsDb,
         locks: SessionLocks,
         config: RetentionConfig,
+        *,
         disk_usage: Callable[[Path], DiskUsage] = shutil.disk_usage,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.db_path = Path(db_path)
-        self._service = service
-        self._reader = reader
+        self._db = db
+        self.db_path = db.path
         self._locks = locks
         self._config = config
         self._disk_usage = disk_usage
         self._clock = clock
-        self._probe = _select.Probe(self.db_path)
+        self._probe = _select.Probe(db)
         self._pass_lock: anyio.Lock | None = None
 
     async def aclose(self) -> None:
@@ -154,7 +142,7 @@ class Maintenance:
                     log.warning("removed %s left by an interrupted VACUUM", _swap.temp_path(self.db_path))
             except OSError:
                 log.exception("could not remove the temp file of an interrupted VACUUM")
-        await self._service.prepare_tables()
+        await self._db.prepare_tables()
         policy = _Policy.of(self._config)
         now = self._clock()
         empty_cut = _select.julian_day(now - EMPTY_SESSION_MIN_AGE_S)
@@ -199,9 +187,9 @@ class Maintenance:
         for cand in candidates:
             try:
                 with self._locks.hold(cand.id, LOCK_ACTIVITY):
-                    if not await self._probe.run(lambda c, cand=cand: _select.still_qualifies(c, cand)):
+                    if not await self._probe.run(functools.partial(_select.still_qualifies, cand=cand)):
                         continue
-                    await self._service.delete_session(app_name=APP_NAME, user_id=USER_ID, session_id=cand.id)
+                    await self._db.service.delete_session(app_name=APP_NAME, user_id=USER_ID, session_id=cand.id)
             except SessionBusy:
                 continue
             n += 1
@@ -253,9 +241,7 @@ class Maintenance:
     async def _swap(self) -> SkipReason | None:
         """Pause the store and swap in a vacuumed copy; None when done, else why not."""
         try:
-            async with paused_store(
-                self._service, self.db_path, self._reader, self._probe, drain_timeout_s=PAUSE_DRAIN_TIMEOUT_S
-            ):
+            async with self._db.paused(self._probe, drain_timeout_s=PAUSE_DRAIN_TIMEOUT_S):
                 _swap.fault_point("paused")
                 if self._locks.busy_sessions():  # a turn started while we waited for the store
                     return "chat_in_progress"
@@ -277,7 +263,7 @@ class Maintenance:
     async def stats(self) -> StorageStats:
         """Live size and counts of the database (waits while a swap has the store paused).
         Raises the underlying sqlite3.Error if the file cannot be read."""
-        await self._service.prepare_tables()
+        await self._db.prepare_tables()
         pages, sessions, events = await self._probe.run(_select.storage_counts)
         db_bytes, wal_bytes = _swap.file_bytes(self.db_path)
         return {

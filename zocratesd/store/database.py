@@ -1,120 +1,95 @@
-"""The ADK session service for a data dir, with the SQLite settings ADK leaves out.
+"""`SessionsDb`: the one owner of a data dir's sessions.db.
 
-ADK's DatabaseSessionService sets neither WAL nor a busy timeout (research/adk.md section 1). We set
-both on every pooled connection, plus foreign keys, before the first query runs:
+It holds everything this process opens on the file: ADK's session service (with the fast sqlite3
+writer of store/writer.py), the fast read path (store/reader.py), and the `StoreGate` every request
+passes. Every connection gets the same pragmas (store/sqlite.py `PRAGMAS`): SQLAlchemy's pooled ones
+through a connect listener, the writer's and the reader's through `sqlite.connect`.
 
-- WAL, so the read path (and a user's `sqlite3` shell) never blocks a turn's writes;
-- synchronous=FULL (SQLite's default, restated on purpose): a committed event survives power loss;
-  users were promised that their history never gets lost;
-- a 30 s busy timeout instead of sqlite3's 5 s, so a long checkpoint or VACUUM delays a writer
-  instead of failing its turn with "database is locked".
+Made once by the composition root (`Daemon`), explicitly: `SessionsDb.open(data_dir)`, closed with
+`aclose()`. There is no registry: maintenance and compaction are handed the instance. A second
+owner of the same file in one process would have its own gate; the VACUUM swap would then find
+its connections open and refuse (`_swap.SwapBusy`) rather than corrupt anything, but nothing of
+zocratesd makes one.
 
-Every request that touches the file passes a `StoreGate` (one per database path): ADK's service
-through its single connection chokepoint, `SessionReader` through its worker. `paused_store()`
-closes the gate, waits for the requests in flight, and closes every connection this process holds,
-so maintenance can swap a vacuumed copy in (research/zotero_ops.md section 5: a connection left
-open across the swap corrupts the new file).
+`paused()` closes the gate, waits for the requests in flight, and closes every connection of this
+owner, so maintenance can swap a vacuumed copy in (research/zotero_ops.md section 5: a connection
+left open across the swap corrupts the new file).
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Protocol
 
 import anyio
+from google.adk.events import Event, EventActions
+from google.adk.sessions import DatabaseSessionService, Session
+from google.adk.sessions.base_session_service import GetSessionConfig
 from sqlalchemy import event as sa_event
 from sqlalchemy import text as sa_text
 
-from google.adk.sessions import DatabaseSessionService
-
 from zocratesd import locations
+from zocratesd.errors import SessionNotFound
+from zocratesd.store.reader import SessionReader
+from zocratesd.store.sqlite import (
+    APP_NAME,
+    BUSY_TIMEOUT_S,
+    USER_ID,
+    StoreBusy,
+    StoreGate,
+    apply_pragmas,
+    connect,
+)
 from zocratesd.store.writer import FastAppendSessionService
 
-APP_NAME = "zocrates"
-# zocratesd is a per-user daemon: every session belongs to the one local user.
-USER_ID = "local"
-
-BUSY_TIMEOUT_S = 30.0
+__all__ = [
+    "APP_NAME",
+    "BUSY_TIMEOUT_S",
+    "USER_ID",
+    "SessionsDb",
+    "StoreBusy",
+    "StoreGate",
+    "bookkeeping_event",
+    "db_path",
+    "integrity_check",
+]
 
 log = logging.getLogger(__name__)
 
-_services: dict[Path, FastAppendSessionService] = {}
-_gates: dict[Path, StoreGate] = {}
+
+def db_path(zotero_data_dir: Path) -> Path:
+    return locations.state_dir(zotero_data_dir) / locations.DB_NAME
 
 
-class StoreBusy(Exception):
-    """The store could not be paused: requests in flight did not finish in time."""
+def bookkeeping_event(state_delta: Mapping[str, Any]) -> Event:
+    """A content-less event that only changes state (a title, the seed of a new session). It never
+    reaches a prompt (no content) or the UI (no text), and it is not a message, so it does not make
+    an empty session non-empty (maintenance/_select.py)."""
+    return Event(
+        author="user",
+        invocation_id=f"zocrates-meta-{Event.new_id()}",
+        actions=EventActions(state_delta=dict(state_delta)),
+    )
 
 
-class StoreGate:
-    """Admission of requests to one database file, and a pause for swapping the file.
-
-    `request()` is entered around every unit of database work; it waits while the gate is paused.
-    `paused()` closes the gate to new requests, waits until those in flight have left, holds the
-    gate closed for its body and opens it again on the way out, whatever happened. One pause at a
-    time; a second `paused()` raises RuntimeError. Event-loop only (no thread safety needed: the
-    count changes only between awaits).
-    """
-
-    def __init__(self) -> None:
-        self._inflight = 0
-        self._resumed: anyio.Event | None = None  # set while paused
-        self._drained: anyio.Event | None = None
-
-    @property
-    def is_paused(self) -> bool:
-        return self._resumed is not None
-
-    @asynccontextmanager
-    async def request(self) -> AsyncIterator[None]:
-        while self._resumed is not None:
-            await self._resumed.wait()
-        self._inflight += 1
-        try:
-            yield
-        finally:
-            self._inflight -= 1
-            if self._inflight == 0 and self._drained is not None:
-                self._drained.set()
-
-    @asynccontextmanager
-    async def paused(self, drain_timeout_s: float) -> AsyncIterator[None]:
-        """Raises StoreBusy (gate open again) if requests in flight outlast `drain_timeout_s`."""
-        if self._resumed is not None:
-            raise RuntimeError("the store is already paused")
-        self._resumed = anyio.Event()
-        try:
-            if self._inflight:
-                self._drained = anyio.Event()
-                with anyio.move_on_after(drain_timeout_s):
-                    await self._drained.wait()
-                if self._inflight:
-                    raise StoreBusy(f"{self._inflight} store request(s) still in flight after {drain_timeout_s} s")
-            yield
-        finally:
-            self._drained = None
-            resumed, self._resumed = self._resumed, None
-            resumed.set()
+class _Closable(Protocol):
+    def aclose(self) -> Awaitable[None]: ...
 
 
-def store_gate(path: Path) -> StoreGate:
-    """The gate of the database file at `path` (one per resolved path, made on first use)."""
-    key = Path(path).resolve()
-    gate = _gates.get(key)
-    if gate is None:
-        gate = _gates[key] = StoreGate()
-    return gate
+def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+    apply_pragmas(dbapi_conn)
 
 
 def _install_gate(svc: DatabaseSessionService, gate: StoreGate) -> None:
     """Route ADK's database work through `gate`.
 
     ADK 2.13 opens every ORM session through `_rollback_on_exception_session` (the only other
-    connection use is `prepare_tables`' first run, which `paused_store` completes beforehand).
+    connection use is `prepare_tables`' first run, which `SessionsDb.paused` completes beforehand).
     Private, hence the pin on google-adk 2.13 (pyproject.toml).
     """
     inner = svc._rollback_on_exception_session
@@ -128,93 +103,129 @@ def _install_gate(svc: DatabaseSessionService, gate: StoreGate) -> None:
     svc._rollback_on_exception_session = gated  # type: ignore[method-assign]
 
 
-def db_path(zotero_data_dir: Path) -> Path:
-    return locations.state_dir(zotero_data_dir) / locations.DB_NAME
+class SessionsDb:
+    """The owner of one sessions.db (module doc).
 
+    - `path`: the file;
+    - `gate`: its `StoreGate` (maintenance's own reads pass it too);
+    - `service`: ADK's `DatabaseSessionService` for it (`FastAppendSessionService`), what the
+      engine's Runner writes through;
+    - `reader`: the fast read path (`SessionReader`).
 
-def _configure_connection(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    try:
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA synchronous=FULL")
-    finally:
-        cur.close()
+    Connections open lazily; `prepare_tables()` creates ADK's tables (call it at start, so the
+    first request does not pay for it).
+    """
 
-
-def get_session_service(zotero_data_dir: Path) -> FastAppendSessionService:
-    """The one session service for this data dir (ADK's DatabaseSessionService, with the fast
-    `append_event` of store/writer.py), created on first use (tables not yet made: await
-    `prepare_tables()` at start so the first request does not pay for it)."""
-    key = Path(zotero_data_dir).resolve()
-    svc = _services.get(key)
-    if svc is None:
-        path = db_path(key)
-        locations.ensure_private_dir(path.parent)
-        svc = FastAppendSessionService(
-            db_file=path,
-            busy_timeout_s=BUSY_TIMEOUT_S,
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.gate = StoreGate()
+        self.service = FastAppendSessionService(
+            connect=self.connect,
+            gate=self.gate,
             db_url=f"sqlite+aiosqlite:///{path}",
             connect_args={"timeout": BUSY_TIMEOUT_S},
         )
-        sa_event.listen(svc.db_engine.sync_engine, "connect", _configure_connection)
-        _install_gate(svc, store_gate(path))
-        svc.gate = store_gate(path)
-        _services[key] = svc
-    return svc
+        sa_event.listen(self.service.db_engine.sync_engine, "connect", _on_connect)
+        _install_gate(self.service, self.gate)
+        self.reader = SessionReader(self._connect_query_only, self.gate)
 
+    @classmethod
+    def open(cls, zotero_data_dir: Path) -> SessionsDb:
+        """The store of a Zotero data dir (`<data dir>/zocrates-data/sessions.db`; the directory is
+        made private if new). Opens no connection yet."""
+        path = db_path(Path(zotero_data_dir).resolve())
+        locations.ensure_private_dir(path.parent)
+        return cls(path)
 
-class _Closable(Protocol):
-    def aclose(self) -> Awaitable[None]: ...
+    def connect(self) -> sqlite3.Connection:
+        """A new sqlite3 connection on the file, with the store's pragmas (the caller closes it)."""
+        return connect(self.path)
 
+    def _connect_query_only(self) -> sqlite3.Connection:
+        return connect(self.path, query_only=True)
 
-async def reopen_engine(svc: DatabaseSessionService) -> str:
-    """Open one pooled connection now (the connect listener re-applies WAL and the pragmas) and
-    return the file's journal mode; the first request after a pause then pays nothing."""
-    async with svc.db_engine.connect() as conn:
-        return str((await conn.execute(sa_text("PRAGMA journal_mode"))).scalar())
+    async def prepare_tables(self) -> None:
+        await self.service.prepare_tables()
 
+    # --- appends that are not a turn's --------------------------------------------------------
 
-@asynccontextmanager
-async def paused_store(
-    svc: DatabaseSessionService, db_file: Path, *closables: _Closable, drain_timeout_s: float
-) -> AsyncIterator[None]:
-    """No connection of this process is open on `db_file` for the body's duration.
+    async def append_event(self, session: str | Session, event: Event) -> Session:
+        """Append `event` to a session outside a turn (the caller holds the session's lock).
 
-    Closes the file's gate (new requests wait, they are not refused), waits for the requests in
-    flight (StoreBusy after `drain_timeout_s`, nothing closed), disposes ADK's engine and calls
-    `aclose()` on each of `closables` (the `SessionReader`, maintenance's own reader). On the way
-    out, also after an error or a cancellation, the engine is reconnected eagerly (pragmas and WAL
-    re-applied; a failure there is logged, the next request retries) and the gate opens; the
-    closables reopen lazily on their next use.
-    """
-    await svc.prepare_tables()  # its first run bypasses the gate; make sure that is behind us
-    async with store_gate(db_file).paused(drain_timeout_s):
-        try:
-            await svc.db_engine.dispose()
-            if isinstance(svc, FastAppendSessionService):
-                svc.close_writer()
-            for c in closables:
-                await c.aclose()
-            yield
-        finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    mode = await reopen_engine(svc)
-                    if mode != "wal":
-                        log.warning("%s reopened in journal mode %r, not WAL", db_file, mode)
-                except Exception:
-                    log.exception("reopening %s after a pause failed; the next request retries", db_file)
+        `session` is its id, or the `Session` ADK just returned (which saves a read); the session
+        is returned with the event's state applied and its update time moved. Raises
+        SessionNotFound."""
+        if isinstance(session, str):
+            session_id = session
+            loaded = await self.service.get_session(
+                app_name=APP_NAME, user_id=USER_ID, session_id=session_id, config=GetSessionConfig(num_recent_events=0)
+            )
+            if loaded is None:
+                raise SessionNotFound(session_id)
+            session = loaded
+        await self.service.append_event(session, event)
+        return session
 
+    async def append_state(self, session: str | Session, delta: Mapping[str, Any]) -> Session:
+        """Set state keys with a content-less bookkeeping event (`bookkeeping_event`): a title, a
+        new session's seed. As `append_event`."""
+        return await self.append_event(session, bookkeeping_event(delta))
 
-async def close_session_services(zotero_data_dir: Path | None = None) -> None:
-    """Dispose the engine(s): all of them, or the one for `zotero_data_dir`."""
-    keys = list(_services) if zotero_data_dir is None else [Path(zotero_data_dir).resolve()]
-    for key in keys:
-        svc = _services.pop(key, None)
-        if svc is not None:
-            await svc.close()
+    # --- pause and close ----------------------------------------------------------------------
+
+    async def _reopen_engine(self) -> str:
+        """Open one pooled connection now (the connect listener re-applies WAL and the pragmas) and
+        return the file's journal mode; the first request after a pause then pays nothing."""
+        async with self.service.db_engine.connect() as conn:
+            return str((await conn.execute(sa_text("PRAGMA journal_mode"))).scalar())
+
+    async def _close_connections(self) -> None:
+        await self.service.db_engine.dispose()
+        self.service.close_writer()
+        await self.reader.aclose()
+
+    @asynccontextmanager
+    async def paused(self, *also_close: _Closable, drain_timeout_s: float) -> AsyncIterator[None]:
+        """No connection of this owner (nor of `also_close`) is open on the file for the body's
+        duration.
+
+        Closes the gate (new requests wait, they are not refused), waits for the requests in
+        flight (StoreBusy after `drain_timeout_s`, nothing closed), disposes ADK's engine, closes
+        the writer and the reader, and calls `aclose()` on each of `also_close` (maintenance's own
+        reader). On the way out, also after an error or a cancellation, the engine is reconnected
+        eagerly (pragmas and WAL re-applied; a failure there is logged, the next request retries)
+        and the gate opens; the other connections reopen lazily on their next use.
+        """
+        await self.service.prepare_tables()  # its first run bypasses the gate; make sure that is behind us
+        async with self.gate.paused(drain_timeout_s):
+            try:
+                await self._close_connections()
+                for c in also_close:
+                    await c.aclose()
+                yield
+            finally:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        mode = await self._reopen_engine()
+                        if mode != "wal":
+                            log.warning("%s reopened in journal mode %r, not WAL", self.path, mode)
+                    except Exception:
+                        log.exception("reopening %s after a pause failed; the next request retries", self.path)
+
+    async def aclose(self) -> None:
+        """Close every connection (the reader's, the writer's, ADK's pool). Using the store again
+        reopens them; the daemon calls this once, at shutdown."""
+        with anyio.CancelScope(shield=True):
+            await self.reader.aclose()
+            await self.service.close()
+
+    async def __aenter__(self) -> SessionsDb:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
 
 def integrity_check(path: Path) -> str:

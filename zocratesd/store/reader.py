@@ -10,13 +10,11 @@ result equals formatting ADK's Session (tests/unit/store/test_read_equivalence.p
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import anyio
@@ -24,9 +22,9 @@ import anyio.to_thread
 import orjson
 
 from zocratesd.errors import SessionNotFound
-from zocratesd.store.database import APP_NAME, BUSY_TIMEOUT_S, USER_ID, store_gate
-from zocratesd.store.writer import sqlite_datetime
+from zocratesd.store.sqlite import APP_NAME, USER_ID, StoreGate
 from zocratesd.store.ui import Json, apply_rewinds, title_of, ui_view
+from zocratesd.store.writer import sqlite_datetime
 
 _SESSIONS_SQL = (
     "SELECT id, json_extract(state, '$.title'), json_extract(state, '$.created_at'),"
@@ -51,12 +49,12 @@ def sql_time_to_epoch(value: Any) -> float:
     """A `DATETIME` column as ADK reads it: naive means UTC."""
     dt = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
 
 
 def epoch_to_iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(epoch, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
 def sql_time_to_iso(value: Any) -> str:
@@ -123,23 +121,18 @@ class SessionReader:
     6.6 ms). In WAL mode this reader never blocks the writer and is never blocked by it. Queries
     are serialised through one thread (a capacity limiter of 1); each is a few milliseconds.
     Every read passes the file's `StoreGate`, so it waits while maintenance has the store paused.
+    Made by `SessionsDb`: `connect` opens the connection (lazily, again after `aclose()`).
     """
 
-    def __init__(self, db_path: Path):
-        self._path = db_path
+    def __init__(self, connect: Callable[[], sqlite3.Connection], gate: StoreGate):
+        self._connect = connect
         self._conn: sqlite3.Connection | None = None
         self._limiter = anyio.CapacityLimiter(1)
-        self._gate = store_gate(db_path)
-
-    @property
-    def path(self) -> Path:
-        return self._path
+        self._gate = gate
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = sqlite3.connect(self._path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
-            conn.execute("PRAGMA query_only=ON")
-            self._conn = conn
+            self._conn = self._connect()
         return self._conn
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -148,7 +141,7 @@ class SessionReader:
 
     async def aclose(self) -> None:
         """Close the connection (reopened on the next read); waits for a read in progress. Not
-        gated: `paused_store` calls it with the gate closed."""
+        gated: `SessionsDb.paused()` calls it with the gate closed."""
 
         def close() -> None:
             if self._conn is not None:

@@ -28,20 +28,21 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from datetime import datetime, timezone
-from pathlib import Path
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+from google.adk.errors._stale_session_error import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
-from google.adk.platform import time as platform_time
 from google.adk.events import Event
-from google.adk.sessions import DatabaseSessionService, Session
-from google.adk.sessions import _session_util
+from google.adk.platform import time as platform_time
+from google.adk.sessions import DatabaseSessionService, Session, _session_util
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.sessions.database_session_service import _STALE_SESSION_ERROR_MESSAGE, _merge_state
-from google.adk.errors._stale_session_error import StaleSessionError
+
+from zocratesd.store.sqlite import StoreGate
 
 # SQLAlchemy's storage format for DATETIME on SQLite (sqlalchemy/dialects/sqlite/base.py, DATETIME).
 _SQLITE_DATETIME = "{:04d}-{:02d}-{:02d} {:02d}:{:02d}:{:02d}.{:06d}"
@@ -49,38 +50,36 @@ _SQLITE_DATETIME = "{:04d}-{:02d}-{:02d} {:02d}:{:02d}:{:02d}.{:06d}"
 
 def sqlite_datetime(epoch: float) -> str:
     """A time as ADK stores it on SQLite: naive UTC, in SQLAlchemy's DATETIME format."""
-    dt = datetime.fromtimestamp(epoch, timezone.utc)
+    dt = datetime.fromtimestamp(epoch, UTC)
     return _SQLITE_DATETIME.format(dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second, dt.microsecond)
 
 
 def _marker(stored: str) -> tuple[str, float]:
     """The update marker and timestamp ADK derives from a stored `update_time` (StorageSession)."""
     dt = datetime.fromisoformat(stored)
-    return dt.isoformat(timespec="microseconds"), dt.replace(tzinfo=timezone.utc).timestamp()
+    return dt.isoformat(timespec="microseconds"), dt.replace(tzinfo=UTC).timestamp()
 
 
 class FastAppendSessionService(DatabaseSessionService):
-    """`DatabaseSessionService` whose `append_event` writes with sqlite3 (see the module docstring)."""
+    """`DatabaseSessionService` whose `append_event` writes with sqlite3 (see the module docstring).
 
-    def __init__(self, *, db_file: Path, busy_timeout_s: float, **kwargs: Any):
+    `connect` opens the sqlite3 connection (autocommit, the store's pragmas applied: SessionsDb's);
+    `gate` is the file's StoreGate, which every request here passes. The rest goes to ADK.
+    """
+
+    def __init__(self, *, connect: Callable[[], sqlite3.Connection], gate: StoreGate, **kwargs: Any):
         super().__init__(**kwargs)
-        self._db_file = db_file
-        self._busy_timeout_s = busy_timeout_s
+        self._connect = connect
         self._conn: sqlite3.Connection | None = None
         self._conn_lock = threading.Lock()  # one writer thread on the connection at a time
         self._writer_limiter = anyio.CapacityLimiter(1)
-        self.gate: Any = None  # the StoreGate, set by get_session_service
+        self.gate = gate
 
     # --- the connection -----------------------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = sqlite3.connect(self._db_file, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA synchronous=FULL")  # a committed event survives power loss
-            self._conn = conn
+            self._conn = self._connect()
         return self._conn
 
     def close_writer(self) -> None:
@@ -173,7 +172,7 @@ class FastAppendSessionService(DatabaseSessionService):
             data = json.loads(data_json) if data_json else {}
             ts = data.get("timestamp")
             if ts is None:
-                ts = datetime.fromisoformat(stored_time).replace(tzinfo=timezone.utc).timestamp()
+                ts = datetime.fromisoformat(stored_time).replace(tzinfo=UTC).timestamp()
             events.append(Event.model_validate({**data, "id": event_id, "invocation_id": invocation_id, "timestamp": ts}))
         state = _merge_state(
             json.loads(app_json) if app_json else {},
@@ -201,7 +200,8 @@ class FastAppendSessionService(DatabaseSessionService):
                     return None
                 rows: list[Any] = []
                 if limit != 0:
-                    sql = "SELECT id, invocation_id, timestamp, event_data FROM events WHERE app_name = ? AND session_id = ? AND user_id = ?"
+                    sql = ("SELECT id, invocation_id, timestamp, event_data FROM events"
+                           " WHERE app_name = ? AND session_id = ? AND user_id = ?")
                     args: list[Any] = [app_name, session_id, user_id]
                     if after is not None:
                         sql += " AND timestamp >= ?"

@@ -15,7 +15,7 @@ from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 from pydantic import PrivateAttr
 
-from zocratesd.compaction import FixedProbe, ProbeError, ProbeInput, compactor_for
+from zocratesd.compaction import FixedProbe, ProbeError, ProbeInput
 from zocratesd.compaction.summarise import SUMMARY_HEADER
 from zocratesd.compaction.turns import latest_compaction, split_turns
 from zocratesd.config import ZocratesConfig
@@ -23,8 +23,7 @@ from zocratesd.core.daemon import Daemon
 from zocratesd.engine import Engine
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage
 from zocratesd.rpc.updates import to_acp
-from zocratesd.store import close_session_services
-from zocratesd.updates import history_updates
+from zocratesd.updates import Usage, history_updates
 
 pytestmark = pytest.mark.anyio
 
@@ -75,9 +74,9 @@ async def make(tmp_path: Path, **compaction: Any) -> tuple[Daemon, RecordingLlm]
     cfg = ZocratesConfig(compaction={"min_turns": 4, "token_floor": 0, **compaction})
     d = Daemon(tmp_path, cfg, retriever=InMemoryRetriever([Passage(item_key="ABCD1234", title="t", text="q text")]))
     model = RecordingLlm()
-    d.engine = Engine(d._service, model, d.engine.retriever)
+    d.engine = Engine(d.db.service, model, d.engine.retriever)
     await d.start()
-    compactor_for(d).probe = FixedProbe(1.0)
+    d.compactor.probe = FixedProbe(1.0)
     return d, model
 
 
@@ -86,7 +85,6 @@ async def daemon(tmp_path: Path) -> AsyncIterator[tuple[Daemon, RecordingLlm]]:
     d, model = await make(tmp_path)
     yield d, model
     await d.aclose()
-    await close_session_services(tmp_path)
 
 
 async def compactions(d: Daemon, sid: str) -> list[dict[str, Any]]:
@@ -96,19 +94,14 @@ async def compactions(d: Daemon, sid: str) -> list[dict[str, Any]]:
 
 async def test_twelve_turns_compact_consolidate_and_rewind_resurrects(daemon: tuple[Daemon, RecordingLlm]) -> None:
     d, model = daemon
-    usages: list[dict[str, Any]] = []
-
-    async def listen(u: dict[str, Any]) -> None:
-        if u["kind"] == "usage":
-            usages.append(u)
-
     row = await d.create_session()
-    d.watchers.watch(row.id, listen)
+    watching = d.watch(row.id)
     invocations = [(await d.prompt(row.id, question(i))).invocation_id for i in range(1, 13)]
+    usages = [u for u in watching.take_nowait() if isinstance(u, Usage)]
 
     comps = await compactions(d, row.id)
     assert len(comps) >= 2
-    assert [u["compacted"] for u in usages] == [False] * 3 + [True] * 9  # effective min 4 turns, probe says yes
+    assert [u.compacted for u in usages] == [False] * 3 + [True] * 9  # effective min 4 turns, probe says yes
     live = (await d.live_session(row.id)).live
     turns = split_turns(live)
     assert all(c["start_timestamp"] == turns[0].start for c in comps)  # rolling: every one starts at turn 1
@@ -164,7 +157,7 @@ async def test_a_turn_after_compaction_loads_only_the_window(daemon: tuple[Daemo
     row = await d.create_session()
     for i in range(1, 9):
         await d.prompt(row.id, question(i))
-    svc = d._service
+    svc = d.db.service
     loads: list[Any] = []
     real_get = svc.get_session
 
@@ -218,7 +211,6 @@ async def test_the_gate_holds_below_min_turns_and_token_floor(tmp_path: Path) ->
         assert await compactions(d, row.id) == []
     finally:
         await d.aclose()
-        await close_session_services(tmp_path)
 
 
 async def test_a_prompt_below_the_token_floor_costs_no_read(tmp_path: Path) -> None:
@@ -238,31 +230,25 @@ async def test_a_prompt_below_the_token_floor_costs_no_read(tmp_path: Path) -> N
         reads.append("window")
         return await real_window(sid, after)
 
-    usages: list[dict[str, Any]] = []
-
-    async def listen(u: dict[str, Any]) -> None:
-        if u["kind"] == "usage":
-            usages.append(u)
-
     try:
         row = await d.create_session()
-        d.watchers.watch(row.id, listen)
+        watching = d.watch(row.id)
         d.reader.live_session, d.reader.window = live, window  # type: ignore[method-assign]
         for i in range(1, 4):
             await d.prompt(row.id, question(i))
         assert reads == []
-        assert [(u["reason"], u["tokens_estimated"]) for u in usages] == [("gate", False)] * 3
-        assert all(0 < u["prompt_tokens"] < 30_000 for u in usages)
+        usages = [u for u in watching.take_nowait() if isinstance(u, Usage)]
+        assert [(u.reason, u.tokens_estimated) for u in usages] == [("gate", False)] * 3
+        assert all(0 < u.prompt_tokens < 30_000 for u in usages)
     finally:
         d.reader.live_session, d.reader.window = real_live, real_window  # type: ignore[method-assign]
         await d.aclose()
-        await close_session_services(tmp_path)
 
 
 async def test_effective_min_turns_is_clamped_above_k(tmp_path: Path) -> None:
     d, _ = await make(tmp_path, min_turns=1, keep_recent_turns=2)
     try:
-        assert compactor_for(d).effective_min_turns == 3
+        assert d.compactor.effective_min_turns == 3
         row = await d.create_session()
         await d.prompt(row.id, question(1))
         await d.prompt(row.id, question(2))
@@ -274,7 +260,6 @@ async def test_effective_min_turns_is_clamped_above_k(tmp_path: Path) -> None:
         assert (comps[0]["start_timestamp"], comps[0]["end_timestamp"]) == (turns[0].start, turns[0].end)
     finally:
         await d.aclose()
-        await close_session_services(tmp_path)
 
 
 class FailingProbe:
@@ -288,23 +273,17 @@ class FailingProbe:
 
 async def test_a_failing_or_unsure_probe_means_no_compaction_and_a_normal_turn(daemon: tuple[Daemon, RecordingLlm]) -> None:
     d, _ = daemon
-    usages: list[dict[str, Any]] = []
-
-    async def listen(u: dict[str, Any]) -> None:
-        if u["kind"] == "usage":
-            usages.append(u)
-
     failing = FailingProbe()
-    compactor_for(d).probe = failing
+    d.compactor.probe = failing
     row = await d.create_session()
-    d.watchers.watch(row.id, listen)
+    watching = d.watch(row.id)
     results = [await d.prompt(row.id, question(i)) for i in range(1, 6)]
     assert all(r.stop_reason == "end_turn" for r in results)
     assert failing.calls == 2  # asked after turns 4 and 5 only (the gate)
-    assert [u["reason"] for u in usages] == ["gate"] * 3 + ["probe_failed"] * 2
-    compactor_for(d).probe = FixedProbe(0.74)  # just under tau = 0.75
+    assert [u.reason for u in watching.take_nowait() if isinstance(u, Usage)] == ["gate"] * 3 + ["probe_failed"] * 2
+    d.compactor.probe = FixedProbe(0.74)  # just under tau = 0.75
     await d.prompt(row.id, question(6))
-    assert usages[-1]["reason"] == "probe_no"
+    assert [u.reason for u in watching.take_nowait() if isinstance(u, Usage)] == ["probe_no"]
     assert await compactions(d, row.id) == []
 
 
@@ -312,7 +291,7 @@ async def test_the_hard_backstop_compacts_without_asking(tmp_path: Path) -> None
     d, _ = await make(tmp_path, hard_backstop_tokens=1)
     try:
         failing = FailingProbe()
-        compactor_for(d).probe = failing
+        d.compactor.probe = failing
         row = await d.create_session()
         for i in range(1, 5):
             await d.prompt(row.id, question(i))
@@ -320,25 +299,19 @@ async def test_the_hard_backstop_compacts_without_asking(tmp_path: Path) -> None
         assert len(await compactions(d, row.id)) == 1
     finally:
         await d.aclose()
-        await close_session_services(tmp_path)
 
 
 async def test_usage_update_reaches_acp_with_the_compaction_cost(daemon: tuple[Daemon, RecordingLlm]) -> None:
     d, _ = daemon
-    seen: list[dict[str, Any]] = []
-
-    async def listen(u: dict[str, Any]) -> None:
-        seen.append(u)
-
     row = await d.create_session()
-    d.watchers.watch(row.id, listen)
-    for i in range(1, 5):
-        await d.prompt(row.id, question(i))
-    last = seen[-1]
-    assert last["kind"] == "usage" and last["compacted"] is True and last["compaction_ms"] > 0
-    assert last["tokens_estimated"] is True and last["prompt_tokens"] > 0
+    with d.watch(row.id) as watching:
+        for i in range(1, 5):
+            await d.prompt(row.id, question(i))
+        last = watching.take_nowait()[-1]
+    assert isinstance(last, Usage) and last.compacted is True and last.compaction_ms > 0
+    assert last.tokens_estimated is True and last.prompt_tokens > 0
     acp = to_acp(last)
     assert acp == {
-        "sessionUpdate": "usage_update", "used": last["prompt_tokens"], "size": 100_000,
-        "_meta": {"zocrates": {"compactionMs": last["compaction_ms"], "compacted": True}},
+        "sessionUpdate": "usage_update", "used": last.prompt_tokens, "size": 100_000,
+        "_meta": {"zocrates": {"compactionMs": last.compaction_ms, "compacted": True}},
     }

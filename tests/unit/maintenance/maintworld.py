@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from adkevents import append_all, text
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
 from zocratesd.maintenance import Maintenance
-from zocratesd.store.database import db_path
+from zocratesd.store import SessionsDb
 
 DAY = 86400.0
 HOUR = 3600.0
@@ -28,7 +28,7 @@ HOUR = 3600.0
 
 def sql_time(epoch: float) -> str:
     """An instant as ADK stores it: naive UTC, microseconds."""
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 @dataclass
@@ -40,8 +40,13 @@ class World:
     free_bytes: int | None = None  # what the disk seam reports; None = the real disk
 
     @property
+    def store(self) -> SessionsDb:
+        """The daemon's owner of `db`."""
+        return self.daemon.db
+
+    @property
     def service(self) -> Any:
-        return self.daemon._service
+        return self.daemon.db.service
 
     async def chat(self, title: str = "chat", *, chars: int = 200, turns: int = 1) -> str:
         """A session with `turns` user/model exchanges of about `chars` characters each."""
@@ -101,12 +106,9 @@ def make_world(tmp_path: Path, **config: Any) -> World:
 
         return shutil.disk_usage(path) if world.free_bytes is None else _Usage(world.free_bytes)
 
-    m = Maintenance(
-        db_path=db_path(tmp_path), service=daemon._service, reader=daemon.reader, locks=daemon.locks,
-        config=cfg, disk_usage=disk_usage,
-    )
+    m = Maintenance(daemon.db, daemon.locks, cfg, disk_usage=disk_usage)
     # The daemon's own pass is replaced by this one (with its disk seam): one Maintenance per store,
     # as in the daemon; a second would hold its own connection and every VACUUM would be "busy".
     daemon.maintenance = m
-    world = World(daemon=daemon, maintenance=m, config=cfg, db=db_path(tmp_path))
+    world = World(daemon=daemon, maintenance=m, config=cfg, db=daemon.db.path)
     return world

@@ -9,8 +9,8 @@ import pytest
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
 from google.adk.runners import Runner
-
 from maintworld import DAY, HOUR, World
+
 from zocratesd.errors import SessionBusy
 from zocratesd.maintenance import _select
 from zocratesd.store import APP_NAME, USER_ID
@@ -97,7 +97,7 @@ async def test_max_saved_sessions_deletes_the_least_recently_updated(world: Worl
     world.config.max_saved_sessions = 3
     sids = [await world.chat(f"chat {i}") for i in range(5)]
     # Creation order and update order differ: the cap goes by last update.
-    for sid, updated_days in zip(sids, [1, 5, 2, 4, 3]):
+    for sid, updated_days in zip(sids, [1, 5, 2, 4, 3], strict=True):
         world.age(sid, created_ago=10 * DAY, updated_ago=updated_days * DAY)
     report = await world.maintenance.run(startup=False)
     assert report["retention_deleted"] == 2

@@ -4,14 +4,14 @@ connection open on the file (proved by SQLite itself, which refuses to leave WAL
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from maintworld import World
 
-from zocratesd.store.database import StoreBusy, StoreGate, paused_store, store_gate
+from zocratesd.store import APP_NAME, USER_ID
+from zocratesd.store.database import StoreBusy, StoreGate
 
 pytestmark = pytest.mark.anyio
 
@@ -81,8 +81,8 @@ async def test_a_paused_store_has_no_connection_open_and_reopens_in_wal(world: W
     engine = world.service.db_engine
     assert engine.pool.checkedin() >= 1
     probe = _Closable()
-    async with paused_store(world.service, world.db, world.daemon.reader, probe, drain_timeout_s=1):
-        assert store_gate(world.db).is_paused
+    async with world.store.paused(probe, drain_timeout_s=1):
+        assert world.store.gate.is_paused
         assert probe.closed
         # SQLite leaves WAL only when no other connection (of any process) has the file open.
         conn = sqlite3.connect(world.db, timeout=0.1)
@@ -90,7 +90,7 @@ async def test_a_paused_store_has_no_connection_open_and_reopens_in_wal(world: W
             assert conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
         finally:
             conn.close()
-    assert not store_gate(world.db).is_paused
+    assert not world.store.gate.is_paused
     assert engine.pool.checkedin() == 1  # reopened eagerly, with the connect hook's WAL
     assert world.sql("PRAGMA journal_mode")[0][0] == "wal"
     assert (await world.daemon.get_session(sid))["title"] == "before"
@@ -100,16 +100,41 @@ async def test_a_paused_store_has_no_connection_open_and_reopens_in_wal(world: W
 async def test_the_store_reopens_after_an_error_in_the_pause(world: World) -> None:
     sid = await world.chat()
     with pytest.raises(ZeroDivisionError):
-        async with paused_store(world.service, world.db, world.daemon.reader, drain_timeout_s=1):
-            1 / 0
-    assert not store_gate(world.db).is_paused
+        async with world.store.paused(drain_timeout_s=1):
+            raise ZeroDivisionError
+    assert not world.store.gate.is_paused
     assert (await world.daemon.get_session(sid))["messages"]
 
 
-async def test_one_gate_per_file_whatever_the_spelling(tmp_path: Path) -> None:
-    (tmp_path / "d").mkdir()
-    assert store_gate(tmp_path / "d" / ".." / "x.db") is store_gate(tmp_path / "x.db")
-    assert store_gate(tmp_path / "x.db") is not store_gate(tmp_path / "y.db")
+async def test_every_request_of_the_owner_passes_its_one_gate(world: World) -> None:
+    """The reader, the fast writer, ADK's own ORM path and maintenance's reads all wait while the
+    gate is paused: nothing of this process can reach the file behind maintenance's back."""
+    sid = await world.chat("gated")
+    store, svc = world.store, world.service
+    session = await svc.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=sid)
+    assert session is not None
+    requests: dict[str, Any] = {
+        "reader": lambda: world.daemon.get_session(sid),
+        "fast get": lambda: svc.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=sid),
+        "fast append": lambda: store.append_state(session, {"cwd": "/x"}),
+        "fast create": lambda: svc.create_session(app_name=APP_NAME, user_id=USER_ID, session_id="made-while-paused"),
+        "adk list": lambda: svc.list_sessions(app_name=APP_NAME, user_id=USER_ID),
+        "maintenance": world.maintenance.stats,
+    }
+    done: list[str] = []
+
+    async def request(name: str) -> None:
+        await requests[name]()
+        done.append(name)
+
+    async with anyio.create_task_group() as tg:
+        async with store.gate.paused(drain_timeout_s=1):
+            for name in requests:
+                tg.start_soon(request, name)
+            await anyio.sleep(0.2)
+            assert done == []
+    assert sorted(done) == sorted(requests)
+    assert (await world.daemon.live_session(sid)).state["cwd"] == "/x"
 
 
 class _Closable:

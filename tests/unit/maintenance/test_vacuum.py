@@ -19,7 +19,7 @@ from maintworld import DAY, World
 
 from zocratesd.maintenance import _select, _swap, runner
 from zocratesd.store import APP_NAME, USER_ID
-from zocratesd.store.database import integrity_check, store_gate
+from zocratesd.store.database import integrity_check
 
 pytestmark = pytest.mark.anyio
 
@@ -212,7 +212,7 @@ async def test_requests_during_the_swap_wait_and_then_succeed(world: World, monk
 
 async def test_the_pause_waits_for_a_request_in_flight(world: World) -> None:
     kept, dropped = await fill(world)
-    gate = store_gate(world.db)
+    gate = world.store.gate
     order: list[str] = []
 
     async def slow_request() -> None:
@@ -232,7 +232,7 @@ async def test_the_pause_waits_for_a_request_in_flight(world: World) -> None:
 async def test_a_request_that_never_ends_makes_it_busy_and_the_store_stays_open(world: World, monkeypatch: Any) -> None:
     monkeypatch.setattr(runner, "PAUSE_DRAIN_TIMEOUT_S", 0.2)
     kept, dropped = await fill(world)
-    gate = store_gate(world.db)
+    gate = world.store.gate
     release = anyio.Event()
 
     async def stuck_request() -> None:
@@ -253,7 +253,7 @@ async def test_a_request_that_never_ends_makes_it_busy_and_the_store_stays_open(
 
 async def test_a_turn_that_starts_while_the_store_drains_defers_the_vacuum(world: World) -> None:
     kept, dropped = await fill(world)
-    gate = store_gate(world.db)
+    gate = world.store.gate
 
     async def request_then_turn() -> None:
         async with gate.request():

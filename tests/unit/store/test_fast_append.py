@@ -13,7 +13,7 @@ from google.adk.events import Event, EventActions
 from google.adk.sessions import DatabaseSessionService
 from google.genai import types
 
-from zocratesd.store import APP_NAME, USER_ID, close_session_services, get_session_service
+from zocratesd.store import APP_NAME, USER_ID, SessionsDb
 from zocratesd.store.database import db_path
 from zocratesd.store.writer import FastAppendSessionService
 
@@ -56,7 +56,8 @@ def dump(db: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 
 async def test_rows_are_byte_identical_to_adks_own_append(tmp_path: Path) -> None:
-    fast = get_session_service(tmp_path / "fast")
+    db = SessionsDb.open(tmp_path / "fast")
+    fast = db.service
     assert isinstance(fast, FastAppendSessionService)
     plain_db = tmp_path / "plain.db"
     plain = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{plain_db}")
@@ -85,11 +86,12 @@ async def test_rows_are_byte_identical_to_adks_own_append(tmp_path: Path) -> Non
         await fast.append_event(again, Event(author="user", invocation_id="e-3"))
     finally:
         await plain.close()
-        await close_session_services(tmp_path / "fast")
+        await db.aclose()
 
 
 async def test_a_stale_writer_is_refused_and_writes_nothing(tmp_path: Path) -> None:
-    svc = get_session_service(tmp_path)
+    db = SessionsDb.open(tmp_path)
+    svc = db.service
     try:
         one = await svc.create_session(app_name=APP_NAME, user_id=USER_ID, session_id="s1")
         two = await svc.get_session(app_name=APP_NAME, user_id=USER_ID, session_id="s1")
@@ -100,11 +102,12 @@ async def test_a_stale_writer_is_refused_and_writes_nothing(tmp_path: Path) -> N
             await svc.append_event(two, Event(author="user", invocation_id="e-2", actions=EventActions(state_delta={"x": 1})))
         assert dump(db_path(tmp_path)) == before
     finally:
-        await close_session_services(tmp_path)
+        await db.aclose()
 
 
 async def test_appends_to_many_sessions_at_once_all_land(tmp_path: Path) -> None:
-    svc = get_session_service(tmp_path)
+    db = SessionsDb.open(tmp_path)
+    svc = db.service
     try:
         sessions = [await svc.create_session(app_name=APP_NAME, user_id=USER_ID, session_id=f"s{i}") for i in range(16)]
 
@@ -119,16 +122,19 @@ async def test_appends_to_many_sessions_at_once_all_land(tmp_path: Path) -> None
             back = await svc.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=s.id)
             assert back is not None and back.state["n"] == 9 and len(back.events) == 10
     finally:
-        await close_session_services(tmp_path)
+        await db.aclose()
 
 
 async def test_get_session_equals_adks_for_every_config(tmp_path: Path) -> None:
     from google.adk.sessions.base_session_service import GetSessionConfig
 
-    fast = get_session_service(tmp_path)
+    db = SessionsDb.open(tmp_path)
+    fast = db.service
     plain = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{db_path(tmp_path)}")
     try:
-        session = await fast.create_session(app_name=APP_NAME, user_id=USER_ID, session_id="s1", state={"app:theme": "dark", "user:lang": "fr"})
+        session = await fast.create_session(
+            app_name=APP_NAME, user_id=USER_ID, session_id="s1", state={"app:theme": "dark", "user:lang": "fr"}
+        )
         for ev in events_for("s1"):
             await fast.append_event(session, ev)
         middle = session.events[2].timestamp
@@ -144,26 +150,21 @@ async def test_get_session_equals_adks_for_every_config(tmp_path: Path) -> None:
             assert ours.state["app:theme"] == "dark" and ours.state["user:lang"] == "fr"
         assert await fast.get_session(app_name=APP_NAME, user_id=USER_ID, session_id="nope") is None
         # The reader's window (compaction reads it) is ADK's windowed load, as stored JSON.
-        from zocratesd.store.reader import SessionReader
-
-        reader = SessionReader(db_path(tmp_path))
-        try:
-            for after in (session.events[0].timestamp, middle, session.events[-1].timestamp + 10):
-                theirs = await plain.get_session(app_name=APP_NAME, user_id=USER_ID, session_id="s1",
-                                                 config=GetSessionConfig(after_timestamp=after))
-                assert theirs is not None
-                assert await reader.window("s1", after) == [e.model_dump(exclude_none=True, mode="json") for e in theirs.events]
-        finally:
-            await reader.aclose()
+        for after in (session.events[0].timestamp, middle, session.events[-1].timestamp + 10):
+            theirs = await plain.get_session(app_name=APP_NAME, user_id=USER_ID, session_id="s1",
+                                             config=GetSessionConfig(after_timestamp=after))
+            assert theirs is not None
+            assert await db.reader.window("s1", after) == [e.model_dump(exclude_none=True, mode="json") for e in theirs.events]
     finally:
         await plain.close()
-        await close_session_services(tmp_path)
+        await db.aclose()
 
 
 async def test_create_session_equals_adks(tmp_path: Path) -> None:
     from google.adk.errors.already_exists_error import AlreadyExistsError
 
-    fast = get_session_service(tmp_path / "fast")
+    db = SessionsDb.open(tmp_path / "fast")
+    fast = db.service
     plain_db = tmp_path / "plain.db"
     plain = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{plain_db}")
     try:
@@ -192,4 +193,4 @@ async def test_create_session_equals_adks(tmp_path: Path) -> None:
             con_p.close()
     finally:
         await plain.close()
-        await close_session_services(tmp_path / "fast")
+        await db.aclose()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from adkevents import answer, append_all, call, text
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
 from google.adk.events import Event, EventActions
@@ -20,11 +21,9 @@ from google.adk.runners import Runner
 from google.adk.sessions import DatabaseSessionService
 from google.genai import types
 
-from adkevents import answer, append_all, call, text
-
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
-from zocratesd.store import APP_NAME, USER_ID, close_session_services, format_session_for_ui
+from zocratesd.store import APP_NAME, USER_ID, format_session_for_ui
 from zocratesd.store.database import db_path
 
 pytestmark = pytest.mark.anyio
@@ -40,7 +39,7 @@ async def world(tmp_path: Path) -> Any:
     runner = Runner(app=App(name=APP_NAME, root_agent=LlmAgent(name="coordinator", model="gemini-2.0-flash")), session_service=svc)
     yield daemon, svc, runner
     await svc.close()
-    await close_session_services(tmp_path)
+    await daemon.aclose()
 
 
 async def assert_equivalent(daemon: Daemon, svc: Any, session_id: str) -> dict[str, Any]:
@@ -189,7 +188,8 @@ async def test_rewound_checkpoint_is_not_pending(world: Any) -> None:
                 invocation_id="inv-1",
                 content=types.Content(
                     role="model",
-                    parts=[types.Part(function_call=types.FunctionCall(id="interrupt_ext_1", name="adk_request_input", args={"message": "more?"}))],
+                    parts=[types.Part(function_call=types.FunctionCall(
+                        id="interrupt_ext_1", name="adk_request_input", args={"message": "more?"}))],
                 ),
             ),
         ],
