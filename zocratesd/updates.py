@@ -1,59 +1,180 @@
 """A conversation as a stream of face-neutral updates; every face maps these to its own wire.
 
-One update is a dict with a `kind`:
-- `message`: `{role: "user"|"assistant", message_id, text}` (a chunk of a message's text);
-- `thought`: `{message_id, text}` (a chunk of the model's reasoning);
-- `tool_call`: `{call_id, name, args}`; `tool_result`: `{call_id, name, response, failed}`;
-- `title`: `{title}`;
-- live turns only: `tool_progress`: `{call_id, text, round}` (a search round, engine/research.py);
-  `checkpoint`: `{invocation_id, interrupt_id, message, payload}` (the turn paused for the user);
-  `checkpoint_answered`: `{invocation_id, interrupt_id, response}` (it resumes); `usage`.
-Stored events (a replay) and live events (a turn; core/turn_updates.py) both come out this way, so the
-editor that watches a turn and the one that loads it later see the same conversation. The rules of
-what is shown are store/ui.py's `is_shown`.
+Each kind of update is a frozen dataclass, and `Update` is their union: a face translates them
+with a `match` that ends in `assert_never`, so a new kind is a type error in every face that
+does not handle it yet (rpc/updates.py for ACP, shim/turns.py for SSE).
+
+Stored events (a replay, `event_updates`) and live events (a turn, core/turn_updates.py) both
+come out as these, so the editor that watches a turn and the one that loads it later see the same
+conversation. Some kinds only happen live: `ToolProgress`, `CheckpointAnswered`, `Usage` (and
+`Checkpoint`, which a replay shows only while it is still pending: `Daemon.replay`).
+
+A leaf module: it imports nothing of zocratesd, so every layer may use it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
 
-from zocratesd.store.ui import Json, is_shown
-
-Update = Json
+Json = dict[str, Any]
 
 
-def event_updates(ev: Json, *, streamed: frozenset[str] = frozenset()) -> Iterator[Update]:
+@dataclass(frozen=True, slots=True)
+class MessageChunk:
+    """A chunk of a message's text (in a replay, the whole text of one stored event)."""
+
+    role: Literal["user", "assistant"]
+    message_id: str | None  # the event's id: the chunks of one message share it
+    text: str
+    invocation_id: str | None = None  # live turns only: the turn's, for a client that rewinds it
+
+
+@dataclass(frozen=True, slots=True)
+class ThoughtChunk:
+    """A chunk of the model's reasoning."""
+
+    message_id: str | None
+    text: str
+    invocation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    call_id: str
+    name: str
+    args: Json
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    call_id: str
+    name: str
+    response: Any  # the tool's response as stored (an object; `{"error": ...}` when it failed)
+    failed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Title:
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolProgress:
+    """A search round of a running tool call (engine/research.py): `text` is every round so far."""
+
+    call_id: str
+    text: str
+    round: Json
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The turn paused for the user (deep research hit its budget); answered with `resume()`."""
+
+    invocation_id: str
+    interrupt_id: str
+    message: str | None
+    payload: Any
+
+    def to_json(self) -> Json:
+        """As a UI session's `pending_hitl` (and `TurnResult.pending_hitl`)."""
+        return {
+            "invocation_id": self.invocation_id,
+            "interrupt_id": self.interrupt_id,
+            "message": self.message,
+            "payload": self.payload,
+        }
+
+    @classmethod
+    def from_json(cls, pending: Json) -> Checkpoint:
+        return cls(pending["invocation_id"], pending["interrupt_id"], pending.get("message"), pending.get("payload"))
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointAnswered:
+    """A checkpoint got its answer (`{action, guidance?}`) and the turn goes on."""
+
+    invocation_id: str
+    interrupt_id: str
+    response: Json
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """The end of a turn: the prompt's size and what post-turn compaction did (compaction/)."""
+
+    prompt_tokens: int
+    tokens_estimated: bool  # no model count: the chars/4 estimate
+    context_size: int
+    compaction_ms: float
+    compacted: bool
+    reason: str  # why it did or did not compact ("gate", "probe_yes", "cancelled", ...)
+
+
+Update: TypeAlias = (
+    MessageChunk | ThoughtChunk | ToolCall | ToolResult | Title | ToolProgress | Checkpoint | CheckpointAnswered | Usage
+)
+
+
+def is_shown(ev: Json) -> bool:
+    """Whether a live event belongs to the conversation the user sees (before looking at its text).
+
+    Events on a branch belong to a tool's own pipeline (the coordinator runs on the root branch),
+    and events with an isolation scope to a scoped sub-task: neither is part of the conversation.
+    """
+    if ev.get("partial") or ev.get("isolation_scope") or ev.get("branch"):
+        return False
+    actions = ev.get("actions") or {}
+    return not actions.get("compaction") and not actions.get("rewind_before_invocation_id")
+
+
+_NOTHING_STREAMED: frozenset[str] = frozenset()
+
+
+def event_updates(
+    ev: Json, *, streamed: frozenset[str] = _NOTHING_STREAMED, invocation_id: str | None = None
+) -> list[Update]:
     """The updates of one stored (or final) event, in part order. `streamed` names the text kinds
-    ("message", "thought") already sent as live chunks, which are not repeated."""
+    ("message", "thought") already sent as live chunks, which are not repeated; `invocation_id`
+    (a live turn's) goes on the text chunks."""
+    out: list[Update] = []
+    _add_event(ev, out, streamed, invocation_id)
+    return out
+
+
+def history_updates(live: Iterable[Json]) -> list[Update]:
+    """The updates of a session's live events (rewinds applied), as a replay shows them."""
+    out: list[Update] = []
+    for ev in live:
+        _add_event(ev, out, _NOTHING_STREAMED, None)
+    return out
+
+
+def _add_event(ev: Json, out: list[Update], streamed: frozenset[str], invocation_id: str | None) -> None:
+    # One list for a whole replay rather than a generator per event: a 5000-event session/load
+    # runs this ~5000 times.
     if not is_shown(ev):
         return
-    parts = (ev.get("content") or {}).get("parts") or []
+    content = ev.get("content")
+    parts = content.get("parts") if content else None
+    if not parts:
+        return
     user = ev.get("author") == "user"
     message_id = ev.get("id")
     for part in parts:
         text = part.get("text")
         if text:
-            kind = "thought" if part.get("thought") and not user else "message"
-            if kind not in streamed:
-                if kind == "thought":
-                    yield {"kind": "thought", "message_id": message_id, "text": text}
-                else:
-                    yield {"kind": "message", "role": "user" if user else "assistant", "message_id": message_id, "text": text}
+            if part.get("thought") and not user:
+                if "thought" not in streamed:
+                    out.append(ThoughtChunk(message_id, text, invocation_id))
+            elif "message" not in streamed:
+                out.append(MessageChunk("user" if user else "assistant", message_id, text, invocation_id))
         fc = part.get("function_call")
         if fc and fc.get("id"):
-            yield {"kind": "tool_call", "call_id": fc["id"], "name": fc.get("name") or "tool", "args": fc.get("args") or {}}
+            out.append(ToolCall(fc["id"], fc.get("name") or "tool", fc.get("args") or {}))
         fr = part.get("function_response")
         if fr and fr.get("id"):
             response = fr.get("response") or {}
-            yield {
-                "kind": "tool_result",
-                "call_id": fr["id"],
-                "name": fr.get("name") or "tool",
-                "response": response,
-                "failed": isinstance(response, dict) and "error" in response,
-            }
-
-
-def history_updates(live: Iterable[Json]) -> Iterator[Update]:
-    for ev in live:
-        yield from event_updates(ev)
+            out.append(ToolResult(fr["id"], fr.get("name") or "tool", response, isinstance(response, dict) and "error" in response))

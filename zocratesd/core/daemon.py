@@ -17,35 +17,39 @@ from pathlib import Path
 from typing import Any
 
 from google.adk.errors.already_exists_error import AlreadyExistsError
-from google.adk.events import Event, EventActions
-from google.adk.sessions.base_session_service import GetSessionConfig
+from google.adk.events import Event
 from google.genai import types
 
-from zocratesd import __version__, compaction
+from zocratesd import __version__
+from zocratesd.compaction import Compactor
 from zocratesd.config import ZocratesConfig
-from zocratesd.engine import Engine
 from zocratesd.core.context import PromptContext
-from zocratesd.engine.research import MAX_GUIDANCE_CHARS
+from zocratesd.core.turn_updates import TurnUpdates
+from zocratesd.core.watchers import MAX_QUEUED_UPDATES, OnReady, Subscription, Watchers
+from zocratesd.engine import Engine
 from zocratesd.engine.models import build_model
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage, Retriever
-from zocratesd.core.turn_updates import TurnUpdates
 from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionNotFound
 from zocratesd.library import ZOTERO_DB, Library, disabled_status
+from zocratesd.limits import (
+    MAX_GUIDANCE_CHARS,
+    MAX_INTERRUPT_ID_CHARS,
+    MAX_PROMPT_CHARS,
+    MAX_TITLE_CHARS,
+    SESSION_ID_PATTERN,
+)
+from zocratesd.logtext import escape_for_log
 from zocratesd.maintenance import Maintenance, MaintenanceReport, StorageStats
-from zocratesd.rpc.models import MAX_TITLE_CHARS, SESSION_ID_PATTERN
 from zocratesd.store import (
     APP_NAME,
     USER_ID,
     SessionLocks,
-    SessionReader,
     SessionRow,
-    close_session_services,
-    get_session_service,
+    SessionsDb,
 )
-from zocratesd.store.reader import LiveSession, epoch_to_iso
-from zocratesd.store.database import db_path
-from zocratesd.updates import Update
-from zocratesd.store.ui import DEFAULT_TITLE, title_of
+from zocratesd.store.reader import LiveSession, epoch_to_iso, gc_paused
+from zocratesd.store.ui import DEFAULT_TITLE, pending_checkpoint, title_of
+from zocratesd.updates import Checkpoint, CheckpointAnswered, Title, Update, history_updates
 
 log = logging.getLogger(__name__)
 
@@ -84,17 +88,12 @@ def clean_title(title: Any) -> str:
     return cleaned
 
 
-# A prompt longer than this is refused: ~25k tokens of question is a pasted paper, which belongs in
-# Zotero (and comes in as snippets), not in one chat message.
-MAX_PROMPT_CHARS = 100_000
 # A title made from the first prompt keeps this many characters (a sidebar row).
 TITLE_FROM_PROMPT_CHARS = 60
 # Where a daemon without a Zotero library index reads passages from, one JSON object per line
-# ({item_key, title, text, creators?, year?, page?, collections?}); tests and demos use it until
-# the library reader lands.
+# ({item_key, title, text, creators?, year?, page?, collections?}), when its data dir has no
+# zotero.sqlite to index: tests, demos and benchmarks use it.
 LIBRARY_PASSAGES_FILE = "library_passages.jsonl"
-
-Listener = Callable[[Update], Awaitable[None]]
 
 
 def _window(state: dict[str, Any]) -> float | None:
@@ -124,7 +123,6 @@ class TurnResult:
 # `{action, guidance?}` out, or None to leave it pending (the client declined, went away, ...).
 Ask = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | None]]
 RESUME_ACTIONS = ("extend_budget", "synthesize")
-MAX_INTERRUPT_ID_CHARS = 256
 
 
 def check_resume_response(response: Any) -> dict[str, Any]:
@@ -145,38 +143,8 @@ def check_resume_response(response: Any) -> dict[str, Any]:
     return out
 
 
-class Watchers:
-    """Who hears a session's updates: every connection attached to it (ACP), every open stream
-    (HTTP). A listener that fails is dropped; it never fails the turn."""
-
-    def __init__(self) -> None:
-        self._by_session: dict[str, list[Listener]] = {}
-
-    def watch(self, session_id: str, listener: Listener) -> Callable[[], None]:
-        self._by_session.setdefault(session_id, []).append(listener)
-
-        def unwatch() -> None:
-            listeners = self._by_session.get(session_id)
-            if listeners and listener in listeners:
-                listeners.remove(listener)
-                if not listeners:
-                    del self._by_session[session_id]
-
-        return unwatch
-
-    async def publish(self, session_id: str, update: Update) -> None:
-        for listener in list(self._by_session.get(session_id, ())):
-            try:
-                await listener(update)
-            except Exception:
-                log.exception("dropping a listener of %s that failed", session_id)
-                listeners = self._by_session.get(session_id)
-                if listeners and listener in listeners:
-                    listeners.remove(listener)
-
-
 def load_library_passages(path: Path) -> list[Passage]:
-    passages = []
+    passages: list[Passage] = []
     if not path.exists():
         return passages
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
@@ -196,16 +164,6 @@ def load_library_passages(path: Path) -> list[Passage]:
     return passages
 
 
-def _bookkeeping_event(state_delta: dict[str, Any]) -> Event:
-    """A content-less event that only changes state. It never reaches a prompt (no content) or the
-    UI (no text), and it is not a message, so it does not make an empty session non-empty."""
-    return Event(
-        author="user",
-        invocation_id=f"zocrates-meta-{Event.new_id()}",
-        actions=EventActions(state_delta=state_delta),
-    )
-
-
 class Daemon:
     """Everything a client can ask of zocratesd, for one Zotero data dir."""
 
@@ -215,17 +173,17 @@ class Daemon:
         self.data_dir = data_dir
         self.config = config
         self.locks = SessionLocks()
-        self.watchers = Watchers()
-        self._service = get_session_service(data_dir)
-        self.reader = SessionReader(db_path(data_dir))
+        self._watchers = Watchers()  # faces subscribe with watch()
+        # The one owner of sessions.db; `reader` is its fast read path, what every view reads.
+        self.db = SessionsDb.open(data_dir)
+        self.reader = self.db.reader
         # The Zotero library (zocratesd/library), indexed in the background once the daemon runs.
         self.library: Library | None = None
         if retriever is None:
             retriever = self._library_retriever()
-        self.engine = Engine(self._service, build_model(config.model), retriever, config.research)
-        self.maintenance = Maintenance(
-            db_path=db_path(data_dir), service=self._service, reader=self.reader, locks=self.locks, config=config
-        )
+        self.engine = Engine(self.db.service, build_model(config.model), retriever, config.research, config.model)
+        self.compactor = Compactor.from_config(self.db, config, self.engine.model)
+        self.maintenance = Maintenance(self.db, self.locks, config)
         self.startup_maintenance: MaintenanceReport | None = None
         self._aborts: dict[str, asyncio.Event] = {}
 
@@ -257,7 +215,7 @@ class Daemon:
     async def start(self) -> None:
         """Prepare the store, then run startup maintenance (retention, VACUUM when it pays), all
         before the daemon accepts a request: no turn can collide with it (spec 8.1)."""
-        await self._service.prepare_tables()
+        await self.db.prepare_tables()
         self.startup_maintenance = await self.maintenance.run(startup=True)
         report = self.startup_maintenance
         if report["empty_deleted"] or report["retention_deleted"] or report["vacuum"]["ran"]:
@@ -275,17 +233,11 @@ class Daemon:
         is deferred while any turn runs."""
         return await self.maintenance.run(startup=False)
 
-    @property
-    def active_chat_session_ids(self) -> frozenset[str]:
-        """Sessions with a turn (or rewind, compaction, delete) in flight: maintenance leaves them be."""
-        return self.locks.busy_sessions()
-
     async def aclose(self) -> None:
         if self.library is not None:
             await self.library.aclose()
         await self.maintenance.aclose()
-        await self.reader.aclose()
-        await close_session_services(self.data_dir)
+        await self.db.aclose()
 
     # --- sessions -----------------------------------------------------------------------------
 
@@ -295,7 +247,7 @@ class Daemon:
         for _ in range(3):
             session_id = f"session-{int(now * 1000)}-{secrets.token_hex(3)}"
             try:
-                session = await self._service.create_session(
+                session = await self.db.service.create_session(
                     app_name=APP_NAME, user_id=USER_ID, session_id=session_id
                 )
                 break
@@ -308,7 +260,7 @@ class Daemon:
         seed: dict[str, Any] = {"title": title, "created_at": now}
         if cwd:
             seed["cwd"] = cwd
-        await self._service.append_event(session, _bookkeeping_event(seed))
+        await self.db.append_state(session, seed)
         updated = session.last_update_time
         return SessionRow(
             id=session_id, title=title, created_at=now, updated_at=updated, cwd=cwd, updated_iso=epoch_to_iso(updated)
@@ -322,31 +274,43 @@ class Daemon:
         return await self.reader.ui_session(check_session_id(session_id))
 
     async def live_session(self, session_id: str) -> LiveSession:
-        """State and live events, for a face that replays the history in its own format."""
+        """State and live events (rewinds applied), as stored."""
         return await self.reader.live_session(check_session_id(session_id))
+
+    def watch(
+        self, session_id: str, *, limit: int = MAX_QUEUED_UPDATES, on_ready: OnReady | None = None
+    ) -> Subscription:
+        """Hear the session's updates from now on, in a queue of the caller's own (core/watchers.py:
+        a listener that does not read never stalls the turn; on overflow it hears no more).
+        `close()` the subscription (or use it as a context manager) to stop."""
+        return self._watchers.watch(session_id, limit=limit, on_ready=on_ready)
+
+    async def replay(self, session_id: str) -> list[Update]:
+        """The session as updates, for a client that loads it (ACP `session/load`): its history,
+        then the checkpoint it waits on, if any, then its title. SessionNotFound if it is gone."""
+        live = await self.reader.live_session(check_session_id(session_id))
+        with gc_paused():  # thousands of short-lived, acyclic objects for a long session
+            updates = history_updates(live.live)
+            pending = pending_checkpoint(live.live)
+            if pending is not None:  # shown, so the client knows the last turn waits on the user
+                updates.append(Checkpoint.from_json(pending))
+            updates.append(Title(live.title))
+        return updates
 
     async def delete_session(self, session_id: str) -> None:
         check_session_id(session_id)
         with self.locks.hold(session_id, "delete"):
             if not await self.reader.exists(session_id):
                 raise SessionNotFound(session_id)
-            await self._service.delete_session(app_name=APP_NAME, user_id=USER_ID, session_id=session_id)
+            await self.db.service.delete_session(app_name=APP_NAME, user_id=USER_ID, session_id=session_id)
         log.info("deleted session %s", session_id)
 
     async def rename_session(self, session_id: str, title: str) -> SessionRow:
         check_session_id(session_id)
         title = clean_title(title)
         with self.locks.hold(session_id, "rename"):
-            session = await self._service.get_session(
-                app_name=APP_NAME,
-                user_id=USER_ID,
-                session_id=session_id,
-                config=GetSessionConfig(num_recent_events=0),
-            )
-            if session is None:
-                raise SessionNotFound(session_id)
-            await self._service.append_event(session, _bookkeeping_event({"title": title}))
-            await self.watchers.publish(session_id, {"kind": "title", "title": title})
+            session = await self.db.append_state(session_id, {"title": title})  # SessionNotFound if gone
+            await self._watchers.publish(session_id, Title(title))
             created = session.state.get("created_at")
             return SessionRow(
                 id=session_id,
@@ -422,9 +386,7 @@ class Daemon:
             abort = asyncio.Event()
             stream = TurnUpdates()
             stream.invocation_id = invocation_id
-            await self.watchers.publish(
-                session_id, {"kind": "checkpoint_answered", "invocation_id": invocation_id, "interrupt_id": interrupt_id, "response": answer}
-            )
+            await self._watchers.publish(session_id, CheckpointAnswered(invocation_id, interrupt_id, answer))
             events = self.engine.resume_turn(session_id, interrupt_id, answer, window_start=window, abort=abort)
             return await self._drive(session_id, stream, events, abort, ask, window)
 
@@ -439,20 +401,19 @@ class Daemon:
             while True:
                 async for ev in events:
                     for update in stream.feed(ev):
-                        await self.watchers.publish(session_id, update)
+                        await self._watchers.publish(session_id, update)
                 checkpoint = stream.checkpoint
                 if checkpoint is None or abort.is_set() or ask is None:
                     break
-                answer = await self._ask(session_id, ask, checkpoint, abort)
+                answer = await self._ask(session_id, ask, checkpoint.to_json(), abort)
                 if answer is None:
                     break
                 stream.checkpoint = None
-                await self.watchers.publish(
-                    session_id, {"kind": "checkpoint_answered", "invocation_id": checkpoint["invocation_id"],
-                                 "interrupt_id": checkpoint["interrupt_id"], "response": answer},
+                await self._watchers.publish(
+                    session_id, CheckpointAnswered(checkpoint.invocation_id, checkpoint.interrupt_id, answer)
                 )
                 events = self.engine.resume_turn(
-                    session_id, checkpoint["interrupt_id"], answer, window_start=window, abort=abort
+                    session_id, checkpoint.interrupt_id, answer, window_start=window, abort=abort
                 )
         finally:
             self._aborts.pop(session_id, None)
@@ -460,11 +421,12 @@ class Daemon:
         # still under the lock. Never fails the turn; its cost goes out as a `usage` update. A
         # turn paused at a checkpoint is not complete: nothing is compacted until it is.
         paused = stream.checkpoint
-        usage = await compaction.after_turn(
-            self, session_id, stream.usage, cancelled=abort.is_set(), paused=paused is not None
+        usage = await self.compactor.after_turn(
+            session_id, stream.usage, cancelled=abort.is_set(), paused=paused is not None
         )
-        await self.watchers.publish(session_id, usage)
-        return TurnResult("cancelled" if abort.is_set() else "end_turn", stream.invocation_id, paused)
+        await self._watchers.publish(session_id, usage)
+        pending_hitl = paused.to_json() if paused is not None else None
+        return TurnResult("cancelled" if abort.is_set() else "end_turn", stream.invocation_id, pending_hitl)
 
     async def _ask(self, session_id: str, ask: Ask, checkpoint: dict[str, Any], abort: asyncio.Event) -> dict[str, Any] | None:
         """The prompting client's answer to a checkpoint; None when it declines, fails, goes away
@@ -482,15 +444,17 @@ class Daemon:
             return None
         exc = asking.exception()
         if exc is not None:
-            log.info("session %s: checkpoint %s left pending (%s)", session_id, checkpoint["interrupt_id"], exc)
+            # The client's own error reply, perhaps: its text is escaped (logtext.py).
+            log.info("session %s: checkpoint %s left pending (%s)", session_id, checkpoint["interrupt_id"], escape_for_log(exc))
             return None
         answer = asking.result()
         if answer is None:
             return None
         try:
             return check_resume_response(answer)
-        except InvalidInput as exc:
-            log.warning("session %s: unusable checkpoint answer %r (%s); left pending", session_id, answer, exc.message)
+        except InvalidInput as bad:
+            log.warning("session %s: unusable checkpoint answer %s (%s); left pending", session_id,
+                        escape_for_log(repr(answer)), escape_for_log(bad.message))
             return None
 
     def cancel(self, session_id: str) -> bool:
@@ -518,7 +482,10 @@ class Daemon:
                 None,
             )
             if user_event is None:
-                raise NotFound(f"no turn with invocation id {invocation_id!r} in this session", sessionId=session_id, invocationId=invocation_id)
+                raise NotFound(
+                    f"no turn with invocation id {invocation_id!r} in this session",
+                    sessionId=session_id, invocationId=invocation_id,
+                )
             asked = ((user_event.get("actions") or {}).get("state_delta")) or {}
             title = live.title
             await self.engine.rewind(session_id, invocation_id)
@@ -526,11 +493,7 @@ class Daemon:
             # rename after it) would revert. Titles are the user's, not the turn's: keep it.
             after = await self.reader.session_state(session_id)
             if title_of(after) != title:
-                session = await self._service.get_session(
-                    app_name=APP_NAME, user_id=USER_ID, session_id=session_id, config=GetSessionConfig(num_recent_events=0)
-                )
-                assert session is not None
-                await self._service.append_event(session, _bookkeeping_event({"title": title}))
+                await self.db.append_state(session_id, {"title": title})
             ui = await self.reader.ui_session(session_id)
         return {
             "session": ui,

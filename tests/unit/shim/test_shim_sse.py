@@ -5,31 +5,41 @@ from __future__ import annotations
 import json
 
 from zocratesd.shim.turns import sse_line, to_sse
+from zocratesd.updates import (
+    Checkpoint,
+    CheckpointAnswered,
+    MessageChunk,
+    ThoughtChunk,
+    Title,
+    ToolCall,
+    ToolProgress,
+    ToolResult,
+    Usage,
+)
 
 
 def test_answer_and_thought_chunks_are_parts() -> None:
-    assert to_sse({"kind": "message", "role": "assistant", "message_id": "e1", "text": "Hi"}) == {
+    assert to_sse(MessageChunk("assistant", "e1", "Hi")) == {
         "type": "parts", "parts": [{"text": "Hi", "thought": False}], "author": "coordinator",
         "invocation_id": None, "partial": True,
     }
-    thought = to_sse({"kind": "thought", "message_id": "e1", "text": "hmm"})
+    thought = to_sse(ThoughtChunk("e1", "hmm", "e-1"))
     assert thought is not None and thought["parts"] == [{"text": "hmm", "thought": True}]
+    assert thought["invocation_id"] == "e-1"
 
 
 def test_a_checkpoint_is_a_request_input_event_and_other_traffic_is_not_shown() -> None:
-    event = to_sse({"kind": "checkpoint", "invocation_id": "e-1", "interrupt_id": "interrupt_ext_1",
-                    "message": "Search further?", "payload": {"budget": 2}})
+    event = to_sse(Checkpoint("e-1", "interrupt_ext_1", "Search further?", {"budget": 2}))
     assert event == {"type": "request_input", "invocation_id": "e-1", "interrupt_id": "interrupt_ext_1",
                      "message": "Search further?", "payload": {"budget": 2}}
     for update in [
-        {"kind": "message", "role": "user", "message_id": "e0", "text": "question"},
-        {"kind": "tool_call", "call_id": "c2", "name": "search_library", "args": {}},
-        {"kind": "tool_result", "call_id": "c2", "name": "search_library", "response": {}, "failed": False},
-        {"kind": "title", "title": "T"},
-        {"kind": "tool_progress", "call_id": "c2", "text": "Round 1", "round": {"n": 1}},
-        {"kind": "checkpoint_answered", "invocation_id": "e-1", "interrupt_id": "interrupt_ext_1", "response": {}},
-        {"kind": "usage", "prompt_tokens": 1, "tokens_estimated": False, "context_size": 2, "compaction_ms": 0,
-         "compacted": False, "reason": ""},
+        MessageChunk("user", "e0", "question"),
+        ToolCall("c2", "search_library", {}),
+        ToolResult("c2", "search_library", {}, False),
+        Title("T"),
+        ToolProgress("c2", "Round 1", {"n": 1}),
+        CheckpointAnswered("e-1", "interrupt_ext_1", {"action": "synthesize"}),
+        Usage(1, False, 2, 0.0, False, "gate"),
     ]:
         assert to_sse(update) is None, update
 

@@ -1,0 +1,214 @@
+"""Who hears a session's updates: one `Subscription` per listener, each with a queue of its own.
+
+A face subscribes with `Daemon.watch(session_id)`: every connection attached to the session (ACP),
+every open stream (HTTP). `Watchers.publish` (the turn, a rename) appends the update to each
+subscription's queue and never waits on a listener, so one editor that stops reading stalls
+neither the turn nor the other watchers; each consumer takes its updates at its own pace, in
+publish order.
+
+Overflow: a queue holds at most `MAX_QUEUED_UPDATES`. The update that finds it full ends the
+subscription: it queues nothing more (it only counts what it drops, `dropped`), its consumer still
+gets what was queued and then the end of the stream. What the client then sees is the face's
+choice, documented there: ACP aborts the connection (the editor resyncs with `session/load`), SSE
+stops sending `parts` and still ends with `done` (which carries `dropped_events`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from types import TracebackType
+
+import anyio
+import anyio.lowlevel
+
+from zocratesd.updates import Update
+
+log = logging.getLogger(__name__)
+
+# Updates one listener may have waiting. A turn publishes one per streamed chunk, so even a long
+# answer (a few thousand chunks, tool calls and research rounds included) fits while its client
+# reads at all; a client that has stopped reading is cut off here rather than growing the daemon's
+# memory for as long as the session keeps talking.
+MAX_QUEUED_UPDATES = 4096
+
+# Called synchronously from `publish` when a subscription goes from idle to having something for
+# its consumer: a first update, or its end by overflow. It must not block (start a task, abort).
+OnReady = Callable[[], None]
+
+
+class Subscription:
+    """One listener's updates of one session, queued in publish order.
+
+    A consumer either iterates (`async for update in sub`, which ends once the subscription has
+    ended and its queue is empty) or takes what is queued (`take_nowait()`), e.g. from a task it
+    starts when `on_ready` says there is work. An update counts as handled once its consumer comes
+    back for the next one, which is what `drained()` waits for. `close()` (or leaving the `with`
+    block) unsubscribes; what was queued before stays readable.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        limit: int,
+        on_ready: OnReady | None,
+        release: Callable[[Subscription], None],
+    ) -> None:
+        self.session_id = session_id
+        self.limit = limit
+        self.offered = 0  # updates published to it, queued or dropped
+        self.dropped = 0  # updates refused after an overflow
+        self._queue: deque[Update] = deque()
+        self._on_ready = on_ready
+        self._release = release
+        self._handling = False  # the consumer took updates and has not come back for more
+        self._closed = False
+        self._overflowed = False
+        self._arrived: anyio.Event | None = None  # set when a waiting consumer has something
+        self._idle: anyio.Event | None = None  # set when everything queued has been handled
+
+    @property
+    def overflowed(self) -> bool:
+        """The queue was full when an update came: this subscription ended there."""
+        return self._overflowed
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def ended(self) -> bool:
+        """No more updates will be queued (closed or overflowed)."""
+        return self._closed or self._overflowed
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    # --- the publishing side (Watchers.publish) -------------------------------------------------
+
+    def offer(self, update: Update) -> None:
+        """Queue an update without waiting; on overflow, end the subscription instead."""
+        if self._closed:
+            return
+        self.offered += 1
+        if self._overflowed:
+            self.dropped += 1
+            return
+        idle = not self._queue and not self._handling
+        if len(self._queue) >= self.limit:
+            self._overflowed = True
+            self.dropped += 1
+            log.warning("a listener of %s has %d updates waiting; it hears no more", self.session_id, self.limit)
+            self._wake()
+            if self._on_ready is not None:
+                self._on_ready()
+            return
+        self._queue.append(update)
+        self._wake()
+        if idle and self._on_ready is not None:
+            self._on_ready()
+
+    def _wake(self) -> None:
+        if self._arrived is not None:
+            self._arrived.set()
+            self._arrived = None
+
+    # --- the consuming side -------------------------------------------------------------------
+
+    def take_nowait(self) -> list[Update]:
+        """Everything queued, at once ([] when nothing is); what was taken before counts as handled."""
+        batch = list(self._queue)
+        self._queue.clear()
+        self._handling = bool(batch)
+        if not batch:
+            self._set_idle()
+        return batch
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Update:
+        self._handling = False
+        while not self._queue:
+            self._set_idle()
+            if self.ended:
+                raise StopAsyncIteration
+            self._arrived = arrived = anyio.Event()
+            await arrived.wait()
+        self._handling = True
+        return self._queue.popleft()
+
+    async def drained(self) -> None:
+        """Return once every update queued so far has been handled (see the class docstring).
+
+        Not bounded here: the consumer bounds each of its steps (ACP: a write that takes longer
+        than its timeout aborts the connection, after which the rest is dropped at once)."""
+        while self._queue or self._handling:
+            if self._idle is None:
+                self._idle = anyio.Event()
+            await self._idle.wait()
+
+    def _set_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.set()
+            self._idle = None
+
+    def close(self) -> None:
+        """Unsubscribe (idempotent); a consumer waiting for an update gets the end of the stream."""
+        if self._closed:
+            return
+        self._closed = True
+        self._release(self)
+        self._wake()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class Watchers:
+    """The subscriptions of every session, and the one way updates reach them (`publish`)."""
+
+    def __init__(self) -> None:
+        self._by_session: dict[str, list[Subscription]] = {}
+
+    def watch(
+        self, session_id: str, *, limit: int = MAX_QUEUED_UPDATES, on_ready: OnReady | None = None
+    ) -> Subscription:
+        sub = Subscription(session_id, limit=limit, on_ready=on_ready, release=self._release)
+        self._by_session.setdefault(session_id, []).append(sub)
+        return sub
+
+    def _release(self, sub: Subscription) -> None:
+        subs = self._by_session.get(sub.session_id)
+        if subs and sub in subs:
+            subs.remove(sub)
+            if not subs:
+                del self._by_session[sub.session_id]
+
+    def watching(self, session_id: str) -> int:
+        """How many subscriptions a session has."""
+        return len(self._by_session.get(session_id, ()))
+
+    async def publish(self, session_id: str, update: Update) -> None:
+        """Queue an update for every subscription of the session; never waits on one.
+
+        Then one checkpoint, so that consumers woken here run now: a model that yields its
+        chunks without awaiting anything would otherwise hold them all until the turn's next I/O.
+        """
+        subs = self._by_session.get(session_id)
+        if not subs:
+            return
+        for sub in tuple(subs):
+            try:
+                sub.offer(update)
+            except Exception:  # an on_ready hook failed: that listener goes, the turn does not
+                log.exception("dropping a listener of %s that failed", session_id)
+                sub.close()
+        await anyio.lowlevel.checkpoint()
