@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -182,7 +181,6 @@ def test_two_editors_starting_at_once_share_one_daemon(short_tmp: Path) -> None:
 
 async def test_three_turns_over_stdio_survive_a_sigkill(short_tmp: Path) -> None:
     import json as _json
-    import os
     import signal
 
     from acp import text_block

@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -30,7 +29,7 @@ from daemonproc import DaemonProc, daemon_env
 from rawrpc import RawConn
 
 import zocrates_client
-from zocrates_client import ConnectError, ConnectionLost, DaemonNotRunning, RpcError, connect
+from zocrates_client import ConnectionLost, DaemonNotRunning, RpcError, connect
 from zocratesd import locations
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -316,7 +315,7 @@ async def test_killing_the_daemon_fails_a_pending_call_promptly(daemon: DaemonPr
             async with anyio.create_task_group() as tg:
                 tg.start_soon(pending_call)
                 with anyio.fail_after(CALL_TIMEOUT_S):
-                    while not client._pending:
+                    while not client._conn.pending:
                         await anyio.sleep(0.01)
                 await anyio.sleep(0.1)
                 assert not outcome  # still waiting for the frozen daemon

@@ -1,17 +1,8 @@
 """ACP v1 methods and the `_zocrates/*` extensions, as adapters over the core `Daemon`.
 
 Each handler validates its params with the pydantic model of `rpc/models.py`, calls the core, and
-shapes the result. Core errors become JSON-RPC errors here and only here:
-
-| core error      | code   | message            |
-|-----------------|--------|--------------------|
-| NotFound        | -32002 | Resource not found |
-| SessionBusy     | 1001   | Session busy       |
-| InvalidInput    | -32602 | Invalid params     |
-| ModelError      | 1003   | Model error        |
-| CheckpointNotPending | 1004 | Checkpoint not pending |
-
-Every error's `data` has a stable `kind` string (protocol/README.md, "Errors").
+shapes the result. Core errors become JSON-RPC errors in `adapter`, by the one table of this face
+(`rpc/errors.py`); every error's `data` has a stable `kind` string (protocol/README.md, "Errors").
 """
 
 from __future__ import annotations
@@ -22,20 +13,20 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-
 from jsonrpcserver import JsonRpcError, Success
 from pydantic import BaseModel, ValidationError
 
-from zocratesd.core.daemon import Daemon
-from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionBusy, ZocratesError
-from zocratesd.rpc import jsonrpc, models
-from zocratesd.rpc.peer import MethodTable, Peer, PeerClosed, RemoteError
-from zocratesd.locations import PROTOCOL_VERSION
-from zocratesd.store.reader import gc_paused
 from zocratesd.core.context import PromptContext
-from zocratesd.updates import Update, history_updates
-from zocratesd.store.ui import pending_checkpoint
-from zocratesd.rpc.updates import checkpoint_call_id, session_info, session_info_update, to_acp
+from zocratesd.core.daemon import Daemon
+from zocratesd.core.watchers import Subscription
+from zocratesd.errors import InvalidInput, ZocratesError
+from zocratesd.locations import PROTOCOL_VERSION
+from zocratesd.logtext import escape_for_log
+from zocratesd.rpc import jsonrpc, models
+from zocratesd.rpc.errors import to_rpc_error
+from zocratesd.rpc.peer import MethodTable, Peer, PeerClosed, RemoteError
+from zocratesd.rpc.updates import checkpoint_call_id, session_info, to_acp
+from zocratesd.updates import MessageChunk
 
 log = logging.getLogger(__name__)
 
@@ -43,53 +34,108 @@ def _invalid_params(exc: ValidationError) -> JsonRpcError:
     errors = [
         {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()
     ]
-    return JsonRpcError(jsonrpc.INVALID_PARAMS, "Invalid params", {"kind": "invalid_params", "errors": errors})
-
-
-def to_rpc_error(exc: ZocratesError) -> JsonRpcError:
-    data = {"kind": exc.kind, "message": exc.message, **exc.data}
-    if isinstance(exc, NotFound):
-        return JsonRpcError(jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", data)
-    if isinstance(exc, SessionBusy):
-        return JsonRpcError(jsonrpc.SESSION_BUSY, "Session busy", data)
-    if isinstance(exc, InvalidInput):
-        return JsonRpcError(jsonrpc.INVALID_PARAMS, "Invalid params", data)
-    if exc.kind == "model_error":
-        return JsonRpcError(jsonrpc.MODEL_ERROR, "Model error", data)
-    if isinstance(exc, CheckpointNotPending):
-        return JsonRpcError(jsonrpc.CHECKPOINT_NOT_PENDING, "Checkpoint not pending", data)
-    return JsonRpcError(jsonrpc.INTERNAL_ERROR, "Internal error", data)
+    code = jsonrpc.ERROR_CODES[jsonrpc.INVALID_PARAMS]
+    return JsonRpcError(code.code, code.message, {"kind": code.kind, "errors": errors})
 
 
 Handler = Callable[..., Awaitable[Any]]
 
 # A connection that has not taken a session/update off its socket for this long is cut off (it can
-# resync with session/load): one stuck editor must not stall a turn that others are watching.
+# resync with session/load): one stuck editor must not hold memory for a turn others are watching.
 SLOW_CLIENT_TIMEOUT_S = 30.0
 ZOTERO_ITEM_URI = re.compile(r"^zotero://select/(?:library|groups/\d+)/items/([A-Z0-9]{8})$")
 
 
-def attach(peer: Peer, daemon: Daemon, session_id: str) -> None:
-    """Send this session's updates to this connection from now on (once per session)."""
-    watching: dict[str, Callable[[], None]] = peer.state.setdefault("watching", {})
-    if session_id in watching:
-        return
+class SessionFeed:
+    """One session's updates to one connection, as `session/update` notifications (`attach`).
 
-    async def listener(update: Update) -> None:
-        if update["kind"] == "message" and update.get("role") == "user" and session_id in peer.state.get("prompting", ()):
-            return  # the prompting editor already shows its own message
-        acp = to_acp(update)
-        if acp is None or peer.closed:
+    They wait in a subscription of this connection's own (core/watchers.py), so a connection that
+    does not read stalls neither the turn nor the session's other watchers. A writer task runs in
+    the connection's task group while updates wait (started by the subscription's `on_ready`, it
+    ends when the queue is empty) and writes what is queued in one go. The connection is aborted,
+    and can resync with `session/load`, when one write takes longer than SLOW_CLIENT_TIMEOUT_S or
+    its subscription overflows (MAX_QUEUED_UPDATES waiting): either way, it has stopped reading.
+    """
+
+    def __init__(self, peer: Peer, daemon: Daemon, session_id: str) -> None:
+        self.peer = peer
+        self.session_id = session_id
+        self._writing = False
+        self._write_scope: anyio.CancelScope | None = None  # the write in progress
+        self.updates: Subscription = daemon.watch(session_id, on_ready=self._ready)
+        if peer.closed:  # gone while the request ran: nothing will close this feed later
+            self.updates.close()
+
+    def close(self) -> None:
+        """Stop (the connection is over): a write still in progress is given up."""
+        self.updates.close()
+        if self._write_scope is not None:
+            self._write_scope.cancel()
+
+    async def written(self) -> None:
+        """Return once every update published so far is written to the connection (or dropped
+        because it closed). Bounded: a write that stalls aborts the connection, which ends it."""
+        await self.updates.drained()
+
+    def _ready(self) -> None:
+        if self.updates.overflowed:
+            log.warning("%s: %d session/update waiting unread; disconnecting it", self.peer.name, self.updates.limit)
+            self.peer.abort()  # closes this feed too (on_close)
+        if self._writing:
             return
-        with anyio.move_on_after(SLOW_CLIENT_TIMEOUT_S) as scope:
-            await peer.notify("session/update", {"sessionId": session_id, "update": acp})
-        if scope.cancelled_caught:
-            log.warning("%s: not reading its session/update for %.0f s; disconnecting it", peer.name, SLOW_CLIENT_TIMEOUT_S)
-            peer.abort()
+        if self.peer.start_soon(self._write, name=f"{self.peer.name}: updates of {self.session_id}"):
+            self._writing = True
+        else:  # the connection is over: nothing will write these
+            self._drop()
 
-    watching[session_id] = daemon.watchers.watch(session_id, listener)
-    if len(watching) == 1:
-        peer.on_close.append(lambda: [unwatch() for unwatch in watching.values()])
+    def _drop(self) -> None:
+        self.updates.close()
+        while self.updates.take_nowait():
+            pass
+
+    async def _write(self) -> None:
+        try:
+            while batch := self.updates.take_nowait():
+                if self.peer.closed:
+                    continue  # dropped: the connection is gone
+                prompting = self.peer.state.get("prompting") or {}
+                messages = [
+                    jsonrpc.notification("session/update", {"sessionId": self.session_id, "update": to_acp(u)})
+                    for u in batch
+                    # The prompting editor already shows its own message.
+                    if not (isinstance(u, MessageChunk) and u.role == "user" and prompting.get(self.session_id))
+                ]
+                if not messages:
+                    continue
+                with anyio.CancelScope() as self._write_scope, anyio.move_on_after(SLOW_CLIENT_TIMEOUT_S) as slow:
+                    await self.peer.send_messages(messages)
+                self._write_scope = None
+                if slow.cancelled_caught:
+                    log.warning("%s: not reading its session/update for %.0f s; disconnecting it",
+                                self.peer.name, SLOW_CLIENT_TIMEOUT_S)
+                    self.peer.abort()
+        except BaseException:  # cancelled with the connection (or a bug): no one writes the rest
+            self._drop()
+            raise
+        finally:
+            self._writing = False
+            self._write_scope = None
+
+
+def attach(peer: Peer, daemon: Daemon, session_id: str) -> SessionFeed:
+    """Send this session's updates to this connection from now on (one feed per session)."""
+    feeds: dict[str, SessionFeed] = peer.state.setdefault("feeds", {})
+    feed = feeds.get(session_id)
+    if feed is None:
+        if not feeds:
+
+            def close_all() -> None:
+                for f in feeds.values():
+                    f.close()
+
+            peer.on_close.append(close_all)
+        feed = feeds[session_id] = SessionFeed(peer, daemon, session_id)
+    return feed
 
 
 # ACP permission options for a research checkpoint: "extend" searches further, "synthesize"
@@ -102,19 +148,25 @@ PERMISSION_OPTIONS = [
 ]
 # How long a turn waits on the editor's answer to a checkpoint. The session is held meanwhile
 # (other clients get "busy"), so a dialog left open does not lock it for good: after this the
-# checkpoint stays pending, and any client can resume it.
+# checkpoint stays pending, and any client can resume it. A client whose input has ended is not
+# waited on at all: it cannot answer (Peer.request refuses at once).
 CHECKPOINT_ANSWER_TIMEOUT_S = 600.0
+# `peer.state` key: the sessions whose turn this connection stopped with `session/cancel` while it
+# prompted them. ACP (prompt turn, "Cancellation") has the client answer its pending
+# `session/request_permission` with the `cancelled` outcome itself then, so the daemon withdraws
+# the question without `$/cancel_request`: redundant there, and a client that does not implement
+# that optional notification (the official Python SDK 0.12) logs it as an error.
+CANCELLED_BY_CLIENT = "cancelled_by_client"
 
 
 async def ask_permission(peer: Peer, session_id: str, checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     """Put a checkpoint to the prompting editor as `session/request_permission`; its answer as
-    `{action, guidance?}`, or None (declined, cancelled, no answer in time, or the request failed)."""
-    if peer.closed:
-        return None
+    `{action, guidance?}`, or None (declined, cancelled, no answer in time, the client's input has
+    ended, or the request failed)."""
     params = {
         "sessionId": session_id,
         "toolCall": {
-            "toolCallId": checkpoint_call_id(checkpoint),
+            "toolCallId": checkpoint_call_id(checkpoint["interrupt_id"], checkpoint["invocation_id"]),
             "title": checkpoint.get("message") or "Research checkpoint",
             "kind": "think",
             "status": "pending",
@@ -124,9 +176,14 @@ async def ask_permission(peer: Peer, session_id: str, checkpoint: dict[str, Any]
     }
     with anyio.move_on_after(CHECKPOINT_ANSWER_TIMEOUT_S):
         try:
-            result = await peer.request("session/request_permission", params)
+            result = await peer.request(
+                "session/request_permission", params,
+                notify_cancel=lambda: session_id not in peer.state.get(CANCELLED_BY_CLIENT, ()),
+            )
         except (RemoteError, PeerClosed) as exc:
-            log.info("%s: session/request_permission failed (%s); the checkpoint stays pending", peer.name, exc)
+            # A RemoteError carries the client's own text: escaped (logtext.py).
+            log.info("%s: session/request_permission failed (%s); the checkpoint stays pending",
+                     peer.name, escape_for_log(exc))
             return None
         outcome = (result or {}).get("outcome") if isinstance(result, dict) else None
         if not isinstance(outcome, dict) or outcome.get("outcome") != "selected":
@@ -167,15 +224,20 @@ def prompt_input(blocks: list[dict[str, Any]], meta: dict[str, Any] | None) -> t
                 f"prompt blocks of type {kind!r} are not supported; send text and resource_link blocks",
                 blockType=str(kind)[:40],
             )
+    # `_meta.zocrates` (protocol/README.md, session/prompt): mode, activeItems, collection, snippets.
     ours = (meta or {}).get("zocrates")
-    if ours is not None and not isinstance(ours, dict):
+    if ours is None:
+        ours = {}
+    elif not isinstance(ours, dict):
         raise InvalidInput('"_meta.zocrates" must be an object')
-    wire = dict(ours or {})
-    if linked:
-        known = {i.get("item_key") for i in wire.get("activeItems") or [] if isinstance(i, dict)}
-        wire["activeItems"] = list(wire.get("activeItems") or []) + [i for i in linked if i["item_key"] not in known]
-        wire.setdefault("mode", "papers")
-    return "\n".join(texts), PromptContext.from_wire(wire)
+    items = ours.get("activeItems")
+    if linked and (items is None or isinstance(items, list)):  # anything else: build() says what is wrong
+        known = {i.get("item_key") for i in items or () if isinstance(i, dict)}
+        items = [*(items or ()), *(i for i in linked if i["item_key"] not in known)]
+    context = PromptContext.build(
+        mode=ours.get("mode"), items=items, collection=ours.get("collection"), snippets=ours.get("snippets")
+    )
+    return "\n".join(texts), context
 
 
 def adapter(params_model: type[BaseModel]) -> Callable[[Callable[..., Awaitable[Any]]], Handler]:
@@ -234,19 +296,28 @@ def build_methods(daemon: Daemon) -> MethodTable:
     @adapter(models.PromptParams)
     async def session_prompt(peer: Peer, p: models.PromptParams) -> dict[str, Any]:
         text, context = prompt_input(p.prompt, p.meta)
-        attach(peer, daemon, p.session_id)
-        prompting: set[str] = peer.state.setdefault("prompting", set())
-        prompting.add(p.session_id)
+        feed = attach(peer, daemon, p.session_id)
+        # Turns this connection is prompting, by session (a count: a second prompt refused as busy
+        # must not end the first one's): its feed leaves out the user's own message.
+        prompting: dict[str, int] = peer.state.setdefault("prompting", {})
+        prompting[p.session_id] = prompting.get(p.session_id, 0) + 1
         asked: list[bool] = []
 
         async def ask(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
             asked.append(True)
+            await feed.written()  # the checkpoint's tool_call goes out before the question about it
             return await ask_permission(peer, p.session_id, checkpoint)
 
         try:
             result = await daemon.prompt(p.session_id, text, context, ask=ask)
         finally:
-            prompting.discard(p.session_id)
+            # The answer (or error) comes after every update of the turn.
+            with anyio.CancelScope(shield=True):
+                await feed.written()
+            prompting[p.session_id] -= 1
+            if not prompting[p.session_id]:
+                del prompting[p.session_id]
+                peer.state.get(CANCELLED_BY_CLIENT, set()).discard(p.session_id)
         # A checkpoint the editor declined (or could not show) ends the turn as cancelled, with
         # the checkpoint still pending for any client to resume.
         stop = "cancelled" if result.pending_hitl is not None and asked else result.stop_reason
@@ -255,14 +326,20 @@ def build_methods(daemon: Daemon) -> MethodTable:
 
     @adapter(models.ChatResumeParams)
     async def zocrates_chat_resume(peer: Peer, p: models.ChatResumeParams) -> dict[str, Any]:
-        attach(peer, daemon, p.session_id)
-        result = await daemon.resume(
-            p.session_id, p.invocation_id, p.interrupt_id, p.response.model_dump(exclude_none=True)
-        )
+        feed = attach(peer, daemon, p.session_id)
+        try:
+            result = await daemon.resume(
+                p.session_id, p.invocation_id, p.interrupt_id, p.response.model_dump(exclude_none=True)
+            )
+        finally:
+            with anyio.CancelScope(shield=True):  # the answer comes after every update of the turn
+                await feed.written()
         return {"stopReason": result.stop_reason, "invocationId": result.invocation_id, "pendingHitl": result.pending_hitl}
 
     @adapter(models.CancelParams)
     async def session_cancel(peer: Peer, p: models.CancelParams) -> dict[str, Any]:
+        if p.session_id in peer.state.get("prompting", {}):  # noted before the turn can see the cancel
+            peer.state.setdefault(CANCELLED_BY_CLIENT, set()).add(p.session_id)
         daemon.cancel(p.session_id)
         return {}  # dropped when sent as a notification (as ACP does); `{}` when sent as a request
 
@@ -296,16 +373,10 @@ def build_methods(daemon: Daemon) -> MethodTable:
 
     @adapter(models.LoadSessionParams)
     async def session_load(peer: Peer, p: models.LoadSessionParams) -> dict[str, Any]:
-        live = await daemon.live_session(p.session_id)
+        updates = await daemon.replay(p.session_id)
         attach(peer, daemon, p.session_id)
-        with gc_paused():
-            updates = [*(a for a in map(to_acp, history_updates(live.live)) if a)]
-            pending = pending_checkpoint(live.live)
-            if pending is not None:  # show it, so the editor knows the last turn waits on the user
-                updates.append(to_acp({"kind": "checkpoint", **pending}))
-            updates.append(session_info_update(live.title))
         await peer.send_messages(
-            jsonrpc.notification("session/update", {"sessionId": p.session_id, "update": u}) for u in updates
+            jsonrpc.notification("session/update", {"sessionId": p.session_id, "update": to_acp(u)}) for u in updates
         )
         return {}
 

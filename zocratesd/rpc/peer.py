@@ -1,29 +1,31 @@
-"""One JSON-RPC connection, both ways.
+"""One JSON-RPC connection, both ways: the I/O around `rpc.connection.Connection`.
 
 jsonrpcserver dispatches the requests that come in (method lookup, handler errors); it is
-server-only, so this layer owns what it cannot do (research/protocol.md section 3):
+server-only, so the peer owns what it cannot do (research/protocol.md section 3). The state of it
+(our pending requests and their `"z:<n>"` ids, the client's requests in flight, duplicate ids, the
+in-flight limit, `$/cancel_request`, -32800) is the sans-IO `Connection`, which the Python client
+uses too; this module performs what it decides, with anyio:
 
 - each inbound request runs in its own task, so a `session/prompt` that lasts a whole turn never
-  blocks the `session/cancel` behind it;
-- `$/cancel_request {requestId}` cancels that request's task, which is then answered with -32800
-  (LSP/ACP rule: a cancelled request still gets an answer, so client futures never leak);
-- our own requests to the client (`session/request_permission`) get ids `"z:<n>"`, which can never
-  collide with a client's, and wait in a pending table for the response;
+  blocks the `session/cancel` behind it; `$/cancel_request` cancels that task's scope;
+- our own requests to the client (`session/request_permission`) wait on an event until the
+  connection reports their answer, or fails them because the input ended; once it has ended, none
+  is sent (the other side could never answer it);
 - one writer at a time, one frame per message; once the connection is gone, sends are dropped
   silently (a turn whose client vanished still runs to the end and is persisted).
 
 Concurrency is structured: `run()` owns a task group; every request task lives in it, and the
-connection ends only when its requests have been answered or cancelled. `stop_reading()` (daemon
+connection ends only when its requests have been answered or cancelled, and then at once: with the
+input at its end and every request answered, nothing more can come. `stop_reading()` (daemon
 shutdown) ends the read loop but lets the requests in flight finish: a request is never cancelled
 halfway through a database write just because the daemon was asked to stop.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, Final, assert_never
 
 import anyio
 import anyio.abc
@@ -31,8 +33,22 @@ from jsonrpcserver.async_dispatcher import dispatch_request
 from jsonrpcserver.dispatcher import create_request, to_response
 from jsonrpcserver.response import to_serializable_one
 
+from zocratesd.logtext import escape_for_log
 from zocratesd.rpc import jsonrpc
-from zocratesd.rpc.framing import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameDecoder, FrameTooLarge, encode_message
+from zocratesd.rpc.connection import (
+    NEED_DATA,
+    CancelRequested,
+    Connection,
+    Event,
+    NotificationReceived,
+    OversizeFrame,
+    Rejected,
+    RequestId,
+    RequestReceived,
+    ResponseReceived,
+    UnexpectedResponse,
+)
+from zocratesd.rpc.framing import DEFAULT_MAX_FRAME_BYTES, encode_message
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +86,9 @@ class RemoteError(Exception):
         super().__init__(f"{error.get('code')}: {error.get('message')}")
 
 
-class _Pending:
+class _Waiter:
+    """What `request()` waits on; `response` stays None when the connection failed the request."""
+
     __slots__ = ("done", "response")
 
     def __init__(self) -> None:
@@ -91,18 +109,22 @@ class Peer:
         methods: dict[str, Handler],
         *,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_inflight_requests: int = MAX_INFLIGHT_REQUESTS,
         name: str = "peer",
     ):
         self.name = name
         self._stream = stream
         self._methods = methods
         self._notifications: frozenset[str] = getattr(methods, "notifications", frozenset())
-        self._max_frame_bytes = max_frame_bytes
         self._write_lock = anyio.Lock()
-        self._closed = False
-        self._ids = itertools.count(1)
-        self._pending: dict[str, _Pending] = {}
-        self._inflight: dict[int | str, anyio.CancelScope] = {}
+        # "z:<n>": our ids can never collide with the client's.
+        self._conn = Connection(id_prefix="z:", max_in_flight=max_inflight_requests, max_frame_bytes=max_frame_bytes)
+        self._waiters: dict[RequestId, _Waiter] = {}  # our pending requests, by the ids _conn minted
+        self._handlers: dict[RequestId, anyio.CancelScope] = {}  # the client's requests in flight
+        # The client's requests admitted but not yet answered on the wire, and an event set at each
+        # answer: once the input has ended and this is 0, nothing more can come (see run()).
+        self._unanswered = 0
+        self._answered = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
         self._reading = anyio.CancelScope()
         # Per-connection facts the handlers keep (e.g. initialize's client capabilities).
@@ -111,7 +133,12 @@ class Peer:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._conn.closed
+
+    @property
+    def input_closed(self) -> bool:
+        """Nothing more will be read from the other side: it can answer no request of ours."""
+        return self._conn.input_closed
 
     def abort(self) -> None:
         """Drop the connection now (a client that stopped reading): no more writes, reading stops,
@@ -123,11 +150,20 @@ class Peer:
         """Take no new messages (daemon shutdown); requests in flight still finish and answer."""
         self._reading.cancel()
 
+    def start_soon(self, fn: Callable[[], Coroutine[Any, Any, Any]], *, name: str) -> bool:
+        """Run `fn()` as a task of this connection (e.g. the ACP face's writer of session updates),
+        in the task group its requests run in: the connection ends only once the task has, so it
+        must end on its own. False, and nothing started, when the connection is not being served."""
+        if self._tg is None or self.closed:
+            return False
+        self._tg.start_soon(fn, name=name)
+        return True
+
     # --- sending ------------------------------------------------------------------------------
 
     async def send_message(self, message: dict[str, Any]) -> bool:
         """Write one message; False when the connection is gone (the message is dropped)."""
-        if self._closed:
+        if self._conn.closed:
             return False
         data = encode_message(message)
         async with self._write_lock:
@@ -143,7 +179,7 @@ class Peer:
         round trip per 6000 tiny notifications cost more than encoding them. The write lock is
         held for the whole batch, so nothing interleaves with it.
         """
-        if self._closed:
+        if self._conn.closed:
             return False
         async with self._write_lock:
             batch: list[bytes] = []
@@ -159,7 +195,7 @@ class Peer:
             return await self._write_locked(b"".join(batch)) if batch else True
 
     async def _write_locked(self, data: bytes) -> bool:
-        if self._closed:
+        if self._conn.closed:
             return False
         try:
             await self._stream.send(data)
@@ -168,54 +204,84 @@ class Peer:
             return False
         return True
 
-    async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        notify_cancel: Callable[[], bool] | None = None,
+    ) -> Any:
         """Send a request to the other side and wait for its result.
 
-        Raises RemoteError for an error answer, PeerClosed if the connection ends first. A caller
-        that is cancelled meanwhile sends `$/cancel_request` for it, as ACP's cascading cancel asks.
+        Raises RemoteError for an error answer, and PeerClosed at once when the other side's input
+        has ended (it can never answer) or when the connection ends before the answer.
+
+        A caller cancelled meanwhile gives the request up (its late answer is dropped) and tells
+        the other side with `$/cancel_request`, ACP's cascading cancel, unless `notify_cancel()`
+        (asked then) says False: where ACP ends a request by a mechanism of its own (after
+        `session/cancel` the client answers its `session/request_permission` itself), the notice
+        is redundant, and a client without the optional `$/cancel_request` may log it as an error.
         """
-        req_id = f"z:{next(self._ids)}"
-        slot = _Pending()
-        self._pending[req_id] = slot
+        if self._conn.input_closed:
+            state = "closed" if self._conn.closed else "input ended; it cannot answer"
+            raise PeerClosed(f"{self.name}: connection {state} ({method} not sent)")
+        outbound = self._conn.start_request(method, params)
+        waiter = _Waiter()
+        self._waiters[outbound.id] = waiter
         try:
-            if not await self.send_message(jsonrpc.request(req_id, method, params)):
+            if not await self.send_message(outbound.message):
                 raise PeerClosed(f"{self.name}: connection closed")
-            await slot.done.wait()
+            await waiter.done.wait()
         except BaseException:
-            if slot.response is None and not self._closed:
+            # None when there is nothing to cancel: answered meanwhile, or failed by a close.
+            notice = self._conn.cancel_request(outbound.id)
+            if notice is not None and (notify_cancel is None or notify_cancel()):
                 with anyio.CancelScope(shield=True):
-                    await self.notify("$/cancel_request", {"requestId": req_id})
+                    await self.send_message(notice)
             raise
         finally:
-            self._pending.pop(req_id, None)
-        if slot.response is None:
+            self._waiters.pop(outbound.id, None)
+        response = waiter.response
+        if response is None:
             raise PeerClosed(f"{self.name}: connection closed before {method} was answered")
-        if slot.response.error is not None:
-            raise RemoteError(slot.response.error)
-        return slot.response.result
+        if response.error is not None:
+            raise RemoteError(response.error)
+        return response.result
 
     # --- receiving ----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Serve the connection until the other side closes it; then let in-flight requests end."""
-        decoder = FrameDecoder(self._max_frame_bytes)
+        """Serve the connection until the other side ends its input (or stop_reading()); then let
+        the requests in flight end, and close it once each has been answered."""
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 eof = False
                 with self._reading:
-                    while not self._closed:
+                    while not self._conn.closed:
                         try:
                             data = await self._stream.receive(READ_CHUNK_BYTES)
                         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                             eof = True
                             break
-                        decoder.feed(data)
-                        await self._drain(decoder)
+                        if data:  # b"" would mean end of input to the connection
+                            self._conn.receive_data(data)
+                            await self._drain()
                 if eof:
-                    decoder.feed_eof()
-                    await self._drain(decoder)
-                self._fail_pending()
+                    self._conn.receive_data(b"")
+                    await self._drain()
+                # End of input, or stop_reading(): no answer to a request of ours can come now,
+                # and request() refuses to ask (a question nobody can answer must not hold a turn).
+                self._fail(self._conn.close_input())
+                # Nothing more can come once every request read has been answered: the client
+                # can send no more, and its answers (with the updates each request produced,
+                # written before it) are out. The connection is over then, even while a session
+                # it is attached to goes on streaming: closing lets its other end (the stdio
+                # pump, a script) finish instead of waiting on updates nobody asked for.
+                while self._unanswered:
+                    self._answered = anyio.Event()
+                    await self._answered.wait()
+                self._mark_closed()
         finally:
             self._mark_closed()
             with anyio.CancelScope(shield=True):
@@ -224,75 +290,54 @@ class Peer:
                 except Exception:  # pragma: no cover - closing a broken stream
                     pass
 
-    async def _drain(self, decoder: FrameDecoder) -> None:
+    async def _drain(self) -> None:
         while True:
-            event = decoder.next_event()
-            if event is NEED_DATA:
-                return
-            if isinstance(event, FrameTooLarge):
-                log.warning("%s: dropped a frame over %d bytes", self.name, event.limit)
-                await self.send_message(
-                    jsonrpc.error(
-                        jsonrpc.INVALID_REQUEST,
-                        None,
-                        data={"kind": "frame_too_large", "limit": event.limit},
-                    )
-                )
-                continue
-            assert isinstance(event, bytes)
             try:
-                await self._handle_message(jsonrpc.parse_frame(event))
+                event = self._conn.next_event()
+                if event is NEED_DATA:
+                    return
+                await self._handle_event(event)
             except Exception:
                 # A bug in handling one message must cost that message, not the connection.
                 log.exception("%s: failed to handle a message", self.name)
                 await self.send_message(jsonrpc.error(jsonrpc.INTERNAL_ERROR, None))
 
-    async def _handle_message(self, msg: jsonrpc.Message) -> None:
-        if isinstance(msg, jsonrpc.Invalid):
-            if msg.reply is not None:
-                await self.send_message(msg.reply)
-        elif isinstance(msg, jsonrpc.Response):
-            slot = self._pending.get(str(msg.id))
-            if slot is not None and slot.response is None:
-                slot.response = msg
-                slot.done.set()
-        elif isinstance(msg, jsonrpc.Notification):
-            if msg.method == "$/cancel_request":
-                target = msg.params.get("requestId")
-                if jsonrpc.valid_id(target):  # anything else names no request of ours: ignore it
-                    scope = self._inflight.get(target)
-                    if scope is not None:
-                        scope.cancel()
-            elif msg.method in self._notifications:
-                assert self._tg is not None
-                self._tg.start_soon(self._dispatch_notification, msg)
-            else:
-                # A request method sent without an id, or an unknown notification: JSON-RPC would
-                # run the former silently; we never act on what the client cannot see the
-                # outcome of (a `session/delete` must not vanish a session without an answer).
-                log.debug("%s: ignored notification %s", self.name, msg.method[:100])
-        else:
-            if msg.id in self._inflight:
-                # Answered with id null: the id's own answer is still to come, and a client must
-                # never see two answers for one id.
-                await self.send_message(
-                    jsonrpc.error(
-                        jsonrpc.INVALID_REQUEST, None,
-                        data={"kind": "duplicate_id", "id": msg.id, "detail": "this id is already in use by a request in flight"},
-                    )
-                )
-            elif len(self._inflight) >= MAX_INFLIGHT_REQUESTS:
-                await self.send_message(
-                    jsonrpc.error(
-                        jsonrpc.OVERLOADED, msg.id, "Overloaded",
-                        data={"kind": "overloaded", "limit": MAX_INFLIGHT_REQUESTS},
-                    )
-                )
-            else:
+    async def _handle_event(self, event: Event) -> None:
+        match event:
+            case RequestReceived(request=request):
                 scope = anyio.CancelScope()
-                self._inflight[msg.id] = scope
+                self._handlers[request.id] = scope
+                self._unanswered += 1
                 assert self._tg is not None
-                self._tg.start_soon(self._dispatch_request, msg, scope)
+                self._tg.start_soon(self._dispatch_request, request, scope)
+            case CancelRequested(request_id=request_id):
+                handler = self._handlers.get(request_id)
+                if handler is not None:
+                    handler.cancel()
+            case ResponseReceived(response=response):
+                waiter = self._waiters.get(response.id)
+                if waiter is not None:
+                    waiter.response = response
+                    waiter.done.set()
+            case UnexpectedResponse(response=response, late=late):
+                log.debug("%s: dropped %s answer to %s", self.name, "a late" if late else "an unknown",
+                          escape_for_log(repr(response.id), 100))
+            case NotificationReceived(notification=note):
+                if note.method in self._notifications:
+                    assert self._tg is not None
+                    self._tg.start_soon(self._dispatch_notification, note)
+                else:
+                    # A request method sent without an id, or an unknown notification: JSON-RPC
+                    # would run the former silently; we never act on what the client cannot see
+                    # the outcome of (a `session/delete` must not vanish a session without an answer).
+                    log.debug("%s: ignored notification %s", self.name, escape_for_log(note.method, 100))
+            case Rejected(reply=reply):
+                await self.send_message(reply)
+            case OversizeFrame(limit=limit, reply=reply):
+                log.warning("%s: dropped a frame over %d bytes", self.name, limit)
+                await self.send_message(reply)
+            case _:
+                assert_never(event)
 
     async def _dispatch(self, payload: dict[str, Any]) -> dict[str, Any] | None:
         """Run one handler through jsonrpcserver (lookup, arity check, error mapping).
@@ -305,33 +350,39 @@ class Peer:
         request, result = await dispatch_request(self._methods, self, create_request(payload))
         if "id" not in payload:
             return None  # a notification: its result or error is dropped, as JSON-RPC says
-        return to_serializable_one(to_response(request, result))  # type: ignore[no-any-return]
+        reply = to_serializable_one(to_response(request, result))
+        return reply if isinstance(reply, dict) else None  # one request: always one object
 
     async def _dispatch_request(self, msg: jsonrpc.Request, scope: anyio.CancelScope) -> None:
         reply: dict[str, Any] | None = None
         try:
-            with scope:
-                reply = await self._dispatch(
-                    {"jsonrpc": "2.0", "id": msg.id, "method": msg.method, "params": msg.params}
-                )
+            try:
+                with scope:
+                    reply = await self._dispatch(
+                        {"jsonrpc": "2.0", "id": msg.id, "method": msg.method, "params": msg.params}
+                    )
+            finally:
+                self._handlers.pop(msg.id, None)
+                answer = self._conn.finish_request(msg.id, reply, cancelled=scope.cancelled_caught)
+            await self.send_message(answer)
         finally:
-            self._inflight.pop(msg.id, None)
-        if scope.cancelled_caught or reply is None:
-            reply = jsonrpc.error(jsonrpc.REQUEST_CANCELLED, msg.id)
-        await self.send_message(jsonrpc.normalise_error(reply))
+            self._unanswered -= 1
+            self._answered.set()
 
     async def _dispatch_notification(self, msg: jsonrpc.Notification) -> None:
         await self._dispatch({"jsonrpc": "2.0", "method": msg.method, "params": msg.params})
 
-    def _fail_pending(self) -> None:
-        for slot in self._pending.values():
-            slot.done.set()  # response stays None: request() raises PeerClosed
+    def _fail(self, request_ids: list[RequestId]) -> None:
+        """Wake the callers of requests the connection failed; request() raises PeerClosed."""
+        for request_id in request_ids:
+            waiter = self._waiters.get(request_id)
+            if waiter is not None:
+                waiter.done.set()  # response stays None
 
     def _mark_closed(self) -> None:
-        if self._closed:
+        if self._conn.closed:
             return
-        self._closed = True
-        self._fail_pending()
+        self._fail(self._conn.close())
         for cb in self.on_close:
             try:
                 cb()

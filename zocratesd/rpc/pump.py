@@ -12,7 +12,11 @@ first `initialize` answer must arrive within 150 ms when the daemon is already u
   and we wait for it to be ready. Two editors starting at once are fine: the second daemon loses
   the instance lock and exits, and both pumps connect to the winner.
 - stdin EOF half-closes the socket (SHUT_WR); whatever the daemon still sends is forwarded, and
-  the pump exits 0 when the daemon closes its side.
+  the pump exits 0 when the daemon closes its side. That is when nothing more can come: the editor
+  can send nothing, and the daemon closes a connection whose input has ended as soon as it has
+  answered every request read from it (rpc/peer.py), never asking it anything meanwhile (it could
+  not answer: a research checkpoint then ends its turn `cancelled`, the checkpoint left pending).
+  The pump parses nothing to know this; only the daemon knows what it still owes.
 - If the daemon goes away while the editor still talks, the pump says so on stderr and exits 1,
   so the editor shows an error instead of hanging.
 - stdout carries frames only; every message of ours goes to stderr.
@@ -35,6 +39,9 @@ from zocratesd import locations
 START_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.02
 CHUNK_BYTES = 256 * 1024
+# How much of the log's end to search for the reason a daemon we started gave for exiting: its
+# last lines, not a rotated-in history.
+START_FAILURE_READ_BYTES = 64 * 1024
 
 
 class PumpError(Exception):
@@ -58,7 +65,12 @@ def _start_daemon(data_dir: Path, serve_args: list[str]) -> subprocess.Popen[byt
     cmd = [sys.executable, "-m", "zocratesd", "serve", "--zotero-data-dir", str(data_dir), *serve_args]
     state = locations.state_dir(data_dir)
     locations.ensure_private_dir(state)
-    log_fd = os.open(state / locations.LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    log = state / locations.LOG_NAME
+    try:
+        # O_NOFOLLOW: the log is ours; a symbolic link in its place must not send the daemon's stderr elsewhere.
+        log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise PumpError(f"cannot open the daemon's log {log}: {exc.strerror}") from None
     try:
         return subprocess.Popen(
             cmd,
@@ -68,6 +80,8 @@ def _start_daemon(data_dir: Path, serve_args: list[str]) -> subprocess.Popen[byt
             start_new_session=True,
             close_fds=True,
         )
+    except OSError as exc:
+        raise PumpError(f"cannot start {sys.executable} -m zocratesd serve: {exc.strerror or exc}") from None
     finally:
         os.close(log_fd)
 
@@ -128,6 +142,8 @@ def connect_to_daemon(data_dir: Path, *, start: bool = True, serve_args: list[st
     if not start:
         raise PumpError(f"no zocratesd is running for {data_dir}")
     proc = None
+    log = locations.state_dir(data_dir) / locations.LOG_NAME
+    log_start = _file_size(log)
     if not locations.lock_is_held(locations.state_dir(data_dir) / locations.LOCK_NAME):
         proc = _start_daemon(data_dir, serve_args or [])
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -141,10 +157,32 @@ def connect_to_daemon(data_dir: Path, *, start: bool = True, serve_args: list[st
         if proc is not None and proc.poll() is not None and not locations.lock_is_held(
             locations.state_dir(data_dir) / locations.LOCK_NAME
         ):
-            log = locations.state_dir(data_dir) / locations.LOG_NAME
-            raise PumpError(f"zocratesd exited with status {proc.returncode} while starting; see {log}")
+            reason = _start_failure_reason(log, log_start)
+            raise PumpError(f"zocratesd exited with status {proc.returncode} while starting{reason}; see {log}")
         time.sleep(POLL_INTERVAL_S)
     raise PumpError(f"zocratesd did not become ready within {START_TIMEOUT_S:.0f} s")
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _start_failure_reason(log: Path, since: int) -> str:
+    """`: <why>` when a daemon we started said why it could not (its one `zocratesd: ...` line on
+    stderr, which goes to its log), else ''. Read from where the log ended before the start."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(since, _file_size(log) - START_FAILURE_READ_BYTES))
+            tail = f.read(START_FAILURE_READ_BYTES).decode(errors="replace")
+    except OSError:
+        return ""
+    said = [line.removeprefix("zocratesd: ") for line in tail.splitlines() if line.startswith("zocratesd: ")]
+    if not said:
+        return ""
+    return ": " + "".join(c if c.isprintable() else "?" for c in said[-1])  # the terminal sees only text
 
 
 def _write_all(fd: int, data: bytes) -> None:

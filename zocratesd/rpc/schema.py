@@ -33,8 +33,8 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema
 
-from zocratesd.rpc.models import METHODS, NOTIFICATIONS
 from zocratesd.locations import PROTOCOL_VERSION
+from zocratesd.rpc.models import METHODS, NOTIFICATIONS
 
 JSON_SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 INDEX_NAME: Final = "index.json"

@@ -7,19 +7,9 @@
             print(info.session_id, info.title)
 
 Importing it is light: the standard library, anyio, and the daemon's sans-IO wire code
-(`zocratesd.locations`, `zocratesd.rpc.framing`, `zocratesd.rpc.jsonrpc`, `zocratesd.rpc.pump`) -
-never ADK, pydantic or the daemon core.
+(`zocratesd.locations`, `zocratesd.rpc.framing`, `zocratesd.rpc.jsonrpc`, `zocratesd.rpc.connection`,
+`zocratesd.rpc.pump`) - never ADK, pydantic or the daemon core.
 """
-
-from zocratesd import __version__
-from zocratesd.rpc.jsonrpc import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    METHOD_NOT_FOUND,
-    REQUEST_CANCELLED,
-    RESOURCE_NOT_FOUND,
-    SESSION_BUSY,
-)
 
 from zocrates_client._errors import (
     ConnectError,
@@ -42,6 +32,15 @@ from zocrates_client._types import (
     Update,
 )
 from zocrates_client.client import DEFAULT_UPDATES_BUFFER, Client, Updates, connect
+from zocratesd import __version__
+from zocratesd.rpc.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    REQUEST_CANCELLED,
+    RESOURCE_NOT_FOUND,
+    SESSION_BUSY,
+)
 
 __all__ = [
     "DEFAULT_UPDATES_BUFFER",

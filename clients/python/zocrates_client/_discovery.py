@@ -16,10 +16,9 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from zocrates_client._errors import ConnectError, DaemonNotRunning
 from zocratesd import locations
 from zocratesd.rpc import pump
-
-from zocrates_client._errors import ConnectError, DaemonNotRunning
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +92,8 @@ async def open_endpoint(
         raise ConnectError(f"could not start zocratesd for {resolved}: {exc}") from None
     info = locations.live_daemon(resolved)
     if info is None:
-        raise ConnectError(f"zocratesd for {resolved} exited right after it started; see {locations.state_dir(resolved) / locations.LOG_NAME}")
+        log_file = locations.state_dir(resolved) / locations.LOG_NAME
+        raise ConnectError(f"zocratesd for {resolved} exited right after it started; see {log_file}")
     try:
         return Endpoint(await _connect_unix(info.socket), info.socket, resolved)
     except OSError as exc:

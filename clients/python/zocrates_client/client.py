@@ -11,7 +11,9 @@ Contract:
   sends us. Leaving the `async with` block fails calls still pending in other tasks with
   `ConnectionLost`, ends subscriptions, cancels those tasks and closes the socket; an exception
   raised in the block comes out of it unchanged (never wrapped in an ExceptionGroup, on trio either).
-- Requests get ids minted by the client and wait in a pending table. An error answer raises
+- The wire state (ids, the pending table, requests in flight, `$/cancel_request`) is the daemon's own
+  sans-IO `zocratesd.rpc.connection.Connection`; this module is the anyio I/O around it.
+- Requests get integer ids minted by the client and wait in a pending table. An error answer raises
   `RpcError`; a connection that ends first fails every pending call, and every later one, with
   `ConnectionLost`. A call cancelled by its caller sends `$/cancel_request` for it (ACP's cascading
   cancel) and its late answer is ignored.
@@ -28,7 +30,6 @@ Contract:
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import socket
@@ -36,18 +37,13 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 from anyio.abc import SocketAttribute
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-
-from zocratesd import __version__
-from zocratesd.rpc import jsonrpc
-from zocratesd.rpc.framing import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameDecoder, FrameTooLarge, encode_message
-from zocratesd.locations import PROTOCOL_VERSION
 
 from zocrates_client._discovery import open_endpoint
 from zocrates_client._errors import ConnectionLost, MessageTooLarge, RpcError, UpdatesOverflow
@@ -60,6 +56,22 @@ from zocrates_client._types import (
     UiSession,
     Update,
 )
+from zocratesd import __version__
+from zocratesd.locations import PROTOCOL_VERSION
+from zocratesd.rpc import jsonrpc
+from zocratesd.rpc.connection import (
+    CancelRequested,
+    Connection,
+    NeedData,
+    NotificationReceived,
+    OversizeFrame,
+    Rejected,
+    RequestId,
+    RequestReceived,
+    ResponseReceived,
+    UnexpectedResponse,
+)
+from zocratesd.rpc.framing import DEFAULT_MAX_FRAME_BYTES, encode_message
 
 log = logging.getLogger("zocrates_client")
 
@@ -90,7 +102,9 @@ _wait_readable = getattr(anyio, "wait_readable", None) or anyio.wait_socket_read
 CLIENT_CAPABILITIES: Final[dict[str, Any]] = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
 
 
-class _Pending:
+class _Waiter:
+    """What a call waits on; `response` stays None when the connection ended first."""
+
     __slots__ = ("done", "response")
 
     def __init__(self) -> None:
@@ -193,14 +207,15 @@ class Client:
         self._stream = stream
         self._sock: socket.socket = stream.extra(SocketAttribute.raw_socket)
         self._on_request = on_request
-        self._max_frame_bytes = max_frame_bytes
-        self._ids = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
+        # Integer ids (no prefix); the daemon's are "z:<n>". The daemon is trusted not to flood us
+        # with requests, so no in-flight limit.
+        self._conn = Connection(max_frame_bytes=max_frame_bytes)
+        self._waiters: dict[RequestId, _Waiter] = {}  # our pending calls, by the ids _conn minted
         # Replays being collected: request id -> (session id, the updates so far). An entry is
         # removed by the reader when the answer arrives, so a replay ends exactly at its answer.
-        self._replays: dict[int, tuple[str, list[Update]]] = {}
+        self._replays: dict[RequestId, tuple[str, list[Update]]] = {}
         self._subscriptions: set[Updates] = set()
-        self._serving: dict[int | str, anyio.CancelScope] = {}
+        self._handlers: dict[RequestId, anyio.CancelScope] = {}  # the daemon's requests in flight
         out: tuple[MemoryObjectSendStream[bytes], MemoryObjectReceiveStream[bytes]]
         out = anyio.create_memory_object_stream[bytes](OUTGOING_QUEUE_FRAMES)
         self._out_send, self._out_recv = out
@@ -322,29 +337,36 @@ class Client:
     ) -> Any:
         if self._end_reason is not None:
             raise ConnectionLost(self._end_reason)
-        req_id = next(self._ids)
-        data = self._encode(jsonrpc.request(req_id, method, params))
-        slot = _Pending()
-        self._pending[req_id] = slot
+        outbound = self._conn.start_request(method, params)
+        try:
+            data = self._encode(outbound.message)
+        except BaseException:
+            self._conn.discard_request(outbound.id)  # never sent: nothing to cancel
+            raise
+        req_id = outbound.id
+        waiter = _Waiter()
+        self._waiters[req_id] = waiter
         if replay is not None:
             self._replays[req_id] = replay
         try:
             await self._send(data)
-            await slot.done.wait()
+            await waiter.done.wait()
         except BaseException:
-            if slot.response is None and self._end_reason is None:
+            # None when there is nothing to cancel: answered meanwhile, or the connection ended.
+            notice = self._conn.cancel_request(req_id)
+            if notice is not None:
                 # Cancelled by our caller: tell the daemon to stop working on it. Best effort and
                 # without waiting (a cancelled task must not block); the daemon answers -32800 and
-                # the answer is dropped because the id is no longer pending.
+                # the connection reports that late answer as unexpected, so it is dropped.
                 try:
-                    self._out_send.send_nowait(self._encode(jsonrpc.notification("$/cancel_request", {"requestId": req_id})))
+                    self._out_send.send_nowait(self._encode(notice))
                 except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pass
             raise
         finally:
-            self._pending.pop(req_id, None)
+            self._waiters.pop(req_id, None)
             self._replays.pop(req_id, None)
-        response = slot.response
+        response = waiter.response
         if response is None:
             raise ConnectionLost(f"{self._end_reason or 'the connection ended'} before {method} was answered")
         if response.error is not None:
@@ -383,7 +405,6 @@ class Client:
                 await _wait_readable(self._sock)
 
     async def _read_loop(self) -> None:
-        decoder = FrameDecoder(self._max_frame_bytes)
         reason = "zocratesd closed the connection"
         while self._end_reason is None:
             try:
@@ -396,67 +417,61 @@ class Client:
                 reason = f"the connection to zocratesd broke ({exc or type(exc).__name__})"
                 break
             if not data:
-                decoder.feed_eof()
-                self._drain(decoder)
+                self._conn.receive_data(b"")  # end of input: a last line without "\n" still counts
+                self._drain()
                 break
-            decoder.feed(data)
-            if not self._drain(decoder):
+            self._conn.receive_data(data)
+            if not self._drain():
                 reason = (
-                    f"zocratesd sent a message over the client's {self._max_frame_bytes}-byte frame cap; "
+                    f"zocratesd sent a message over the client's {self._conn.max_frame_bytes}-byte frame cap; "
                     "it could not be matched to its call (raise max_frame_bytes in connect())"
                 )
                 break
         self._end(reason, lost=True)
 
-    def _drain(self, decoder: FrameDecoder) -> bool:
-        """Handle every complete frame; False when a frame was over the cap (the stream is unusable)."""
+    def _drain(self) -> bool:
+        """Act on every complete frame; False when a frame was over the cap (the stream is unusable)."""
         while True:
-            event = decoder.next_event()
-            if event is NEED_DATA:
-                return True
-            if isinstance(event, FrameTooLarge):
-                return False
-            assert isinstance(event, bytes)
-            self._handle(jsonrpc.parse_frame(event))
-
-    def _handle(self, msg: jsonrpc.Message) -> None:
-        if isinstance(msg, jsonrpc.Response):
-            if isinstance(msg.id, int):
-                self._replays.pop(msg.id, None)
-                slot = self._pending.get(msg.id)
-                if slot is not None and slot.response is None:
-                    slot.response = msg
-                    slot.done.set()
-            # Any other id is an answer to a call cancelled meanwhile, or not ours: dropped.
-        elif isinstance(msg, jsonrpc.Notification):
-            if msg.method == "session/update":
-                self._deliver_update(msg.params)
-            elif msg.method == "$/cancel_request":
-                target = msg.params.get("requestId")
-                # Anything but a valid id names no request of ours (and may not even be hashable).
-                scope = self._serving.get(target) if isinstance(target, (int, str)) and not isinstance(target, bool) else None
-                if scope is not None:
-                    scope.cancel()
-            else:
-                log.debug("ignored notification %s", msg.method)
-        elif isinstance(msg, jsonrpc.Request):
-            assert self._tg is not None
-            if msg.id in self._serving:
-                self._reply_soon(jsonrpc.error(jsonrpc.INVALID_REQUEST, msg.id, data="this id is already in use by a request in flight"))
-            elif self._on_request is None:
-                self._reply_soon(
-                    jsonrpc.error(
-                        jsonrpc.METHOD_NOT_FOUND, msg.id,
-                        data={"kind": "method_not_found", "message": f"this client does not handle {msg.method}"},
-                    )
-                )
-            else:
-                scope = anyio.CancelScope()
-                self._serving[msg.id] = scope
-                self._tg.start_soon(self._serve_request, self._on_request, msg, scope)
-        elif msg.reply is not None:
-            # A frame we cannot act on; answer it as JSON-RPC asks (it carries the frame's id if any).
-            self._reply_soon(msg.reply)
+            event = self._conn.next_event()
+            match event:
+                case NeedData():
+                    return True
+                case OversizeFrame():
+                    return False
+                case ResponseReceived(response=response):
+                    self._replays.pop(response.id, None)
+                    waiter = self._waiters.get(response.id)
+                    if waiter is not None:
+                        waiter.response = response
+                        waiter.done.set()
+                case UnexpectedResponse():
+                    pass  # an answer to a call cancelled meanwhile, or not ours: dropped
+                case NotificationReceived(notification=note):
+                    if note.method == "session/update":
+                        self._deliver_update(note.params)
+                    else:
+                        log.debug("ignored notification %s", note.method)
+                case CancelRequested(request_id=request_id):
+                    handler = self._handlers.get(request_id)
+                    if handler is not None:
+                        handler.cancel()
+                case RequestReceived(request=request):
+                    if self._on_request is None:
+                        reply = jsonrpc.error(
+                            jsonrpc.METHOD_NOT_FOUND, request.id,
+                            data={"kind": "method_not_found", "message": f"this client does not handle {request.method}"},
+                        )
+                        self._reply_soon(self._conn.finish_request(request.id, reply))
+                    else:
+                        scope = anyio.CancelScope()
+                        self._handlers[request.id] = scope
+                        assert self._tg is not None
+                        self._tg.start_soon(self._serve_request, self._on_request, request, scope)
+                case Rejected(reply=reply):
+                    # A frame we cannot act on, a duplicate id: answered as the connection decided.
+                    self._reply_soon(reply)
+                case _:
+                    assert_never(event)
 
     def _deliver_update(self, params: dict[str, Any]) -> None:
         session_id, update = params.get("sessionId"), params.get("update")
@@ -497,11 +512,10 @@ class Client:
                         data={"kind": "internal", "message": f"{type(exc).__name__}: {exc}"},
                     )
         finally:
-            self._serving.pop(msg.id, None)
-        if scope.cancelled_caught or reply is None:
-            reply = jsonrpc.error(jsonrpc.REQUEST_CANCELLED, msg.id)
+            self._handlers.pop(msg.id, None)
+            answer = self._conn.finish_request(msg.id, reply, cancelled=scope.cancelled_caught)
         try:
-            data = self._encode(reply)
+            data = self._encode(answer)
         except (TypeError, ValueError, MessageTooLarge) as exc:
             log.error("the result of %s cannot be sent: %s", msg.method, exc)
             data = encode_message(
@@ -523,11 +537,13 @@ class Client:
         if lost:
             log.warning("%s", reason)
         self._out_send.close()
-        for slot in self._pending.values():
-            slot.done.set()  # response stays None: the caller raises ConnectionLost
+        for request_id in self._conn.close():
+            waiter = self._waiters.get(request_id)
+            if waiter is not None:
+                waiter.done.set()  # response stays None: the caller raises ConnectionLost
         for sub in list(self._subscriptions):
             sub._finish(self._end_error_spec())
-        for scope in self._serving.values():
+        for scope in self._handlers.values():
             scope.cancel()
 
 

@@ -397,7 +397,7 @@ def test_importing_the_client_stays_light() -> None:
     code = (
         "import sys, zocrates_client, zocrates_client.cli\n"
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('google', 'pydantic', 'jsonrpcserver', 'trio')"
-        " or m.startswith(('zocratesd.core.daemon', 'zocratesd.store', 'zocratesd.process.boot'))]\n"
+        " or m.startswith(('zocratesd.core.daemon', 'zocratesd.store', 'zocratesd.process'))]\n"
         "print(heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)

@@ -9,7 +9,6 @@ from typing import Any
 import anyio
 import pytest
 from jsonrpcserver import JsonRpcError, Success
-
 from memstream import MemoryByteStream, pipe
 
 from zocratesd.rpc import peer as peer_mod
@@ -174,19 +173,25 @@ async def test_duplicate_in_flight_id_is_refused(conn: Any) -> None:
     assert (await c.recv())["error"]["code"] == -32800
 
 
-async def test_too_many_requests_in_flight_are_refused(conn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    c, _, _ = conn
-    monkeypatch.setattr(peer_mod, "MAX_INFLIGHT_REQUESTS", 3)
-    for i in range(3):
-        await c.send({"jsonrpc": "2.0", "id": i, "method": "slow"})
-    await c.send({"jsonrpc": "2.0", "id": 99, "method": "echo"})
-    r = await c.recv()
-    assert r["id"] == 99 and r["error"]["code"] == 1002 and r["error"]["data"]["kind"] == "overloaded"
-    for i in range(3):
-        await c.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": i}})
-    assert sorted([(await c.recv())["id"] for _ in range(3)]) == [0, 1, 2]
-    await c.send({"jsonrpc": "2.0", "id": 100, "method": "echo"})
-    assert (await c.recv())["id"] == 100
+async def test_too_many_requests_in_flight_are_refused() -> None:
+    assert peer_mod.MAX_INFLIGHT_REQUESTS == 256  # the limit protocol/README.md states
+    server_end, client_end = pipe()
+    p = Peer(server_end, methods([]), max_inflight_requests=3, name="t")
+    c = Client(client_end)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(p.run)
+        for i in range(3):
+            await c.send({"jsonrpc": "2.0", "id": i, "method": "slow"})
+        await c.send({"jsonrpc": "2.0", "id": 99, "method": "echo"})
+        r = await c.recv()
+        assert r["id"] == 99 and r["error"]["code"] == 1002 and r["error"]["data"] == {"kind": "overloaded", "limit": 3}
+        for i in range(3):
+            await c.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": i}})
+        assert sorted([(await c.recv())["id"] for _ in range(3)]) == [0, 1, 2]
+        await c.send({"jsonrpc": "2.0", "id": 100, "method": "echo"})
+        assert (await c.recv())["id"] == 100
+        await client_end.send_eof()
+    assert p.closed
 
 
 async def test_half_close_still_delivers_answers_in_flight() -> None:
@@ -224,3 +229,97 @@ async def test_cancel_with_an_unusable_request_id_is_ignored(conn: Any) -> None:
         await c.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": bad}})
     await c.send({"jsonrpc": "2.0", "id": 1, "method": "echo"})
     assert (await c.recv()) == {"jsonrpc": "2.0", "result": {}, "id": 1}
+
+
+# --- a client whose input has ended (issue 16) ---------------------------------------------------
+
+
+async def test_nothing_is_asked_of_a_client_whose_input_has_ended() -> None:
+    """It can never answer: the request fails at once instead of waiting (a checkpoint once held
+    its session for the whole answer timeout), and nothing is sent but the handler's answer."""
+    server_end, client_end = pipe()
+
+    async def ask_later(peer: Peer, /, **params: Any) -> Any:
+        while not peer.input_closed:  # a turn reaching its checkpoint after the client's EOF
+            await anyio.sleep(0.01)
+        with anyio.fail_after(1):
+            try:
+                await peer.request("session/request_permission", {"sessionId": "s"})
+            except PeerClosed as exc:
+                return Success({"refused": str(exc)})
+        return Success("answered?")
+
+    p = Peer(server_end, MethodTable({"ask_later": ask_later}), name="t")
+    c = Client(client_end)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(p.run)
+        await c.send({"jsonrpc": "2.0", "id": 1, "method": "ask_later"})
+        await client_end.send_eof()
+        reply = await c.recv()  # the first thing sent: no session/request_permission before it
+    assert reply["id"] == 1 and "cannot answer" in reply["result"]["refused"]
+    assert p.closed
+    with pytest.raises(anyio.EndOfStream):  # nothing was sent after the answer
+        await client_end.receive()
+
+
+async def test_the_connection_ends_once_every_request_is_answered_after_the_input_ends() -> None:
+    """Nothing more can come: a task still streaming to the client (a session feed) is stopped by
+    the close, and the other end sees the end of the stream right after its last answer."""
+    server_end, client_end = pipe()
+    stop = anyio.Event()
+    streamed: list[int] = []
+
+    async def watch(peer: Peer, /, **params: Any) -> Any:
+        async def stream() -> None:
+            n = 0
+            while not stop.is_set():  # ends only when the connection closes
+                await peer.notify("tick", {"n": n})
+                streamed.append(n)
+                n += 1
+                await anyio.sleep(0.01)
+
+        peer.on_close.append(stop.set)
+        peer.start_soon(stream, name="ticks")
+        return Success("watching")
+
+    async def slow(peer: Peer, /, **params: Any) -> Any:
+        await anyio.sleep(0.3)
+        return Success("slow done")
+
+    p = Peer(server_end, MethodTable({"watch": watch, "slow": slow}), name="t")
+    c = Client(client_end)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(p.run)
+        await c.send({"jsonrpc": "2.0", "id": 1, "method": "watch"})
+        await c.send({"jsonrpc": "2.0", "id": 2, "method": "slow"})
+        await client_end.send_eof()
+        answers: list[Any] = []
+        with anyio.fail_after(5):
+            while len(answers) < 2:
+                msg = await c.recv()
+                if "id" in msg:
+                    answers.append(msg["id"])
+            while not p.closed:
+                await anyio.sleep(0.01)
+    assert answers == [1, 2]
+    assert stop.is_set() and streamed  # it streamed until the last answer, then stopped
+
+
+async def test_a_request_given_up_without_notice_has_its_late_answer_dropped(conn: Any) -> None:
+    """`notify_cancel` False: the caller gives up without `$/cancel_request` (ACP: after
+    session/cancel the client answers its own session/request_permission `cancelled`)."""
+    c, _, p = conn
+    outcome: list[str] = []
+
+    async def ask() -> None:
+        with anyio.move_on_after(0.2):
+            await p.request("session/request_permission", {"q": 1}, notify_cancel=lambda: False)
+        outcome.append("gave up")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask)
+        req = await c.recv()
+    assert outcome == ["gave up"]
+    await c.send({"jsonrpc": "2.0", "id": req["id"], "result": {"outcome": {"outcome": "cancelled"}}})
+    await c.send({"jsonrpc": "2.0", "id": 7, "method": "echo"})
+    assert await c.recv() == {"jsonrpc": "2.0", "result": {}, "id": 7}  # no $/cancel_request before it

@@ -18,9 +18,8 @@ from typing import Any
 
 import anyio
 import pytest
-from jsonschema import Draft202012Validator, validators
-
 from adkevents import append_all, call, research_chat, text
+from jsonschema import Draft202012Validator, validators
 from memstream import MemoryByteStream, pipe
 
 from zocratesd.rpc import models, schema
@@ -395,7 +394,7 @@ async def test_real_answers_match_the_schemas_and_models(live: Any, schemas: dic
         text("user", "inv-3", "Deep search, please."),
         call("inv-3", "ri-1", "adk_request_input", {"message": "Extend?", "payload": {"offer": {"rounds": 3}}}),
     ]
-    await append_all(daemon._service, sid, history)  # written through ADK, as a turn would
+    await append_all(daemon.db.service, sid, history)  # written through ADK, as a turn would
 
     listed, _ = await ok("session/list", {"cwd": "/elsewhere"})
     assert [s["cwd"] for s in listed["sessions"]] == ["/home/u/papers", str(daemon.data_dir)]

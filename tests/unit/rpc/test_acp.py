@@ -1,0 +1,540 @@
+"""The ACP face (rpc/acp.py) over a real core `Daemon`, through real Peers on in-memory streams.
+
+The test plays the editor: it sends requests and notifications, reads `session/update`s, and
+answers the daemon's own `session/request_permission`. The daemon runs the offline model on a small
+passage library with a research budget of one round, so a question of two aspects reaches a
+checkpoint. `prompt_input` (ACP prompt blocks -> text and Zotero context) is tested on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+from memstream import MemoryByteStream, pipe
+
+from zocratesd.config import ZocratesConfig
+from zocratesd.core.context import PromptContext
+from zocratesd.core.daemon import LIBRARY_PASSAGES_FILE, Daemon
+from zocratesd.engine.retrieval import Hit, Scope
+from zocratesd.errors import InvalidInput
+from zocratesd.locations import PROTOCOL_VERSION
+from zocratesd.rpc import models
+from zocratesd.rpc.acp import build_methods, prompt_input
+from zocratesd.rpc.peer import MethodTable, Peer
+
+pytestmark = pytest.mark.anyio
+
+Json = dict[str, Any]
+
+PASSAGES = [
+    {"item_key": "LEWIS202", "title": "Retrieval-Augmented Generation", "year": 2020,
+     "text": "RAG combines parametric and non-parametric memory."},
+    {"item_key": "GAOHYDE1", "title": "HyDE", "year": 2022,
+     "text": "HyDE writes a hypothetical document and embeds it to retrieve real ones."},
+    {"item_key": "KARPDPR1", "title": "Dense Passage Retrieval", "year": 2020,
+     "text": "DPR encodes questions and passages with two BERT encoders."},
+]
+TWO = "What does RAG combine? How does HyDE retrieve?"  # two aspects, one round: a checkpoint
+EXTENSIONS = [
+    "_zocrates/chat/resume",
+    "_zocrates/library/status",
+    "_zocrates/session/get",
+    "_zocrates/session/rename",
+    "_zocrates/session/rewind",
+    "_zocrates/storage/maintenance",
+    "_zocrates/storage/stats",
+]
+EXTEND = {"outcome": {"outcome": "selected", "optionId": "extend"}}
+SYNTHESIZE = {"outcome": {"outcome": "selected", "optionId": "synthesize"}}
+CANCELLED = {"outcome": {"outcome": "cancelled"}}
+
+# What the client does with a request from the daemon: the reply to send, or None for none.
+OnRequest = Callable[[Json], Awaitable[Json | None]]
+
+
+class Client:
+    """An editor's end of one connection."""
+
+    def __init__(self, stream: MemoryByteStream) -> None:
+        self.stream, self.buf, self.ids = stream, b"", 0
+        self.on_request: OnRequest | None = None
+        self.pending: list[Json] = []  # read while waiting for something else
+
+    async def send(self, message: Json) -> None:
+        await self.stream.send(json.dumps(message).encode() + b"\n")
+
+    async def recv(self) -> Json:
+        if self.pending:
+            return self.pending.pop(0)
+        with anyio.fail_after(15):
+            while b"\n" not in self.buf:
+                self.buf += await self.stream.receive()
+        line, _, self.buf = self.buf.partition(b"\n")
+        message: Json = json.loads(line)
+        return message
+
+    async def request(self, method: str, params: Json) -> int:
+        self.ids += 1
+        await self.send({"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params})
+        return self.ids
+
+    async def notify(self, method: str, params: Json) -> None:
+        await self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def reply(self, request_id: int) -> tuple[Json, list[Json]]:
+        """The answer to one of our requests, and every message that came before it (the daemon's
+        requests included, answered by `on_request` as they come)."""
+        before: list[Json] = []
+        while True:
+            msg = await self.recv()
+            if "method" not in msg and msg.get("id") == request_id:
+                return msg, before
+            before.append(msg)
+            if "method" in msg and "id" in msg:
+                assert self.on_request is not None, f"unexpected request from the daemon: {msg}"
+                answer = await self.on_request(msg)
+                if answer is not None:
+                    await self.send({"jsonrpc": "2.0", "id": msg["id"], **answer})
+
+    async def call(self, method: str, params: Json) -> tuple[Json, list[Json]]:
+        return await self.reply(await self.request(method, params))
+
+    async def result(self, method: str, params: Json) -> Any:
+        reply, _ = await self.call(method, params)
+        assert "error" not in reply, reply
+        return reply["result"]
+
+    async def error(self, method: str, params: Json) -> Json:
+        reply, _ = await self.call(method, params)
+        assert "error" in reply, reply
+        error: Json = reply["error"]
+        return error
+
+    async def until(self, kind: str) -> list[Json]:
+        """The updates that arrive up to the first of `kind` (for a connection that only watches)."""
+        seen: list[Json] = []
+        while True:
+            msg = await self.recv()
+            if msg.get("method") == "session/update":
+                seen.append(msg["params"]["update"])
+                if seen[-1]["sessionUpdate"] == kind:
+                    return seen
+
+
+class World:
+    def __init__(self, daemon: Daemon, methods: MethodTable, tg: anyio.abc.TaskGroup) -> None:
+        self.daemon, self.methods, self.tg = daemon, methods, tg
+
+    def connect(self, name: str = "editor") -> tuple[Client, Peer]:
+        server_end, client_end = pipe()
+        peer = Peer(server_end, self.methods, name=name)
+        self.tg.start_soon(peer.run)
+        return Client(client_end), peer
+
+    async def session(self, client: Client, **meta: Any) -> str:
+        params: Json = {"cwd": "/home/u/papers", "mcpServers": []}
+        if meta:
+            params["_meta"] = {"zocrates": meta}
+        return str((await client.result("session/new", params))["sessionId"])
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    state = tmp_path / "zocrates-data"
+    state.mkdir()
+    (state / LIBRARY_PASSAGES_FILE).write_text("".join(json.dumps(p) + "\n" for p in PASSAGES), encoding="utf-8")
+    daemon = Daemon(tmp_path, ZocratesConfig(research={"initial_budget": 1}))
+    await daemon.start()
+    try:
+        async with anyio.create_task_group() as tg:
+            yield World(daemon, build_methods(daemon), tg)
+            tg.cancel_scope.cancel()
+    finally:
+        await daemon.aclose()
+
+
+class Gate:
+    """Holds the library search of a running turn until opened: a turn that stays in flight."""
+
+    def __init__(self, daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered = asyncio.Event()
+        self.opened = asyncio.Event()
+        search = daemon.engine.retriever.search
+
+        async def held(query: str, scope: Scope, top_k: int = 6) -> list[Hit]:
+            self.entered.set()
+            await self.opened.wait()
+            return await search(query, scope, top_k)
+
+        monkeypatch.setattr(daemon.engine.retriever, "search", held)
+
+    async def wait_entered(self) -> None:
+        with anyio.fail_after(10):
+            await self.entered.wait()
+
+
+def updates(messages: list[Json], session_id: str | None = None) -> list[Json]:
+    found = [m["params"] for m in messages if m.get("method") == "session/update"]
+    if session_id is not None:
+        assert {p["sessionId"] for p in found} <= {session_id}
+    return [p["update"] for p in found]
+
+
+def kinds(ups: list[Json]) -> list[str]:
+    """The update kinds in order, a run of one kind shown once."""
+    out: list[str] = []
+    for u in ups:
+        if not out or out[-1] != u["sessionUpdate"]:
+            out.append(u["sessionUpdate"])
+    return out
+
+
+def text(kind: str) -> Json:
+    return {"type": "text", "text": kind}
+
+
+def prompt(sid: str, *blocks: Json | str, meta: Any = None) -> Json:
+    params: Json = {"sessionId": sid, "prompt": [text(b) if isinstance(b, str) else b for b in blocks]}
+    if meta is not None:
+        params["_meta"] = meta
+    return params
+
+
+# --- initialize -------------------------------------------------------------------------------------
+
+
+async def test_initialize_advertises_what_is_served(world: World) -> None:
+    a, peer = world.connect()
+    info = {"name": "test-editor", "version": "0.0"}
+    result = await a.result("initialize", {"protocolVersion": 99, "clientCapabilities": {"fs": {}}, "clientInfo": info})
+    models.InitializeResult.model_validate(result)
+    assert result["protocolVersion"] == PROTOCOL_VERSION  # ours, whatever the client asked for
+    caps = result["agentCapabilities"]
+    assert caps["loadSession"] is True
+    assert caps["promptCapabilities"] == {"image": False, "audio": False, "embeddedContext": False}
+    assert caps["mcpCapabilities"] == {"http": False, "sse": False}
+    assert caps["sessionCapabilities"] == {"list": {}, "delete": {}}
+    ours = caps["_meta"]["zocrates"]
+    assert ours["extensions"] == EXTENSIONS == sorted(n for n in world.methods if n.startswith("_zocrates/"))
+    assert ours["version"] == result["agentInfo"]["version"] == world.daemon.version
+    assert ours["protocolVersion"] == PROTOCOL_VERSION
+    assert ours["maxFrameBytes"] == world.daemon.config.rpc.max_frame_bytes
+    assert result["agentInfo"]["name"] == "zocratesd" and result["authMethods"] == []
+    assert peer.state["client_info"] == info and peer.state["client_capabilities"] == {"fs": {}}
+
+    for name in ours["extensions"]:  # each is served (params or not, never "method not found")
+        reply, _ = await a.call(name, {})
+        assert reply.get("error", {}).get("code") != -32601, name
+    assert (await a.error("_zocrates/not/a/method", {}))["code"] == -32601
+
+
+# --- sessions and turns -----------------------------------------------------------------------------
+
+
+async def test_a_prompt_streams_its_updates_before_its_answer(world: World) -> None:
+    a, _ = world.connect()
+    sid = await world.session(a, title="Bees")
+    reply, before = await a.call("session/prompt", prompt(sid, "What is HyDE?"))
+    result = reply["result"]
+    models.PromptResult.model_validate(result)
+    assert result["stopReason"] == "end_turn"
+    meta = result["_meta"]["zocrates"]
+    assert meta["pendingHitl"] is None and meta["invocationId"].startswith("e-")
+
+    ups = updates(before, sid)
+    assert all(m.get("method") == "session/update" for m in before)
+    # The editor shows its own message; a titled session is not renamed by its first prompt.
+    assert kinds(ups) == ["agent_thought_chunk", "tool_call", "tool_call_update", "agent_message_chunk", "usage_update"]
+    call = next(u for u in ups if u["sessionUpdate"] == "tool_call")
+    assert (call["title"], call["kind"], call["status"], call["rawInput"]) == (
+        "search_library", "search", "in_progress", {"query": "What is HyDE?"}
+    )
+    done = [u for u in ups if u["sessionUpdate"] == "tool_call_update" and "status" in u]
+    assert [u["status"] for u in done] == ["completed"] and done[0]["toolCallId"] == call["toolCallId"]
+    assert done[0]["rawOutput"]["passages"][0]["item_key"] == "GAOHYDE1"
+    chunks = [u for u in ups if u["sessionUpdate"] == "agent_message_chunk"]
+    assert len({u["messageId"] for u in chunks}) == 1
+    ui = await a.result("_zocrates/session/get", {"sessionId": sid})
+    assert "".join(u["content"]["text"] for u in chunks) == ui["messages"][-1]["text"]
+    assert ui["messages"][-1]["invocation_id"] == meta["invocationId"] and ui["title"] == "Bees"
+    assert ups[-1]["used"] > 0 and ups[-1]["_meta"]["zocrates"]["compacted"] is False
+
+    listed = (await a.result("session/list", {}))["sessions"]
+    assert [(s["sessionId"], s["title"], s["cwd"]) for s in listed] == [(sid, "Bees", "/home/u/papers")]
+
+    # An untitled session is named by its first prompt, and hears it at once.
+    untitled = await world.session(a)
+    _, before = await a.call("session/prompt", prompt(untitled, "How does DPR encode passages?"))
+    assert updates(before, untitled)[0] == {"sessionUpdate": "session_info_update", "title": "How does DPR encode passages?"}
+
+
+def test_prompt_input_text_and_zotero_items() -> None:
+    assert prompt_input([text("Compare"), text("these two.")], None) == ("Compare\nthese two.", PromptContext())
+    said, context = prompt_input(
+        [
+            text("Compare"),
+            {"type": "resource_link", "uri": "zotero://select/library/items/GAOHYDE1", "name": "hyde.pdf", "title": "HyDE"},
+            {"type": "resource_link", "uri": "zotero://select/groups/4711/items/KARPDPR1", "name": "DPR"},
+        ],
+        None,
+    )
+    assert said == "Compare"
+    assert context.mode == "papers" and context.items == (("GAOHYDE1", "HyDE"), ("KARPDPR1", "DPR"))
+
+    # Any other link stays in the question, as a markdown link.
+    said, context = prompt_input(
+        [
+            text("See"),
+            {"type": "resource_link", "uri": "https://arxiv.org/abs/2212.10496", "name": "HyDE on arXiv"},
+            {"type": "resource_link", "uri": "zotero://select/library/items/gaohyde1"},  # not a Zotero key
+            {"type": "resource_link", "uri": "zotero://select/library/collections/COLL0001", "name": "A collection"},
+        ],
+        None,
+    )
+    assert said.split("\n") == [
+        "See",
+        "[HyDE on arXiv](https://arxiv.org/abs/2212.10496)",
+        "[zotero://select/library/items/gaohyde1](zotero://select/library/items/gaohyde1)",
+        "[A collection](zotero://select/library/collections/COLL0001)",
+    ]
+    assert context == PromptContext()
+
+
+def test_prompt_input_meta_zocrates() -> None:
+    link = {"type": "resource_link", "uri": "zotero://select/library/items/GAOHYDE1", "name": "HyDE"}
+    # A linked item already in activeItems is not added twice; _meta's mode wins over the default.
+    _, context = prompt_input([text("Q"), link], {"zocrates": {"activeItems": [{"item_key": "GAOHYDE1", "title": "HyDE"}]}})
+    assert context.items == (("GAOHYDE1", "HyDE"),)
+    _, context = prompt_input([text("Q"), link], {"zocrates": {"mode": "library"}})
+    assert context.mode == "library"
+    _, context = prompt_input([text("Q")], {"zocrates": {"mode": "collection", "collection": "COLL0001"}})
+    assert (context.mode, context.collection) == ("collection", "COLL0001")
+    assert prompt_input([text("Q")], {"zocrates": None}) == ("Q", PromptContext())
+    assert prompt_input([text("Q")], {"other": {"x": 1}}) == ("Q", PromptContext())
+    for ours in ["papers", [], 3]:
+        with pytest.raises(InvalidInput, match="must be an object"):
+            prompt_input([text("Q")], {"zocrates": ours})
+    with pytest.raises(InvalidInput, match="must be a list"):
+        prompt_input([text("Q"), link], {"zocrates": {"activeItems": "GAOHYDE1"}})
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo="},
+        {"type": "audio", "mimeType": "audio/wav", "data": "UklGRg=="},
+        {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "embedded"}},
+        {"type": "text", "text": 5},
+        {"type": "resource_link"},
+        {"no": "type"},
+    ],
+)
+def test_prompt_input_refuses_what_initialize_does_not_offer(block: Json) -> None:
+    with pytest.raises(InvalidInput, match="not supported") as info:
+        prompt_input([text("Q"), block], None)
+    assert info.value.data == {"blockType": str(block.get("type"))}
+
+
+async def test_refused_prompts_are_invalid_params_and_store_nothing(world: World) -> None:
+    a, _ = world.connect()
+    sid = await world.session(a)
+    image = {"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo="}
+    err = await a.error("session/prompt", prompt(sid, "What is this?", image))
+    assert err["code"] == -32602 and err["data"]["kind"] == "invalid_input" and err["data"]["blockType"] == "image"
+    for meta in [{"zocrates": "papers"}, {"zocrates": [1]}]:
+        err = await a.error("session/prompt", prompt(sid, "Q", meta=meta))
+        assert (err["code"], err["data"]["kind"]) == (-32602, "invalid_input") and "_meta.zocrates" in err["data"]["message"]
+    err = await a.error("session/new", {"cwd": "/", "mcpServers": [], "_meta": {"zocrates": "Bees"}})
+    assert (err["code"], err["data"]["kind"]) == (-32602, "invalid_input")
+    err = await a.error("session/prompt", prompt(sid, "   "))
+    assert (err["code"], err["data"]["kind"]) == (-32602, "invalid_input")
+    err = await a.error("session/prompt", prompt(sid, "Q", meta={"zocrates": {"activeItems": [{"item_key": "nope"}]}}))
+    assert (err["code"], err["data"]["kind"]) == (-32602, "invalid_input")
+    ui = await a.result("_zocrates/session/get", {"sessionId": sid})
+    assert ui["messages"] == [] and ui["title"] == "New Chat"
+    assert len((await a.result("session/list", {}))["sessions"]) == 1  # the refused session/new made none
+
+
+async def test_errors_map_to_their_documented_codes(world: World) -> None:
+    a, _ = world.connect()
+    missing = "session-0-000000"
+    for method, params in [
+        ("session/prompt", prompt(missing, "Q")),
+        ("session/load", {"sessionId": missing, "cwd": "/", "mcpServers": []}),
+        ("session/delete", {"sessionId": missing}),
+        ("_zocrates/session/get", {"sessionId": missing}),
+        ("_zocrates/session/rename", {"sessionId": missing, "title": "T"}),
+        ("_zocrates/chat/resume", {"sessionId": missing, "invocationId": "e-1", "interruptId": "i", "response": {"action": "synthesize"}}),
+    ]:
+        err = await a.error(method, params)
+        assert (err["code"], err["message"]) == (-32002, "Resource not found"), method
+        assert err["data"] == {"kind": "not_found", "message": f"no session with id {missing!r}", "sessionId": missing}
+
+    sid = await world.session(a)
+    # Refused by the params' schema (-32602, invalid_params) or by the core (-32602, invalid_input).
+    err = await a.error("_zocrates/session/get", {"sessionId": "../etc"})
+    assert (err["code"], err["data"]["kind"]) == (-32602, "invalid_params")
+    err = await a.error("_zocrates/session/rename", {"sessionId": sid, "title": "x" * 201})
+    assert (err["code"], err["data"]["kind"]) == (-32602, "invalid_params")
+    # A lone surrogate (a JSON "\ud800" escape): refused by a string field's schema, and by the core
+    # where the schema does not look (prompt blocks).
+    err = await a.error("_zocrates/session/rename", {"sessionId": sid, "title": "lone \ud800 surrogate"})
+    assert (err["code"], err["data"]["kind"]) == (-32602, "invalid_params")
+    err = await a.error("session/prompt", prompt(sid, "lone \ud800 surrogate"))
+    assert (err["code"], err["data"]["kind"]) == (-32602, "invalid_input") and "surrogate" in err["data"]["message"]
+    err = await a.error("session/list", {"cursor": "next"})
+    assert (err["code"], err["data"]["kind"]) == (-32602, "invalid_input")
+
+    err = await a.error("_zocrates/chat/resume", {"sessionId": sid, "invocationId": "e-1", "interruptId": "interrupt_ext_1",
+                                                  "response": {"action": "synthesize"}})
+    assert (err["code"], err["data"]["kind"]) == (1004, "checkpoint_not_pending")
+    err = await a.error("_zocrates/session/rewind", {"sessionId": sid, "invocationId": "e-not-a-turn"})
+    assert (err["code"], err["data"]["kind"]) == (-32002, "not_found") and err["data"]["invocationId"] == "e-not-a-turn"
+
+
+async def test_busy_and_cancel_as_a_notification(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, _ = world.connect("a")
+    b, _ = world.connect("b")
+    sid = await world.session(a)
+    gate = Gate(world.daemon, monkeypatch)
+    running = await a.request("session/prompt", prompt(sid, "What is HyDE?"))
+    await gate.wait_entered()
+    for client in (a, b):  # the prompting connection and any other
+        err = await client.error("session/prompt", prompt(sid, "Another"))
+        assert err["code"] == 1001 and err["data"] == {
+            "kind": "session_busy", "message": err["data"]["message"], "sessionId": sid, "activity": "turn"
+        }
+    assert (await b.error("session/delete", {"sessionId": sid}))["code"] == 1001
+
+    await a.notify("session/cancel", {"sessionId": sid})  # as ACP editors send it: a notification
+    # A round trip: the notification has been handled (and got no answer) before the search goes on.
+    listed, before = await a.call("session/list", {})
+    assert "result" in listed and not [m for m in before if "id" in m]
+    gate.opened.set()
+    reply, _ = await a.reply(running)
+    assert reply["result"]["stopReason"] == "cancelled"
+
+    assert await a.result("session/cancel", {"sessionId": sid}) == {}  # as a request: `{}`, nothing to cancel
+    again = await a.result("session/prompt", prompt(sid, "Which encoders does DPR use?"))
+    assert again["stopReason"] == "end_turn"
+
+
+# --- checkpoints -------------------------------------------------------------------------------------
+
+
+async def test_a_checkpoint_is_asked_and_the_answers_steer_the_turn(world: World) -> None:
+    a, _ = world.connect()
+    sid = await world.session(a)
+    asked: list[Json] = []
+    answers: list[Json] = [
+        {"result": {**EXTEND, "_meta": {"zocrates": {"guidance": "hypothetical documents"}}}},
+        {"result": SYNTHESIZE},
+    ]
+
+    async def answer(request: Json) -> Json:
+        asked.append(request)
+        return answers[len(asked) - 1]
+
+    a.on_request = answer
+    reply, before = await a.call("session/prompt", prompt(sid, TWO))
+    assert reply["result"]["stopReason"] == "end_turn" and reply["result"]["_meta"]["zocrates"]["pendingHitl"] is None
+    invocation = reply["result"]["_meta"]["zocrates"]["invocationId"]
+    assert [r["method"] for r in asked] == ["session/request_permission"] * 2
+    first = asked[0]["params"]
+    models.DAEMON_REQUESTS["session/request_permission"][0].model_validate(first)
+    assert first["sessionId"] == sid
+    assert [(o["optionId"], o["kind"]) for o in first["options"]] == [("extend", "allow_once"), ("synthesize", "reject_once")]
+    calls = [r["params"]["toolCall"]["toolCallId"] for r in asked]
+    assert calls == [f"interrupt_ext_1@{invocation}", f"interrupt_ext_2@{invocation}"]
+
+    # Each question comes after the checkpoint's `think` tool call it is about; each answer is shown.
+    for call_id in calls:
+        shown = next(i for i, m in enumerate(before) if m.get("method") == "session/update"
+                     and m["params"]["update"].get("toolCallId") == call_id and m["params"]["update"]["sessionUpdate"] == "tool_call")
+        question = next(i for i, m in enumerate(before) if m.get("method") == "session/request_permission"
+                        and m["params"]["toolCall"]["toolCallId"] == call_id)
+        assert shown < question
+        assert before[shown]["params"]["update"]["kind"] == "think" and before[shown]["params"]["update"]["status"] == "pending"
+    outputs = [u["rawOutput"] for u in updates(before) if u.get("toolCallId") in calls and u.get("status") == "completed"]
+    assert outputs == [{"action": "extend_budget", "guidance": "hypothetical documents"}, {"action": "synthesize"}]
+    assert not [m for m in before if m.get("method") == "$/cancel_request"]
+    ui = await a.result("_zocrates/session/get", {"sessionId": sid})
+    assert ui["pending_hitl"] is None and "GAOHYDE1" in ui["messages"][-1]["text"]  # found through the guidance
+
+
+@pytest.mark.parametrize("how", ["cancelled", "error", "session/cancel"])
+async def test_a_checkpoint_not_answered_stays_pending_for_any_client(world: World, how: str) -> None:
+    a, _ = world.connect("a")
+    b, _ = world.connect("b")
+    sid = await world.session(a)
+
+    async def decline(request: Json) -> Json:
+        if how == "error":
+            return {"error": {"code": -32000, "message": "the user closed the dialog"}}
+        if how == "session/cancel":  # ACP: cancel the turn, then answer the question `cancelled`
+            await a.notify("session/cancel", {"sessionId": sid})
+        return {"result": CANCELLED}
+
+    a.on_request = decline
+    reply, before = await a.call("session/prompt", prompt(sid, TWO))
+    result = reply["result"]
+    hitl = result["_meta"]["zocrates"]["pendingHitl"]
+    assert result["stopReason"] == "cancelled" and hitl is not None and hitl["interrupt_id"] == "interrupt_ext_1"
+    models.PromptResult.model_validate(result)
+    assert not [m for m in before if m.get("method") == "$/cancel_request"]  # nothing to withdraw: it was answered
+    assert (await b.result("_zocrates/session/get", {"sessionId": sid}))["pending_hitl"] == hitl
+
+    # Another connection loads the session: history, then the checkpoint, then the title.
+    loaded, before = await b.call("session/load", {"sessionId": sid, "cwd": "/", "mcpServers": []})
+    assert loaded["result"] == {}
+    ups = updates(before, sid)
+    assert ups[0] == {"sessionUpdate": "user_message_chunk", "content": text(TWO), "messageId": ups[0]["messageId"]}
+    assert ups[-2] == {
+        "sessionUpdate": "tool_call", "toolCallId": f"interrupt_ext_1@{hitl['invocation_id']}", "title": hitl["message"],
+        "kind": "think", "status": "pending", "rawInput": hitl["payload"],
+    }
+    assert ups[-1] == {"sessionUpdate": "session_info_update", "title": TWO}
+
+    # It answers; the connection that loaded the session hears the rest of the turn.
+    done = await b.result("_zocrates/chat/resume", {"sessionId": sid, "invocationId": hitl["invocation_id"],
+                                                    "interruptId": "interrupt_ext_1", "response": {"action": "synthesize"}})
+    assert done == {"stopReason": "end_turn", "invocationId": hitl["invocation_id"], "pendingHitl": None}
+    heard = await a.until("usage_update")  # `a` is attached too (it prompted)
+    assert heard[0] == {"sessionUpdate": "tool_call_update", "toolCallId": f"interrupt_ext_1@{hitl['invocation_id']}",
+                        "status": "completed", "rawOutput": {"action": "synthesize"}}
+    assert "agent_message_chunk" in kinds(heard)
+    err = await b.error("_zocrates/chat/resume", {"sessionId": sid, "invocationId": hitl["invocation_id"],
+                                                  "interruptId": "interrupt_ext_1", "response": {"action": "synthesize"}})
+    assert (err["code"], err["data"]["kind"]) == (1004, "checkpoint_not_pending")
+
+
+# --- attached connections ----------------------------------------------------------------------------
+
+
+async def test_a_second_attached_connection_sees_the_same_updates(world: World) -> None:
+    a, _ = world.connect("a")
+    b, _ = world.connect("b")
+    sid = await world.session(a)
+    _, before = await b.call("session/load", {"sessionId": sid, "cwd": "/", "mcpServers": []})
+    assert updates(before) == [{"sessionUpdate": "session_info_update", "title": "New Chat"}]  # nothing yet
+
+    _, before = await a.call("session/prompt", prompt(sid, "What is HyDE?"))
+    mine = updates(before, sid)
+    theirs = await b.until("usage_update")
+    # b did not prompt: it also sees the user's message, first; the rest is the same, in order.
+    assert theirs[0]["sessionUpdate"] == "user_message_chunk" and theirs[0]["content"] == text("What is HyDE?")
+    assert theirs[1:] == mine
+    assert mine[0] == {"sessionUpdate": "session_info_update", "title": "What is HyDE?"}
+
+    await a.result("_zocrates/session/rename", {"sessionId": sid, "title": "Renamed"})
+    assert await b.until("session_info_update") == [{"sessionUpdate": "session_info_update", "title": "Renamed"}]
+    await a.result("session/delete", {"sessionId": sid})
+    err = await b.error("session/load", {"sessionId": sid, "cwd": "/", "mcpServers": []})
+    assert err["code"] == -32002

@@ -1,0 +1,129 @@
+"""The ACP face's session feeds (rpc/acp.py `SessionFeed`): a connection that stops reading holds up
+neither the turn nor the other connections; it is cut off; answers still follow their updates."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+from memstream import MemoryByteStream, pipe
+
+from zocratesd.config import ZocratesConfig
+from zocratesd.core.daemon import Daemon
+from zocratesd.engine.retrieval import InMemoryRetriever, Passage
+from zocratesd.rpc import acp
+from zocratesd.rpc.acp import build_methods
+from zocratesd.rpc.peer import MethodTable, Peer
+
+pytestmark = pytest.mark.anyio
+
+PASSAGES = [Passage("GAOHYDE1", "HyDE", "HyDE writes a hypothetical document and embeds it.", ("Luyu Gao",), 2022)]
+
+
+class Client:
+    def __init__(self, stream: MemoryByteStream):
+        self.stream, self.buf, self.ids = stream, b"", 0
+
+    async def call(self, method: str, params: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Send one request; its answer and the messages that came before it."""
+        self.ids += 1
+        await self.stream.send(json.dumps({"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params}).encode() + b"\n")
+        before: list[dict[str, Any]] = []
+        while True:
+            while b"\n" not in self.buf:
+                self.buf += await self.stream.receive()
+            line, _, self.buf = self.buf.partition(b"\n")
+            msg = json.loads(line)
+            if msg.get("id") == self.ids and "method" not in msg:
+                return msg, before
+            before.append(msg)
+
+
+class World:
+    def __init__(self, daemon: Daemon, methods: MethodTable, tg: anyio.abc.TaskGroup):
+        self.daemon, self.methods, self.tg = daemon, methods, tg
+
+    def connect(self, name: str, buffer: int = 100) -> tuple[Client, Peer, MemoryByteStream]:
+        """A connection; `buffer` is how many writes the pipe holds before the daemon's write waits."""
+        server_end, client_end = pipe(buffer)
+        peer = Peer(server_end, self.methods, name=name)
+        self.tg.start_soon(peer.run)
+        return Client(client_end), peer, client_end
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    daemon = Daemon(tmp_path, ZocratesConfig(), retriever=InMemoryRetriever(PASSAGES))
+    await daemon.start()
+    try:
+        async with anyio.create_task_group() as tg:
+            yield World(daemon, build_methods(daemon), tg)
+            tg.cancel_scope.cancel()
+    finally:
+        await daemon.aclose()
+
+
+def updates(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [m["params"]["update"] for m in messages if m.get("method") == "session/update"]
+
+
+async def test_the_answer_follows_every_update_of_the_turn_and_the_own_message_is_left_out(world: World) -> None:
+    a, _, _ = world.connect("a")
+    with anyio.fail_after(30):
+        new, _ = await a.call("session/new", {"cwd": "/tmp", "mcpServers": []})
+        sid = new["result"]["sessionId"]
+        answer, before = await a.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "What is HyDE?"}]})
+    assert answer["result"]["stopReason"] == "end_turn"
+    kinds = [u["sessionUpdate"] for u in updates(before)]
+    assert "user_message_chunk" not in kinds  # the prompting editor shows its own message
+    assert "agent_message_chunk" in kinds and kinds[-1] == "usage_update"  # usage: the turn's last update
+
+
+async def test_a_connection_that_stops_reading_holds_up_no_turn_and_no_other_connection(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Far beyond the test's deadline: only the per-listener queues can keep the turn going.
+    monkeypatch.setattr(acp, "SLOW_CLIENT_TIMEOUT_S", 600.0)
+    a, _, _ = world.connect("a")
+    b, b_peer, b_end = world.connect("b", buffer=0)  # every write waits for b to read
+    c, _, _ = world.connect("c")
+    with anyio.fail_after(30):
+        sid = (await a.call("session/new", {"cwd": "/tmp", "mcpServers": []}))[0]["result"]["sessionId"]
+        await b.call("session/load", {"sessionId": sid, "cwd": "/tmp", "mcpServers": []})
+        await c.call("session/load", {"sessionId": sid, "cwd": "/tmp", "mcpServers": []})
+        # b reads no more from here on.
+        for text in ("What is HyDE?", "And again?"):
+            answer, _ = await a.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]})
+            assert answer["result"]["stopReason"] == "end_turn"
+        _, heard = await c.call("session/list", {})  # a round trip: c has read what was sent before
+        users = [u["content"]["text"] for u in updates(heard) if u["sessionUpdate"] == "user_message_chunk"]
+        assert users == ["What is HyDE?", "And again?"]
+        assert not b_peer.closed  # stuck, not yet cut off
+        await b_end.aclose()  # the stuck editor goes away: its connection ends
+        while not b_peer.closed:
+            await anyio.sleep(0.01)
+
+
+async def test_a_connection_whose_queue_overflows_is_cut_off(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(acp, "SLOW_CLIENT_TIMEOUT_S", 600.0)
+    monkeypatch.setattr(world.daemon, "watch", functools.partial(Daemon.watch, world.daemon, limit=3))
+    a, _, _ = world.connect("a")
+    b, b_peer, b_end = world.connect("b", buffer=0)
+    with anyio.fail_after(30):
+        sid = (await a.call("session/new", {"cwd": "/tmp", "mcpServers": []}))[0]["result"]["sessionId"]
+        await b.call("session/load", {"sessionId": sid, "cwd": "/tmp", "mcpServers": []})
+        answer, _ = await a.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "What is HyDE?"}]})
+        assert answer["result"]["stopReason"] == "end_turn"
+        while not b_peer.closed:  # more than 3 updates waited for b: it is aborted at once
+            await anyio.sleep(0.01)
+        # Its stuck write was given up and its connection closed: what b reads ends.
+        with pytest.raises(anyio.EndOfStream):
+            while True:
+                await b_end.receive()
+    assert world.daemon._watchers.watching(sid) == 1  # only a's feed is left
