@@ -199,3 +199,66 @@ def test_a_daemon_that_cannot_start_is_one_line_naming_its_log(short_tmp: Path) 
     )
     assert_one_line_error(out, "could not start zocratesd", str(state / locations.LOG_NAME))
     assert not os.path.exists(state / locations.INFO_NAME)
+
+
+# --- issue 16: a runtime dir too deep for a socket; hostile directories are one line ---------------
+
+
+def test_starts_the_daemon_when_the_runtime_dir_is_too_deep_for_a_socket(short_tmp: Path) -> None:
+    run = short_tmp / "run" / ("r" * (150 - len(str(short_tmp / "run")) - 1))
+    run.mkdir(mode=0o700, parents=True)
+    env = daemon_env(run)
+    data_dir = (short_tmp / "fresh").resolve()
+    cmd = [*zocrates_command(), "sessions", "list", "--zotero-data-dir", str(data_dir)]
+    try:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+        assert out.returncode == 0 and out.stdout == "no sessions yet\n", out.stderr
+        info = locations.live_daemon(data_dir)
+        assert info is not None and Path(info.socket).parent == Path(f"/tmp/zocrates-{os.geteuid()}")
+        again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+        assert again.returncode == 0 and locations.live_daemon(data_dir).pid == info.pid  # type: ignore[union-attr]
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "zocratesd", "stop", "--zotero-data-dir", str(data_dir)],
+            env=env, capture_output=True, timeout=CLI_TIMEOUT_S,
+        )
+
+
+def test_a_symlinked_state_dir_or_a_hostile_runtime_dir_is_one_line(short_tmp: Path) -> None:
+    run = short_tmp / "run"
+    run.mkdir(mode=0o700)
+    data_dir = (short_tmp / "zotero").resolve()
+    data_dir.mkdir()
+    (short_tmp / "target").mkdir()
+    (data_dir / "zocrates-data").symlink_to(short_tmp / "target")
+    cmd = [*zocrates_command(), "sessions", "list", "--zotero-data-dir", str(data_dir)]
+    out = subprocess.run(cmd, env=daemon_env(run), capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    assert_one_line_error(out, f"{data_dir / 'zocrates-data'} is a symbolic link")
+
+    (data_dir / "zocrates-data").unlink()
+    (run / "zocrates").write_text("")
+    out = subprocess.run(cmd, env=daemon_env(run), capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    assert_one_line_error(out, f"{run / 'zocrates'} is not a directory")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a directory of another uid (chown) needs root")
+def test_a_runtime_dir_fallback_of_another_uid_is_one_line(short_tmp: Path) -> None:
+    """No $XDG_RUNTIME_DIR and no /run/user/<uid>: platformdirs falls back to $TMPDIR/runtime-<uid>,
+    which uid 65534 made first."""
+    if os.path.exists(f"/run/user/{os.geteuid()}"):
+        pytest.skip("platformdirs uses /run/user/<uid> here, not the temporary fallback")
+    tmp = short_tmp / "tmp"
+    tmp.mkdir(mode=0o700)
+    squatted = tmp / f"runtime-{os.geteuid()}"
+    squatted.mkdir(mode=0o700)
+    os.chown(squatted, 65534, 65534)
+    env = daemon_env(short_tmp)
+    del env["XDG_RUNTIME_DIR"]
+    env["TMPDIR"] = str(tmp)
+    data_dir = (short_tmp / "zotero").resolve()
+    data_dir.mkdir()
+    out = subprocess.run(
+        [*zocrates_command(), "sessions", "list", "--zotero-data-dir", str(data_dir)],
+        env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
+    )
+    assert_one_line_error(out, str(squatted), "65534")

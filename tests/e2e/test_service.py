@@ -272,6 +272,7 @@ async def test_python_client_uses_the_socket_activated_daemon(
 ) -> None:
     """`zocrates_client.connect(start_daemon=True)` goes through the same discovery (pump.connect_to_daemon)."""
     import anyio
+
     import zocrates_client
 
     d = daemon_factory()

@@ -42,15 +42,19 @@ QUESTIONS = [
 
 @contextmanager
 def reliability_daemon(
-    *, http: bool = True, config: dict[str, Any] | None = None, env: dict[str, str] | None = None, prefix: str = "zr"
+    *, http: bool = True, config: dict[str, Any] | None = None, env: dict[str, str] | None = None, prefix: str = "zr",
+    command: list[str] | None = None,
 ) -> Iterator[DaemonProc]:
     """A started daemon on a fresh short temp dir (Unix socket paths must stay short), with the
-    library above and `config` as its zocrates_config.json; stopped and removed afterwards."""
+    library above and `config` as its zocrates_config.json; stopped and removed afterwards.
+    `command` replaces what runs zocratesd (DaemonProc.command), e.g. under prlimit."""
     root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     run = root / "run"
     run.mkdir(mode=0o700)
     d = DaemonProc(data_dir=root / "zotero", runtime_dir=run, env=daemon_env(run) | (env or {}),
                    args=["--http-port", "0"] if http else ["--no-http"])
+    if command is not None:
+        d.command = command
     d.state_dir.mkdir(parents=True)
     (d.state_dir / "library_passages.jsonl").write_text("".join(json.dumps(p) + "\n" for p in PASSAGES))
     if config is not None:

@@ -87,11 +87,18 @@ class Settings:
     socket_path: Path | None = None  # None: locations.default_socket_path(data_dir), as clients compute it
 
     def resolved_socket_path(self) -> Path:
-        path = self.socket_path or locations.default_socket_path(self.data_dir)
+        # The default fits in a socket address whatever the runtime dir (else it is in
+        # /tmp/zocrates-<uid>, locations.SHORT_SOCKET_PARENT): ListenStream= and SockPathName
+        # have the same 104/108-byte limit as bind().
         try:
+            path = self.socket_path or locations.default_socket_path(self.data_dir)
             locations.check_socket_path(path)
         except locations.RuntimeFileError as exc:
             raise ServiceError(str(exc)) from None
+        if problem := locations.socket_dir_problem(path.parent):
+            raise ServiceError(
+                f"{problem}: the service could not listen there; move it away, or set XDG_RUNTIME_DIR to a short directory of yours"
+            )
         return path
 
     def serve_argv(self) -> list[str]:

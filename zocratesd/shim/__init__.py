@@ -5,7 +5,8 @@ JSON-RPC face (rpc/acp.py), every route is a thin adapter over the core `Daemon`
 - `guard.py`: loopback Host, Origin refusal, bearer token, body cap (pure ASGI, before any route);
 - `routes.py`: the REST routes of spec section 6, `/register` and `/health`;
 - `turns.py`: `POST /chat` as Server-Sent Events, the turn running apart from the request;
-- `server.py`: port choice, the uvicorn server and its shutdown.
+- `server.py`: port choice, the accept loop, the uvicorn server and its shutdown;
+- `protocol.py`: each connection under the cap and the request-head deadline (another local user's flood).
 """
 
 from zocratesd.shim.server import HttpFace, preferred_port

@@ -1,28 +1,21 @@
-"""Core errors and bad requests as `{"status": "error", "error": {code, message}}` with an HTTP status.
+"""Errors as `{"status": "error", "error": {code, message, ...}}` with an HTTP status.
 
-| core error / problem               | status | code                 |
-|------------------------------------|--------|----------------------|
-| body not JSON / not an object      | 400    | bad_request          |
-| missing or wrong bearer token      | 401    | unauthorized         |
-| foreign Host or Origin, OPTIONS    | 403    | forbidden            |
-| NotFound (session, turn, route)    | 404    | not_found            |
-| SessionBusy                        | 409    | session_busy         |
-| CheckpointNotPending               | 409    | checkpoint_not_pending |
-| body over the cap                  | 413    | body_too_large       |
-| POST body not application/json     | 415    | unsupported_media    |
-| InvalidInput, bad field types      | 422    | invalid_input        |
-| ModelError (kind "model_error")    | 502    | model_error          |
+Core errors map by class through `HTTP_STATUSES`, this face's one table (protocol/http.md documents
+it; tests/unit/test_error_mapping.py keeps the two in step). The face's own refusals (bad JSON,
+token, Host, media type, body size) are `HttpError`s that carry their status and code.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
 
 import orjson
 from starlette.responses import JSONResponse as _StarletteJSONResponse
 
-from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionBusy, ZocratesError
+from zocratesd import errors
 
 
 class JSONResponse(_StarletteJSONResponse):
@@ -44,29 +37,39 @@ class HttpError(Exception):
         self.status, self.code, self.message, self.headers = status, code, message, headers
 
 
-def status_of(exc: ZocratesError) -> int:
-    if isinstance(exc, NotFound):
-        return 404
-    if isinstance(exc, (SessionBusy, CheckpointNotPending)):
-        return 409
-    if isinstance(exc, InvalidInput):
-        return 422
-    if exc.kind == "model_error":
-        return 502
-    return 500
+@dataclass(frozen=True, slots=True)
+class HttpStatus:
+    status: int
+    code: str  # the error body's `code`, and an SSE `error` event's: always the class's `kind`
+
+
+# The nearest class along an error's MRO decides (SessionNotFound answers as NotFound); the root
+# catches a class someone forgot to map, as a 500, which the mapping test refuses.
+HTTP_STATUSES: Final[dict[type[errors.ZocratesError], HttpStatus]] = {
+    errors.ZocratesError: HttpStatus(500, "internal"),
+    errors.NotFound: HttpStatus(404, "not_found"),
+    errors.SessionBusy: HttpStatus(409, "session_busy"),
+    errors.CheckpointNotPending: HttpStatus(409, "checkpoint_not_pending"),
+    errors.InvalidInput: HttpStatus(422, "invalid_input"),
+    errors.ModelError: HttpStatus(502, "model_error"),  # Bad Gateway: the model endpoint failed, not us
+}
+
+
+def http_status_of(cls: type[errors.ZocratesError]) -> HttpStatus:
+    return errors.lookup(HTTP_STATUSES, cls)
 
 
 def error_body(code: str, message: str, **data: Any) -> dict[str, Any]:
     return {"status": "error", "error": {"code": code, "message": message, **data}}
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None, **data: Any) -> JSONResponse:
+def error_response(status: int, code: str, message: str, headers: Mapping[str, str] | None = None, **data: Any) -> JSONResponse:
     return JSONResponse(error_body(code, message, **data), status_code=status, headers=headers)
 
 
-def core_error_response(exc: ZocratesError) -> JSONResponse:
-    code = "invalid_input" if isinstance(exc, InvalidInput) else exc.kind
-    return error_response(status_of(exc), code, exc.message, **_jsonable(exc.data))
+def core_error_response(exc: errors.ZocratesError) -> JSONResponse:
+    status = http_status_of(type(exc))
+    return error_response(status.status, status.code, exc.message, **_jsonable(exc.data))
 
 
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:

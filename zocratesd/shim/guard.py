@@ -11,7 +11,9 @@ section 5: Ollama, Jupyter and the MCP SDKs were all open to DNS rebinding). In 
    0600), compared in constant time: 401 otherwise;
 4. a POST with a body must say `Content-Type: application/json` (415): a cross-site form cannot;
 5. the body is read here, at most `MAX_BODY_BYTES` (413 beyond; a larger Content-Length is refused
-   before reading), and replayed to the route.
+   before reading) and within `body_timeout_s` (408: a client with the token that trickles its body
+   would otherwise hold a connection forever), and replayed to the route.
+How long a request head may take, and how many connections may be open, is protocol.py's business.
 Each request also counts as an open connection of the daemon (idle exit, drain at shutdown).
 """
 
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
+
+import anyio
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -27,13 +31,17 @@ from zocratesd.shim.errors import error_response
 # 16 MiB, the same cap as one JSON-RPC frame (config rpc.max_frame_bytes): a prompt with many
 # snippets fits, and a runaway client cannot make the daemon buffer without bound.
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# The whole body must arrive within this of its head (config http.body_timeout_s): 16 MiB takes a
+# fraction of a second on loopback, so only a stalled or hostile client ever meets it.
+BODY_TIMEOUT_S = 30.0
 PUBLIC_PATHS = frozenset({"/health"})
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
-            return value.decode("latin-1")
+            decoded: str = value.decode("latin-1")
+            return decoded
     return None
 
 
@@ -48,6 +56,7 @@ class Guard:
         opened: Callable[[], None] = lambda: None,
         closed: Callable[[], None] = lambda: None,
         max_body_bytes: int = MAX_BODY_BYTES,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ):
         self.app = app
         self.port = port
@@ -55,6 +64,7 @@ class Guard:
         self.allowed_origins = frozenset(allowed_origins)
         self.opened, self.closed = opened, closed
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # websockets are not served; lifespan is off
@@ -116,18 +126,27 @@ class Guard:
                 return None
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                await self._too_large(scope, receive, send)
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        with anyio.move_on_after(self.body_timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    break
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+        # Sent outside the deadline's scope, so that the deadline cannot cut a refusal in half.
+        if size > self.max_body_bytes:
+            await self._too_large(scope, receive, send)
+        else:
+            await error_response(
+                408, "request_timeout", f"the request body did not arrive within {self.body_timeout_s:g} s",
+                headers={"Connection": "close"},
+            )(scope, receive, send)
+        return None
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         await error_response(

@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from zocratesd.core.daemon import Daemon, TurnResult, check_resume_response, check_session_id
 from zocratesd.core.context import PromptContext
+from zocratesd.core.daemon import Daemon, TurnResult, check_resume_response, check_session_id
 from zocratesd.errors import InvalidInput, ZocratesError
 from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.shim.errors import HttpError, JSONResponse, core_error_response, error_response
@@ -122,9 +122,9 @@ def build_app(
         body = await json_body(request)
         session_id = check_session_id(body.get("session_id"))
         text = field(body, "prompt", str)
-        context = PromptContext.from_wire(
-            {"mode": body.get("mode"), "activeItems": body.get("active_items"), "snippets": body.get("snippets"),
-             "collection": body.get("collection")}
+        context = PromptContext.build(
+            mode=body.get("mode"), items=body.get("active_items"), collection=body.get("collection"),
+            snippets=body.get("snippets"),
         )
         return await sse_turn(session_id, lambda: daemon.prompt(session_id, text, context))
 
@@ -139,7 +139,7 @@ def build_app(
     async def sse_turn(session_id: str, turn: Callable[[], Awaitable[TurnResult]]) -> Response:
         stream = await start_turn(daemon, turns(), session_id, turn, opened=opened, closed=closed)
         if stream.refused is not None:
-            stream.receive.close()
+            stream.close()
             return core_error_response(stream.refused)
         return StreamingResponse(stream.events(), media_type="text/event-stream", headers=SSE_HEADERS)
 

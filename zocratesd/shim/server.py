@@ -1,10 +1,22 @@
-"""The HTTP face's listener: the port, the uvicorn server inside the daemon's loop, its shutdown."""
+"""The HTTP face's listener: the port, the uvicorn server inside the daemon's loop, its shutdown.
+
+We accept connections ourselves and hand each to uvicorn (`loop.connect_accepted_socket`) instead
+of letting asyncio's server accept them: its accept loop, out of descriptors, logs one traceback per
+queued connection and schedules a retry for each (CPython 3.11/3.12 `_accept_connection`), an error
+storm that rotated the whole log away in seconds. Ours waits and retries once, like the Unix
+socket's (process/connections.py). How many connections may be open, and for how long each may
+wait, is protocol.py's business.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
 import hashlib
 import logging
+import math
+import resource
 import secrets
 import socket
 from collections.abc import Callable, Iterator
@@ -18,6 +30,7 @@ import uvicorn
 from zocratesd.config import HttpConfig
 from zocratesd.core.daemon import Daemon
 from zocratesd.shim.guard import Guard
+from zocratesd.shim.protocol import ConnectionTable, protocol_class
 from zocratesd.shim.routes import build_app
 
 log = logging.getLogger(__name__)
@@ -27,9 +40,31 @@ LOOPBACK = "127.0.0.1"
 PORT_OFFSET_SPAN = 1000
 # Ports tried upward from the preferred one before giving up (another program may hold a few).
 PORT_PROBE_LIMIT = 50
-LISTEN_BACKLOG = 128
+# Connections the kernel queues before we accept them (clamped to net.core.somaxconn). Another
+# user's flood can outpace the accept loop for a moment; a full queue drops a real client's SYN,
+# which then waits a 1 s retransmission: measured, 1,100 connects in 6 s with 128, 0.07 s with 1,024.
+LISTEN_BACKLOG = 1024
 # A client idle this long on a keep-alive connection is closed; the sidebar reconnects freely.
 KEEP_ALIVE_S = 30
+# Descriptors the shim always leaves to the rest of the daemon, whatever happens on its port: the
+# Unix socket's clients (an editor opens one per chat panel), the stores, the library, the model's
+# connections. The shim's cap is `http.max_connections` (512), or the soft fd limit minus this when
+# that is lower: a desktop's 1,024 leaves 768; the daemon raises it toward the hard limit first
+# (process/fdlimit.py), but a hard limit of 1,024 is not unheard of.
+FD_RESERVE = 256
+# accept() failing for lack of descriptors or memory is transient: wait and retry (as the Unix socket does).
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_RETRY_S = 0.1
+
+
+def connection_cap(max_connections: int, fd_limit: int | None = None) -> int:
+    """The shim's connection cap: `max_connections`, or fewer when the soft fd limit (this
+    process's, by default) leaves less than that beside `FD_RESERVE`."""
+    if fd_limit is None:
+        fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if fd_limit == resource.RLIM_INFINITY:
+        return max_connections
+    return max(1, min(max_connections, fd_limit - FD_RESERVE))
 
 
 def preferred_port(data_dir: Path, base_port: int) -> int:
@@ -95,20 +130,27 @@ class HttpFace:
         self.token = secrets.token_urlsafe(32)
         self._sock: socket.socket | None = None
         self._turns: anyio.abc.TaskGroup | None = None
+        self._accepting: anyio.CancelScope | None = None
         self.port = 0
+        self.connections = ConnectionTable(
+            connection_cap(config.max_connections), head_timeout_s=config.head_timeout_s, idle_timeout_s=KEEP_ALIVE_S
+        )
         app = build_app(daemon, self._turn_group, opened=opened, closed=closed)
+        self._protocol_class = protocol_class(self.connections)
         guarded = Guard(app, port=lambda: self.port, token=self.token, allowed_origins=config.allowed_origins,
-                        opened=opened, closed=closed)
+                        opened=opened, closed=closed, body_timeout_s=config.body_timeout_s)
         self._server = _EmbeddedServer(
             uvicorn.Config(
                 guarded,
+                http=self._protocol_class,
+                ws="none",
                 lifespan="off",
                 log_config=None,  # uvicorn's loggers propagate to ours (stderr and the log file)
                 access_log=False,
                 server_header=False,
                 proxy_headers=False,
                 timeout_keep_alive=KEEP_ALIVE_S,
-                timeout_graceful_shutdown=grace_s,
+                timeout_graceful_shutdown=math.ceil(grace_s),
             )
         )
 
@@ -131,10 +173,40 @@ class HttpFace:
         try:
             async with anyio.create_task_group() as tg:
                 self._turns = tg
-                await self._server.serve(sockets=[self._sock])
+                tg.start_soon(self._accept, self._sock)
+                await self._server.serve(sockets=[])  # no listener of its own: _accept hands it connections
+                self.stop()
         finally:
             self._sock.close()
+
+    async def _accept(self, listener: socket.socket) -> None:
+        """Hand each accepted connection to uvicorn (its protocol counts it in or closes it) until stop()."""
+        loop = asyncio.get_running_loop()
+        state = self._server.server_state
+
+        def factory() -> asyncio.Protocol:
+            # What uvicorn's own server would make; app_state is the lifespan's, and lifespan is off.
+            return self._protocol_class(config=self._server.config, server_state=state, app_state={})
+
+        with anyio.CancelScope() as self._accepting:
+            while not self._server.should_exit:
+                try:
+                    conn, _ = await loop.sock_accept(listener)
+                except ConnectionAbortedError:  # the client gave up while it was queued
+                    continue
+                except OSError as exc:
+                    if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                        raise
+                    log.warning("HTTP shim: accept failed (%s); retrying in %.1f s", exc.strerror, ACCEPT_RETRY_S)
+                    await anyio.sleep(ACCEPT_RETRY_S)
+                    continue
+                try:
+                    await loop.connect_accepted_socket(factory, conn)
+                except OSError:  # reset before we got to it
+                    conn.close()
 
     def stop(self) -> None:
         """Stop accepting; requests in flight (an SSE stream: its turn) may finish."""
         self._server.should_exit = True
+        if self._accepting is not None:
+            self._accepting.cancel()

@@ -11,6 +11,11 @@ reloads it with `GET /sessions/{id}`). Every `data:` line is one JSON object wit
   `pending_hitl` when it paused; always last);
 - `error`: `{code, message}` (the turn failed after it started; also last).
 A refusal before the turn starts (busy, unknown session, bad input) is a plain JSON error instead.
+
+The stream reads the session's updates from a subscription of its own (`Daemon.watch`), so a
+client that stops reading never holds the turn. When that subscription overflows (core/watchers.py,
+`MAX_QUEUED_UPDATES`), the stream carries no further `parts`; `done` (or `error`) still comes last,
+with `dropped_events`: how many updates it left out.
 """
 
 from __future__ import annotations
@@ -18,23 +23,31 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, assert_never
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import orjson
-from anyio.streams.memory import MemoryObjectSendStream
 
 from zocratesd.core.daemon import Daemon, TurnResult
+from zocratesd.core.watchers import Subscription
 from zocratesd.errors import ZocratesError
-from zocratesd.updates import Update
+from zocratesd.shim.errors import http_status_of
+from zocratesd.updates import (
+    Checkpoint,
+    CheckpointAnswered,
+    MessageChunk,
+    ThoughtChunk,
+    Title,
+    ToolCall,
+    ToolProgress,
+    ToolResult,
+    Update,
+    Usage,
+)
 
 log = logging.getLogger(__name__)
 
-# Events a stream may hold for a client that reads slowly. Beyond it further `parts` are dropped
-# (the final `done` still arrives, with the whole session): a stuck client never holds the turn.
-MAX_QUEUED_EVENTS = 4096
 AGENT_AUTHOR = "coordinator"
 
 Json = dict[str, Any]
@@ -42,17 +55,17 @@ Json = dict[str, Any]
 
 def to_sse(update: Update) -> Json | None:
     """The SSE event of one face-neutral update (None: not shown on this face)."""
-    kind = update["kind"]
-    if kind == "message" and update.get("role") == "assistant":
-        return {"type": "parts", "parts": [{"text": update["text"], "thought": False}], "author": AGENT_AUTHOR,
-                "invocation_id": update.get("invocation_id"), "partial": True}
-    if kind == "thought":
-        return {"type": "parts", "parts": [{"text": update["text"], "thought": True}], "author": AGENT_AUTHOR,
-                "invocation_id": update.get("invocation_id"), "partial": True}
-    if kind == "checkpoint":
-        return {"type": "request_input", "invocation_id": update["invocation_id"], "interrupt_id": update["interrupt_id"],
-                "message": update.get("message"), "payload": update.get("payload")}
-    return None  # the user's own message, tool traffic, title and usage: `done` carries the result
+    match update:
+        case MessageChunk(role="assistant") | ThoughtChunk():
+            return {"type": "parts", "parts": [{"text": update.text, "thought": isinstance(update, ThoughtChunk)}],
+                    "author": AGENT_AUTHOR, "invocation_id": update.invocation_id, "partial": True}
+        case Checkpoint():
+            return {"type": "request_input", "invocation_id": update.invocation_id, "interrupt_id": update.interrupt_id,
+                    "message": update.message, "payload": update.payload}
+        case MessageChunk() | ToolCall() | ToolResult() | ToolProgress() | CheckpointAnswered() | Title() | Usage():
+            return None  # the user's own message, tool traffic, title and usage: `done` carries the result
+        case _:
+            assert_never(update)
 
 
 def sse_line(event: Json) -> bytes:
@@ -64,32 +77,34 @@ def sse_line(event: Json) -> bytes:
 
 
 class SseTurn:
-    """One turn started for one HTTP client."""
+    """One turn started for one HTTP client: its updates as SSE events, then the final event."""
 
-    def __init__(self) -> None:
-        self.send, self.receive = anyio.create_memory_object_stream[Json](MAX_QUEUED_EVENTS + 1)
-        self.started = anyio.Event()
+    def __init__(self, updates: Subscription) -> None:
+        self.updates = updates  # ended by the turn's task when the turn is over
+        self.first: Update | None = None  # taken by start_turn: the turn has started
         self.refused: ZocratesError | None = None
-        self.dropped = 0
+        self.final: Json | None = None
+        self.finished = anyio.Event()
 
-    def offer(self, event: Json) -> None:
-        """Queue an event for the client; never blocks the turn."""
-        if self.send.statistics().current_buffer_used >= MAX_QUEUED_EVENTS:
-            self.dropped += 1
-            return
-        _send_quietly(self.send, event)
+    def close(self) -> None:
+        """Stop hearing the turn (a refused turn, a client that went away); it goes on regardless."""
+        self.updates.close()
 
     async def events(self) -> AsyncIterator[bytes]:
-        with self.receive:
-            async for event in self.receive:
+        try:
+            if self.first is not None and (event := to_sse(self.first)) is not None:
                 yield sse_line(event)
-
-
-def _send_quietly(send: MemoryObjectSendStream[Json], event: Json) -> None:
-    try:
-        send.send_nowait(event)
-    except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.WouldBlock):
-        pass  # the client has gone: the turn goes on without it
+            async for update in self.updates:
+                if (event := to_sse(update)) is not None:
+                    yield sse_line(event)
+            await self.finished.wait()
+            assert self.final is not None
+            final = self.final
+            if self.updates.dropped:
+                final = {**final, "dropped_events": self.updates.dropped}
+            yield sse_line(final)
+        finally:
+            self.close()
 
 
 async def start_turn(
@@ -102,41 +117,31 @@ async def start_turn(
     closed: Callable[[], None],
 ) -> SseTurn:
     """Start the turn in `tg`; return once it streams (or was refused: `stream.refused`)."""
-    stream = SseTurn()
-
-    async def listener(update: Update) -> None:
-        stream.started.set()
-        event = to_sse(update)
-        if event is not None:
-            stream.offer(event)
-            # Let the stream's task write it now: a model that yields chunks without awaiting
-            # anything would otherwise hold them all until the turn's next real I/O.
-            await anyio.lowlevel.checkpoint()
+    stream = SseTurn(daemon.watch(session_id))
 
     async def run() -> None:
-        unwatch = daemon.watchers.watch(session_id, listener)
         final: Json = {"type": "error", "code": "cancelled", "message": "the daemon is shutting down"}
         try:
             result = await turn()
             final = {"type": "done", "invocation_id": result.invocation_id, "stop_reason": result.stop_reason,
                      "session": await daemon.get_session(session_id)}
         except ZocratesError as exc:
-            if not stream.started.is_set():
+            if not stream.updates.offered:  # nothing was published: refused before it started
                 stream.refused = exc
-            final = {"type": "error", "code": exc.kind, "message": exc.message}
+            final = {"type": "error", "code": http_status_of(type(exc)).code, "message": exc.message}
         except Exception as exc:
             log.exception("turn of %s failed", session_id)
             final = {"type": "error", "code": "internal", "message": f"the turn failed: {type(exc).__name__}"}
         finally:
-            unwatch()
-            if stream.dropped:
-                final["dropped_events"] = stream.dropped
-            stream.started.set()
-            _send_quietly(stream.send, final)  # room was kept for it
-            stream.send.close()
+            stream.final = final
+            stream.updates.close()  # its reader gets what is queued, then `final`
+            stream.finished.set()
             closed()
 
     opened()  # counted until the turn ends, whether or not anyone still listens
     tg.start_soon(run, name=f"http turn {session_id}")
-    await stream.started.wait()
+    try:
+        stream.first = await anext(stream.updates)
+    except StopAsyncIteration:
+        pass  # the turn ended without a word: refused (stream.refused), or failed (final says how)
     return stream

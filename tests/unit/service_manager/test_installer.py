@@ -96,6 +96,28 @@ def test_a_socket_path_too_long_for_sun_path_is_refused(home: Path) -> None:
         Settings(data_dir=Path("/z"), home=home, socket_path=Path("/" + "x" * 200)).resolved_socket_path()
 
 
+def test_a_runtime_dir_too_deep_for_a_socket_gives_units_the_short_path(
+    home: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ListenStream= and SockPathName have bind()'s limit: the units get the path clients compute."""
+    deep = short_tmp / ("r" * (150 - len(str(short_tmp)) - 1))
+    deep.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
+    monkeypatch.setattr(locations, "SHORT_SOCKET_PARENT", short_tmp)
+    data = short_tmp / "zotero"
+    expected = short_tmp / f"zocrates-{os.geteuid()}" / locations.default_socket_path(data).name
+    assert locations.default_socket_path(data) == expected
+    files = SystemdUser(Settings(data_dir=data, home=home), {}).files()
+    assert f"ListenStream={expected}\n" in files[home / ".config/systemd/user/zocratesd.socket"]
+    (plist,) = Launchd(Settings(data_dir=data, home=home), {}).files().values()
+    assert plistlib.loads(plist.encode())["Sockets"][activation.SOCKET_NAME]["SockPathName"] == str(expected)
+    if os.geteuid() == 0:  # another user made that directory first: the unit could never listen
+        expected.parent.mkdir(mode=0o700)
+        os.chown(expected.parent, 65534, 65534)
+        with pytest.raises(ServiceError, match="belongs to uid 65534"):
+            Settings(data_dir=data, home=home).resolved_socket_path()
+
+
 def test_plist_has_what_launchd_needs(home: Path, short_tmp: Path) -> None:
     data = short_tmp / "Zotero & <co>"
     settings = Settings(data_dir=data, home=home, idle_exit_after=600)

@@ -1,0 +1,184 @@
+"""The shim's HTTP/1.1 connections: uvicorn's h11 protocol under a cap and deadlines.
+
+Another local user shares the loopback interface and needs no token to open connections. Left
+alone, uvicorn arms its keep-alive timer only after a first response and disarms it on any byte,
+so a connection that never completes a request head lives forever, and nothing caps how many there
+are: 1,100 idle connections took every descriptor of a daemon with a 1,024 limit, and its Unix
+socket with them (issue 16). So every connection is, at any moment, in one of three phases:
+
+- `HEAD`: a request head is arriving. The whole head must be in within `head_timeout_s` of the
+  connection's opening (or of the first byte after an idle phase), however slowly it trickles:
+  bytes never extend the deadline (slowloris). A real client writes a head at once.
+- `SERVING`: a request is being answered, for as long as that takes (a turn's event stream); the
+  guard bounds the time a body may take to arrive, the core bounds a turn.
+- `IDLE`: the response is complete and the connection is kept alive for `idle_timeout_s`.
+
+At most `cap` connections are open. One more closes the connection that has waited longest in
+`HEAD` or `IDLE` (nginx reuses its idle keep-alive connections the same way when it runs out), or
+is itself closed at once when every open connection is serving a request. A flood of connections
+therefore only ever closes waiting connections; a real client's head arrives with its connection
+and is read within a loop iteration or two, long before a flood could push it out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from typing import ClassVar
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+log = logging.getLogger(__name__)
+
+
+class Phase(enum.Enum):
+    HEAD = "head"
+    SERVING = "serving"
+    IDLE = "idle"
+
+
+class ConnectionTable:
+    """The shim's open connections: the cap, and the waiting ones, longest waiting first."""
+
+    def __init__(self, cap: int, *, head_timeout_s: float, idle_timeout_s: float):
+        self.cap = cap
+        self.head_timeout_s = head_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.open: set[LimitedH11Protocol] = set()
+        # HEAD or IDLE connections in the order they began to wait (a dict keeps insertion order).
+        self.waiting: dict[LimitedH11Protocol, None] = {}
+        # Since start, for the log.
+        self.refused = 0
+        self.evicted = 0
+        self._full = False  # warned that the cap is reached, and not below it since
+
+    def admit(self, conn: LimitedH11Protocol) -> bool:
+        """Count `conn` in, making room if the cap is reached; False: close it at once."""
+        if len(self.open) >= self.cap:
+            victim = next(iter(self.waiting), None)
+            self._warn_full()
+            if victim is None:
+                self.refused += 1
+                return False
+            self.evicted += 1
+            del self.waiting[victim]
+            self.open.discard(victim)
+            victim.close(abort=False)
+        self.open.add(conn)
+        return True
+
+    def wait(self, conn: LimitedH11Protocol) -> None:
+        self.waiting.pop(conn, None)
+        self.waiting[conn] = None
+
+    def serve(self, conn: LimitedH11Protocol) -> None:
+        self.waiting.pop(conn, None)
+
+    def forget(self, conn: LimitedH11Protocol) -> None:
+        self.waiting.pop(conn, None)
+        self.open.discard(conn)
+        if self._full and len(self.open) < self.cap:
+            self._full = False
+            log.info(
+                "HTTP shim below its cap of %d connections again (so far %d waiting connections closed to make "
+                "room, %d refused)", self.cap, self.evicted, self.refused,
+            )
+
+    def _warn_full(self) -> None:
+        if not self._full:
+            self._full = True
+            log.warning(
+                "HTTP shim at its cap of %d connections: each new one closes the longest-waiting idle one "
+                "(or is refused when all are busy); the Unix socket is not affected", self.cap,
+            )
+
+
+class LimitedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, counted in `table` and held to its phase's deadline.
+
+    It hooks only where uvicorn's protocol starts (connection_made), reads (data_received),
+    finishes a response (on_response_complete) and ends (connection_lost); what a request is
+    doing is read from uvicorn's `cycle` (None, or the last request's, `response_complete`
+    once answered). Subclassed per server with its `table` (`protocol_class`).
+    """
+
+    table: ClassVar[ConnectionTable]
+    # None until admitted, and forever for a connection refused at the cap.
+    _phase: Phase | None = None
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if not self.table.admit(self):
+            transport.abort()  # uvicorn never sees it: connection_lost below does nothing either
+            return
+        super().connection_made(transport)
+        self._enter(Phase.HEAD)
+
+    def data_received(self, data: bytes) -> None:
+        if self._phase is Phase.IDLE:  # the next request's first byte: its head's deadline runs from now
+            self._enter(Phase.HEAD)
+        super().data_received(data)
+        self._follow_cycle()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # may start a pipelined request's cycle
+        self._follow_cycle()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._phase is None:
+            return
+        self._forget()
+        super().connection_lost(exc)
+
+    def _should_upgrade(self) -> bool:
+        # The shim serves no WebSocket: an Upgrade header is ignored, the request served as plain
+        # HTTP (and refused by the guard or the router). An upgraded connection would leave the table.
+        return False
+
+    def close(self, *, abort: bool) -> None:
+        """Close now: a deadline passed (abort: the client had its time), or room is needed (close:
+        the end of a response already written still reaches a client that reads it)."""
+        self._cancel_deadline()
+        if abort:
+            self.transport.abort()
+        elif not self.transport.is_closing():
+            self.transport.close()
+
+    def _follow_cycle(self) -> None:
+        if self._phase is None or self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            if self._phase is not Phase.SERVING:
+                self._enter(Phase.SERVING)
+        elif self._phase is Phase.SERVING:
+            self._enter(Phase.IDLE)
+
+    def _enter(self, phase: Phase) -> None:
+        self._phase = phase
+        self._cancel_deadline()
+        if phase is Phase.SERVING:
+            self.table.serve(self)
+            return
+        self.table.wait(self)
+        timeout = self.table.head_timeout_s if phase is Phase.HEAD else self.table.idle_timeout_s
+        self._deadline = self.loop.call_later(timeout, self._expired)
+
+    def _expired(self) -> None:
+        self._deadline = None
+        self._forget()
+        self.close(abort=True)
+
+    def _forget(self) -> None:
+        self._cancel_deadline()
+        self.table.forget(self)
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+
+def protocol_class(table: ConnectionTable) -> type[LimitedH11Protocol]:
+    """`LimitedH11Protocol` bound to `table`: uvicorn makes its protocols from a class."""
+    return type("ShimH11Protocol", (LimitedH11Protocol,), {"table": table})
