@@ -6,7 +6,7 @@ compaction step's own cost.
 
 In one process and one event loop (no socket: this isolates the engine and store cost, which is
 what compaction changes; bench_turns.py measures the socket path):
-1. builds research-chat sessions of 1000 and 5000 events (bench/_common.build_chat_sessions, no
+1. builds research-chat sessions of 1000 and 5000 events (bench/_stores.build_chat_sessions, no
    compaction yet) and a library; copies the DB for the peer;
 2. ours: a real `Daemon` (offline model) with compaction enabled, thresholds low enough that it
    runs every turn (min_turns 4, token_floor 0, a probe that always says yes: the worst case, a
@@ -29,19 +29,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    OUT_DIR,
-    build_chat_sessions,
-    copy_db,
-    env_info,
-    library_passages,
-    markdown_table,
-    short_tmpdir,
-    summarize,
-    timer,
-    write_json,
-    write_library,
-)
+from _data import library_passages, write_library  # noqa: E402
+from _paths import OUT_DIR  # noqa: E402
+from _procs import short_tmpdir  # noqa: E402
+from _report import env_info, markdown_table, summarize, timer, write_json  # noqa: E402
+from _stores import build_chat_sessions, copy_db  # noqa: E402
 
 SIZES = (1000, 5000)
 # The target for a turn at 5000 events of history, compaction enabled.
@@ -78,25 +70,21 @@ async def run(tmp: Path, rounds: int, chats: dict[str, Any], build_s: float, lib
     from google.adk.sessions import DatabaseSessionService
     from google.genai import types
 
-    from zocratesd.compaction import FixedProbe, compactor_for
+    from zocratesd.compaction import FixedProbe
     from zocratesd.config import ZocratesConfig
     from zocratesd.core.daemon import Daemon, load_library_passages
     from zocratesd.engine.models.offline import OfflineLlm
     from zocratesd.engine.retrieval import InMemoryRetriever
     from zocratesd.engine.tools import build_search_tool
-    from zocratesd.store import APP_NAME, USER_ID, close_session_services
+    from zocratesd.store import APP_NAME, USER_ID
+    from zocratesd.updates import Usage
 
     ours_dir, peer_dir = tmp / "ours", tmp / "peer"
 
     daemon = Daemon(ours_dir, ZocratesConfig(compaction={"min_turns": 4, "token_floor": 0}))
     await daemon.start()
-    compactor_for(daemon).probe = FixedProbe(1.0)
-    usage: dict[str, dict[str, Any]] = {}
-    for chat in chats.values():
-        async def listen(u: dict[str, Any], sid: str = chat.session_id) -> None:
-            if u["kind"] == "usage":
-                usage[sid] = u
-        daemon.watchers.watch(chat.session_id, listen)
+    daemon.compactor.probe = FixedProbe(1.0)
+    watching = {chat.session_id: daemon.watch(chat.session_id) for chat in chats.values()}
 
     peer_svc = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{peer_dir / 'sessions.db'}")
     agent = LlmAgent(name="coordinator", model=OfflineLlm(),
@@ -111,17 +99,19 @@ async def run(tmp: Path, rounds: int, chats: dict[str, Any], build_s: float, lib
             pass
         return timer() - t0
 
-    async def our_turn(sid: str, text: str) -> tuple[float, dict[str, Any]]:
+    async def our_turn(sid: str, text: str) -> tuple[float, Usage]:
         t0 = timer()
         await daemon.prompt(sid, text)
-        return timer() - t0, usage[sid]
+        elapsed = timer() - t0
+        (usage,) = [u for u in watching[sid].take_nowait() if isinstance(u, Usage)]  # the turn's last update
+        return elapsed, usage
 
     results: dict[str, Any] = {"build_s": build_s, "rounds": rounds, "sizes": {}}
     try:
         for n in SIZES:
             sid = chats[str(n)].session_id
             first_turn, first = await our_turn(sid, "What does dense retrieval improve over BM25?")
-            assert first["compacted"], first
+            assert first.compacted, first
             await peer_turn(sid, "What does dense retrieval improve over BM25?")
             peer_s, ours_s, comp_ms, compacted = [], [], [], 0
             for r in range(rounds):
@@ -129,19 +119,18 @@ async def run(tmp: Path, rounds: int, chats: dict[str, Any], build_s: float, lib
                 peer_s.append(await peer_turn(sid, text))
                 t, u = await our_turn(sid, text)
                 ours_s.append(t)
-                comp_ms.append(u["compaction_ms"] / 1000)
-                compacted += bool(u["compacted"])
+                comp_ms.append(u.compaction_ms / 1000)
+                compacted += u.compacted
             results["sizes"][n] = {
                 "events": chats[str(n)].events, "turns": chats[str(n)].turns,
                 "peer_turn": stats(peer_s), "ours_turn": stats(ours_s),
                 "ours_turn_without_compaction": stats([a - b for a, b in zip(ours_s, comp_ms, strict=True)]),
                 "compaction_step": stats(comp_ms), "compacted_rounds": compacted,
-                "first_turn_ms": first_turn * 1000, "first_compaction_ms": first["compaction_ms"],
+                "first_turn_ms": first_turn * 1000, "first_compaction_ms": first.compaction_ms,
             }
     finally:
         await peer_svc.close()
         await daemon.aclose()
-        await close_session_services(ours_dir)
     return results
 
 

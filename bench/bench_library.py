@@ -30,13 +30,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import OUT_DIR, REPO_DIR, env_info, fmt_ms, markdown_table, short_tmpdir, summarize, timer, write_json
+from _paths import OUT_DIR
+from _procs import short_tmpdir
+from _report import env_info, fmt_ms, markdown_table, summarize, timer, write_json
+from zoterofixture import build_zotero_dir, generate_library, touch_items  # tests/, on sys.path by _paths
 
-sys.path.insert(0, str(REPO_DIR / "tests"))
-from zoterofixture import build_zotero_dir, generate_library, touch_items  # noqa: E402
-
-from zocratesd.engine.retrieval import Scope, tokens  # noqa: E402
-from zocratesd.library import INDEX_NAME, Library  # noqa: E402
+from zocratesd.engine.retrieval import Scope, tokens
+from zocratesd.library import INDEX_NAME, Library
 
 TARGET_BUILD_S = 120.0
 TARGET_REFRESH_S = 1.0
@@ -76,7 +76,7 @@ def like_search(conn: sqlite3.Connection, query: str, scope_sql: str, scope_args
 
 def peer_scope(scope: Scope) -> tuple[str, list[Any]]:
     if scope.mode == "papers":
-        return "AND c.item_key IN (%s)" % ",".join("?" * len(scope.item_keys)), list(scope.item_keys)
+        return f"AND c.item_key IN ({','.join('?' * len(scope.item_keys))})", list(scope.item_keys)
     if scope.mode == "collection":
         return ("AND c.item_key IN (SELECT item_key FROM item_collections WHERE collection_key IN (WITH RECURSIVE sub(k) AS "
                 "(SELECT ? UNION SELECT col.key FROM collections col JOIN sub ON col.parent_key = sub.k) SELECT k FROM sub))",
@@ -135,7 +135,8 @@ def main() -> int:
         assert indexed == live, "trashed items indexed, or live ones missing"
         queries = make_queries(gen, args.queries, rng)
         loop = asyncio.new_event_loop()
-        found = [q for q, key in queries if key and key in {h.passage.item_key for h in loop.run_until_complete(lib.search(q, Scope(), TOP_K))}]
+        found = [q for q, key in queries
+                 if key and key in {h.passage.item_key for h in loop.run_until_complete(lib.search(q, Scope(), TOP_K))}]
         known = [q for q, key in queries if key]
         recall = len(found) / len(known)
         peer_found = sum(

@@ -5,7 +5,7 @@
 
 What it does:
 1. builds a data dir of `--sessions` research chats (`--events` events each, rows as ADK writes them,
-   bulk-inserted: bench/_common.py `build_bulk_store`) and deletes every other session, so about
+   bulk-inserted: bench/_stores.py `build_bulk_store`) and deletes every other session, so about
    half the pages are free; the file is in WAL mode, as the daemon keeps it;
 2. per round, on two fresh copies of that file, alternating which goes first:
    - zocratesd: the daemon core in this process (`Daemon` + `Maintenance.run(startup=True)`, the
@@ -37,17 +37,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    OUT_DIR,
-    build_bulk_store,
-    env_info,
-    fmt_ms,
-    markdown_table,
-    short_tmpdir,
-    summarize,
-    timer,
-    write_json,
-)
+from _paths import OUT_DIR  # noqa: E402
+from _procs import short_tmpdir  # noqa: E402
+from _report import env_info, fmt_ms, markdown_table, summarize, timer, write_json  # noqa: E402
+from _stores import build_bulk_store  # noqa: E402
 
 TARGET_NOOP_MS = 1.0  # DESIGN.md, "Performance budget"
 
@@ -58,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--events", type=int, default=85, help="events per session, seed included (default 85)")
     p.add_argument("--rounds", type=int, default=3, help="timed VACUUM rounds per side (default 3)")
     p.add_argument("--noop-rounds", type=int, default=300, help="timed passes with nothing to do (default 300)")
-    p.add_argument("--quick", action="store_true", help="smoke run: 260 sessions (~34 MB, just above the 30 MB rule), 1 round, 50 no-op passes")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: 260 sessions (~34 MB, just above the 30 MB rule), 1 round, 50 no-op passes")
     p.add_argument("--seed", type=int, default=20260101, help="data generator seed")
     p.add_argument("--out", type=Path, default=OUT_DIR / "bench_maintenance.json", help="where the JSON results go")
     p.add_argument("--keep-data", action="store_true", help="keep the temp data dir (path printed at the end)")
@@ -108,7 +102,7 @@ async def _zocratesd(data_dir: Path, config: Any, noop_rounds: int = 0) -> dict[
 
     daemon = Daemon(data_dir, config)
     # Daemon.start() is prepare_tables() then this very pass: open the store, and time the pass.
-    await daemon._service.prepare_tables()
+    await daemon.db.prepare_tables()
     m = daemon.maintenance
     try:
         t0 = timer()

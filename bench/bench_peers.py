@@ -27,11 +27,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import signal
 import socket
 import sqlite3
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -42,29 +40,17 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import bench_shim  # noqa: E402
 import bench_store  # noqa: E402
 import bench_turns  # noqa: E402
-from _common import (  # noqa: E402
-    INITIALIZE_PARAMS,
-    OUT_DIR,
-    DaemonProc,
-    RpcClient,
-    build_chat_sessions,
-    build_store,
-    copy_db,
-    daemon_env,
-    env_info,
-    library_passages,
-    short_tmpdir,
-    summarize,
-    timer,
-    write_json,
-    write_library,
-)
-from fake_openai import Behaviour, FakeOpenAI  # noqa: E402
+from _data import library_passages, write_library  # noqa: E402
+from _paths import OUT_DIR  # noqa: E402
+from _procs import DaemonProc, daemon_env, short_tmpdir  # noqa: E402
+from _report import env_info, summarize, timer, write_json  # noqa: E402
+from _rpc import INITIALIZE_PARAMS, RpcClient  # noqa: E402
+from _stores import build_chat_sessions, build_store, copy_db  # noqa: E402
+from fake_openai import Behaviour, FakeOpenAI  # noqa: E402  (tests/, on sys.path by _paths)
 
 APP, USER = bench_shim.APP, bench_shim.USER
 CHUNKS = 20  # the issue's "20 streamed chunks"
@@ -84,8 +70,9 @@ AGENT_OFFLINE = textwrap.dedent('''
     root_agent = LlmAgent(name="coordinator", model=OfflineLlm(),
                           tools=[build_search_tool(InMemoryRetriever(load_library_passages(Path({library!r}))))])
 ''')
-AGENT_CHUNKS = AGENT_OFFLINE.replace("OfflineLlm()", "OpenAICompatLlm(model='fake/model', base_url={base_url!r}, api_key='sk-bench')").replace(
-    "from zocratesd.engine.models.offline import OfflineLlm", "from zocratesd.engine.models.openai import OpenAICompatLlm")
+AGENT_CHUNKS = AGENT_OFFLINE.replace(
+    "OfflineLlm()", "OpenAICompatLlm(model='fake/model', base_url={base_url!r}, api_key='sk-bench')"
+).replace("from zocratesd.engine.models.offline import OfflineLlm", "from zocratesd.engine.models.openai import OpenAICompatLlm")
 
 
 class ChunkyModel(FakeOpenAI):
@@ -271,16 +258,17 @@ def run(args: argparse.Namespace, tmp: Path, data: dict[str, Any], rec: Recorder
             json.dumps({"max_saved_sessions": None, "session_retention_days": None}))
 
     chunky = ChunkyModel(Behaviour(use_tools=False))
-    zbig = DaemonProc(data_dir=data["big"], socket_path=runtime / "b.sock", env=env)
-    zsmall = DaemonProc(data_dir=data["small"], socket_path=runtime / "s.sock", env=env | {"ZQ_BENCH_KEY": "sk-bench"})
+    zbig = DaemonProc(data_dir=data["big"], runtime_dir=runtime, env=env)
+    zsmall = DaemonProc(data_dir=data["small"], runtime_dir=runtime, env=env | {"ZQ_BENCH_KEY": "sk-bench"})
     (data["small"] / "zocrates-data" / "zocrates_config.json").write_text(json.dumps({
         "max_saved_sessions": None, "session_retention_days": None,
         "model": {"provider": "openai", "name": "fake/model", "base_url": chunky.base_url, "api_key_env": "ZQ_BENCH_KEY"}}))
     started: list[Any] = []
     try:
         log("starting zocratesd (x2), adk api_server (x2), in-process ADK (x2) ...")
-        zbig.start(); started.append(zbig)
-        zsmall.start(); started.append(zsmall)
+        for z in (zbig, zsmall):
+            z.start()
+            started.append(z)
         api_big = Api(tmp / "api-big", copies[("big", "api")], AGENT_OFFLINE.format(library=str(data["library"])))
         started.append(api_big)
         api_small = Api(tmp / "api-small", copies[("small", "api")],
@@ -364,21 +352,24 @@ def measure(args: argparse.Namespace, rec: Recorder, data: dict[str, Any], zc: R
         turn_row(f"turn, {CHUNKS} streamed chunks, 0 events", r, keep, zc_small, in_small, api_small, None, compare=True)
         # reads
         for n, sid in data["reads"].items():
+            counts: dict[str, int] = {}  # messages (zocratesd, in-process), events (api_server)
             for side in SIDES:
                 gc.collect()
                 if side == "zocratesd":
                     t0 = timer()
                     ui, _ = zc.call("_zocrates/session/get", {"sessionId": sid})
                     dt = timer() - t0
-                    count = len(ui["messages"])
+                    counts[side] = len(ui["messages"])
                 elif side == "adk_inproc":
-                    dt, count = in_big_get(in_big, sid)
+                    dt, counts[side] = in_big_get(in_big, sid)
                 else:
                     t0 = timer()
                     body = api_big.http.get(f"/apps/{APP}/users/{USER}/sessions/{sid}").json()
                     dt = timer() - t0
-                    count = len(body["events"])
+                    counts[side] = len(body["events"])
                 rec.add(f"GET session, {n} events", side, dt, keep)
+            if counts["zocratesd"] != counts["adk_inproc"] or counts["adk_api_server"] != n:
+                raise AssertionError(f"GET session of {n} events: {counts}")
         for label, z_client, inproc, api in (("list 100 sessions", zc_small, in_small, api_small),
                                               (f"list {args.sessions} sessions", zc, in_big, api_big)):
             for side in SIDES:
@@ -502,9 +493,9 @@ def cold_starts(args: argparse.Namespace, rec: Recorder, env: dict[str, str], tm
     """Spawn to a first answered request on an empty data dir: zocratesd (initialize over the
     socket) and adk api_server (GET /list-apps)."""
     log(f"cold starts, {args.cold_rounds} each ...")
-    bench_store.cold_start_first_reply(tmp / "cold-warm", tmp / "run" / "c.sock", env)  # first-run costs
+    bench_store.cold_start_first_reply(tmp / "cold-warm", tmp / "run", env)  # first-run costs
     for r in range(args.cold_rounds):
-        _, first = bench_store.cold_start_first_reply(tmp / f"cold-{r}", tmp / "run" / "c.sock", env)
+        _, first = bench_store.cold_start_first_reply(tmp / f"cold-{r}", tmp / "run", env)
         rec.add("daemon cold start to first answered request", "zocratesd", first)
         db = tmp / f"cold-api-{r}" / "sessions.db"
         db.parent.mkdir(parents=True)

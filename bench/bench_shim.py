@@ -4,7 +4,7 @@
     ./dev bench bench/bench_shim.py --quick    # smoke run
 
 1. builds one store with `--sessions` sessions holding three research chats of 100, 1000 and 5000
-   events (bench/_common.build_store, merged with SQLite ATTACH), and copies it for the peer;
+   events (bench/_stores.build_store, merged with SQLite ATTACH), and copies it for the peer;
 2. starts the real daemon (`zocratesd serve --http-port 0`) on it and `adk api_server` on the copy,
    with an instant offline model (research/peer_bench.md: how the peer runs offline);
 3. times, alternating the two systems round by round, with one keep-alive httpx client each (the
@@ -36,20 +36,10 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    OUT_DIR,
-    REPO_DIR,
-    build_store,
-    copy_db,
-    daemon_env,
-    env_info,
-    markdown_table,
-    short_tmpdir,
-    summarize,
-    timer,
-    write_json,
-    zocratesd_cmd,
-)
+from _paths import OUT_DIR  # noqa: E402
+from _procs import DaemonProc, daemon_env, short_tmpdir  # noqa: E402
+from _report import env_info, markdown_table, summarize, timer, write_json  # noqa: E402
+from _stores import build_store, copy_db  # noqa: E402
 
 TARGET_GET_5000_MS = 60.0
 TARGET_RATIO = 3.0
@@ -142,27 +132,14 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], headers: dict[str, str] |
     raise RuntimeError(f"{url} did not answer in {READY_TIMEOUT_S:.0f} s")
 
 
-def start_daemon(data_dir: Path, runtime_dir: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    env = daemon_env(runtime_dir)
-    proc = subprocess.Popen(
-        zocratesd_cmd("serve", "--zotero-data-dir", str(data_dir), "--http-port", "0"),
-        env=env, cwd=str(REPO_DIR), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=tempfile.TemporaryFile(),
-    )
-    info_path = data_dir / "zocrates-data" / "daemon.json"
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        try:
-            info = json.loads(info_path.read_text())
-            if info["pid"] == proc.pid and info.get("http"):
-                url = f"http://127.0.0.1:{info['http']['port']}"
-                wait_http(url + "/health", proc)
-                return proc, info
-        except (OSError, ValueError, KeyError):
-            pass
-        if proc.poll() is not None:
-            raise RuntimeError(f"zocratesd exited {proc.returncode}")
-        time.sleep(0.02)
-    raise RuntimeError("zocratesd did not start")
+def start_daemon(data_dir: Path, runtime_dir: Path) -> tuple[DaemonProc, dict[str, Any]]:
+    """The daemon with its HTTP shim on a free port, once `/health` answers; and its daemon.json."""
+    daemon = DaemonProc(data_dir=data_dir, runtime_dir=runtime_dir, env=daemon_env(runtime_dir), args=["--http-port", "0"])
+    daemon.start()
+    info = daemon.info
+    assert daemon.proc is not None
+    wait_http(f"http://127.0.0.1:{info['http']['port']}/health", daemon.proc)
+    return daemon, info
 
 
 def start_peer(tmp: Path, db: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -288,13 +265,13 @@ def main(argv: list[str] | None = None) -> int:
                     httpx.Client(base_url=peer_url, timeout=120) as peer:
                 results = measure(args, ours, peer, ids)
         finally:
-            for proc in (daemon, peer_proc):
-                if proc is not None and proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-                    try:
-                        proc.wait(30)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
+            daemon.stop()
+            if peer_proc is not None and peer_proc.poll() is None:
+                peer_proc.send_signal(signal.SIGTERM)
+                try:
+                    peer_proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    peer_proc.kill()
     ok = report(results)
     OUT_DIR.mkdir(exist_ok=True)
     write_json(OUT_DIR / "bench_shim.json", {"env": env_info(), "args": vars(args), "results": results,

@@ -34,24 +34,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    INITIALIZE_PARAMS,
-    OUT_DIR,
-    REPO_DIR,
-    DaemonProc,
-    RpcClient,
-    build_store,
-    copy_db,
-    daemon_env,
-    env_info,
-    fmt_ms,
-    markdown_table,
-    short_tmpdir,
-    summarize,
-    timer,
-    write_json,
-    zocratesd_cmd,
-)
+from _paths import OUT_DIR, REPO_DIR  # noqa: E402
+from _procs import DaemonProc, daemon_env, short_tmpdir, zocratesd_cmd  # noqa: E402
+from _report import env_info, fmt_ms, markdown_table, summarize, timer, write_json  # noqa: E402
+from _rpc import INITIALIZE_PARAMS, RpcClient  # noqa: E402
+from _stores import build_store, copy_db  # noqa: E402
 
 # DESIGN.md, "Performance budget" (milliseconds).
 TARGET_GET_MS = 60.0
@@ -205,14 +192,14 @@ def stdio_first_reply(data_dir: Path, env: dict[str, str]) -> float:
                 s.close()
 
 
-def cold_start_first_reply(data_dir: Path, sock: Path, env: dict[str, str]) -> tuple[float, float]:
+def cold_start_first_reply(data_dir: Path, runtime_dir: Path, env: dict[str, str]) -> tuple[float, float]:
     """A fresh `zocratesd serve` on `data_dir`: (seconds until its socket accepts, seconds until its
     first `initialize` reply), both from spawn. Stops it (SIGTERM) before returning."""
-    d = DaemonProc(data_dir=data_dir, socket_path=sock, env=env)
+    d = DaemonProc(data_dir=data_dir, runtime_dir=runtime_dir, env=env)
     t0 = timer()
     try:
         ready = d.start()
-        with RpcClient(sock) as c:
+        with RpcClient(d.socket_path) as c:
             c.call("initialize", INITIALIZE_PARAMS)
             first = timer() - t0
         return ready, first
@@ -242,8 +229,8 @@ def verify_daemon(client: RpcClient, peer_session: Any, peer_listing: list[Any])
     from google.adk.events._rewind_events import _apply_rewinds
 
     from zocratesd.rpc.updates import to_acp
-    from zocratesd.updates import history_updates
     from zocratesd.store import format_session_for_ui
+    from zocratesd.updates import history_updates
 
     sid = peer_session.id
     # JSON round trip: the reference as a client would receive it.
@@ -254,7 +241,7 @@ def verify_daemon(client: RpcClient, peer_session: Any, peer_listing: list[Any])
         detail = ""
         if "messages" in diff:
             ref_m, got_m = reference["messages"], got.get("messages") or []
-            first = next((i for i, (a, b) in enumerate(zip(ref_m, got_m)) if a != b), min(len(ref_m), len(got_m)))
+            first = next((i for i, (a, b) in enumerate(zip(ref_m, got_m, strict=False)) if a != b), min(len(ref_m), len(got_m)))
             detail = f"; messages {len(got_m)} vs {len(ref_m)}, first difference at index {first}"
         raise AssertionError(f"_zocrates/session/get differs from format_session_for_ui in {sorted(diff)}{detail}")
 
@@ -314,12 +301,8 @@ def run(args: argparse.Namespace, tmp: Path, started: float) -> int:
     copy_db(store.db_path, peer_db)
 
     peer = Peer(peer_db)
-    daemon = DaemonProc(
-        data_dir=data_dir,
-        socket_path=runtime_dir / "z.sock",
-        env=env,
-        profile_to=args.profile_daemon.resolve() if args.profile_daemon else None,
-    )
+    profile_to = args.profile_daemon.resolve() if args.profile_daemon else None
+    daemon = DaemonProc(data_dir=data_dir, runtime_dir=runtime_dir, env=env, command=zocratesd_cmd(profile_to=profile_to))
     client: RpcClient | None = None
     results: dict[str, Any] = {}
     try:
@@ -372,11 +355,11 @@ def measure(
     breakdown: dict[str, dict[str, list[float]]] = {}
     total = args.warmup + args.rounds
     cold_dir = tmp / "cold"
-    cold_sock = tmp / "run" / "c.sock"
+    cold_run = tmp / "run"
     cold_left = args.cold_rounds
     if cold_left:
         log("cold start warm-up (creates the tables of an empty data dir) ...")
-        cold_start_first_reply(cold_dir, cold_sock, env)
+        cold_start_first_reply(cold_dir, cold_run, env)
 
     def z_round(record: bool) -> None:
         for key, method, params in (
@@ -426,7 +409,7 @@ def measure(
         if record:
             samples["stdio"].append(dt)
         if record and cold_left > 0:
-            ready, first = cold_start_first_reply(cold_dir, cold_sock, env)
+            ready, first = cold_start_first_reply(cold_dir, cold_run, env)
             samples["cold_ready"].append(ready)
             samples["cold_first"].append(first)
             cold_left -= 1

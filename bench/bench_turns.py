@@ -43,30 +43,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    INITIALIZE_PARAMS,
-    OUT_DIR,
-    ChatSession,
-    DaemonProc,
-    RpcClient,
-    TextGen,
-    build_chat_sessions,
-    call_streaming,
-    compaction_event,
-    copy_db,
-    daemon_env,
-    env_info,
-    fmt_ms,
-    library_passages,
-    markdown_table,
-    session_turn_rows,
-    short_tmpdir,
-    summarize,
-    timer,
-    turn_spans,
-    write_json,
-    write_library,
-)
+from _data import TextGen, library_passages, write_library  # noqa: E402
+from _paths import OUT_DIR  # noqa: E402
+from _procs import DaemonProc, daemon_env, short_tmpdir, zocratesd_cmd  # noqa: E402
+from _report import env_info, fmt_ms, markdown_table, summarize, timer, write_json  # noqa: E402
+from _rpc import INITIALIZE_PARAMS, RpcClient  # noqa: E402
+from _stores import ChatSession, build_chat_sessions, copy_db, session_turn_rows, turn_spans  # noqa: E402
 
 # DESIGN.md, "Performance budget"; research/peer_bench.md for the ones DESIGN.md leaves out.
 TARGET_TURN_0_MS = 20.0  # DESIGN.md: turn overhead, instant model, 0 events
@@ -123,7 +105,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError:
         p.error("--sizes takes comma-separated integers")
     if a.quick:
-        a.sizes = [min(s, q) for s, q in zip(a.sizes or [1000, 5000], (100, 500))] or [100, 500]
+        a.sizes = [min(s, q) for s, q in zip(a.sizes or [1000, 5000], (100, 500), strict=False)] or [100, 500]
         a.warmup, a.conc_rounds, a.full_rounds = 1, min(a.conc_rounds, 1), min(a.full_rounds, 3)
         if a.rounds is None:
             a.rounds = 3
@@ -199,12 +181,11 @@ class Peer:
         """A session as the daemon makes one: create_session, then the seed bookkeeping event."""
         import secrets
 
-        from zocratesd.core.daemon import _bookkeeping_event
-        from zocratesd.store import APP_NAME, USER_ID
+        from zocratesd.store import APP_NAME, USER_ID, bookkeeping_event
 
         sid = f"session-{int(time.time() * 1000)}-{secrets.token_hex(3)}"
         session = await self.svc.create_session(app_name=APP_NAME, user_id=USER_ID, session_id=sid)
-        await self.svc.append_event(session, _bookkeeping_event({"title": "New Chat", "created_at": time.time()}))
+        await self.svc.append_event(session, bookkeeping_event({"title": "New Chat", "created_at": time.time()}))
         return sid
 
     async def turn(self, session_id: str, text: str) -> Turn:
@@ -250,11 +231,12 @@ class Peer:
 
 
 async def append_recompaction(svc: Any, db: Path, session_id: str) -> int:
-    """A rolling compaction, as issue 6's post-turn compaction would append: from the first turn to
-    the end of all but the last KEEP_TURNS turns, `compacted_until` in its state_delta. Appended
-    through ADK's own `append_event`; returns how many turns it covers."""
+    """A rolling compaction, the event the daemon's post-turn compaction appends (`compaction_event`):
+    from the first turn to the end of all but the last KEEP_TURNS turns. Appended through ADK's own
+    `append_event`; returns how many turns it covers."""
     from google.adk.sessions.base_session_service import GetSessionConfig
 
+    from zocratesd.compaction import compaction_event
     from zocratesd.store import APP_NAME, USER_ID
 
     spans = turn_spans(session_turn_rows(db, session_id))
@@ -264,7 +246,7 @@ async def append_recompaction(svc: Any, db: Path, session_id: str) -> int:
     session = await svc.get_session(
         app_name=APP_NAME, user_id=USER_ID, session_id=session_id, config=GetSessionConfig(num_recent_events=0)
     )
-    await svc.append_event(session, compaction_event(covered[0].start, covered[-1].end, SUMMARY))
+    await svc.append_event(session, compaction_event(covered[0].start, covered[-1].end, SUMMARY, covered=len(covered)))
     return len(covered)
 
 
@@ -278,8 +260,8 @@ def z_new_session(client: RpcClient) -> str:
 
 def z_turn(client: RpcClient, session_id: str, text: str) -> Turn:
     """`session/prompt` from request to parsed reply, reading every session/update on the way."""
-    result, notes, total = call_streaming(
-        client, "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
+    result, notes, total = client.call_streaming(
+        "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
     )
     if result.get("stopReason") != "end_turn":
         raise AssertionError(f"session/prompt ended with {result}")
@@ -317,7 +299,7 @@ def z_concurrent(clients: list[RpcClient], session_ids: list[str], texts: list[s
         finally:
             ends.append(timer())
 
-    threads = [threading.Thread(target=client, args=(c, s), daemon=True) for c, s in zip(clients, session_ids)]
+    threads = [threading.Thread(target=client, args=(c, s), daemon=True) for c, s in zip(clients, session_ids, strict=True)]
     for th in threads:
         th.start()
     start.wait()
@@ -426,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, tmp: Path, started: float) -> int:
-    from zocratesd.store import get_session_service
+    from zocratesd.store import SessionsDb
 
     runtime_dir = tmp / "run"
     runtime_dir.mkdir(mode=0o700)
@@ -445,11 +427,11 @@ def run(args: argparse.Namespace, tmp: Path, started: float) -> int:
         + f"; peer DB journal_mode={peer_journal}")
 
     peer = Peer(peer_db, library)
+    profile_to = args.profile_daemon.resolve() if args.profile_daemon else None
     daemon = DaemonProc(
-        data_dir=data_dir, socket_path=runtime_dir / "z.sock", env=env,
-        profile_to=args.profile_daemon.resolve() if args.profile_daemon else None, profile_all_threads=True,
+        data_dir=data_dir, runtime_dir=runtime_dir, env=env, command=zocratesd_cmd(profile_to=profile_to, all_threads=True)
     )
-    z_svc = get_session_service(data_dir)  # this process's writer on the daemon's DB (compactions only)
+    z_store = SessionsDb.open(data_dir)  # this process's writer on the daemon's DB (compactions only)
     clients: list[RpcClient] = []
     code: int | None = None
     try:
@@ -464,7 +446,7 @@ def run(args: argparse.Namespace, tmp: Path, started: float) -> int:
             c.call("initialize", INITIALIZE_PARAMS)
             clients.append(c)
         profile_pid = daemon.proc.pid if args.profile_daemon and daemon.proc else None
-        results = measure(args, clients, peer, chats, z_db, peer_db, z_svc, profile_pid)
+        results = measure(args, clients, peer, chats, z_db, peer_db, z_store.service, profile_pid)
     except BaseException:
         if daemon.running():
             log("daemon stderr (tail):\n" + daemon.stderr_tail())
@@ -473,7 +455,7 @@ def run(args: argparse.Namespace, tmp: Path, started: float) -> int:
         for c in clients:
             c.close()
         try:
-            peer.run(z_svc.close())
+            peer.run(z_store.aclose())
         finally:
             code = daemon.stop()
             peer.close()
@@ -546,7 +528,8 @@ def measure(
                 if record:
                     conc_done += 1
                 if args.verbose:
-                    log(f"    conc: zocratesd {len(out['z'][1]) / out['z'][0]:.1f} turns/s, peer {len(out['p'][1]) / out['p'][0]:.1f} turns/s")
+                    log(f"    conc: zocratesd {len(out['z'][1]) / out['z'][0]:.1f} turns/s, "
+                        f"peer {len(out['p'][1]) / out['p'][0]:.1f} turns/s")
                 continue
 
             if record and row != "0" and not row.endswith("c") and r - args.warmup >= args.full_rounds:
@@ -688,15 +671,16 @@ def report(
     epts = {row: pairs for row, pairs in checks["events_per_turn"].items()}
     per_turn = sorted({z for pairs in epts.values() for z, _ in pairs})
     print(f"correctness: {checks['answers_compared']} turns gave the same answer on both sides; each turn stored "
-          f"{'/'.join(map(str, per_turn))} events on both sides (user, model call, the search's events on its branch, tool result, answer); "
+          f"{'/'.join(map(str, per_turn))} events on both sides "
+          "(user, model call, the search's events on its branch, tool result, answer); "
           + ("prompt sizes equal on both sides: "
              + ", ".join(f"{_row_name(k)} ~{v[0]} tokens" for k, v in checks["prompt_tokens"].items())
              if checks["prompt_tokens"] else "no history rows run") + ".")
-    print(f"data: " + ", ".join(f"{_row_name(k)} = {v.events} events ({v.turns} turns)" for k, v in chats.items())
+    print("data: " + ", ".join(f"{_row_name(k)} = {v.events} events ({v.turns} turns)" for k, v in chats.items())
           + f"; built in {build_s:.1f} s. History rows grow by one turn per round (not reset); compacted rows get a "
           f"rolling compaction before each round, keeping the last {KEEP_TURNS} turns, on both sides (untimed).")
-    print(f"zocratesd: real `zocratesd serve`, `session/prompt` over the Unix socket, request to parsed reply, every "
-          f"session/update read and parsed; windowed loads after a compaction (`compacted_until`); WAL, synchronous=FULL.")
+    print("zocratesd: real `zocratesd serve`, `session/prompt` over the Unix socket, request to parsed reply, every "
+          "session/update read and parsed; windowed loads after a compaction (`compacted_until`); WAL, synchronous=FULL.")
     print(f"peer: in-process ADK Runner + DatabaseSessionService on a copy of the DB (journal_mode={peer_journal}, "
           f"ADK's defaults: full session load every turn, no pragmas), same coordinator, offline model and "
           f"search_library tool over the same {library_size()} passages; RunConfig(streaming_mode=SSE).")
@@ -753,7 +737,8 @@ COMPONENTS = [
     ("zocratesd rpc (peer, framing, ACP updates)", lambda f, fn: "zocratesd/rpc" in f or "zocratesd/process" in f),
     ("zocratesd engine, daemon, store", lambda f, fn: "zocratesd/" in f),
     ("jsonrpcserver", lambda f, fn: "jsonrpcserver" in f),
-    ("event loop (asyncio, anyio, threads)", lambda f, fn: any(x in f for x in ("asyncio/", "anyio/", "selectors", "threading", "queue.py", "concurrent/"))),
+    ("event loop (asyncio, anyio, threads)",
+     lambda f, fn: any(x in f for x in ("asyncio/", "anyio/", "selectors", "threading", "queue.py", "concurrent/"))),
 ]
 
 # Cumulative per-turn figures for a few functions (indicative only: see above).
@@ -766,7 +751,8 @@ FOCUS = [
     ("OfflineLlm.generate_content_async", "offline.py", "generate_content_async"),
     ("search_library tool", "tools.py", "search_library"),
     ("TurnUpdates.feed (ADK events to updates)", "turn_updates.py", "feed"),
-    ("Watchers.publish (session/update out)", "daemon.py", "publish"),
+    ("Watchers.publish (updates into each watcher's queue)", "watchers.py", "publish"),
+    ("SessionFeed._write (session/update out)", "acp.py", "_write"),
 ]
 
 
@@ -807,7 +793,8 @@ def print_profile(path: Path, turns: int, top: int = 25) -> dict[str, Any]:
                 calls += nc
         if calls:
             focus_rows.append([label, f"{total * per_turn:.2f}", f"{own * per_turn:.2f}", f"{calls / max(turns, 1):.1f}"])
-            out_focus[label] = {"cum_ms_per_turn": total * per_turn, "own_ms_per_turn": own * per_turn, "calls_per_turn": calls / max(turns, 1)}
+            out_focus[label] = {"cum_ms_per_turn": total * per_turn, "own_ms_per_turn": own * per_turn,
+                                "calls_per_turn": calls / max(turns, 1)}
     print("\nselected functions, per turn (cumulative is indicative only: coroutine resumes count as calls, and "
           "greenlet switches blur it):\n")
     print(markdown_table(["function", "cumulative ms", "own ms", "calls"], focus_rows))

@@ -1,4 +1,8 @@
-"""A real `zocratesd serve` process for tests, and the environment it runs in."""
+"""A real `zocratesd serve` process, and the environment it runs in.
+
+The tests' daemon, and the benchmarks' (bench/_procs.py imports it): one way to start, find and stop
+a daemon. A benchmark times `start()` (cold start) and may put a profiler in `command`.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 READY_TIMEOUT_S = 60.0
+# How often start() looks for the daemon: bench_store times a cold start with it, so the poll must
+# not be what it measures (5 ms is below a start's spread; a poll is a file read and a connect).
+POLL_S = 0.005
 
 
 def daemon_env(runtime_dir: Path) -> dict[str, str]:
@@ -39,6 +46,8 @@ class DaemonProc:
     runtime_dir: Path
     env: dict[str, str]
     args: list[str] = field(default_factory=list)
+    # What runs zocratesd; `serve ...` follows. A benchmark puts a profiler here (bench/_procs.py).
+    command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "zocratesd"])
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -61,11 +70,14 @@ class DaemonProc:
     def stderr_path(self) -> Path:
         return self.runtime_dir.parent / f"daemon-{self.data_dir.name}.stderr"
 
-    def start(self) -> None:
+    def start(self) -> float:
+        """Spawn the daemon and wait until it is ready: daemon.json names this pid and its socket
+        accepts a connection. Returns the seconds that took, from spawn."""
+        t0 = time.perf_counter()
         # stderr goes to a file, not a pipe nobody drains: a chatty daemon must never block on it.
         with open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "zocratesd", "serve", "--zotero-data-dir", str(self.data_dir), *self.args],
+                [*self.command, "serve", "--zotero-data-dir", str(self.data_dir), *self.args],
                 env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -75,24 +87,27 @@ class DaemonProc:
         info_path = self.state_dir / "daemon.json"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"zocratesd exited {self.proc.returncode}: {self.stderr_path.read_text()[-2000:]}")
+                raise RuntimeError(f"zocratesd exited {self.proc.returncode}: {self.stderr_tail(2000)}")
             try:
                 info = json.loads(info_path.read_text())
                 if info["pid"] == self.proc.pid:
-                    s = socket.socket(socket.AF_UNIX)
-                    s.connect(info["socket"])
-                    s.close()
-                    return
+                    with socket.socket(socket.AF_UNIX) as s:
+                        s.connect(info["socket"])
+                    return time.perf_counter() - t0
             except (OSError, ValueError, KeyError):
                 pass
-            time.sleep(0.02)
+            time.sleep(POLL_S)
         self.kill()
-        raise RuntimeError("zocratesd did not become ready")
+        raise RuntimeError(f"zocratesd did not become ready in {READY_TIMEOUT_S:.0f} s: {self.stderr_tail(2000)}")
 
-    def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM and wait; returns the exit code. A daemon that hangs dumps its stacks, then dies,
-        and the test fails with them."""
-        assert self.proc is not None
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM and wait; returns the exit code (None: never started). A daemon that hangs dumps
+        its stacks, then dies, and the caller fails with them."""
+        if self.proc is None:
+            return None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
@@ -101,13 +116,20 @@ class DaemonProc:
             self.proc.send_signal(signal.SIGUSR1)
             time.sleep(1)
             self.kill()
-            raise AssertionError(f"zocratesd ignored SIGTERM for {timeout} s:\n{self.stderr_path.read_text()[-6000:]}")
+            raise AssertionError(f"zocratesd ignored SIGTERM for {timeout} s:\n{self.stderr_tail(6000)}") from None
 
     def kill(self) -> None:
         """SIGKILL: the daemon gets no chance to clean up."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+    def stderr_tail(self, chars: int = 3000) -> str:
+        """The end of what the daemon wrote to stderr (tracebacks that never reach its log)."""
+        try:
+            return self.stderr_path.read_text(errors="replace")[-chars:]
+        except FileNotFoundError:
+            return ""
 
     def stderr_text(self) -> str:
         log = self.state_dir / "zocratesd.log"
