@@ -130,7 +130,8 @@ def _status(args: argparse.Namespace, data_dir: Path) -> int:
         print(f"  socket     {live.socket}")
         print(f"  started at {live.raw.get('started_at')}")
         http = live.raw.get("http")
-        print(f"  http       {'http://%s:%s' % (http['host'], http['port']) if http else 'off'}")
+        url = f"http://{http['host']}:{http['port']}" if http else "off"
+        print(f"  http       {url}")
     return 0 if live is not None else EXIT_NOT_RUNNING
 
 

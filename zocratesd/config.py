@@ -10,18 +10,19 @@ not choose.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
-
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from zocratesd import locations
+from zocratesd.logtext import redact_credentials, redact_url
 
 CONFIG_NAME = "zocrates_config.json"
 
@@ -33,23 +34,59 @@ class _Section(BaseModel):
 class CompactionConfig(_Section):
     """Post-turn adaptive compaction (spec section 4)."""
 
-    min_turns: int = Field(4, ge=0)
-    token_floor: int = Field(30000, ge=0)
-    hard_backstop_tokens: int = Field(100000, ge=1)
-    keep_recent_turns: int = Field(2, ge=0)
-    decision_threshold: float = Field(0.75, ge=0.0, le=1.0)
-    probe_timeout_s: float = Field(10.0, gt=0)
+    min_turns: int = Field(default=4, ge=0)
+    token_floor: int = Field(default=30000, ge=0)
+    hard_backstop_tokens: int = Field(default=100000, ge=1)
+    keep_recent_turns: int = Field(default=2, ge=0)
+    decision_threshold: float = Field(default=0.75, ge=0.0, le=1.0)
+    probe_timeout_s: float = Field(default=10.0, gt=0)
     probe_model: str = "inception/mercury-decide:free"
 
 
 class ResearchConfig(_Section):
     """Deep-research budget: rounds before the first checkpoint, and the hard cap on extensions."""
 
-    initial_budget: int = Field(3, ge=1)
-    max_extensions: int = Field(3, ge=0)
+    initial_budget: int = Field(default=3, ge=1)
+    max_extensions: int = Field(default=3, ge=0)
 
 
 GEMINI_KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
+
+# What one model endpoint may do to a turn. Each default is far beyond what a real model does, so
+# only a broken or hostile endpoint ever meets one; meeting one ends the turn with a model_error.
+#
+# One SSE line is buffered until its end, so this is the memory one line can pin. A real endpoint
+# streams a delta of a few hundred bytes per line; one that sends a whole answer or tool call in a
+# single line stays far below it. It also caps a non-streamed answer and a decision-probe answer.
+MODEL_MAX_LINE_BYTES: Final = 8 * 1024 * 1024
+# An answer (text, thoughts and tool-call arguments together) is stored in sessions.db and sent
+# back to the model on every later turn. The longest outputs of today's models are ~128k tokens,
+# about half a million characters.
+MODEL_MAX_ANSWER_CHARS: Final = 2_000_000
+# A turn's model calls and searches, from the prompt (or a checkpoint's answer) to its end; no one
+# model call may take longer either. The read timeout only bounds silence: an endpoint that sends
+# an SSE comment every few seconds would hold the session forever. A slow local model on a CPU
+# takes minutes per answer; an hour is plenty.
+MODEL_MAX_TURN_S: Final = 3600.0
+# Model calls in one turn (ADK's RunConfig.max_llm_calls, 500 by default). A turn is usually two
+# calls (search, answer); a model that searches again and again makes ten. A model that calls a
+# tool that does not exist is told so, and this bounds one that never stops trying.
+MODEL_MAX_CALLS_PER_TURN: Final = 50
+
+_LOOPBACK_NAMES: Final = frozenset({"localhost"})
+
+
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback address (127.0.0.0/8, ::1, ::ffff:127.x.y.z)."""
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
 
 
 class ModelConfig(_Section):
@@ -64,15 +101,18 @@ class ModelConfig(_Section):
     name: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None
+    # Plain http:// to a host other than this machine sends the key (or the URL's password) in
+    # clear to anyone on the path; refused unless the user says the network is theirs.
+    allow_insecure_http: bool = False
+    max_line_bytes: int = Field(default=MODEL_MAX_LINE_BYTES, ge=1024)
+    max_answer_chars: int = Field(default=MODEL_MAX_ANSWER_CHARS, ge=1)
+    max_turn_s: float = Field(default=MODEL_MAX_TURN_S, gt=0)
+    max_calls_per_turn: int = Field(default=MODEL_MAX_CALLS_PER_TURN, ge=1)
 
     @model_validator(mode="after")
     def _usable(self) -> ModelConfig:
         if self.provider == "openai":
-            if not self.base_url or not self.base_url.startswith(("http://", "https://")):
-                raise ValueError(
-                    "provider openai needs base_url, an http(s) URL such as https://openrouter.ai/api/v1 "
-                    "or http://127.0.0.1:11434/v1 (Ollama)"
-                )
+            self._check_base_url()
             if not self.name:
                 raise ValueError("provider openai needs name, the endpoint's model id")
         if self.api_key_env and not os.environ.get(self.api_key_env):
@@ -80,6 +120,31 @@ class ModelConfig(_Section):
         if self.provider == "gemini" and not self.api_key_env and not any(os.environ.get(v) for v in GEMINI_KEY_VARS):
             raise ValueError("provider gemini needs a Google API key in $GOOGLE_API_KEY or $GEMINI_API_KEY")
         return self
+
+    def _check_base_url(self) -> None:
+        needs = (
+            "provider openai needs base_url, an http(s) URL such as https://openrouter.ai/api/v1 "
+            "or http://127.0.0.1:11434/v1 (Ollama)"
+        )
+        if not self.base_url:
+            raise ValueError(needs)
+        try:
+            parts = urlsplit(self.base_url)
+            _ = parts.port  # a port that is not a number raises here
+        except ValueError:
+            raise ValueError(f"{needs}; {redact_url(self.base_url)} is not a URL") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(needs)
+        if self.api_key_env:
+            sends: str | None = f"the API key from ${self.api_key_env} (model.api_key_env)"
+        else:
+            sends = "the credentials in model.base_url" if "@" in parts.netloc else None
+        if parts.scheme == "http" and sends and not is_loopback_host(parts.hostname) and not self.allow_insecure_http:
+            raise ValueError(
+                f"model.base_url {redact_url(self.base_url)} is plain http:// to another machine, and the model sends "
+                f"{sends}: anyone on the network path could read it. Use https://, or set "
+                "model.allow_insecure_http: true if the network between the two is yours (a LAN, a VPN)"
+            )
 
     def api_key(self) -> str | None:
         if self.api_key_env:
@@ -93,23 +158,34 @@ class HttpConfig(_Section):
     """The HTTP shim for the Zotero plugin (loopback only)."""
 
     enabled: bool = True
-    base_port: int = Field(8765, ge=0, le=65535)
+    base_port: int = Field(default=8765, ge=0, le=65535)
     # A fixed port (`--http-port N`), used as is instead of base_port + the data dir's offset;
     # 0 means any free port.
-    port: int | None = Field(None, ge=0, le=65535)
+    port: int | None = Field(default=None, ge=0, le=65535)
     allowed_origins: list[str] = Field(default_factory=list)
+    # Another local user can open connections to the port without a token (zocratesd/shim/protocol.py):
+    # open connections at most (fewer when the fd limit is low: the Unix socket keeps a reserve). A
+    # sidebar uses a few; the rest is room to ride out a flood, which only closes waiting connections.
+    max_connections: int = Field(default=512, ge=1)
+    # A request's whole head must arrive within this of the connection's opening (or of its first
+    # byte after an idle keep-alive), however it trickles: a real client sends it in one write.
+    head_timeout_s: float = Field(default=10.0, gt=0)
+    # An authenticated request's whole body must arrive within this of its head (408 otherwise):
+    # 16 MiB, the cap, takes well under a second on loopback.
+    body_timeout_s: float = Field(default=30.0, gt=0)
 
 
 class LibraryConfig(_Section):
     """The user's Zotero library: the full-text index `zocrates-data/library.db` and how it reads
-    Zotero (zocratesd/library). The local API is tried first when on; it must be loopback."""
+    Zotero (zocratesd/library). zotero.sqlite comes first; the local API (loopback only, and on
+    Linux only the user's own listener) is used when on and the database cannot be read."""
 
     enabled: bool = True
     local_api: bool = True
     local_api_url: str = "http://127.0.0.1:23119"
     # How often the indexer checks Zotero for changes: cheap (a stat, or one small local API
     # request), and 30 s keeps a paper added in Zotero searchable within a minute.
-    poll_interval_s: float = Field(30.0, gt=0)
+    poll_interval_s: float = Field(default=30.0, gt=0)
 
     @field_validator("local_api_url")
     @classmethod
@@ -123,7 +199,7 @@ class LibraryConfig(_Section):
 class RpcConfig(_Section):
     # 16 MiB: large enough for a prompt with many embedded snippets, small enough that a runaway
     # client cannot make the daemon buffer without bound (rust-sdk #342 argues for a finite cap).
-    max_frame_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
 
 
 class ZocratesConfig(BaseSettings):
@@ -133,8 +209,8 @@ class ZocratesConfig(BaseSettings):
         env_prefix="ZOCRATES_", env_nested_delimiter="__", extra="forbid", validate_default=True
     )
 
-    session_retention_days: int | None = Field(180, ge=0)
-    max_saved_sessions: int | None = Field(100, ge=0)
+    session_retention_days: int | None = Field(default=180, ge=0)
+    max_saved_sessions: int | None = Field(default=100, ge=0)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     research: ResearchConfig = Field(default_factory=ResearchConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -206,5 +282,6 @@ def _explain(exc: ValidationError, path: Path) -> str:
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        lines.append(f"  {key}: {msg} (got {err.get('input')!r})")
+        # The input may be the whole model section, base_url and its password included.
+        lines.append(redact_credentials(f"  {key}: {msg} (got {err.get('input')!r})"))
     return "\n".join(lines)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,7 +88,7 @@ def test_three_turns_survive_sigkill_and_turn_three_sees_one_and_two(openai_daem
     third = [r for r in fake.requests if r["body"]["messages"][-1].get("content") == questions[2]]
     msgs = third[0]["body"]["messages"]
     contents = [m.get("content") for m in msgs]
-    for q, a in zip(questions[:2], answers[:2]):
+    for q, a in zip(questions[:2], answers[:2], strict=True):
         assert q in contents and a in contents
     assert sum(1 for m in msgs if m["role"] == "tool") == 2
 

@@ -37,7 +37,8 @@ def test_missing_file_gives_every_spec_default(tmp_path: Path) -> None:
     }
     assert c.research.model_dump() == {"initial_budget": 3, "max_extensions": 3}
     assert c.model.provider == "offline"
-    assert c.http.model_dump() == {"enabled": True, "base_port": 8765, "port": None, "allowed_origins": []}
+    assert c.http.model_dump() == {"enabled": True, "base_port": 8765, "port": None, "allowed_origins": [],
+                                   "max_connections": 512, "head_timeout_s": 10.0, "body_timeout_s": 30.0}
     assert c.rpc.max_frame_bytes == 16 * 1024 * 1024
 
 

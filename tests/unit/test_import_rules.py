@@ -1,0 +1,207 @@
+"""The architecture's import rules (DESIGN.md, Layout; README.md, Layout), checked on the source.
+
+- the core (every package but the faces and the process layer) imports no face and no process code;
+- a face (`rpc`, `shim`) never imports the other face;
+- no two packages of zocratesd import each other, directly or around a cycle;
+- `zocratesd stdio` (an editor starts one per chat panel) never loads ADK, SQLAlchemy or pydantic.
+
+Every import counts, at module level or inside a function, `TYPE_CHECKING` blocks included: a
+type-only import is still a dependency a reader has to follow.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "zocratesd"
+
+FACES = frozenset({"rpc", "shim"})
+# The composition root: it builds the core and hands it to the faces.
+PROCESS = frozenset({"process", "cli", "__main__"})
+# Modules of zocratesd that `zocratesd stdio` may never load (it must start in milliseconds).
+STDIO_FORBIDDEN = ("google.adk", "google.genai", "sqlalchemy", "pydantic", "starlette", "uvicorn", "httpx")
+
+
+def _unit(module: str) -> str | None:
+    """The package (or top-level module) a dotted zocratesd module belongs to; None for the root."""
+    parts = module.split(".")
+    if parts[0] != "zocratesd":
+        return None
+    return parts[1] if len(parts) > 1 else None
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) of every zocratesd import in one file, resolved to the imported module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    here = _module_name(path).split(".")
+    is_pkg = path.name == "__init__.py"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here if is_pkg else here[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod == "zocratesd":  # `from zocratesd import locations`: the names are modules or the root's
+                for alias in node.names:
+                    sub = PACKAGE / alias.name
+                    if sub.is_dir() or sub.with_suffix(".py").exists():
+                        yield node.lineno, f"zocratesd.{alias.name}"
+            else:
+                yield node.lineno, mod
+
+
+def _edges() -> list[tuple[str, str, str]]:
+    """(importing unit, imported unit, where) for every import across two units of zocratesd."""
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        src = _unit(_module_name(path))
+        if src is None:
+            continue
+        for line, mod in _imports(path):
+            dst = _unit(mod)
+            if dst is not None and dst != src:
+                out.append((src, dst, f"{path.relative_to(PACKAGE.parent)}:{line} imports {mod}"))
+    return out
+
+
+def test_the_rules_see_the_imports_they_judge() -> None:
+    """A parser that found nothing would pass every rule below."""
+    edges = {(a, b) for a, b, _ in _edges()}
+    assert ("rpc", "core") in edges and ("shim", "core") in edges and ("core", "store") in edges
+    assert ("process", "rpc") in edges
+
+
+def test_the_core_imports_no_face_and_no_process_code() -> None:
+    bad = [where for src, dst, where in _edges()
+           if src not in FACES | PROCESS and dst in FACES | PROCESS]
+    assert not bad, "the core must not import a face or the process layer:\n" + "\n".join(bad)
+
+
+def test_a_face_never_imports_the_other_face() -> None:
+    bad = [where for src, dst, where in _edges() if src in FACES and dst in FACES]
+    assert not bad, "faces are independent adapters over the core:\n" + "\n".join(bad)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_package_import_cycle() -> None:
+    graph: dict[str, set[str]] = {}
+    where: dict[tuple[str, str], str] = {}
+    for src, dst, w in _edges():
+        graph.setdefault(src, set()).add(dst)
+        where.setdefault((src, dst), w)
+    cycles = _cycles(graph)
+    detail = []
+    for comp in cycles:
+        members = set(comp)
+        detail += [w for (a, b), w in where.items() if a in members and b in members]
+    assert not cycles, f"package import cycles {cycles}:\n" + "\n".join(sorted(detail))
+
+
+def test_stdio_loads_no_adk_sqlalchemy_or_pydantic(tmp_path: Path) -> None:
+    """Runs `zocratesd stdio`'s real dispatch up to the point where the pump starts, then lists
+    what was imported."""
+    probe = textwrap.dedent(
+        """
+        import sys
+        from zocratesd import cli
+        from zocratesd.rpc import pump
+
+        def fake_run(data_dir, serve_args):
+            print("\\n".join(sorted(sys.modules)))
+            return 0
+
+        pump.run = fake_run
+        sys.exit(cli.main(["stdio", "--zotero-data-dir", sys.argv[1]]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    loaded = out.stdout.split()
+    assert "zocratesd.rpc.pump" in loaded
+    heavy = [m for m in loaded if m.startswith(STDIO_FORBIDDEN)]
+    assert not heavy, f"`zocratesd stdio` loads {heavy[:10]}"
+
+
+@pytest.mark.parametrize("module", ["zocratesd.rpc.pump"])
+def test_stdio_modules_import_nothing_heavy_even_lazily(module: str) -> None:
+    """Function-level imports of the pump (run only when it starts a daemon) stay light too."""
+    path = PACKAGE.parent / (module.replace(".", "/") + ".py")
+    seen: set[str] = set()
+    todo = [path]
+    heavy: list[str] = []
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        for line, mod in _imports(p):
+            if mod.startswith(STDIO_FORBIDDEN):
+                heavy.append(f"{p.relative_to(PACKAGE.parent)}:{line} imports {mod}")
+            if mod.startswith("zocratesd"):
+                target = PACKAGE.parent / (mod.replace(".", "/") + ".py")
+                if not target.exists():
+                    target = PACKAGE.parent / mod.replace(".", "/") / "__init__.py"
+                if target.exists():
+                    todo.append(target)
+    assert not heavy, "\n".join(heavy)
