@@ -324,7 +324,8 @@ class Daemon:
     # --- turns --------------------------------------------------------------------------------
 
     async def prompt(
-        self, session_id: str, text: str, context: PromptContext | None = None, *, ask: Ask | None = None
+        self, session_id: str, text: str, context: PromptContext | None = None, *, ask: Ask | None = None,
+        started: Callable[[], None] | None = None,
     ) -> TurnResult:
         """Run one turn; its updates go to the session's watchers as they happen.
 
@@ -332,6 +333,9 @@ class Daemon:
         it through ADK's abort signal: open tool calls are sealed, and the result says "cancelled".
         A research checkpoint is put to `ask` (the prompting client) and the turn goes on with its
         answer; unanswered, the turn ends with the checkpoint pending (`TurnResult.pending_hitl`).
+        `started` is called once the turn holds the session and will run: an error raised before
+        that is a refusal (busy, unknown session, bad input), one raised after it a failed turn.
+        Watchers cannot tell the two apart, since other turns' updates reach them too.
         """
         check_session_id(session_id)
         if not isinstance(text, str) or not text.strip():
@@ -342,6 +346,8 @@ class Daemon:
         context = context or PromptContext()
         with self.locks.hold(session_id, "turn"):
             state = await self.reader.session_state(session_id)
+            if started is not None:
+                started()
             delta = context.state_delta()
             if title_of(state) == DEFAULT_TITLE:
                 delta["title"] = title_from_prompt(text)
@@ -353,7 +359,8 @@ class Daemon:
             return await self._drive(session_id, stream, events, abort, ask, window)
 
     async def resume(
-        self, session_id: str, invocation_id: str, interrupt_id: str, response: Any, *, ask: Ask | None = None
+        self, session_id: str, invocation_id: str, interrupt_id: str, response: Any, *, ask: Ask | None = None,
+        started: Callable[[], None] | None = None,
     ) -> TurnResult:
         """Answer the session's pending research checkpoint and run the rest of its turn (from any
         client, in any daemon process: the pipeline rehydrates from `hitl_snapshot`). The turn's
@@ -361,6 +368,7 @@ class Daemon:
 
         CheckpointNotPending (nothing changes) unless (invocation_id, interrupt_id) is the one
         pending: an answered, rewound or superseded checkpoint cannot be answered again.
+        `started` as for `prompt()`.
         """
         check_session_id(session_id)
         for name, value in (("invocationId", invocation_id), ("interruptId", interrupt_id)):
@@ -386,6 +394,8 @@ class Daemon:
             abort = asyncio.Event()
             stream = TurnUpdates()
             stream.invocation_id = invocation_id
+            if started is not None:
+                started()
             await self._watchers.publish(session_id, CheckpointAnswered(invocation_id, interrupt_id, answer))
             events = self.engine.resume_turn(session_id, interrupt_id, answer, window_start=window, abort=abort)
             return await self._drive(session_id, stream, events, abort, ask, window)

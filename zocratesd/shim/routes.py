@@ -126,7 +126,7 @@ def build_app(
             mode=body.get("mode"), items=body.get("active_items"), collection=body.get("collection"),
             snippets=body.get("snippets"),
         )
-        return await sse_turn(session_id, lambda: daemon.prompt(session_id, text, context))
+        return await sse_turn(session_id, lambda started: daemon.prompt(session_id, text, context, started=started))
 
     async def chat_resume(request: Request) -> Response:
         body = await json_body(request)
@@ -134,9 +134,9 @@ def build_app(
         invocation_id = field(body, "invocation_id", str)
         interrupt_id = field(body, "interrupt_id", str)
         answer = check_resume_response(body.get("response"))
-        return await sse_turn(session_id, lambda: daemon.resume(session_id, invocation_id, interrupt_id, answer))
+        return await sse_turn(session_id, lambda started: daemon.resume(session_id, invocation_id, interrupt_id, answer, started=started))
 
-    async def sse_turn(session_id: str, turn: Callable[[], Awaitable[TurnResult]]) -> Response:
+    async def sse_turn(session_id: str, turn: Callable[[Callable[[], None]], Awaitable[TurnResult]]) -> Response:
         stream = await start_turn(daemon, turns(), session_id, turn, opened=opened, closed=closed)
         if stream.refused is not None:
             stream.close()

@@ -81,7 +81,6 @@ class SseTurn:
 
     def __init__(self, updates: Subscription) -> None:
         self.updates = updates  # ended by the turn's task when the turn is over
-        self.first: Update | None = None  # taken by start_turn: the turn has started
         self.refused: ZocratesError | None = None
         self.final: Json | None = None
         self.finished = anyio.Event()
@@ -92,8 +91,6 @@ class SseTurn:
 
     async def events(self) -> AsyncIterator[bytes]:
         try:
-            if self.first is not None and (event := to_sse(self.first)) is not None:
-                yield sse_line(event)
             async for update in self.updates:
                 if (event := to_sse(update)) is not None:
                     yield sse_line(event)
@@ -111,22 +108,27 @@ async def start_turn(
     daemon: Daemon,
     tg: anyio.abc.TaskGroup,
     session_id: str,
-    turn: Callable[[], Awaitable[TurnResult]],
+    turn: Callable[[Callable[[], None]], Awaitable[TurnResult]],
     *,
     opened: Callable[[], None],
     closed: Callable[[], None],
 ) -> SseTurn:
-    """Start the turn in `tg`; return once it streams (or was refused: `stream.refused`)."""
+    """Start the turn in `tg`; return once it holds the session (or was refused: `stream.refused`).
+
+    `turn(started)` must call `started()` once it holds the session (Daemon.prompt's `started`): an
+    update seen before then may be another turn's (a racing client), so updates cannot tell.
+    """
     stream = SseTurn(daemon.watch(session_id))
+    running = anyio.Event()
 
     async def run() -> None:
         final: Json = {"type": "error", "code": "cancelled", "message": "the daemon is shutting down"}
         try:
-            result = await turn()
+            result = await turn(running.set)
             final = {"type": "done", "invocation_id": result.invocation_id, "stop_reason": result.stop_reason,
                      "session": await daemon.get_session(session_id)}
         except ZocratesError as exc:
-            if not stream.updates.offered:  # nothing was published: refused before it started
+            if not running.is_set():  # refused before it held the session: a plain error answer
                 stream.refused = exc
             final = {"type": "error", "code": http_status_of(type(exc)).code, "message": exc.message}
         except Exception as exc:
@@ -136,12 +138,10 @@ async def start_turn(
             stream.final = final
             stream.updates.close()  # its reader gets what is queued, then `final`
             stream.finished.set()
+            running.set()
             closed()
 
     opened()  # counted until the turn ends, whether or not anyone still listens
     tg.start_soon(run, name=f"http turn {session_id}")
-    try:
-        stream.first = await anext(stream.updates)
-    except StopAsyncIteration:
-        pass  # the turn ended without a word: refused (stream.refused), or failed (final says how)
+    await running.wait()  # set once the turn runs, or (also) when it ended: refused or failed
     return stream

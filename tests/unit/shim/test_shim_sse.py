@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from zocratesd.shim.turns import sse_line, to_sse
 from zocratesd.updates import (
     Checkpoint,
@@ -51,3 +53,31 @@ def test_one_event_is_one_data_line_even_with_newlines_and_odd_text() -> None:
         body = line[len(b"data: "):-2]
         assert b"\n" not in body and b"\r" not in body
         assert json.loads(body)["parts"][0]["text"] == text
+
+
+@pytest.mark.anyio
+async def test_a_refusal_is_a_refusal_even_while_another_turn_streams() -> None:
+    """A /chat refused as busy answers a plain error, even when the running turn's updates reach
+    the refused request's subscription first (the load test's race: the refusal used to be
+    streamed as an SSE `error` event, because any update counted as "started")."""
+    import anyio
+
+    from zocratesd.core.watchers import Watchers
+    from zocratesd.errors import SessionBusy
+    from zocratesd.shim.turns import start_turn
+
+    watchers = Watchers()
+
+    class Core:
+        def watch(self, session_id: str) -> object:
+            return watchers.watch(session_id)
+
+    async def busy(started: object) -> object:
+        # The other turn publishes before this one finds the session held.
+        await watchers.publish("s1", MessageChunk("assistant", "e9", "the other turn's words"))
+        await anyio.sleep(0.01)
+        raise SessionBusy("s1", "turn")
+
+    async with anyio.create_task_group() as tg:
+        stream = await start_turn(Core(), tg, "s1", busy, opened=lambda: None, closed=lambda: None)  # type: ignore[arg-type]
+    assert isinstance(stream.refused, SessionBusy)
