@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 import pytest
+from turngate import Gate
 
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import LIBRARY_PASSAGES_FILE, TITLE_FROM_PROMPT_CHARS, Daemon, title_from_prompt
-from zocratesd.engine.retrieval import Hit, Scope
 from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionBusy, SessionNotFound
 from zocratesd.limits import MAX_INTERRUPT_ID_CHARS, MAX_PROMPT_CHARS, MAX_TITLE_CHARS
 from zocratesd.maintenance import StorageStats
@@ -109,27 +109,6 @@ def _with_text(u: MessageChunk | ThoughtChunk, text: str, **kw: Any) -> MessageC
     if isinstance(u, MessageChunk):
         return MessageChunk(u.role, u.message_id, text, kw.get("invocation_id", u.invocation_id))
     return ThoughtChunk(u.message_id, text, kw.get("invocation_id", u.invocation_id))
-
-
-class Gate:
-    """Holds the library search of a running turn until opened: a turn that stays in flight."""
-
-    def __init__(self, d: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.entered = asyncio.Event()
-        self.opened = asyncio.Event()
-        search = d.engine.retriever.search
-
-        async def held(query: str, scope: Scope, top_k: int = 6) -> list[Hit]:
-            self.entered.set()
-            await self.opened.wait()
-            return await search(query, scope, top_k)
-
-        monkeypatch.setattr(d.engine.retriever, "search", held)
-
-    async def running(self, turn: Awaitable[Any]) -> asyncio.Future[Any]:
-        task = asyncio.ensure_future(turn)
-        await asyncio.wait_for(self.entered.wait(), 10)
-        return task
 
 
 # --- sessions -------------------------------------------------------------------------------------

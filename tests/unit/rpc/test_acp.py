@@ -8,7 +8,6 @@ checkpoint. `prompt_input` (ACP prompt blocks -> text and Zotero context) is tes
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -18,11 +17,11 @@ import anyio
 import anyio.abc
 import pytest
 from memstream import MemoryByteStream, pipe
+from turngate import Gate
 
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import LIBRARY_PASSAGES_FILE, Daemon
-from zocratesd.engine.retrieval import Hit, Scope
 from zocratesd.errors import InvalidInput
 from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.rpc import models
@@ -158,26 +157,6 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
             tg.cancel_scope.cancel()
     finally:
         await daemon.aclose()
-
-
-class Gate:
-    """Holds the library search of a running turn until opened: a turn that stays in flight."""
-
-    def __init__(self, daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.entered = asyncio.Event()
-        self.opened = asyncio.Event()
-        search = daemon.engine.retriever.search
-
-        async def held(query: str, scope: Scope, top_k: int = 6) -> list[Hit]:
-            self.entered.set()
-            await self.opened.wait()
-            return await search(query, scope, top_k)
-
-        monkeypatch.setattr(daemon.engine.retriever, "search", held)
-
-    async def wait_entered(self) -> None:
-        with anyio.fail_after(10):
-            await self.entered.wait()
 
 
 def updates(messages: list[Json], session_id: str | None = None) -> list[Json]:

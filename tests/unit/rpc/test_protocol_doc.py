@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 import pytest
+from jsonblocks import json_values
 from memstream import MemoryByteStream, pipe
 from pydantic import BaseModel, ValidationError
 
@@ -77,24 +78,11 @@ def table_names(text: str) -> dict[str, str]:
 
 def json_blocks(text: str) -> Iterator[tuple[int, list[Any]]]:
     """Every ```json block (indented ones too, as in a list item) as (line, [its JSON values])."""
-    decoder = json.JSONDecoder()
     for m in _FENCE.finditer(text):
         indent = m.group(1)
         body = "\n".join(line[len(indent):] if line.startswith(indent) else line for line in m.group(2).splitlines())
         line_no = text.count("\n", 0, m.start()) + 1
-        values: list[Any] = []
-        pos = 0
-        while True:
-            while pos < len(body) and body[pos].isspace():
-                pos += 1
-            if pos == len(body):
-                break
-            try:
-                value, pos = decoder.raw_decode(body, pos)
-            except json.JSONDecodeError as exc:
-                pytest.fail(f"protocol/README.md line {line_no}: a ```json block is not JSON: {exc}")
-            values.append(value)
-        yield line_no, values
+        yield line_no, json_values(body, f"protocol/README.md line {line_no}")
 
 
 def messages_of(heading: str) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 from adkevents import append_all, call, research_chat, text
+from jsonblocks import json_values
 from jsonschema import Draft202012Validator, validators
 from memstream import MemoryByteStream, pipe
 
@@ -248,21 +249,9 @@ def test_params_and_results_use_the_wire_names(schemas: dict[str, dict[str, Any]
 def readme_blocks() -> Iterator[tuple[int, list[Any]]]:
     """Each ```json block of the README as (line number, [the JSON values in it, in order])."""
     text_ = README.read_text(encoding="utf-8")
-    decoder = json.JSONDecoder()
     for m in re.finditer(r"^```json\n(.*?)^```$", text_, re.S | re.M):
-        body, pos, values = m.group(1), 0, []
         line = text_.count("\n", 0, m.start()) + 1
-        while True:
-            while pos < len(body) and body[pos].isspace():
-                pos += 1
-            if pos == len(body):
-                break
-            try:
-                value, pos = decoder.raw_decode(body, pos)
-            except json.JSONDecodeError as exc:
-                pytest.fail(f"protocol/README.md line {line}: a ```json block is not JSON: {exc}")
-            values.append(value)
-        yield line, values
+        yield line, json_values(m.group(1), f"protocol/README.md line {line}")
 
 
 def test_readme_examples_match_the_schemas(schemas: dict[str, dict[str, Any]]) -> None:
