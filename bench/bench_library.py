@@ -78,7 +78,7 @@ def peer_scope(scope: Scope) -> tuple[str, list[Any]]:
     if scope.mode == "papers":
         return f"AND c.item_key IN ({','.join('?' * len(scope.item_keys))})", list(scope.item_keys)
     if scope.mode == "collection":
-        return ("AND c.item_key IN (SELECT item_key FROM item_collections WHERE collection_key IN (WITH RECURSIVE sub(k) AS "
+        return ("AND c.uid IN (SELECT uid FROM item_collections WHERE collection_key IN (WITH RECURSIVE sub(k) AS "
                 "(SELECT ? UNION SELECT col.key FROM collections col JOIN sub ON col.parent_key = sub.k) SELECT k FROM sub))",
                 [scope.collection])
     return "", []

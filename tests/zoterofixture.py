@@ -1,15 +1,18 @@
-"""Build Zotero data dirs for tests and benchmarks: `zotero.sqlite` in the real schema's shape
-(tables and columns as research/zotero_ops.md section 1.2 lists them, per `userdata` version) plus
-`storage/<attachmentKey>/.zotero-ft-cache` files.
+"""Build Zotero data dirs for tests and benchmarks: a thin layer over `zocratesd.library.writer`,
+which writes `zotero.sqlite` exactly as Zotero makes it (schema.json's ids: author is creator type
+10; real `*Combined` tables; triggers; `version` rows of a real release) and the storage folder
+(`.zotero-ft-cache` as Zotero's PDF worker writes it, `.zotero-ft-unprocessed`).
 
-- `build_zotero_dir(path, items, collections, version=123|125|129)` writes one library. v129 is a
-  Zotero 10 database: WAL, `items.clientVersion`, `*Normalized` columns, no `fulltextWords`.
+- `build_zotero_dir(path, items, collections, version=123|125|129, notes=, groups=, feeds=, ...)`
+  writes one data dir. `items` are `FixtureItem`s (kept for the existing tests) or the writer's
+  `Item`s. v129 is a Zotero 10 database: WAL, `clientVersion`, `*Normalized` columns, no
+  `fulltextWords`.
 - `sample_library()` is a small library with known answers (nested collections, a trashed item,
-  an item in a trashed parent's place, attachments with and without page markers, a case whose
-  title is the base-mapped `caseName`).
-- `generate_library(n_items, n_fulltexts, pages)` is a large pseudo-random one for the benchmark;
-  it writes rows with executemany in one transaction and text from a precomputed sentence pool,
-  so 10,000 items with 2,000 twenty-page texts take seconds, not minutes.
+  an item in a trashed parent's place, attachments with and without pages, a case whose title is
+  the base-mapped `caseName`).
+- `rich_library()` adds what users keep beside papers: notes (child and standalone), annotations
+  with page labels, a group library, a feed, Chinese text, accents, an unprocessed full text.
+- `generate_library(n_items, n_fulltexts, pages)` is a large pseudo-random one for the benchmark.
 - `touch_items()` edits items as Zotero would (title and `dateModified`/`clientDateModified`).
 
 Nothing here is imported by the daemon.
@@ -20,23 +23,59 @@ from __future__ import annotations
 import random
 import sqlite3
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-KEY_CHARS = "23456789ABCDEFGHIJKLMNPQRSTUVWXYZ"  # Zotero's key alphabet (no 0, 1, O)
+from zocratesd.library.writer import (
+    KEY_ALPHABET,
+    LINK_MODES,
+    Annotation,
+    Attachment,
+    Collection,
+    Creator,
+    Feed,
+    Group,
+    Item,
+    Library,
+    Note,
+    write,
+)
+
+KEY_CHARS = KEY_ALPHABET  # Zotero's key alphabet (no 0, 1, O)
 SUPPORTED_VERSIONS = (123, 125, 129)
-PAGE_BREAK = "\f"  # pdftotext's page separator, kept in .zotero-ft-cache
+PAGE_BREAK = "\f"  # the PDF worker's page separator in .zotero-ft-cache (after each page's "\n\n")
+_LINK_MODE_NAMES = {n: name for name, n in LINK_MODES.items()}
+__all__ = [
+    "Annotation", "Attachment", "Collection", "Creator", "Feed", "FixtureAttachment", "FixtureCollection", "FixtureItem",
+    "Group", "Item", "Library", "Note", "build_zotero_dir", "generate_library", "rich_library", "sample_library", "touch_items",
+]
 
 
 @dataclass
 class FixtureAttachment:
     key: str
-    text: str | None = None  # the cache file's content; None: no .zotero-ft-cache
+    text: str | None = None  # the PDF's text, pages separated by "\f"; None: no .zotero-ft-cache
     content_type: str = "application/pdf"
     filename: str = "paper.pdf"
     link_mode: int = 0  # imported_file
     raw: bytes | None = None  # exact cache bytes (malformed-input tests); wins over text
     trashed: bool = False
+    unprocessed: bool = False  # the text waits in .zotero-ft-unprocessed (synced full text)
+    annotations: Sequence[Annotation] = ()
+
+    def to_writer(self) -> Attachment:
+        pages = None
+        text = None
+        if self.raw is None and self.text is not None:
+            if self.content_type == "application/pdf":
+                pages = self.text.split(PAGE_BREAK)
+            else:
+                text = self.text
+        return Attachment(
+            self.key, content_type=self.content_type, filename=self.filename, link_mode=_LINK_MODE_NAMES[self.link_mode],
+            pages=pages, text=text, cache_bytes=self.raw, trashed=self.trashed, unprocessed=self.unprocessed,
+            annotations=self.annotations,
+        )
 
 
 @dataclass
@@ -44,16 +83,26 @@ class FixtureItem:
     key: str
     title: str
     item_type: str = "journalArticle"
-    creators: Sequence[tuple[str, str] | str] = ()  # (first, last) or a single-field name
+    creators: Sequence[Creator | tuple[str, str] | str] = ()  # (first, last) or a single-field name
     date: str | None = None  # as typed: "2020", "March 2021"
     abstract: str | None = None
     doi: str | None = None
     url: str | None = None
     collections: Sequence[str] = ()
     tags: Sequence[str] = ()
-    attachments: Sequence[FixtureAttachment] = ()
+    attachments: Sequence[FixtureAttachment | Attachment] = ()
     trashed: bool = False
     date_modified: str = "2024-01-01 00:00:00"
+    notes: Sequence[Note] = ()
+
+    def to_writer(self) -> Item:
+        fields = {"abstractNote": self.abstract or "", "DOI": self.doi or "", "url": self.url or ""}
+        return Item(
+            self.key, self.title, item_type=self.item_type, creators=self.creators, date=self.date,
+            fields={k: v for k, v in fields.items() if v}, tags=self.tags, collections=self.collections,
+            attachments=[a.to_writer() if isinstance(a, FixtureAttachment) else a for a in self.attachments],
+            notes=self.notes, trashed=self.trashed, date_modified=self.date_modified,
+        )
 
 
 @dataclass
@@ -63,253 +112,41 @@ class FixtureCollection:
     parent: str | None = None
     trashed: bool = False
 
-
-# Item types and fields with the names Zotero uses; ids are ours (readers must look them up by name).
-ITEM_TYPES = ("annotation", "attachment", "note", "journalArticle", "book", "conferencePaper", "preprint", "case", "thesis")
-FIELDS = ("title", "abstractNote", "date", "DOI", "url", "publicationTitle", "extra", "caseName", "dateDecided")
-BASE_MAPPINGS = (("case", "title", "caseName"), ("case", "date", "dateDecided"))
-CREATOR_TYPES = ("author", "editor", "contributor")
+    def to_writer(self) -> Collection:
+        return Collection(self.key, self.name, self.parent, self.trashed)
 
 
-def _schema(version: int) -> list[str]:
-    v10 = version >= 129
-    return [
-        "CREATE TABLE version (schema TEXT PRIMARY KEY, version INT NOT NULL)",
-        "CREATE TABLE settings (setting TEXT, key TEXT, value, PRIMARY KEY (setting, key))",
-        "CREATE TABLE libraries (libraryID INTEGER PRIMARY KEY, type TEXT NOT NULL, editable INT NOT NULL, "
-        "filesEditable INT NOT NULL, version INT NOT NULL DEFAULT 0, storageVersion INT NOT NULL DEFAULT 0, "
-        "lastSync INT NOT NULL DEFAULT 0, archived INT NOT NULL DEFAULT 0)",
-        "CREATE TABLE groups (groupID INTEGER PRIMARY KEY, libraryID INT NOT NULL UNIQUE, name TEXT NOT NULL, "
-        "description TEXT NOT NULL, version INT NOT NULL)",
-        "CREATE TABLE itemTypes (itemTypeID INTEGER PRIMARY KEY, typeName TEXT, templateItemTypeID INT, display INT DEFAULT 1)",
-        "CREATE TABLE customItemTypes (customItemTypeID INTEGER PRIMARY KEY, typeName TEXT, label TEXT, display INT DEFAULT 1, icon TEXT)",
-        "CREATE VIEW itemTypesCombined AS SELECT itemTypeID, typeName, display, 0 AS custom FROM itemTypes "
-        "UNION SELECT customItemTypeID AS itemTypeID, typeName, display, 1 AS custom FROM customItemTypes",
-        "CREATE TABLE fields (fieldID INTEGER PRIMARY KEY, fieldName TEXT, fieldFormatID INT)",
-        "CREATE TABLE customFields (customFieldID INTEGER PRIMARY KEY, fieldName TEXT, label TEXT)",
-        "CREATE VIEW fieldsCombined AS SELECT fieldID, fieldName, NULL AS label, fieldFormatID, 0 AS custom FROM fields "
-        "UNION SELECT customFieldID AS fieldID, fieldName, label, NULL, 1 AS custom FROM customFields",
-        "CREATE TABLE baseFieldMappings (itemTypeID INT, baseFieldID INT, fieldID INT, PRIMARY KEY (itemTypeID, baseFieldID, fieldID))",
-        "CREATE TABLE customBaseFieldMappings (customItemTypeID INT, baseFieldID INT, customFieldID INT, "
-        "PRIMARY KEY (customItemTypeID, baseFieldID, customFieldID))",
-        "CREATE VIEW baseFieldMappingsCombined AS SELECT itemTypeID, baseFieldID, fieldID FROM baseFieldMappings "
-        "UNION SELECT customItemTypeID, baseFieldID, customFieldID FROM customBaseFieldMappings",
-        "CREATE TABLE creatorTypes (creatorTypeID INTEGER PRIMARY KEY, creatorType TEXT)",
-        "CREATE TABLE items (itemID INTEGER PRIMARY KEY, itemTypeID INT NOT NULL, "
-        "dateAdded TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, dateModified TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, "
-        "clientDateModified TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, libraryID INT NOT NULL, key TEXT NOT NULL, "
-        "version INT NOT NULL DEFAULT 0, synced INT NOT NULL DEFAULT 0"
-        + (", clientVersion INT NOT NULL DEFAULT 0" if v10 else "")
-        + ", UNIQUE (libraryID, key))",
-        "CREATE TABLE itemDataValues (valueID INTEGER PRIMARY KEY, value UNIQUE"
-        + (", valueNormalized TEXT" if v10 else "") + ")",
-        "CREATE TABLE itemData (itemID INT, fieldID INT, valueID, PRIMARY KEY (itemID, fieldID))",
-        "CREATE TABLE itemNotes (itemID INTEGER PRIMARY KEY, parentItemID INT, note TEXT, title TEXT)",
-        "CREATE TABLE itemAttachments (itemID INTEGER PRIMARY KEY, parentItemID INT, linkMode INT, contentType TEXT, "
-        "charsetID INT, path TEXT, syncState INT DEFAULT 0, storageModTime INT, storageHash TEXT, "
-        "lastProcessedModificationTime INT" + (", lastRead INT" if version >= 125 else "") + ")",
-        "CREATE TABLE itemAnnotations (itemID INTEGER PRIMARY KEY, parentItemID INT NOT NULL, type INTEGER NOT NULL, "
-        "authorName TEXT, text TEXT, comment TEXT, color TEXT, pageLabel TEXT, sortIndex TEXT NOT NULL, "
-        "position TEXT NOT NULL, isExternal INT NOT NULL)",
-        "CREATE TABLE tags (tagID INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
-        "CREATE TABLE itemTags (itemID INT NOT NULL, tagID INT NOT NULL, type INT NOT NULL, PRIMARY KEY (itemID, tagID))",
-        "CREATE TABLE creators (creatorID INTEGER PRIMARY KEY, firstName TEXT, lastName TEXT, fieldMode INT"
-        + (", firstNameNormalized TEXT, lastNameNormalized TEXT" if v10 else "")
-        + ", UNIQUE (lastName, firstName, fieldMode))",
-        "CREATE TABLE itemCreators (itemID INT NOT NULL, creatorID INT NOT NULL, creatorTypeID INT NOT NULL DEFAULT 1, "
-        "orderIndex INT NOT NULL DEFAULT 0, PRIMARY KEY (itemID, creatorID, creatorTypeID, orderIndex), "
-        "UNIQUE (itemID, orderIndex))",
-        "CREATE TABLE collections (collectionID INTEGER PRIMARY KEY, collectionName TEXT NOT NULL, parentCollectionID INT DEFAULT NULL, "
-        "clientDateModified TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, libraryID INT NOT NULL, key TEXT NOT NULL, "
-        "version INT NOT NULL DEFAULT 0, synced INT NOT NULL DEFAULT 0, UNIQUE (libraryID, key))",
-        "CREATE TABLE collectionItems (collectionID INT NOT NULL, itemID INT NOT NULL, orderIndex INT NOT NULL DEFAULT 0, "
-        "PRIMARY KEY (collectionID, itemID))",
-        "CREATE TABLE deletedItems (itemID INTEGER PRIMARY KEY, dateDeleted DEFAULT CURRENT_TIMESTAMP NOT NULL)",
-        "CREATE TABLE deletedCollections (collectionID INTEGER PRIMARY KEY, dateDeleted DEFAULT CURRENT_TIMESTAMP NOT NULL)",
-        "CREATE TABLE fulltextItems (itemID INTEGER PRIMARY KEY, indexedPages INT, totalPages INT, indexedChars INT, "
-        "totalChars INT, version INT NOT NULL DEFAULT 0, synced INT NOT NULL DEFAULT 0)",
-        *(
-            []
-            if v10
-            else [
-                "CREATE TABLE fulltextWords (wordID INTEGER PRIMARY KEY, word TEXT UNIQUE)",
-                "CREATE TABLE fulltextItemWords (wordID INT, itemID INT, PRIMARY KEY (wordID, itemID))",
-            ]
-        ),
-        # A plugin's own table: real databases have foreign tables (llm-for-zotero does this).
-        "CREATE TABLE llm_for_zotero_agent_transcript (id INTEGER PRIMARY KEY, body TEXT)",
-    ]
-
-
-@dataclass
-class _Writer:
-    db: sqlite3.Connection
-    version: int
-    type_ids: dict[str, int] = field(default_factory=dict)
-    field_ids: dict[str, int] = field(default_factory=dict)
-    value_ids: dict[str, int] = field(default_factory=dict)
-    creator_ids: dict[tuple[str, str, int], int] = field(default_factory=dict)
-    tag_ids: dict[str, int] = field(default_factory=dict)
-    collection_ids: dict[str, int] = field(default_factory=dict)
-    next_item_id: int = 1
-    rows: dict[str, list[tuple[object, ...]]] = field(default_factory=dict)
-
-    def add(self, table: str, row: tuple[object, ...]) -> None:
-        self.rows.setdefault(table, []).append(row)
-
-    def value(self, v: str) -> int:
-        vid = self.value_ids.get(v)
-        if vid is None:
-            vid = self.value_ids[v] = len(self.value_ids) + 1
-            self.add("itemDataValues", (vid, v, v.casefold()) if self.version >= 129 else (vid, v))
-        return vid
-
-    def creator(self, c: tuple[str, str] | str) -> int:
-        first, last, mode = ("", c, 1) if isinstance(c, str) else (c[0], c[1], 0)
-        k = (first, last, mode)
-        cid = self.creator_ids.get(k)
-        if cid is None:
-            cid = self.creator_ids[k] = len(self.creator_ids) + 1
-            row: tuple[object, ...] = (cid, first, last, mode)
-            if self.version >= 129:
-                row += (first.casefold(), last.casefold())
-            self.add("creators", row)
-        return cid
-
-    def tag(self, name: str) -> int:
-        tid = self.tag_ids.get(name)
-        if tid is None:
-            tid = self.tag_ids[name] = len(self.tag_ids) + 1
-            self.add("tags", (tid, name))
-        return tid
-
-    def item_row(self, type_name: str, key: str, modified: str) -> int:
-        iid = self.next_item_id
-        self.next_item_id += 1
-        row: tuple[object, ...] = (iid, self.type_ids[type_name], "2023-06-01 10:00:00", modified, modified, 1, key, 5, 1)
-        if self.version >= 129:
-            row += (0,)
-        self.add("items", row)
-        return iid
-
-    def flush(self) -> None:
-        for table, rows in self.rows.items():
-            if rows:
-                marks = ",".join("?" * len(rows[0]))
-                self.db.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
-        self.rows.clear()
-
-
-def _multipart(date: str) -> str:
-    """Zotero's stored date: 'YYYY-MM-DD original' (month/day 00 when unknown)."""
-    import re
-
-    m = re.search(r"(\d{4})", date)
-    year = m.group(1) if m else "0000"
-    return f"{year}-00-00 {date}"
+def _item(it: FixtureItem | Item) -> Item:
+    return it.to_writer() if isinstance(it, FixtureItem) else it
 
 
 def build_zotero_dir(
     path: Path,
-    items: Iterable[FixtureItem],
-    collections: Iterable[FixtureCollection] = (),
+    items: Iterable[FixtureItem | Item],
+    collections: Iterable[FixtureCollection | Collection] = (),
     *,
     version: int = 123,
+    notes: Sequence[Note] = (),
+    attachments: Sequence[Attachment] = (),
+    groups: Sequence[Group] = (),
+    feeds: Sequence[Feed] = (),
 ) -> Path:
-    """Write `path/zotero.sqlite` and `path/storage/*/.zotero-ft-cache`; returns the database path.
-    A v129 database is left in WAL mode, checkpointed and closed as a Zotero that quit cleanly leaves it."""
-    path.mkdir(parents=True, exist_ok=True)
-    dbp = path / "zotero.sqlite"
-    if dbp.exists():
-        raise FileExistsError(dbp)
+    """Write `path/zotero.sqlite` and `path/storage/`; returns the database path. Real databases
+    also carry plugins' tables: one is added (llm-for-zotero keeps its transcripts there)."""
+    lib = Library(
+        items=[_item(it) for it in items],
+        collections=[c.to_writer() if isinstance(c, FixtureCollection) else c for c in collections],
+        notes=notes, attachments=attachments, groups=groups, feeds=feeds,
+    )
+    dbp = write(path, lib, version=version)
     db = sqlite3.connect(dbp, isolation_level=None)
     try:
-        if version >= 129:
-            db.execute("PRAGMA journal_mode=WAL")
-        db.execute("BEGIN")
-        for stmt in _schema(version):
-            db.execute(stmt)
-        w = _Writer(db, version)
-        db.executemany("INSERT INTO version VALUES (?, ?)", [("userdata", version), ("system", 33), ("triggers", 18)])
-        db.execute("INSERT INTO libraries (libraryID, type, editable, filesEditable) VALUES (1, 'user', 1, 1)")
-        for n, t in enumerate(ITEM_TYPES, start=1):
-            w.type_ids[t] = n
-            db.execute("INSERT INTO itemTypes VALUES (?, ?, NULL, 1)", (n, t))
-        for n, f in enumerate(FIELDS, start=1):
-            w.field_ids[f] = n
-            db.execute("INSERT INTO fields VALUES (?, ?, NULL)", (n, f))
-        for t, base, f in BASE_MAPPINGS:
-            db.execute("INSERT INTO baseFieldMappings VALUES (?, ?, ?)", (w.type_ids[t], w.field_ids[base], w.field_ids[f]))
-        for n, ct in enumerate(CREATOR_TYPES, start=1):
-            db.execute("INSERT INTO creatorTypes VALUES (?, ?)", (n, ct))
-        _write_collections(w, list(collections))
-        for item in items:
-            _write_item(w, path, item)
-            if len(w.rows.get("itemData", ())) > 50_000:
-                w.flush()
-        w.flush()
-        db.execute("COMMIT")
+        db.execute("CREATE TABLE llm_for_zotero_agent_transcript (id INTEGER PRIMARY KEY, body TEXT)")
         if version >= 129:
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         db.close()
     return dbp
-
-
-def _write_collections(w: _Writer, collections: list[FixtureCollection]) -> None:
-    pending = list(collections)
-    while pending:  # parents first, whatever order they came in
-        progressed = False
-        for c in list(pending):
-            if c.parent is None or c.parent in w.collection_ids:
-                cid = len(w.collection_ids) + 1
-                w.collection_ids[c.key] = cid
-                parent = w.collection_ids[c.parent] if c.parent else None
-                w.db.execute(
-                    "INSERT INTO collections (collectionID, collectionName, parentCollectionID, libraryID, key) VALUES (?, ?, ?, 1, ?)",
-                    (cid, c.name, parent, c.key),
-                )
-                if c.trashed:
-                    w.db.execute("INSERT INTO deletedCollections (collectionID) VALUES (?)", (cid,))
-                pending.remove(c)
-                progressed = True
-        if not progressed:
-            raise ValueError(f"collections with unknown parents: {[c.key for c in pending]}")
-
-
-def _write_item(w: _Writer, data_dir: Path, item: FixtureItem) -> None:
-    iid = w.item_row(item.item_type, item.key, item.date_modified)
-    title_field = "caseName" if item.item_type == "case" else "title"
-    values = {title_field: item.title, "abstractNote": item.abstract, "DOI": item.doi, "url": item.url}
-    if item.date:
-        values["dateDecided" if item.item_type == "case" else "date"] = _multipart(item.date)
-    for name, value in values.items():
-        if value:
-            w.add("itemData", (iid, w.field_ids[name], w.value(value)))
-    for order, c in enumerate(item.creators):
-        w.add("itemCreators", (iid, w.creator(c), 1, order))
-    for order, ckey in enumerate(item.collections):
-        w.add("collectionItems", (w.collection_ids[ckey], iid, order))
-    for t in item.tags:
-        w.add("itemTags", (iid, w.tag(t), 0))
-    if item.trashed:
-        w.add("deletedItems", (iid, "2024-02-01 00:00:00"))
-    for att in item.attachments:
-        aid = w.item_row("attachment", att.key, item.date_modified)
-        w.add("itemData", (aid, w.field_ids["title"], w.value("Full Text PDF")))
-        row: tuple[object, ...] = (aid, iid, att.link_mode, att.content_type, None, f"storage:{att.filename}", 0, 1700000000000, "0" * 32, None)
-        if w.version >= 125:
-            row += (None,)
-        w.add("itemAttachments", row)
-        if att.trashed:
-            w.add("deletedItems", (aid, "2024-02-01 00:00:00"))
-        if att.text is not None or att.raw is not None:
-            folder = data_dir / "storage" / att.key
-            folder.mkdir(parents=True, exist_ok=True)
-            data = att.raw if att.raw is not None else att.text.encode("utf-8")  # type: ignore[union-attr]
-            (folder / ".zotero-ft-cache").write_bytes(data)
-            pages = (att.text or "").count(PAGE_BREAK) + 1
-            w.add("fulltextItems", (aid, pages, pages, len(data), len(data), 1, 1))
 
 
 def touch_items(db_path: Path, keys: Sequence[str], *, title_suffix: str = " (revised)", when: str = "2025-05-05 05:05:05") -> None:
@@ -319,7 +156,7 @@ def touch_items(db_path: Path, keys: Sequence[str], *, title_suffix: str = " (re
         db.execute("BEGIN")
         (title_id,) = db.execute("SELECT fieldID FROM fields WHERE fieldName='title'").fetchone()
         for key in keys:
-            (iid,) = db.execute("SELECT itemID FROM items WHERE key=?", (key,)).fetchone()
+            (iid,) = db.execute("SELECT itemID FROM items WHERE key=? AND libraryID=1", (key,)).fetchone()
             old = db.execute(
                 "SELECT v.value FROM itemData d JOIN itemDataValues v USING (valueID) WHERE d.itemID=? AND d.fieldID=?", (iid, title_id)
             ).fetchone()
@@ -403,6 +240,67 @@ def sample_library() -> tuple[list[FixtureItem], list[FixtureCollection]]:
         ),
     ]
     return items, collections
+
+
+def rich_library() -> Library:
+    """What users keep beside papers, each holding the only answer to one question:
+    - NOTEPAR1 (a paper) with a child note NOTECHL1 (the only mention of "axolotl regeneration"),
+      and a standalone note NOTESOL1 ("quokka census"), in collection FIELDCOL;
+    - ANNPAPER with a PDF ANNPDF01 whose annotations carry page labels (the PDF's page 3 is
+      labelled "xii"): ANNOTHL1 highlights "transformer attention heads" and ANNOTCM1's comment
+      alone says "bioluminescent plankton"; the PDF's text also says "transformer attention
+      heads" on its pages 1 and 2 (the highlight must rank first);
+    - a group library 4242 "Lab Group" with GRPPAPR1 (only it mentions "tardigrade cryptobiosis"),
+      and its own key LEWIS202 reused (keys are unique per library only), in collection GRPCOLL1;
+    - ZHPAPER1, a Chinese paper (title and text: 机器学习, 神经网络);
+    - LUBECK01, about Lübeck (accents folding both ways);
+    - SYNCPAPR, whose PDF text is only in `.zotero-ft-unprocessed` ("pangolin scales keratin");
+    - a standalone PDF STANDPDF ("manatee seagrass grazing"), a web page WEBPAGE1 with an HTML
+      snapshot WEBSNAP1 ("coral spawning"), and LINKED01 whose PDF is a linked file LINKPDF1
+      ("lichen symbiosis"; Zotero keeps a linked file's text in storage/<key>/ too);
+    - a feed whose item FEEDITM1 says "narwhal tusk" (feeds are never indexed)."""
+    filler = "Background on neural models and their training. " * 8
+    return Library(
+        items=[
+            Item("NOTEPAR1", "Limb regrowth in amphibians", creators=[("Ana", "Silva")], date="March 2019",
+                 collections=["FIELDCOL"], notes=[Note("NOTECHL1", "<h1>Reading notes</h1><p>Key point: axolotl regeneration "
+                                                                     "depends on blastema cells &amp; nerves.</p>")]),
+            Item("ANNPAPER", "Interpreting language models", creators=[("Kim", "Lee")], date="2021",
+                 attachments=[Attachment("ANNPDF01", pages=[
+                     "Introduction. We study transformer attention heads in passing. " + filler,
+                     "Method. Transformer attention heads are probed. " + filler,
+                     "Results. The transformer attention heads specialise in syntax. " + filler,
+                 ], annotations=[
+                     Annotation("ANNOTHL1", text="The transformer attention heads specialise in syntax.", page_label="xii",
+                                page_index=2, color="#ffd400", tags=["key-finding"]),
+                     Annotation("ANNOTCM1", type="note", comment="Compare with bioluminescent plankton signalling.",
+                                page_label="xi", page_index=1),
+                 ])]),
+            Item("ZHPAPER1", "基于神经网络的机器学习方法", creators=["王伟"], date="2020",
+                 attachments=[Attachment("ZHPDF001", pages=["本文研究机器学习中的神经网络训练方法。", "实验结果表明该方法有效。"])]),
+            Item("LUBECK01", "Hanseatic trade in Lübeck", creators=[("Jörg", "Müller")], date="1999",
+                 fields={"abstractNote": "Merchants of Lübeck and the Baltic salt route."}),
+            Item("SYNCPAPR", "Scaly mammals", date="2022",
+                 attachments=[Attachment("SYNCPDF1", pages=["Pangolin scales are made of keratin.", "Second page."], unprocessed=True)]),
+            Item("WEBPAGE1", "Reef diary", item_type="webpage", date="2023-05-02", fields={"url": "https://example.org/reef"},
+                 attachments=[Attachment("WEBSNAP1", title="Snapshot", content_type="text/html", link_mode="imported_url",
+                                         filename="reef.html", url="https://example.org/reef",
+                                         text="Coral spawning happens a few nights after the full moon.")]),
+            Item("LINKED01", "Symbiosis in the tundra", item_type="book", date="2010",
+                 attachments=[Attachment("LINKPDF1", link_mode="linked_file", path="/home/ada/papers/lichens.pdf",
+                                         pages=["Lichen symbiosis pairs a fungus with an alga."])]),
+        ],
+        attachments=[Attachment("STANDPDF", title="scan-0042.pdf", filename="scan-0042.pdf",
+                                pages=["Manatee seagrass grazing shapes coastal meadows."])],
+        collections=[Collection("FIELDCOL", "Field notes")],
+        notes=[Note("NOTESOL1", "Quokka census on Rottnest Island: 10,000 animals.", collections=["FIELDCOL"])],
+        groups=[Group(4242, "Lab Group", items=[
+            Item("GRPPAPR1", "Surviving extremes", creators=[("Tom", "Hart")], date="2018", collections=["GRPCOLL1"],
+                 fields={"abstractNote": "Tardigrade cryptobiosis lets them survive desiccation."}),
+            Item("LEWIS202", "A group copy that shares a key", fields={"abstractNote": "Group-only text about okapi stripes."}),
+        ], collections=[Collection("GRPCOLL1", "Extremophiles")])],
+        feeds=[Feed("Nature news", "https://example.org/nature.rss", items=[Item("FEEDITM1", "Narwhal tusk sensing")])],
+    )
 
 
 # --- a large library for the benchmark -----------------------------------------------------------

@@ -33,7 +33,8 @@ def disabled_status(message: str) -> dict[str, Any]:
         "state": "disabled", "source": None, "zotero_schema_version": None, "items_total": 0, "items_to_index": 0,
         "items_done": 0, "percent": 0.0, "items_indexed": 0, "chunks_indexed": 0, "attachments_with_text": 0,
         "collections": 0, "last_refresh": None, "last_refresh_ms": None, "refreshes": 0, "message": message,
-        "warnings": [], "index_path": None,
+        "warnings": [], "index_path": None, "notes_indexed": 0, "annotations_indexed": 0, "libraries": [],
+        "kinds": {"items": 0, "notes": 0, "annotations": 0, "texts": 0}, "data_dir": None, "summary": message,
     }
 
 
@@ -56,6 +57,21 @@ class Library:
         if refresh:
             self.indexer.request_refresh()
         return self.indexer.status()
+
+    async def collections(self) -> list[tuple[str, str, str | None]]:
+        """The library's collections as indexed, `(key, name, parent_key)`; [] before the first
+        build (or with a damaged index: the search path notices and rebuilds it)."""
+        return await asyncio.to_thread(self._collections)
+
+    def _collections(self) -> list[tuple[str, str, str | None]]:
+        try:
+            conn = self.reader.connection()
+            if conn is None:
+                return []
+            return [(str(k), str(n), p) for k, n, p in conn.execute("SELECT key, name, parent_key FROM collections")]
+        except sqlite3.Error as exc:
+            log.info("library: reading collections failed (%s)", exc)
+            return []
 
     async def search(self, query: str, scope: Scope, top_k: int = DEFAULT_TOP_K) -> list[Hit]:
         """The Retriever interface: best chunks within `scope`; [] while nothing is indexed."""

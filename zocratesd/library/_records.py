@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Zotero item and collection keys: 8 characters of [23456789A-Z] (we accept any A-Z0-9, as the
@@ -31,13 +32,51 @@ def year_of(date: str | None) -> int | None:
     return int(m.group(1)) if m and m.group(1) != "0000" else None
 
 
+USER_LIBRARY = "user"  # a record's `library`: "user", or "groups/<groupID>" (as in zotero:// links)
+
+
+def library_path(library: str) -> str:
+    """The library part of a zotero:// link: `library` or `groups/<groupID>`."""
+    return "library" if library == USER_LIBRARY else library
+
+
+def item_uid(library: str, key: str) -> str:
+    """An item's identity across libraries (keys are unique per library only): the key in the
+    user library, `groups/<id>/KEY` in a group."""
+    return key if library == USER_LIBRARY else f"{library}/{key}"
+
+
+@dataclass(frozen=True)
+class AnnotationRecord:
+    """A highlight, underline or comment on an attachment (`itemAnnotations`)."""
+
+    key: str
+    attachment_key: str
+    type: str  # highlight | underline | note | text | image | ink
+    text: str = ""
+    comment: str = ""
+    color: str | None = None
+    page_label: str | None = None
+    page_index: int | None = None  # 0-based, from the position JSON
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NoteRecord:
+    """A note as text (HTML converted), a child of its item or standalone."""
+
+    key: str
+    title: str
+    text: str
+
+
 @dataclass(frozen=True)
 class AttachmentRecord:
     key: str
     content_type: str | None = None
     link_mode: int | None = None
     modified: str = ""  # dateModified/clientDateModified (or the local API's version)
-    cache_stamp: str = ""  # size and mtime of .zotero-ft-cache, "" when there is none
+    cache_stamp: str = ""  # size and mtime of .zotero-ft-cache (or -unprocessed), "" when there is none
 
 
 @dataclass(frozen=True)
@@ -56,15 +95,27 @@ class ItemRecord:
     date_modified: str = ""
     client_date_modified: str = ""
     stamp: str = ""  # see item_stamp()
+    library: str = USER_LIBRARY
+    library_name: str = ""
+    notes: tuple[NoteRecord, ...] = ()
+    annotations: tuple[AnnotationRecord, ...] = ()
+
+    @property
+    def uid(self) -> str:
+        return item_uid(self.library, self.key)
 
 
-def item_stamp(modified: str, client_modified: str, collections: list[str], attachments: list[AttachmentRecord]) -> str:
+def item_stamp(
+    modified: str, client_modified: str, collections: list[str], attachments: list[AttachmentRecord],
+    children: Sequence[str] = (),
+) -> str:
     """What tells a refresh that an item changed, computed without reading its metadata: Zotero's
     `dateModified` (user edits) and `clientDateModified` (every save, collection and tag changes
     included), its collections, and each attachment's stamps and cache file (Zotero rewrites the
     cache when it re-extracts text, without touching the item)."""
     parts = [modified, client_modified, ",".join(sorted(collections))]
     parts += [f"{a.key}:{a.modified}:{a.cache_stamp}" for a in sorted(attachments, key=lambda a: a.key)]
+    parts += sorted(children)  # notes' and annotations' "key:modified" (edited without touching the item)
     return hashlib.blake2b("|".join(parts).encode(), digest_size=12).hexdigest()
 
 
@@ -73,6 +124,7 @@ class CollectionRecord:
     key: str
     name: str
     parent_key: str | None = None
+    library: str = USER_LIBRARY
 
 
 @dataclass
@@ -83,6 +135,7 @@ class LibrarySnapshot:
     source: str  # "local_api" | "sqlite" | "snapshot"
     schema_version: int | None
     items: list[ItemRecord] = field(default_factory=list)
-    stamps: dict[str, str] = field(default_factory=dict)  # every live item: key -> stamp
+    stamps: dict[str, str] = field(default_factory=dict)  # every live item: uid -> stamp
+    libraries: dict[str, str] = field(default_factory=dict)  # library -> its name ("My Library", a group's)
     collections: list[CollectionRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)

@@ -9,6 +9,8 @@ a bound.
 
 from __future__ import annotations
 
+import html
+import json
 import logging
 import os
 import re
@@ -20,6 +22,10 @@ from zocratesd.library._records import valid_key
 log = logging.getLogger(__name__)
 
 CACHE_NAME = ".zotero-ft-cache"
+# Full text that arrived by sync and Zotero has not processed yet (fulltextItems.synced = 2): JSON
+# {indexedChars, totalChars, indexedPages, totalPages, version, text} (Zotero.FullText.setItemContent).
+# Read until the cache appears; Zotero deletes it when it writes the cache.
+UNPROCESSED_NAME = ".zotero-ft-unprocessed"
 PAGE_BREAK = "\f"
 # Zotero stops extracting at fulltext.textMaxLength = 500,000 characters; 4 MiB of UTF-8 holds
 # that with room to spare, and bounds what one odd file can make us read.
@@ -38,28 +44,52 @@ _SPACE_RE = re.compile(r"[ \t\r\u00a0]+")
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
 
 
-def cache_path(data_dir: Path, attachment_key: str) -> Path | None:
+def cache_path(data_dir: Path, attachment_key: str, name: str = CACHE_NAME) -> Path | None:
     """`storage/<key>/.zotero-ft-cache`, or None for a key that is not a Zotero key (never a path)."""
     if not valid_key(attachment_key):
         return None
-    return data_dir / "storage" / attachment_key / CACHE_NAME
+    return data_dir / "storage" / attachment_key / name
 
 
 def cache_stamp(data_dir: Path, attachment_key: str) -> str:
-    """'size:mtime_ns' of the cache file, '' when there is none (cheap: one stat; string paths,
-    as this runs for every attachment at every refresh)."""
+    """'size:mtime_ns' of the cache file (or 'u' and the unprocessed file's), '' when there is
+    none (cheap: a stat or two; string paths, as this runs for every attachment at every refresh)."""
     if not valid_key(attachment_key):
         return ""
-    try:
-        st = os.stat(os.path.join(data_dir, "storage", attachment_key, CACHE_NAME))
-    except OSError:
-        return ""
-    return f"{st.st_size}:{st.st_mtime_ns}" if stat.S_ISREG(st.st_mode) else ""
+    for prefix, name in (("", CACHE_NAME), ("u", UNPROCESSED_NAME)):
+        try:
+            st = os.stat(os.path.join(data_dir, "storage", attachment_key, name))
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            return f"{prefix}{st.st_size}:{st.st_mtime_ns}"
+    return ""
 
 
 def read_cache(data_dir: Path, attachment_key: str) -> str | None:
-    """The attachment's extracted text, cleaned; None when there is none or it is not text."""
-    p = cache_path(data_dir, attachment_key)
+    """The attachment's extracted text, cleaned: the cache, else the unprocessed synced text;
+    None when there is none or it is not text."""
+    data = _read_storage_file(data_dir, attachment_key, CACHE_NAME)
+    if data is None:
+        raw = _read_storage_file(data_dir, attachment_key, UNPROCESSED_NAME)
+        if raw is None:
+            return None
+        try:
+            doc = json.loads(raw.decode("utf-8", errors="replace"))
+        except ValueError:
+            log.info("library: storage/%s/%s is not JSON; skipped", attachment_key, UNPROCESSED_NAME)
+            return None
+        text = doc.get("text") if isinstance(doc, dict) else None
+        if not isinstance(text, str):
+            return None
+        return clean_text(text[: MAX_CACHE_BYTES], source=str(cache_path(data_dir, attachment_key, UNPROCESSED_NAME)))
+    return clean_text(data.decode("utf-8", errors="replace"), source=str(cache_path(data_dir, attachment_key)))
+
+
+def _read_storage_file(data_dir: Path, attachment_key: str, name: str) -> bytes | None:
+    """A file of the attachment's storage folder, read safely (see the module doc), at most
+    MAX_CACHE_BYTES (+ the unprocessed file's JSON overhead); None if absent or unreadable."""
+    p = cache_path(data_dir, attachment_key, name)
     if p is None:
         return None
     storage = (data_dir / "storage").resolve()
@@ -80,7 +110,8 @@ def read_cache(data_dir: Path, attachment_key: str) -> str | None:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None
             with os.fdopen(fd, "rb", closefd=False) as f:
-                data = f.read(MAX_CACHE_BYTES + 1)
+                # The unprocessed file is JSON: escapes can double its size; unparseable beyond that.
+                data = f.read((MAX_CACHE_BYTES if name == CACHE_NAME else 2 * MAX_CACHE_BYTES) + 1)
         finally:
             os.close(fd)
     except (FileNotFoundError, NotADirectoryError):
@@ -88,10 +119,10 @@ def read_cache(data_dir: Path, attachment_key: str) -> str | None:
     except OSError as exc:
         log.warning("library: cannot read %s: %s", p, exc)
         return None
-    if len(data) > MAX_CACHE_BYTES:
+    if len(data) > MAX_CACHE_BYTES and name == CACHE_NAME:
         log.info("library: %s is larger than %d bytes; indexing its beginning", p, MAX_CACHE_BYTES)
         data = data[:MAX_CACHE_BYTES]
-    return clean_text(data.decode("utf-8", errors="replace"), source=str(p))
+    return data
 
 
 def clean_text(text: str, source: str = "text") -> str | None:
@@ -140,3 +171,24 @@ def chunks(text: str, size: int = CHUNK_CHARS) -> list[tuple[int | None, str]]:
             else:
                 out.append((page, current))
     return out
+
+
+_BLOCK_END_RE = re.compile(r"</(?:p|div|h[1-6]|li|blockquote|pre|tr|table|ul|ol)\s*>|<br\s*/?>", re.IGNORECASE)
+_TAG_RE = re.compile(r"<[^>]*>")
+_SCRIPT_RE = re.compile(r"<(script|style)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+
+
+def html_to_text(note: str) -> str:
+    """A note's HTML (Zotero's note editor) as plain text: blocks become lines, tags go, entities
+    are decoded, control characters removed."""
+    text = _SCRIPT_RE.sub(" ", note)
+    text = _BLOCK_END_RE.sub("\n", text)
+    text = html.unescape(_TAG_RE.sub("", text))
+    text = _CONTROL_RE.sub(" ", text.replace("\f", " "))
+    lines = [_SPACE_RE.sub(" ", line).strip() for line in text.split("\n")]
+    return "\n".join(line for line in lines if line)
+
+
+def page_numbers(text: str) -> int:
+    """How many pages the text has (form feeds + 1)."""
+    return text.count(PAGE_BREAK) + 1

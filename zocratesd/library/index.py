@@ -1,21 +1,35 @@
 """`<zotero-data-dir>/zocrates-data/library.db`: our own index of the library (SQLite FTS5, BM25).
 
 Tables:
-- `items`: one row per item with the metadata a citation needs and the item's `signature` (see
-  `ItemRecord.signature`); a refresh re-indexes exactly the items whose signature changed.
-- `collections` (key, name, parent_key) and `item_collections`: scope filtering in SQL.
-- `db_items`: the item keys of the last read of `zotero.sqlite`. A read through Zotero's local API
-  never removes these (only a later database read can): the API is the weaker witness.
-- `chunks` (id, item_key, attachment_key, page) and the FTS5 table `chunks_fts` (title, body) with
-  the same rowid. Each item has one metadata chunk (title, creators, year, tags, abstract; no
-  page) and one chunk per ~1,200 characters of each attachment's text, never across a page.
-  Every chunk carries the item's title in its `title` column, weighted `TITLE_WEIGHT` times the
-  body in BM25: a passage from a paper whose title matches ranks above an equal one that doesn't.
-  Words are folded (case, diacritics) and Porter-stemmed, so "retrieved" finds "retrieval".
+- `items`: one row per item record (regular items, standalone notes and attachments) of every
+  library, keyed by `uid` (the key in the user library, `groups/<id>/KEY` in a group: keys are
+  unique per library only), with the metadata a citation needs and the item's `signature`; a
+  refresh re-indexes exactly the items whose signature changed.
+- `collections` (library, key, name, parent_key) and `item_collections`: scope filtering in SQL.
+- `db_items`: the item uids of the last read of `zotero.sqlite`. A read through Zotero's local
+  API never removes these (only a later database read can): the API is the weaker witness.
+- `chunks` (id, uid, item_key, library, kind, source_key, attachment_key, page, page_label) and
+  the FTS5 table `chunks_fts` (title, body) with the same rowid. Kinds: one `metadata` chunk per
+  item (creators, year and tags, then `METADATA_BREAK` and the abstract), `fulltext` chunks of ~1,200 characters of each
+  attachment's text (never across a page), `note` chunks (HTML as text), one `annotation`
+  chunk per highlight or comment (its text, comment and tags). Every chunk carries the item's
+  title in its `title` column, weighted `TITLE_WEIGHT` times the body in BM25 (except a metadata
+  chunk with no abstract when the item has other chunks: it would win on its shortness). Words are folded
+  (case, diacritics: Lübeck finds Lubeck) and Porter-stemmed, so "retrieved" finds "retrieval".
+- `chunks_cjk` (title, body): the same chunks' Chinese, Japanese and Korean text as character
+  bigrams (FTS5's word tokenizer sees a run of CJK characters as one word; Zotero 10 indexes CJK
+  with bigrams too; zocratesd/textnorm.py makes them, for the answerer too). Only chunks that
+  have such text get a row; a query with CJK characters is routed there (and to the word index
+  for its other words, the two rankings fused by rank).
 
-Scope (spec 2.3 `active_mode`) is a SQL condition on `chunks.item_key`: the selected keys, or the
-members of a collection *and of all its subcollections* (a recursive CTE on `collections`), so
-BM25 ranks within the scope and the LIMIT applies after filtering.
+Pages: a chunk of a PDF's text has its page number from the cache's form feeds, and the page
+label a reader sees when an annotation on that page names it; an annotation has its own label.
+Each passage links to where it is (`zotero://open-pdf/.../items/<attachmentKey>?page=N`, or
+`zotero://select/...` for notes and metadata).
+
+Scope (spec 2.3 `active_mode`, and optionally one library) is a SQL condition on `chunks.uid`:
+the selected keys, or the members of a collection *and of all its subcollections* (a recursive
+CTE on `collections`), so BM25 ranks within the scope and the LIMIT applies after filtering.
 
 A file that is not a valid index (corrupt, another schema version, not SQLite) is deleted and
 rebuilt; callers see `IndexCorrupt` and start over, never a crash.
@@ -26,6 +40,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
@@ -33,20 +48,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zocratesd.engine.retrieval import Hit, Passage, Scope, tokens
-from zocratesd.library._records import CollectionRecord, ItemRecord, LibrarySnapshot, valid_key
+from zocratesd.engine.retrieval import METADATA_BREAK, Hit, Passage, Scope, tokens
+from zocratesd.library._records import CollectionRecord, ItemRecord, LibrarySnapshot, library_path, valid_key
 from zocratesd.library.fulltext import chunks as split_chunks
 from zocratesd.library.zotero_db import db_uri
+from zocratesd.textnorm import CJK_RUN_RE, cjk_bigrams
 
 log = logging.getLogger(__name__)
 
 INDEX_NAME = "library.db"
-# Bumped whenever the tables change; an index of another version is rebuilt from scratch.
-INDEX_SCHEMA_VERSION = 1
-# BM25 column weights (title, body): a title term counts three times a body term, so a matching
-# paper's passages come first without drowning a strong body match (FTS5's bm25() weights).
+# Bumped whenever the tables change; an index of another version is rebuilt from scratch
+# (2: libraries, notes, annotations, page labels, the CJK bigram index).
+INDEX_SCHEMA_VERSION = 2
+# BM25 column weights (title, body): a title term counts twice a body term, so a matching paper's
+# passages come first without drowning a strong body match (FTS5's bm25() weights). FTS5 fixes
+# k1 = 1.2, but it applies the weights to the term counts before saturation, so their scale acts
+# as 1/k1: 1.5 is BM25 with k1 = 0.8. Tuned on SciFact's train queries, best mean nDCG@10 over
+# the abstract and full-text layouts (bench/bench_retrieval.py: 0.7026 against 0.7012 for 3, 1).
 TITLE_WEIGHT = 3.0
-BODY_WEIGHT = 1.0
+BODY_WEIGHT = 1.5
 # Items written per transaction while indexing: each commit makes progress durable and visible to
 # searches; 100 items with ~40 chunks each keeps a commit under ~0.3 s on a 2-core machine.
 BATCH_ITEMS = 100
@@ -61,24 +81,40 @@ MAX_HITS_PER_ITEM = 2
 # array bound into the query (limits.MAX_ACTIVE_ITEMS is 500).
 MAX_SCOPE_KEYS = 1000
 
+# A highlight or comment is the user's own pointer into a paper: its BM25 score is multiplied by
+# this among the candidates, so it ranks above the same words elsewhere in the paper.
+ANNOTATION_BOOST = 1.5
+# Reciprocal-rank fusion constant (Cormack et al. 2009) for a query split between the word and
+# the CJK index.
+RRF_K = 60
+_LIBRARY_RE = re.compile(r"^(user|groups/\d{1,12})$")
+
 # Added after INDEX_SCHEMA_VERSION 1 shipped: created on open in an older index (no rebuild needed).
 _DB_ITEMS = "CREATE TABLE IF NOT EXISTS db_items (item_key TEXT PRIMARY KEY) WITHOUT ROWID"
 
 _SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE items (
-    item_key TEXT PRIMARY KEY, item_type TEXT, title TEXT NOT NULL, creators TEXT NOT NULL, year INTEGER,
-    abstract TEXT, doi TEXT, url TEXT, tags TEXT NOT NULL, collections TEXT NOT NULL,
-    attachments INTEGER NOT NULL, text_attachments INTEGER NOT NULL, signature TEXT NOT NULL
+    uid TEXT PRIMARY KEY, item_key TEXT NOT NULL, library TEXT NOT NULL, item_type TEXT, title TEXT NOT NULL,
+    creators TEXT NOT NULL, year INTEGER, abstract TEXT, doi TEXT, url TEXT, tags TEXT NOT NULL, collections TEXT NOT NULL,
+    attachments INTEGER NOT NULL, text_attachments INTEGER NOT NULL, notes INTEGER NOT NULL, annotations INTEGER NOT NULL,
+    signature TEXT NOT NULL
 );
-CREATE TABLE collections (key TEXT PRIMARY KEY, name TEXT NOT NULL, parent_key TEXT);
+CREATE INDEX items_key ON items (item_key);
+CREATE INDEX items_library ON items (library);
+CREATE TABLE libraries (library TEXT PRIMARY KEY, name TEXT NOT NULL);
+CREATE TABLE collections (library TEXT NOT NULL, key TEXT NOT NULL, name TEXT NOT NULL, parent_key TEXT,
+    PRIMARY KEY (library, key));
 CREATE INDEX collections_parent ON collections (parent_key);
-CREATE TABLE item_collections (collection_key TEXT NOT NULL, item_key TEXT NOT NULL,
-    PRIMARY KEY (collection_key, item_key)) WITHOUT ROWID;
-CREATE INDEX item_collections_item ON item_collections (item_key);
-CREATE TABLE chunks (id INTEGER PRIMARY KEY, item_key TEXT NOT NULL, attachment_key TEXT, page INTEGER);
-CREATE INDEX chunks_item ON chunks (item_key);
+CREATE TABLE item_collections (library TEXT NOT NULL, collection_key TEXT NOT NULL, uid TEXT NOT NULL,
+    PRIMARY KEY (library, collection_key, uid)) WITHOUT ROWID;
+CREATE INDEX item_collections_item ON item_collections (uid);
+CREATE TABLE chunks (id INTEGER PRIMARY KEY, uid TEXT NOT NULL, item_key TEXT NOT NULL, library TEXT NOT NULL,
+    kind TEXT NOT NULL, source_key TEXT, attachment_key TEXT, page INTEGER, page_label TEXT);
+CREATE INDEX chunks_uid ON chunks (uid);
+CREATE INDEX chunks_library ON chunks (library);
 CREATE VIRTUAL TABLE chunks_fts USING fts5 (title, body, tokenize = 'porter unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE chunks_cjk USING fts5 (title, body, tokenize = 'unicode61 remove_diacritics 2');
 {_DB_ITEMS};
 INSERT INTO meta VALUES ('schema_version', '{INDEX_SCHEMA_VERSION}');
 """
@@ -94,6 +130,10 @@ class IndexCounts:
     chunks: int
     attachments_with_text: int
     collections: int
+    notes: int = 0
+    annotations: int = 0
+    # library -> {name, items, notes, annotations, texts}
+    libraries: dict[str, dict[str, Any]] | None = None
 
 
 def remove_index(path: Path) -> None:
@@ -153,17 +193,17 @@ class IndexWriter:
         self.conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, None if v is None else str(v)) for k, v in values.items()])
 
     def signatures(self) -> dict[str, str]:
-        return dict(self.conn.execute("SELECT item_key, signature FROM items"))
+        return dict(self.conn.execute("SELECT uid, signature FROM items"))
 
     def db_item_keys(self) -> set[str]:
-        """The keys the last database read had (see `db_items`)."""
+        """The uids the last database read had (see `db_items`)."""
         keys = {r[0] for r in self.conn.execute("SELECT item_key FROM db_items")}
         if not keys and self.meta("source") in ("sqlite", "snapshot"):
             return set(self.signatures())  # an index built before db_items existed: all from the database
         return keys
 
     def set_db_item_keys(self, keys: Iterable[str]) -> None:
-        """Record a database read's keys (written only where they changed: this runs at every refresh)."""
+        """Record a database read's uids (written only where they changed: this runs at every refresh)."""
         have = {r[0] for r in self.conn.execute("SELECT item_key FROM db_items")}
         new = set(keys)
         if new == have:
@@ -174,66 +214,122 @@ class IndexWriter:
 
     def counts(self) -> IndexCounts:
         c = self.conn
+        libraries: dict[str, dict[str, Any]] = {
+            lib: {"library": lib, "name": name, "items": 0, "notes": 0, "annotations": 0, "texts": 0}
+            for lib, name in c.execute("SELECT library, name FROM libraries ORDER BY library != 'user', library")
+        }
+        totals = {"items": 0, "notes": 0, "annotations": 0, "texts": 0}
+        for lib, n_items, n_notes, n_anns, n_texts in c.execute(
+            "SELECT library, sum(item_type != 'note'), coalesce(sum(notes), 0), coalesce(sum(annotations), 0), "
+            "coalesce(sum(text_attachments), 0) FROM items GROUP BY library"
+        ):
+            row = libraries.setdefault(lib, {"library": lib, "name": lib, "items": 0, "notes": 0, "annotations": 0, "texts": 0})
+            row.update(items=n_items, notes=n_notes, annotations=n_anns, texts=n_texts)
+            for k, v in (("items", n_items), ("notes", n_notes), ("annotations", n_anns), ("texts", n_texts)):
+                totals[k] += v
         return IndexCounts(
             items=c.execute("SELECT count(*) FROM items").fetchone()[0],
             chunks=c.execute("SELECT count(*) FROM chunks").fetchone()[0],
-            attachments_with_text=c.execute("SELECT coalesce(sum(text_attachments), 0) FROM items").fetchone()[0],
+            attachments_with_text=totals["texts"],
             collections=c.execute("SELECT count(*) FROM collections").fetchone()[0],
+            notes=totals["notes"], annotations=totals["annotations"], libraries=libraries,
         )
 
     def plan(self, snapshot: LibrarySnapshot, have: dict[str, str]) -> tuple[list[ItemRecord], list[str]]:
-        """(items to (re)index, keys to remove), given the stamps the index had before the read."""
-        changed = [it for it in snapshot.items if have.get(it.key) != it.stamp]
+        """(items to (re)index, uids to remove), given the stamps the index had before the read."""
+        changed = [it for it in snapshot.items if have.get(it.uid) != it.stamp]
         return changed, sorted(set(have) - set(snapshot.stamps))
 
-    def write_collections(self, collections: Sequence[CollectionRecord]) -> None:
+    def write_collections(self, collections: Sequence[CollectionRecord], libraries: dict[str, str] | None = None) -> None:
         with self.transaction():
             self.conn.execute("DELETE FROM collections")
             self.conn.executemany(
-                "INSERT INTO collections VALUES (?, ?, ?)", [(c.key, c.name, c.parent_key) for c in collections]
+                "INSERT OR IGNORE INTO collections VALUES (?, ?, ?, ?)",
+                [(c.library, c.key, c.name, c.parent_key) for c in collections],
             )
+            if libraries is not None:
+                self.conn.execute("DELETE FROM libraries")
+                self.conn.executemany("INSERT INTO libraries VALUES (?, ?)", sorted(libraries.items()))
 
-    def remove(self, keys: Iterable[str]) -> None:
+    def remove(self, uids: Iterable[str]) -> None:
         with self.transaction():
-            for key in keys:
-                self._delete_item(key)
+            for uid in uids:
+                self._delete_item(uid)
 
     def write_items(self, batch: Sequence[tuple[ItemRecord, dict[str, str]]]) -> None:
         """(item, {attachment key: text}) pairs, in one transaction."""
         with self.transaction():
             for item, texts in batch:
-                self._delete_item(item.key)
+                self._delete_item(item.uid)
                 self._insert_item(item, texts)
 
-    def _delete_item(self, key: str) -> None:
+    def _delete_item(self, uid: str) -> None:
         c = self.conn
-        c.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT id FROM chunks WHERE item_key = ?)", (key,))
-        c.execute("DELETE FROM chunks WHERE item_key = ?", (key,))
-        c.execute("DELETE FROM item_collections WHERE item_key = ?", (key,))
-        c.execute("DELETE FROM items WHERE item_key = ?", (key,))
+        c.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT id FROM chunks WHERE uid = ?)", (uid,))
+        c.execute("DELETE FROM chunks_cjk WHERE rowid IN (SELECT id FROM chunks WHERE uid = ?)", (uid,))
+        c.execute("DELETE FROM chunks WHERE uid = ?", (uid,))
+        c.execute("DELETE FROM item_collections WHERE uid = ?", (uid,))
+        c.execute("DELETE FROM items WHERE uid = ?", (uid,))
 
     def _insert_item(self, item: ItemRecord, texts: dict[str, str]) -> None:
         c = self.conn
         c.execute(
-            "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                item.key, item.item_type, item.title, json.dumps(list(item.creators)), item.year, item.abstract,
-                item.doi, item.url, json.dumps(list(item.tags)), json.dumps(list(item.collections)),
-                len(item.attachments), sum(1 for a in item.attachments if texts.get(a.key)), item.stamp,
+                item.uid, item.key, item.library, item.item_type, item.title, json.dumps(list(item.creators)), item.year,
+                item.abstract, item.doi, item.url, json.dumps(list(item.tags)), json.dumps(list(item.collections)),
+                len(item.attachments), sum(1 for a in item.attachments if texts.get(a.key)), len(item.notes),
+                len(item.annotations), item.stamp,
             ),
         )
-        c.executemany("INSERT OR IGNORE INTO item_collections VALUES (?, ?)", [(k, item.key) for k in item.collections])
-        meta_body = " ".join(
-            p for p in ("; ".join(item.creators), str(item.year or ""), " ".join(item.tags), item.abstract) if p
+        c.executemany(
+            "INSERT OR IGNORE INTO item_collections VALUES (?, ?, ?)", [(item.library, k, item.uid) for k in item.collections]
         )
-        rows: list[tuple[str | None, int | None, str]] = [(None, None, meta_body)]
+        # (kind, source key, attachment key, page, page label, body)
+        rows: list[tuple[str, str | None, str | None, int | None, str | None, str]] = []
+        if item.item_type != "note":
+            # The header (creators, year, tags: searchable, never quoted), METADATA_BREAK, the abstract.
+            header = " ".join(" ".join(p for p in ("; ".join(item.creators), str(item.year or ""), " ".join(item.tags)) if p).split())
+            meta_body = f"{header}{METADATA_BREAK}{item.abstract or ''}"
+            rows.append(("metadata", None, None, None, None, meta_body))
+        labels: dict[tuple[str, int], str] = {}
+        for ann in item.annotations:
+            if ann.page_index is not None and ann.page_label:
+                labels.setdefault((ann.attachment_key, ann.page_index + 1), ann.page_label)
         for att in item.attachments:
             text = texts.get(att.key)
             if text:
-                rows += [(att.key, page, body) for page, body in split_chunks(text)]
-        for att_key, page, body in rows:
-            cur = c.execute("INSERT INTO chunks (item_key, attachment_key, page) VALUES (?, ?, ?)", (item.key, att_key, page))
-            c.execute("INSERT INTO chunks_fts (rowid, title, body) VALUES (?, ?, ?)", (cur.lastrowid, item.title, body))
+                # A PDF's text without a form feed is one page (Zotero's PDF worker puts "\f" only
+                # between pages); other files (HTML, EPUB) have no pages.
+                one_page = 1 if att.content_type == "application/pdf" else None
+                rows += [("fulltext", att.key, att.key, page or one_page, labels.get((att.key, page or one_page or 0)), body)
+                         for page, body in split_chunks(text)]
+        for note in item.notes:
+            body = note.text if note.text.startswith(note.title) else f"{note.title}\n{note.text}"
+            rows += [("note", note.key, None, None, None, part) for _, part in split_chunks(body.replace("\f", " "))]
+        for ann in item.annotations:
+            body = " ".join(p for p in (ann.text, ann.comment, " ".join(ann.tags)) if p)
+            if body:
+                page = ann.page_index + 1 if ann.page_index is not None else None
+                rows.append(("annotation", ann.key, ann.attachment_key, page, ann.page_label or (str(page) if page else None), body))
+        # A metadata chunk without an abstract is the title and a few names (~13 words against ~100
+        # in a text chunk): with the title weighted, BM25's length normalisation made it the top hit
+        # for any title word, above the text that answers, and it has nothing to quote (SciFact:
+        # top passage for 75 of 300 queries; bench/bench_retrieval.py). The item's other chunks
+        # carry its title, so this one gets none; with no other chunk it keeps it.
+        bare_metadata = not (item.abstract or "").strip() and len(rows) > 1
+        for kind, source, att_key, page, label, body in rows:
+            cur = c.execute(
+                "INSERT INTO chunks (uid, item_key, library, kind, source_key, attachment_key, page, page_label) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (item.uid, item.key, item.library, kind, source, att_key, page, label),
+            )
+            title = "" if kind == "metadata" and bare_metadata else item.title
+            c.execute("INSERT INTO chunks_fts (rowid, title, body) VALUES (?, ?, ?)", (cur.lastrowid, title, body))
+            cjk_body = cjk_bigrams(body)
+            cjk_title = cjk_bigrams(title)
+            if cjk_body or cjk_title:
+                c.execute("INSERT INTO chunks_cjk (rowid, title, body) VALUES (?, ?, ?)", (cur.lastrowid, cjk_title, cjk_body))
 
     def transaction(self) -> _Tx:
         return _Tx(self.conn)
@@ -251,9 +347,10 @@ class _Tx:
 
 
 def match_expression(query: str) -> str | None:
-    """An FTS5 query: the question's content words OR'ed, each quoted (so no word is FTS syntax)."""
+    """An FTS5 query: the question's content words OR'ed, each quoted (so no word is FTS syntax).
+    Runs of CJK characters are left to `cjk_expression`."""
     seen: list[str] = []
-    for t in tokens(query):
+    for t in tokens(CJK_RUN_RE.sub(" ", query)):
         if t not in seen:
             seen.append(t)
         if len(seen) == MAX_QUERY_TERMS:
@@ -261,20 +358,45 @@ def match_expression(query: str) -> str | None:
     return " OR ".join(f'"{t}"' for t in seen) if seen else None
 
 
+def cjk_expression(query: str) -> str | None:
+    """An FTS5 query on `chunks_cjk`: the query's CJK bigrams OR'ed (a lone character matches
+    any bigram that starts with it)."""
+    seen: list[str] = []
+    for gram in cjk_bigrams(query).split():
+        term = f'"{gram}"' + ("*" if len(gram) == 1 else "")
+        if term not in seen:
+            seen.append(term)
+        if len(seen) == MAX_QUERY_TERMS:
+            break
+    return " OR ".join(seen) if seen else None
+
+
+def _library(scope: Scope) -> str | None:
+    lib = scope.library
+    return lib if isinstance(lib, str) and _LIBRARY_RE.match(lib) else None
+
+
 def scope_item_keys(conn: sqlite3.Connection, scope: Scope) -> list[str] | None:
-    """The item keys a scoped search may return (None: the whole library). A collection includes
-    its subcollections. Keys are resolved first, in their own query: as a correlated subquery
+    """The item uids a scoped search may return (None: no filter on items). A collection includes
+    its subcollections. Uids are resolved first, in their own query: as a correlated subquery
     inside the MATCH, the recursive CTE was re-run for every matching row (1.4 s per query)."""
+    lib = _library(scope)
     if scope.mode == "papers":
-        return [k for k in scope.item_keys if valid_key(k)][:MAX_SCOPE_KEYS]
+        keys = [k for k in scope.item_keys if valid_key(k)][:MAX_SCOPE_KEYS]
+        sql = "SELECT uid FROM items WHERE item_key IN (SELECT value FROM json_each(?))"
+        args: list[object] = [json.dumps(keys)]
+        if lib is not None:
+            sql += " AND library = ?"
+            args.append(lib)
+        return [r[0] for r in conn.execute(sql, args)]
     if scope.mode == "collection":
         if not valid_key(scope.collection):
             return []
         rows = conn.execute(
-            "WITH RECURSIVE sub(k) AS (SELECT key FROM collections WHERE key = ? "
-            "UNION SELECT col.key FROM collections col JOIN sub ON col.parent_key = sub.k) "
-            "SELECT DISTINCT item_key FROM item_collections WHERE collection_key IN (SELECT k FROM sub)",
-            (scope.collection,),
+            "WITH RECURSIVE sub(lib, k) AS (SELECT library, key FROM collections WHERE key = ? AND (? IS NULL OR library = ?) "
+            "UNION SELECT col.library, col.key FROM collections col JOIN sub ON col.parent_key = sub.k AND col.library = sub.lib) "
+            "SELECT DISTINCT ic.uid FROM item_collections ic JOIN sub ON ic.library = sub.lib AND ic.collection_key = sub.k",
+            (scope.collection, lib, lib),
         )
         return [r[0] for r in rows]
     return None
@@ -282,51 +404,80 @@ def scope_item_keys(conn: sqlite3.Connection, scope: Scope) -> list[str] | None:
 
 def search(conn: sqlite3.Connection, query: str, scope: Scope, top_k: int) -> list[Hit]:
     """Ranked chunks within `scope` (BM25; FTS5's bm25() is lower-is-better, Hit.score is its
-    negation, higher-is-better). At most MAX_HITS_PER_ITEM per item unless fewer items match.
+    negation, higher-is-better; a query with CJK text fuses the word and the CJK rankings by
+    rank). At most MAX_HITS_PER_ITEM per item unless fewer items match.
 
     Two steps: rank rowids alone (the scope as a rowid filter, applied before bm25() is computed,
     and no text read for rows that do not make the cut), then read the few winners' text."""
     expr = match_expression(query)
-    if expr is None or top_k <= 0:
+    cjk = cjk_expression(query)
+    if (expr is None and cjk is None) or top_k <= 0:
         return []
     # One read transaction: the indexer commits between our statements otherwise, and a chunk
     # ranked by the first could be gone by the second.
     conn.execute("BEGIN")
     try:
-        return _search(conn, expr, scope, top_k)
+        return _search(conn, expr, cjk, scope, top_k)
     finally:
         conn.execute("ROLLBACK")
 
 
-def _search(conn: sqlite3.Connection, expr: str, scope: Scope, top_k: int) -> list[Hit]:
+def _rank(conn: sqlite3.Connection, table: str, expr: str, where: str, args: list[object], limit: int) -> list[tuple[int, float]]:
+    return [(int(r), float(sc)) for r, sc in conn.execute(
+        f"SELECT f.rowid, bm25({table}, {TITLE_WEIGHT}, {BODY_WEIGHT}) AS s FROM {table} f "
+        f"WHERE {table} MATCH ? {where} ORDER BY s LIMIT ?",
+        [expr, *args, limit],
+    )]
+
+
+def _search(conn: sqlite3.Connection, expr: str | None, cjk: str | None, scope: Scope, top_k: int) -> list[Hit]:
     keys = scope_item_keys(conn, scope)
     if keys is not None and not keys:
         return []
-    where, args = "", []
+    where, args = "", list[object]()
+    lib = _library(scope)
     if keys is not None:
-        where = "AND +f.rowid IN (SELECT id FROM chunks WHERE item_key IN (SELECT value FROM json_each(?)))"
+        where = "AND +f.rowid IN (SELECT id FROM chunks WHERE uid IN (SELECT value FROM json_each(?)))"
         args = [json.dumps(keys)]
-    ranked = conn.execute(
-        f"SELECT f.rowid, bm25(chunks_fts, {TITLE_WEIGHT}, {BODY_WEIGHT}) AS s FROM chunks_fts f "
-        f"WHERE chunks_fts MATCH ? {where} ORDER BY s LIMIT ?",
-        [expr, *args, top_k * OVERFETCH],
-    ).fetchall()
+    elif lib is not None:
+        where = "AND +f.rowid IN (SELECT id FROM chunks WHERE library = ?)"
+        args = [lib]
+    limit = top_k * OVERFETCH
+    lists = []
+    if expr is not None:
+        lists.append(_rank(conn, "chunks_fts", expr, where, args, limit))
+    if cjk is not None:
+        lists.append(_rank(conn, "chunks_cjk", cjk, where, args, limit))
+    if len(lists) == 1:
+        ranked = lists[0]
+    else:  # reciprocal-rank fusion; scores stay "higher is better" once negated below
+        fused: dict[int, float] = {}
+        for lst in lists:
+            for rank, (rowid, _) in enumerate(lst):
+                fused[rowid] = fused.get(rowid, 0.0) - 1.0 / (RRF_K + rank + 1)
+        ranked = sorted(fused.items(), key=lambda r: r[1])[:limit]
     if not ranked:
         return []
-    where_of = {rowid: (key, att, page) for rowid, key, att, page in conn.execute(
-        "SELECT id, item_key, attachment_key, page FROM chunks WHERE id IN (SELECT value FROM json_each(?))",
+    where_of = {row[0]: row[1:] for row in conn.execute(
+        "SELECT id, uid, item_key, library, kind, source_key, attachment_key, page, page_label FROM chunks "
+        "WHERE id IN (SELECT value FROM json_each(?))",
         (json.dumps([r[0] for r in ranked]),),
     )}
+    # The user's highlights and comments rank above the same words elsewhere in the paper.
+    ranked = sorted(
+        ((rowid, sc * (ANNOTATION_BOOST if rowid in where_of and where_of[rowid][3] == "annotation" else 1.0)) for rowid, sc in ranked),
+        key=lambda r: r[1],
+    )
     chosen: list[tuple[int, float]] = []
     spill: list[tuple[int, float]] = []
     per_item: dict[str, int] = {}
     for rowid, score in ranked:
         if rowid not in where_of:  # an FTS row without its chunk row: skipped, never a crash
             continue
-        key = where_of[rowid][0]
-        n = per_item.get(key, 0)
+        uid = where_of[rowid][0]
+        n = per_item.get(uid, 0)
         (chosen if n < MAX_HITS_PER_ITEM else spill).append((rowid, score))
-        per_item[key] = n + 1
+        per_item[uid] = n + 1
     chosen = sorted(chosen + spill[: max(0, top_k - len(chosen))], key=lambda r: r[1])[:top_k]
     bodies = dict(conn.execute(
         "SELECT rowid, body FROM chunks_fts WHERE rowid IN (SELECT value FROM json_each(?))",
@@ -335,25 +486,38 @@ def _search(conn: sqlite3.Connection, expr: str, scope: Scope, top_k: int) -> li
     meta = _item_meta(conn, {where_of[r][0] for r, _ in chosen})
     hits = []
     for rowid, score in chosen:
-        item_key, att_key, page = where_of[rowid]
-        title, creators, year, collections = meta.get(item_key, ("(untitled)", (), None, ()))
+        uid, item_key, library, kind, source, att_key, page, label = where_of[rowid]
+        title, creators, year, collections = meta.get(uid, ("(untitled)", (), None, ()))
         passage = Passage(
             item_key=item_key, title=title, text=bodies.get(rowid, ""), creators=creators, year=year,
-            attachment_key=att_key, page=page, collections=collections,
+            attachment_key=att_key, page=page, collections=collections, kind=kind, source_key=source,
+            page_label=label or (str(page) if page else None), library=library,
+            link=_link(library, kind, item_key, source, att_key, page),
         )
         hits.append(Hit(passage, -float(score)))
     return hits
 
 
-def _item_meta(conn: sqlite3.Connection, keys: set[str]) -> dict[str, tuple[str, tuple[str, ...], int | None, tuple[str, ...]]]:
-    if not keys:
+def _link(library: str, kind: str, item_key: str, source: str | None, att_key: str | None, page: int | None) -> str:
+    """Where a passage opens in Zotero: the PDF at its page (and annotation), else the item or note."""
+    lib = library_path(library)
+    if att_key and page:
+        extra = f"&annotation={source}" if kind == "annotation" and source else ""
+        return f"zotero://open-pdf/{lib}/items/{att_key}?page={page}{extra}"
+    if att_key:
+        return f"zotero://open-pdf/{lib}/items/{att_key}"
+    return f"zotero://select/{lib}/items/{source if kind == 'note' and source else item_key}"
+
+
+def _item_meta(conn: sqlite3.Connection, uids: set[str]) -> dict[str, tuple[str, tuple[str, ...], int | None, tuple[str, ...]]]:
+    if not uids:
         return {}
     out = {}
-    for key, title, creators, year, colls in conn.execute(
-        "SELECT item_key, title, creators, year, collections FROM items WHERE item_key IN (SELECT value FROM json_each(?))",
-        (json.dumps(sorted(keys)),),
+    for uid, title, creators, year, colls in conn.execute(
+        "SELECT uid, title, creators, year, collections FROM items WHERE uid IN (SELECT value FROM json_each(?))",
+        (json.dumps(sorted(uids)),),
     ):
-        out[key] = (title, tuple(json.loads(creators)), year, tuple(json.loads(colls)))
+        out[uid] = (title, tuple(json.loads(creators)), year, tuple(json.loads(colls)))
     return out
 
 

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from zocratesd.library._records import ItemRecord, LibrarySnapshot
+from zocratesd.library._records import USER_LIBRARY, ItemRecord, LibrarySnapshot
 from zocratesd.library.fulltext import read_cache
 from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, open_index, remove_index
 from zocratesd.library.local_api import ListenerChanged, LocalApi, LocalApiError
@@ -57,6 +57,10 @@ RETRY_AFTER_S = 60.0
 # index). Waiting this many times the last refresh's duration before the next one keeps the
 # indexer under ~1/20 of a core; an explicit refresh request is never held back.
 REFRESH_DUTY = 20
+WHAT_TO_DO = (
+    "Start zocratesd with --zotero-data-dir pointing at your Zotero data directory (Zotero: Settings > Advanced > "
+    "Files and Folders > Data Directory Location) or set ZOTERO_DATA_DIR; `zocratesd demo` writes a demo library"
+)
 HOW_TO_ENABLE_API = (
     "enable it in Zotero: Settings > Advanced > Allow other applications on this computer to communicate with Zotero"
 )
@@ -85,7 +89,11 @@ class Indexer:
             "items_to_index": 0, "items_done": 0, "percent": 0.0, "items_indexed": 0, "chunks_indexed": 0,
             "attachments_with_text": 0, "collections": 0, "last_refresh": None, "last_refresh_ms": None,
             "refreshes": 0, "message": None, "warnings": [], "index_path": str(self.index_path),
+            "notes_indexed": 0, "annotations_indexed": 0, "libraries": [],
+            "kinds": {"items": 0, "notes": 0, "annotations": 0, "texts": 0},
+            "data_dir": str(opts.data_dir), "summary": f"starting: the library in {opts.data_dir} is read shortly",
         }
+        self._announced: str | None = None  # the last summary logged (logged again only when it changes)
         self._forced = False
         self._last_stamp: object = None
         self._last_attempt = 0.0
@@ -129,6 +137,14 @@ class Indexer:
     def _set(self, **values: Any) -> None:
         with self._lock:
             self._status.update(values)
+
+    def _announce(self, summary: str, level: int = logging.INFO) -> None:
+        """Put `summary` in the status and log it when it differs from the last one logged: the log
+        says where the library comes from and its state at start and whenever that changes."""
+        self._set(summary=summary)
+        if summary != self._announced:
+            self._announced = summary
+            log.log(level, "library: %s", escape_for_log(summary))
 
     def _run(self) -> None:
         remove_stale_snapshots(self.opts.work_dir)
@@ -196,8 +212,10 @@ class Indexer:
             self._db_readable = False
             why = "Zotero's local API is off (library.local_api)" if api is None else self._api_usable(api)
             if why is not None:  # nothing to read: say so without creating an index
-                self._set(state="unavailable", source=None,
-                          message=f"no Zotero library found: {self.opts.data_dir} has no {ZOTERO_DB}, and {why}")
+                msg = (f"no Zotero library found in {self.opts.data_dir}: it has no {ZOTERO_DB}, and {why}. "
+                       f"{WHAT_TO_DO}")
+                self._set(state="unavailable", source=None, message=msg)
+                self._announce(msg, logging.WARNING)
                 return
             api_checked = True
         try:
@@ -255,8 +273,8 @@ class Indexer:
             snap, read_text = self._read(api, have, api_checked)
         except (ZoteroDbError, LocalApiError) as exc:
             msg = str(exc)  # our words, local paths, and the server's text escaped where it was quoted
-            log.warning("library: %s", msg)
             self._set(state="error", message=msg, **_counts(writer))
+            self._announce(f"the library in {self.opts.data_dir} cannot be read: {msg}", logging.WARNING)
             return
         changed, removed = writer.plan(snap, have)
         if snap.source == "local_api":
@@ -275,9 +293,11 @@ class Indexer:
             zotero_schema_version=snap.schema_version, items_total=len(snap.stamps), items_to_index=total,
             items_done=0, percent=0.0 if total else 100.0, message=None, warnings=snap.warnings,
         )
+        origin = _origin(snap.source, self.opts.data_dir)
         if total:
-            log.info("library: indexing %d of %d items from %s (%d removed)", total, len(snap.stamps), snap.source, len(removed))
-        writer.write_collections(snap.collections)
+            self._announce(f"indexing {total:,} of {len(snap.stamps):,} items from {origin}"
+                           + (f" ({len(removed):,} removed)" if removed else ""))
+        writer.write_collections(snap.collections, snap.libraries or {USER_LIBRARY: "My Library"})
         if removed:
             writer.remove(removed)
         done = 0
@@ -309,7 +329,7 @@ class Indexer:
             if self.on_batch is not None:
                 self.on_batch(done, total)
             if time.monotonic() - last_log >= PROGRESS_LOG_INTERVAL_S:
-                log.info("library: indexed %d/%d items (%.0f%%)", done, total, pct)
+                self._announce(f"indexing {done:,} of {total:,} items from {origin} ({pct:.0f}%)")
                 last_log = time.monotonic()
         ms = round((time.perf_counter() - t0) * 1000.0, 1)
         writer.set_meta({"last_refresh": time.time(), "source": snap.source, "zotero_schema_version": snap.schema_version})
@@ -320,17 +340,31 @@ class Indexer:
             state="ready", percent=100.0, last_refresh=datetime.now(UTC).isoformat(timespec="seconds"),
             last_refresh_ms=ms, refreshes=refreshes, **counts,
         )
+        kinds = counts["kinds"]
+        extra = "".join(f", {kinds[k]:,} {k}" for k in ("notes", "annotations") if kinds[k])
+        groups = sum(1 for lib in counts["libraries"] if lib["library"] != USER_LIBRARY)
+        where = f" in {1 + groups} libraries" if groups else ""
+        # Stable while nothing changes, so it is logged once, and again only when the library changes.
+        self._announce(f"library ready: {kinds['items']:,} items, {kinds['texts']:,} full texts{extra}{where} (from {origin})")
         if total or removed:
-            log.info(
-                "library: index ready in %.1f s: %d items, %d chunks, %d attachments with text (%s)",
-                ms / 1000, counts["items_indexed"], counts["chunks_indexed"], counts["attachments_with_text"], snap.source,
-            )
+            log.info("library: %d items re-indexed in %.1f s; %d passages in the index", total, ms / 1000, counts["chunks_indexed"])
 
 
-def _counts(writer: IndexWriter) -> dict[str, int]:
+def _counts(writer: IndexWriter) -> dict[str, Any]:
     c = writer.counts()
+    libraries = list((c.libraries or {}).values())
+    kinds = {k: sum(int(lib[k]) for lib in libraries) for k in ("items", "notes", "annotations", "texts")}
     return {"items_indexed": c.items, "chunks_indexed": c.chunks, "attachments_with_text": c.attachments_with_text,
-            "collections": c.collections}
+            "collections": c.collections, "notes_indexed": c.notes, "annotations_indexed": c.annotations,
+            "libraries": libraries, "kinds": kinds}
+
+
+def _origin(source: str, data_dir: Path) -> str:
+    """Where the library was read from, in words."""
+    if source == "local_api":
+        return "Zotero's local API"
+    how = {"sqlite": "read-only", "snapshot": "through a private copy: Zotero has it open, or it is in WAL mode"}
+    return f"{data_dir / ZOTERO_DB} ({how.get(source, source)})"
 
 
 def _is_corruption(exc: sqlite3.DatabaseError) -> bool:

@@ -29,19 +29,24 @@ import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 from zocratesd.library._records import (
+    USER_LIBRARY,
+    AnnotationRecord,
     AttachmentRecord,
     CollectionRecord,
     ItemRecord,
     LibrarySnapshot,
+    NoteRecord,
     item_stamp,
+    item_uid,
     valid_key,
     year_of,
 )
-from zocratesd.library.fulltext import cache_stamp
+from zocratesd.library.fulltext import cache_stamp, html_to_text
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,9 @@ SNAPSHOT_ATTEMPTS = 3
 # Fields we keep, by their base-field names (type-specific fields such as caseName map to them).
 WANTED_FIELDS = ("title", "abstractNote", "date", "DOI", "url")
 NON_REGULAR_TYPES = ("attachment", "note", "annotation")
+# A note longer than this is indexed from its beginning (Zotero's own full-text limit is 500,000
+# characters; a note that long is a pasted document, not the user's words).
+MAX_NOTE_CHARS = 1_000_000
 # Tables and columns the reader relies on; a database without them is refused with their names.
 REQUIRED_COLUMNS = {
     "items": ("itemID", "itemTypeID", "libraryID", "key", "dateModified", "clientDateModified"),
@@ -218,27 +226,34 @@ def check_schema(conn: sqlite3.Connection, version: int) -> list[str]:
 def read_library(
     conn: sqlite3.Connection, data_dir: Path, source: str, known: dict[str, str] | None = None
 ) -> LibrarySnapshot:
-    """Every non-trashed item of the user library: its stamp (`item_stamp`), and, for the items
-    whose stamp differs from `known` (all when None), the full record with metadata, collections,
-    tags and attachments (no text). Phase 1 reads only ids, dates, collection membership and
-    attachments; phase 2 reads field values, creators and tags for the changed items only, so a
-    refresh of a 10,000-item library that changed in 10 places reads 10 items' metadata."""
+    """Every non-trashed item of every library in `libraries` (the user's and groups'; feeds
+    never): its stamp (`item_stamp`), and, for the items whose stamp differs from `known` (all
+    when None; keyed by `ItemRecord.uid`), the full record with metadata, collections, tags,
+    attachments (no text), notes and annotations. Phase 1 reads only ids, dates, collection
+    membership and the item tree; phase 2 reads field values, creators, tags, notes and
+    annotations for the changed items only, so a refresh of a 10,000-item library that changed in
+    10 places reads 10 items' metadata."""
     version = schema_version(conn)
     warnings = check_schema(conn, version)
-    row = conn.execute("SELECT libraryID FROM libraries WHERE type = 'user' ORDER BY libraryID LIMIT 1").fetchone()
-    if row is None:
+    libs = _libraries(conn)
+    if not any(lib == USER_LIBRARY for lib, _ in libs.values()):
         raise ZoteroDbError("zotero.sqlite has no user library")
-    lib = row[0]
     types = dict(conn.execute("SELECT itemTypeID, typeName FROM itemTypesCombined"))
     trashed = {r[0] for r in conn.execute("SELECT itemID FROM deletedItems")}
-    items: dict[int, tuple[str, int, str, str, str]] = {}  # id -> (key, type id, type, modified, client modified)
-    for item_id, key, type_id, modified, client_modified in conn.execute(
-        "SELECT itemID, key, itemTypeID, dateModified, clientDateModified FROM items WHERE libraryID = ?", (lib,)
+    items: dict[int, _Row] = {}
+    for item_id, lib_id, key, type_id, modified, client_modified in conn.execute(
+        "SELECT itemID, libraryID, key, itemTypeID, dateModified, clientDateModified FROM items"
     ):
-        if item_id not in trashed and valid_key(key):
-            items[item_id] = (key, type_id, types.get(type_id, "unknown"), str(modified or ""), str(client_modified or ""))
+        if item_id not in trashed and lib_id in libs and valid_key(key):
+            items[item_id] = _Row(key, type_id, types.get(type_id, "unknown"), str(modified or ""), str(client_modified or ""),
+                                  libs[lib_id][0])
 
-    collections, coll_keys = _collections(conn, lib)
+    collections: list[CollectionRecord] = []
+    coll_keys: dict[int, str] = {}
+    for lib_id, (lib, _) in libs.items():
+        recs, keys = _collections(conn, lib_id, lib)
+        collections += recs
+        coll_keys.update(keys)
     member: dict[int, list[str]] = {}
     for coll_id, item_id in conn.execute("SELECT collectionID, itemID FROM collectionItems ORDER BY collectionID, orderIndex"):
         ck = coll_keys.get(coll_id)
@@ -246,43 +261,161 @@ def read_library(
             member.setdefault(item_id, []).append(ck)
 
     atts: dict[int, list[AttachmentRecord]] = {}
+    att_owner: dict[int, int] = {}  # attachment id -> the record that carries it (parent, or itself)
     standalone: set[int] = set()
     for item_id, parent_id, link_mode, content_type in conn.execute(
         "SELECT itemID, parentItemID, linkMode, contentType FROM itemAttachments"
     ):
         it = items.get(item_id)
-        if it is None:
-            continue  # trashed, another library, or a bad key
+        if it is None or it.type != "attachment":
+            continue  # trashed, a feed's, or a bad key
         rec = AttachmentRecord(
-            key=it[0], content_type=content_type, link_mode=link_mode,
-            modified=f"{it[3]}|{it[4]}", cache_stamp=cache_stamp(data_dir, it[0]),
+            key=it.key, content_type=content_type, link_mode=link_mode,
+            modified=f"{it.modified}|{it.client_modified}", cache_stamp=cache_stamp(data_dir, it.key),
         )
         if parent_id is None:
             standalone.add(item_id)
             atts[item_id] = [rec]
+            att_owner[item_id] = item_id
         elif parent_id in items:
             atts.setdefault(parent_id, []).append(rec)
+            att_owner[item_id] = parent_id
+
+    # Notes (itemNotes also holds attachments' own notes: only items of type note count) and
+    # annotations hang on the record of their parent item (an annotation's parent is its attachment).
+    children: dict[int, list[int]] = {}
+    for item_id, parent_id in conn.execute("SELECT itemID, parentItemID FROM itemNotes"):
+        it = items.get(item_id)
+        if it is None or it.type != "note":
+            continue
+        if parent_id is None:
+            standalone.add(item_id)
+        elif parent_id in items and items[parent_id].type not in NON_REGULAR_TYPES:
+            children.setdefault(parent_id, []).append(item_id)
+    with contextlib.suppress(sqlite3.OperationalError):  # a damaged or stripped database: no annotations
+        for item_id, att_id in conn.execute("SELECT itemID, parentItemID FROM itemAnnotations"):
+            if item_id in items and att_id in att_owner:
+                children.setdefault(att_owner[att_id], []).append(item_id)
 
     stamps: dict[str, str] = {}
     changed: list[int] = []
-    for item_id, (key, _, type_name, modified, client_modified) in items.items():
-        if type_name in NON_REGULAR_TYPES and item_id not in standalone:
+    for item_id, it in items.items():
+        if it.type in NON_REGULAR_TYPES and item_id not in standalone:
             continue
-        stamp = item_stamp(modified, client_modified, member.get(item_id, []), atts.get(item_id, []))
-        stamps[key] = stamp
-        if known is None or known.get(key) != stamp:
+        kids = [f"{items[c].key}:{items[c].modified}|{items[c].client_modified}" for c in children.get(item_id, ())]
+        stamp = item_stamp(it.modified, it.client_modified, member.get(item_id, []), atts.get(item_id, []), kids)
+        uid = item_uid(it.library, it.key)
+        stamps[uid] = stamp
+        if known is None or known.get(uid) != stamp:
             changed.append(item_id)
 
     meta = _metadata(conn, changed, items)
-    out = [_full_record(i, items[i], stamps[items[i][0]], member, atts, meta) for i in changed]
-    out.sort(key=lambda r: r.key)
+    notes, annotations = _children(conn, [c for i in changed for c in children.get(i, ())] + changed, items)
+    names = {lib: name for lib, name in libs.values()}
+    out = [
+        _full_record(i, items[i], stamps[item_uid(items[i].library, items[i].key)], member, atts, meta,
+                     [notes[c] for c in children.get(i, ()) if c in notes] + ([notes[i]] if i in notes else []),
+                     [annotations[c] for c in children.get(i, ()) if c in annotations], names)
+        for i in changed
+    ]
+    out.sort(key=lambda r: r.uid)
     return LibrarySnapshot(
-        source=source, schema_version=version, items=out, stamps=stamps, collections=collections, warnings=warnings
+        source=source, schema_version=version, items=out, stamps=stamps, collections=collections, warnings=warnings,
+        libraries=names,
     )
 
 
+@dataclass(frozen=True)
+class _Row:
+    key: str
+    type_id: int
+    type: str
+    modified: str
+    client_modified: str
+    library: str
+
+
+def _libraries(conn: sqlite3.Connection) -> dict[int, tuple[str, str]]:
+    """libraryID -> (library, name) for the user library and every group; feeds are left out
+    (their items are the feed's, not the user's)."""
+    groups: dict[int, tuple[int, str]] = {}
+    with contextlib.suppress(sqlite3.OperationalError):
+        groups = {lib_id: (gid, str(name or "")) for lib_id, gid, name in conn.execute("SELECT libraryID, groupID, name FROM groups")}
+    out: dict[int, tuple[str, str]] = {}
+    for lib_id, kind in conn.execute("SELECT libraryID, type FROM libraries ORDER BY libraryID"):
+        if kind == "user" and not any(lib == USER_LIBRARY for lib, _ in out.values()):
+            out[lib_id] = (USER_LIBRARY, "My Library")
+        elif kind == "group" and lib_id in groups:
+            gid, name = groups[lib_id]
+            out[lib_id] = (f"groups/{gid}", name or f"group {gid}")
+    return out
+
+
+def _children(
+    conn: sqlite3.Connection, ids: list[int], items: dict[int, _Row]
+) -> tuple[dict[int, NoteRecord], dict[int, AnnotationRecord]]:
+    """The notes and annotations among `ids`, as text."""
+    if not ids:
+        return {}, {}
+    id_list = json.dumps(ids)
+    notes: dict[int, NoteRecord] = {}
+    for item_id, html, title in conn.execute(
+        "SELECT itemID, note, title FROM itemNotes WHERE itemID IN (SELECT value FROM json_each(?))", (id_list,)
+    ):
+        it = items.get(item_id)
+        if it is None or it.type != "note":
+            continue
+        text = html_to_text(str(html or "")[:MAX_NOTE_CHARS])
+        if text:
+            notes[item_id] = NoteRecord(key=it.key, title=str(title or "").strip() or text.split("\n", 1)[0][:120], text=text)
+    anns: dict[int, AnnotationRecord] = {}
+    tags: dict[int, list[str]] = {}
+    with contextlib.suppress(sqlite3.OperationalError):
+        for item_id, name in conn.execute(
+            "SELECT it.itemID, t.name FROM itemTags it JOIN tags t ON t.tagID = it.tagID "
+            "WHERE it.itemID IN (SELECT value FROM json_each(?))",
+            (id_list,),
+        ):
+            tags.setdefault(item_id, []).append(str(name))
+        for item_id, att_id, type_id, text, comment, color, label, position in conn.execute(
+            "SELECT itemID, parentItemID, type, text, comment, color, pageLabel, position FROM itemAnnotations "
+            "WHERE itemID IN (SELECT value FROM json_each(?))", (id_list,),
+        ):
+            it, att = items.get(item_id), items.get(att_id)
+            if it is None or att is None:
+                continue
+            anns[item_id] = AnnotationRecord(
+                key=it.key, attachment_key=att.key, type=ANNOTATION_TYPES.get(type_id, "highlight"),
+                text=clean_line(text), comment=clean_line(comment), color=str(color) if color else None,
+                page_label=clean_line(label)[:32] or None, page_index=_page_index(position),
+                tags=tuple(tags.get(item_id, ())),
+            )
+    return notes, anns
+
+
+# itemAnnotations.type (Zotero.Annotations.ANNOTATION_TYPE_*).
+ANNOTATION_TYPES = {1: "highlight", 2: "note", 3: "image", 4: "ink", 5: "underline", 6: "text"}
+
+
+def clean_line(value: object) -> str:
+    """A database string with control characters removed (it is the user's, or a sync's)."""
+    if not isinstance(value, str):
+        return ""
+    return " ".join("".join(c if c.isprintable() or c in "\n\t" else " " for c in value).split())
+
+
+def _page_index(position: object) -> int | None:
+    """pageIndex of an annotation's position JSON; None when it is not there."""
+    try:
+        doc = json.loads(position) if isinstance(position, str) else None
+    except ValueError:
+        return None
+    idx = doc.get("pageIndex") if isinstance(doc, dict) else None
+    return idx if isinstance(idx, int) and not isinstance(idx, bool) and 0 <= idx < 100_000 else None
+
+
 def _metadata(
-    conn: sqlite3.Connection, ids: list[int], items: dict[int, tuple[str, int, str, str, str]]
+    conn: sqlite3.Connection, ids: list[int], items: dict[int, _Row]
 ) -> tuple[dict[int, dict[str, str]], dict[int, list[str]], dict[int, list[str]]]:
     """(field values by base name, creators, tags) of `ids`."""
     if not ids:
@@ -303,7 +436,7 @@ def _metadata(
     ):
         if value is None:
             continue
-        name = base_of.get((items[item_id][1], field_id)) or field_names.get(field_id)
+        name = base_of.get((items[item_id].type_id, field_id)) or field_names.get(field_id)
         if name in WANTED_FIELDS:
             values.setdefault(item_id, {})[name] = str(value)
     creators: dict[int, list[str]] = {}
@@ -330,25 +463,31 @@ def _metadata(
 
 def _full_record(
     item_id: int,
-    it: tuple[str, int, str, str, str],
+    it: _Row,
     stamp: str,
     member: dict[int, list[str]],
     atts: dict[int, list[AttachmentRecord]],
     meta: tuple[dict[int, dict[str, str]], dict[int, list[str]], dict[int, list[str]]],
+    notes: list[NoteRecord],
+    annotations: list[AnnotationRecord],
+    names: dict[str, str],
 ) -> ItemRecord:
     values, creators, tags = meta
     v = values.get(item_id, {})
     # PDFs first: their text is the paper (zotero-mcp orders the same way).
     item_atts = sorted(atts.get(item_id, ()), key=lambda a: (a.content_type != "application/pdf", a.key))
+    title = v.get("title") or (notes[0].title if it.type == "note" and notes else "") or "(untitled)"
     return ItemRecord(
-        key=it[0], item_type=it[2], title=v.get("title") or "(untitled)", creators=tuple(creators.get(item_id, ())),
+        key=it.key, item_type=it.type, title=title, creators=tuple(creators.get(item_id, ())),
         year=year_of(v.get("date")), abstract=v.get("abstractNote", ""), doi=v.get("DOI"), url=v.get("url"),
         collections=tuple(member.get(item_id, ())), tags=tuple(tags.get(item_id, ())), attachments=tuple(item_atts),
-        date_modified=it[3], client_date_modified=it[4], stamp=stamp,
+        date_modified=it.modified, client_date_modified=it.client_modified, stamp=stamp,
+        library=it.library, library_name=names.get(it.library, ""), notes=tuple(notes),
+        annotations=tuple(sorted(annotations, key=lambda a: (a.attachment_key, a.page_index or 0, a.key))),
     )
 
 
-def _collections(conn: sqlite3.Connection, lib: int) -> tuple[list[CollectionRecord], dict[int, str]]:
+def _collections(conn: sqlite3.Connection, lib: int, library: str) -> tuple[list[CollectionRecord], dict[int, str]]:
     """Non-trashed collections (a collection under a trashed one counts as trashed)."""
     rows = {
         cid: (key, name, parent)
@@ -372,7 +511,8 @@ def _collections(conn: sqlite3.Connection, lib: int) -> tuple[list[CollectionRec
 
     keys = {cid: rows[cid][0] for cid in rows if alive(cid)}
     out = [
-        CollectionRecord(key=keys[cid], name=str(rows[cid][1] or ""), parent_key=keys.get(rows[cid][2]) if rows[cid][2] else None)
+        CollectionRecord(key=keys[cid], name=str(rows[cid][1] or ""), parent_key=keys.get(rows[cid][2]) if rows[cid][2] else None,
+                         library=library)
         for cid in keys
     ]
     return sorted(out, key=lambda c: c.key), keys
