@@ -1,7 +1,8 @@
 """Summaries of the compacted turns.
 
 - `ExtractiveSummariser` (offline): per turn the question, the answer's key claims (the first
-  sentence of each paragraph or bullet) and its `# Cited Sources` list, verbatim. Deterministic.
+  sentence of each paragraph or bullet, cut by the offline answerer's segmentation, with the
+  bullet's citation numbers) and its `# Cited Sources` list, verbatim. Deterministic.
 - `ModelSummariser` (openai, gemini): asks the configured model itself, through its own ADK
   `BaseLlm` (for openai that is the same httpx chat-completions path as a turn), with a transcript
   in which tool content keeps up to 30000 characters.
@@ -21,6 +22,7 @@ from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
 from zocratesd.compaction.turns import Turn, text_of
+from zocratesd.engine.answer.segment import first_sentence
 
 SUMMARY_HEADER = "Summary of the earlier conversation:"
 CITED_HEADER = "# Cited Sources"
@@ -33,7 +35,7 @@ MAX_CLAIM_CHARS = 400
 # drops most of a retrieval result; the issue asks for 30000).
 MAX_TOOL_CONTENT_CHARS = 30_000
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+_TRAILING_CITES = re.compile(r"(?:\s*\[\d+(?:, p\. \d+)?\])+$")
 SUMMARY_INSTRUCTION = (
     "You compact a research conversation between a user and a Zotero research assistant. Write a "
     "concise summary that keeps every question the user asked, the key claims of each answer with "
@@ -51,10 +53,15 @@ def _answer(turn: Turn) -> str:
 
 
 def _first_sentence(line: str) -> str:
+    """A line's first sentence (the offline answerer's segmentation: "C. difficile" and "et al."
+    are not ends), keeping the citation numbers the line ends with."""
     line = line.strip()
-    head = _SENTENCE_END.split(line, maxsplit=1)[0]
+    head = first_sentence(line) or line
     if len(head) > MAX_CLAIM_CHARS:
         head = head[: MAX_CLAIM_CHARS - 1].rsplit(" ", 1)[0] + "…"
+    cites = _TRAILING_CITES.search(line)
+    if cites and head != line and not head.endswith(cites.group(0).strip()):
+        head += " " + cites.group(0).strip()
     return head
 
 

@@ -2,17 +2,16 @@
 
 It behaves like a small research assistant that only quotes:
 - a new question -> a short plan (a thought) and a `search_library` call with the question;
-- the search's result -> an answer built from the best sentence of each retrieved passage, each
-  with its number [n], then `# Cited Sources` listing what was cited; or, when nothing was found,
-  a plain statement saying so and where it looked.
+- the search's result -> an answer composed by engine/answer/ (issue 21): quotes of the passages
+  that answer each part of the question, with their numbers [n], then `# Cited Sources` listing
+  each cited item once; or, when nothing answers, the real reason (no library, still indexing,
+  an empty scope, matches elsewhere in the library, or no match).
 Same input, same output: tests and benchmarks can rely on every word.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncGenerator
-from typing import Any
 
 from google.adk.models._capabilities import LlmCapabilities
 from google.adk.models.base_llm import BaseLlm
@@ -20,20 +19,16 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
-from zocratesd.engine.retrieval import tokens
+from zocratesd.engine.answer import compose_answer
 
 SEARCH_TOOL = "search_library"
-# Answers quote at most this many passages and this many characters of each: enough to ground a
-# claim in several papers, short enough to read in the Zotero sidebar.
-MAX_QUOTED_PASSAGES = 5
-MAX_QUOTE_CHARS = 320
 MAX_QUERY_CHARS = 500
 # Streamed text arrives in chunks of this many words, like a real model's token stream.
 STREAM_CHUNK_WORDS = 4
 # A rough, documented token estimate where no tokenizer exists: ~4 characters per token (English).
 CHARS_PER_TOKEN = 4
 
-_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")
+__all__ = ["CHARS_PER_TOKEN", "SEARCH_TOOL", "OfflineLlm", "compose_answer", "estimate_tokens"]
 
 
 def estimate_tokens(text: str) -> int:
@@ -51,55 +46,6 @@ def _latest_question(request: LlmRequest) -> str:
             if text:
                 return text
     return ""
-
-
-def _best_sentences(text: str, query_terms: set[str]) -> str:
-    sentences = [s.strip() for s in _SENTENCE_RE.split(text.strip()) if s.strip()]
-    if not sentences:
-        return ""
-    scored = sorted(
-        range(len(sentences)),
-        key=lambda i: (-len(query_terms & set(tokens(sentences[i]))), i),
-    )
-    chosen = sorted(scored[:2])  # the two most relevant, in the passage's own order
-    quote = " ".join(sentences[i] for i in chosen)
-    if len(quote) > MAX_QUOTE_CHARS:
-        quote = quote[: MAX_QUOTE_CHARS - 1].rsplit(" ", 1)[0] + "…"
-    return quote
-
-
-def _scope_words(result: dict[str, Any]) -> str:
-    scope = result.get("scope")
-    if scope == "papers":
-        return "the selected papers"
-    if scope == "collection":
-        return "the selected collection"
-    return "your library"
-
-
-def compose_answer(question: str, result: dict[str, Any]) -> str:
-    """The answer to `question` from a `search_library` result (deterministic)."""
-    passages = [p for p in (result.get("passages") or []) if isinstance(p, dict) and p.get("text")]
-    where = _scope_words(result)
-    if not passages:
-        return (
-            f"I found nothing about this in {where}. "
-            "Try other words, or widen the scope to the whole library."
-        )
-    terms = set(tokens(question or str(result.get("query", ""))))
-    lines = [f"Here is what {where} says:", ""]
-    cited: dict[int, dict[str, Any]] = {}
-    for p in passages[:MAX_QUOTED_PASSAGES]:
-        quote = _best_sentences(str(p["text"]), terms)
-        if not quote:
-            continue
-        n = int(p.get("n") or len(cited) + 1)
-        cited[n] = p
-        lines.append(f"- {quote} [{n}]")
-    lines += ["", "# Cited Sources"]
-    for n, p in cited.items():
-        lines.append(f"[{n}] {p.get('citation') or p.get('title')} (zotero://select/library/items/{p.get('item_key')})")
-    return "\n".join(lines)
 
 
 class OfflineLlm(BaseLlm):

@@ -1,0 +1,234 @@
+"""Which passages answer a part of a question, and what to quote from each.
+
+A passage is evidence for a part when it covers enough of the part's terms (`coverage`: the
+weighted share of the part's terms found in the passage's title, authors and text, `MIN_COVERAGE`)
+and names enough of what the part is about (`MIN_REQUIRED` of its anchors, e.g. "HyDE", or of a
+compared subject's own words). One shared word is not evidence: "What is lost in the middle?"
+meets a paper on coralline algae only in "lost" (coverage 0.5), the paper it asks about in both.
+The two thresholds were measured on bench/bench_answers.py (`--sweep`): see the constants.
+
+The quote is the passage's best sentence for the part (most term weight, earliest on ties), with:
+- the sentence before it when the best one does not name the part's subject and that one does, or
+  when it opens by pointing back ("This prevents units from co-adapting" needs "dropout");
+- the sentence after it when that one carries the comparison ("..., by contrast, ...");
+- a second sentence that covers terms the first lacks, joined with " … " when not adjacent;
+all within `MAX_QUOTE_CHARS`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zocratesd.engine.answer.question import Part, word_stems
+from zocratesd.engine.answer.segment import sentences
+from zocratesd.engine.retrieval import METADATA_BREAK
+
+# Measured on bench/bench_answers.py --sweep (97 cases): at 0.5 passages sharing one of two words
+# come back (precision 0.90, abstention 0.85), at 0.55 some still do (0.97, 0.93); 0.6 and 0.65
+# give precision 0.99, recall 1.0, abstention 0.96; from 0.7 answers worded differently from the
+# question are lost (recall 0.94 at 0.7, 0.87 at 0.8). 0.6: the lower end of the plateau.
+MIN_COVERAGE = 0.6
+# Half the named things: "Does BERT beat ELMo?" may still quote a BERT result, "What causes
+# resistance in Staphylococcus?" may not quote a paper on C. difficile.
+MIN_REQUIRED = 0.5
+# A word of the question found only in a passage's title counts this much of its weight.
+TITLE_SHARE = 0.5
+# A quote with its context: two or three sentences of an abstract, readable in the Zotero sidebar.
+MAX_QUOTE_CHARS = 480
+
+_OPENS_BACK = re.compile(
+    r"^(?:this|these|that|those|it|its|they|their|such|both|the latter|the former|here|thus|however|"
+    r"in contrast|by contrast|conversely|similarly|likewise|in comparison|by comparison|in addition|moreover)\b",
+    re.I,
+)
+_CARRIES_COMPARISON = re.compile(r"\b(?:by contrast|in contrast|by comparison|in comparison|whereas|conversely)\b", re.I)
+
+
+@dataclass
+class Source:
+    """One retrieved passage, prepared once per answer."""
+
+    rank: int  # its place in the search result (0 first)
+    passage: dict[str, Any]
+    sentences: list[str]
+    sentence_stems: list[set[str]]
+    stems: set[str]  # authors and text
+    title_stems: set[str]
+    focal: bool = False
+
+    @property
+    def item_key(self) -> str:
+        return str(self.passage.get("item_key") or "")
+
+
+def _body(p: dict[str, Any]) -> str:
+    """The passage's text; for an item's metadata chunk, only the abstract after the header of
+    creators, year and tags (`METADATA_BREAK`, engine/retrieval.py): a quote starts at the
+    abstract's first word. A passage the user pointed at that has no abstract keeps its header
+    (something to show). An index written before the break existed: the header's leading
+    "Author; Author 2020" is cut as before."""
+    text = str(p.get("text") or "")
+    metadata = p.get("kind") == "metadata" or (p.get("kind") is None and p.get("page") is None and p.get("attachment_key") is None)
+    if not metadata:
+        return text
+    header, brk, abstract = text.partition(METADATA_BREAK)
+    if brk and p.get("kind") == "metadata":
+        return abstract if abstract.strip() or not p.get("focal") else header
+    if not p.get("focal"):
+        names = "; ".join(str(c) for c in p.get("creators") or [])
+        if names and text.startswith(names):
+            text = text[len(names):].lstrip()
+        year = str(p.get("year") or "")
+        if year and text.startswith(year):
+            text = text[len(year):].lstrip()
+    return text
+
+
+def prepare(passages: Sequence[dict[str, Any]]) -> list[Source]:
+    out = []
+    for rank, p in enumerate(passages):
+        found = [s.text for s in sentences(_body(p))]
+        sent_stems = [word_stems(s) for s in found]
+        stems = set().union(word_stems(" ".join(str(c) for c in p.get("creators") or [])), *sent_stems)
+        out.append(Source(rank, p, found, sent_stems, stems, word_stems(str(p.get("title") or "")), focal=bool(p.get("focal"))))
+    return out
+
+
+def coverage(part: Part, stems: set[str], title: frozenset[str] | set[str] = frozenset()) -> float:
+    """The weighted share of the part's terms in `stems`; a term only in the `title` counts
+    `TITLE_SHARE` (a title says what the whole paper is about, not what this passage says)."""
+    total = part.weight
+    if not total:
+        return 0.0
+    got = sum(t.weight if t.stem in stems else t.weight * TITLE_SHARE if t.stem in title else 0.0 for t in part.terms)
+    return got / total
+
+
+def source_coverage(part: Part, src: Source) -> float:
+    """The passage's coverage; a title that alone covers the part counts whole ("Tell me about
+    the okapi" and a paper titled "... (with okapi)": the paper is about it)."""
+    return max(coverage(part, src.stems, src.title_stems), _title_coverage(part, src))
+
+
+def _title_coverage(part: Part, src: Source) -> float:
+    c = coverage(part, src.title_stems)
+    return c if c >= MIN_COVERAGE else 0.0
+
+
+def names_subject(part: Part, stems: set[str]) -> bool:
+    if not part.required:
+        return True
+    return len(part.required & stems) / len(part.required) >= MIN_REQUIRED
+
+
+def is_evidence(part: Part, src: Source) -> bool:
+    return source_coverage(part, src) >= MIN_COVERAGE and names_subject(part, src.stems | src.title_stems)
+
+
+@dataclass
+class Quote:
+    source: Source
+    text: str
+    sentences: tuple[int, ...]
+    score: float
+    new: bool = True  # False: the same sentences are quoted under an earlier part already
+    terms: set[str] = field(default_factory=set)
+
+
+def _sentence_score(part: Part, stems: set[str]) -> float:
+    return sum(t.weight for t in part.terms if t.stem in stems) + 0.25 * len(part.required & stems)
+
+
+def _join(src: Source, chosen: list[int]) -> str:
+    out = ""
+    prev: int | None = None
+    for i in sorted(chosen):
+        sep = "" if prev is None else (" " if i == prev + 1 else " … ")
+        out += sep + src.sentences[i]
+        prev = i
+    return out
+
+
+def _fits(src: Source, chosen: list[int]) -> bool:
+    return len(_join(src, chosen)) <= MAX_QUOTE_CHARS
+
+
+def quote(part: Part, src: Source, avoid: frozenset[int] = frozenset(), *, need: frozenset[str] | None = None) -> Quote | None:
+    """The passage's quote for `part` (see the module docstring); None when no sentence of it
+    names any of the part's terms (and it is not a passage the user pointed at). `avoid`: sentences
+    already quoted under another part; `need`: stems the main sentence must contain (one of)."""
+    scores = [_sentence_score(part, st) for st in src.sentence_stems]
+    candidates = [i for i in range(len(scores)) if scores[i] > 0 and (need is None or need & src.sentence_stems[i])]
+    if not candidates:
+        if (src.focal or _title_coverage(part, src)) and src.sentences:  # pointed at, or about it by its title
+            chosen = [0]
+            while len(chosen) < len(src.sentences) and _fits(src, [*chosen, len(chosen)]):
+                chosen.append(len(chosen))
+            return Quote(src, _cut(_join(src, chosen)), tuple(chosen), 0.0)
+        return None
+    fresh = [i for i in candidates if i not in avoid]
+    pool = fresh or candidates
+    best = max(pool, key=lambda i: (scores[i], -i))
+    chosen = [best]
+    # The subject, or what a pointing-back opener points at, from the sentence before.
+    subject = part.required or {t.stem for t in part.terms if t.anchor}
+    if best > 0 and (
+        (subject and not subject & src.sentence_stems[best] and subject & src.sentence_stems[best - 1])
+        or _OPENS_BACK.match(src.sentences[best])
+    ) and _fits(src, [best - 1, best]):
+        chosen.append(best - 1)
+    # The comparison, from the sentence after.
+    nxt = best + 1
+    if nxt < len(src.sentences) and _CARRIES_COMPARISON.search(src.sentences[nxt]) and _fits(src, [*chosen, nxt]):
+        chosen.append(nxt)
+    # A second sentence for the terms still missing.
+    have = set().union(*(src.sentence_stems[i] for i in chosen))
+    missing = {t.stem for t in part.terms if t.weight >= 1.0} - have
+    if missing:
+        extra = [i for i in range(len(src.sentences)) if i not in chosen and missing & src.sentence_stems[i]]
+        extra.sort(key=lambda i: (-len(missing & src.sentence_stems[i]), abs(i - best)))
+        for i in extra[:1]:
+            if _fits(src, [*chosen, i]):
+                chosen.append(i)
+    text = _cut(_join(src, chosen))
+    terms = set().union(*(src.sentence_stems[i] for i in chosen)) & {t.stem for t in part.terms}
+    return Quote(src, text, tuple(sorted(chosen)), scores[best], new=bool(fresh), terms=terms)
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_QUOTE_CHARS:
+        return text
+    return text[: MAX_QUOTE_CHARS - 1].rsplit(" ", 1)[0] + "…"
+
+
+def select(part: Part, sources: Sequence[Source], limit: int) -> list[Source]:
+    """The part's evidence, best first: the passages the user pointed at, then by coverage, then
+    by search rank; at most `limit`, and at most two passages of one item."""
+    chosen = [s for s in sources if s.focal or is_evidence(part, s)]
+    chosen.sort(key=lambda s: (not s.focal, -source_coverage(part, s), s.rank))
+    out: list[Source] = []
+    per_item: dict[str, int] = {}
+    for s in chosen:
+        if per_item.get(s.item_key, 0) >= 2:
+            continue
+        per_item[s.item_key] = per_item.get(s.item_key, 0) + 1
+        out.append(s)
+        if len(out) == limit:
+            break
+    return out
+
+
+def has_evidence(parts: Sequence[Part], passages: Sequence[dict[str, Any]]) -> bool:
+    """Does any passage answer any part? (What "found nothing" means, for the search's facts.)"""
+    sources = prepare(passages)
+    return any(s.focal or is_evidence(p, s) for p in parts for s in sources)
+
+
+def evidence_items(parts: Sequence[Part], passages: Sequence[dict[str, Any]]) -> list[str]:
+    """The item keys of the passages that answer some part, in order, once each."""
+    sources = prepare(passages)
+    keys = [s.item_key for s in sources if any(is_evidence(p, s) for p in parts)]
+    return list(dict.fromkeys(keys))

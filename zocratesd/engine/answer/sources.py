@@ -1,0 +1,91 @@
+"""Citation numbers and the `# Cited Sources` list.
+
+Numbers go to items, not passages, in the order the answer first cites them, so "[2]" means the
+same paper everywhere in the text. An item cited on several pages is listed once with all of
+them; in the text its quotes then name their page ("[2, p. 4]"), otherwise the list says it.
+An entry reads like CSL's author-date styles: "Author, Author & Author (Year). Title. p. 4."
+then the item's zotero link. Zotero gives us names as written ("Patrick Lewis", or one field for
+an institution), so names are kept whole rather than guessed into "Lewis, P.".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+CITED_HEADER = "# Cited Sources"
+# Authors named in an entry before "et al." (APA names up to 20 in a reference list; a sidebar
+# line has room for three).
+MAX_AUTHORS = 3
+
+
+@dataclass
+class Cited:
+    n: int
+    item_key: str
+    meta: dict[str, Any]  # title, creators, year: from the first passage of the item that has them
+    pages: list[int] = field(default_factory=list)
+
+
+class Citations:
+    def __init__(self) -> None:
+        self.items: dict[str, Cited] = {}
+
+    def cite(self, passage: dict[str, Any]) -> Cited:
+        key = str(passage.get("item_key") or "")
+        c = self.items.get(key)
+        if c is None:
+            c = self.items[key] = Cited(len(self.items) + 1, key, dict(passage))
+        elif not c.meta.get("creators") and passage.get("creators"):
+            c.meta = dict(passage)  # a focal snippet knows only its key; a search hit knows the rest
+        page = passage.get("page")
+        if isinstance(page, int) and page not in c.pages:
+            c.pages.append(page)
+        return c
+
+    def marker(self, passage: dict[str, Any]) -> str:
+        """"[n]", or "[n, p. X]" when the item is cited on more than one page."""
+        c = self.items[str(passage.get("item_key") or "")]
+        page = passage.get("page")
+        if len(c.pages) > 1 and isinstance(page, int):
+            return f"[{c.n}, p. {page}]"
+        return f"[{c.n}]"
+
+    def lines(self) -> list[str]:
+        return [f"[{c.n}] {entry(c.meta, c.pages)} ({select_link(c.item_key, c.meta.get('library'))})"
+                for c in self.items.values()]
+
+
+def select_link(item_key: str, library: object = None) -> str:
+    """The item's zotero:// link; `library` "groups/<id>" for an item of a group library."""
+    where = library if isinstance(library, str) and library.startswith("groups/") else "library"
+    return f"zotero://select/{where}/items/{item_key}"
+
+
+def authors(creators: list[str]) -> str:
+    names = [str(n) for n in creators if str(n).strip()]
+    if not names:
+        return ""
+    if len(names) > MAX_AUTHORS:
+        return f"{names[0]} et al."
+    if len(names) == 1:
+        return names[0]
+    return ", ".join(names[:-1]) + " & " + names[-1]
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if not text or text[-1] in ".?!" else text + "."
+
+
+def entry(meta: dict[str, Any], pages: list[int]) -> str:
+    """"Author (Year). Title. pp. 2, 5." (no author: "Title (Year).")"""
+    who = authors(list(meta.get("creators") or []))
+    year = meta.get("year")
+    when = f"({year})" if year else "(n.d.)"
+    title = _sentence(str(meta.get("title") or meta.get("item_key") or "(untitled)"))
+    head = f"{who} {when}. {title}" if who else f"{title[:-1] if title.endswith('.') else title} {when}."
+    if pages:
+        ps = sorted(pages)
+        head += f" p. {ps[0]}." if len(ps) == 1 else f" pp. {', '.join(str(p) for p in ps)}."
+    return head
