@@ -1,73 +1,37 @@
 // node --test clients/zotero/: the client against a real zocratesd the test starts.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { existsSync } from "node:fs";
 import { mkdtemp, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 
-import { DaemonNotRunning, ZocratesClient, ZocratesHttpError, connect, parseSse, readDaemonInfo } from "./zocrates-client.mjs";
-
-const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
-const READY_TIMEOUT_MS = 60_000;
-
-function python() {
-  if (process.env.ZOCRATES_TEST_PYTHON) return process.env.ZOCRATES_TEST_PYTHON;
-  for (const v of ["3.12", "3.11"]) {
-    const p = join(REPO, `.venv-${v}`, "bin", "python");
-    if (existsSync(p)) return p;
-  }
-  return "python3";
-}
+import { READY_TIMEOUT_MS, Zocratesd, daemonEnv } from "./testkit.mjs";
+import { DaemonNotRunning, TurnView, ZocratesClient, ZocratesHttpError, connect, parseSse, progressLine, readDaemonInfo } from "./zocrates-client.mjs";
 
 const PASSAGES = [
   { item_key: "LEWIS202", title: "Retrieval-Augmented Generation for Knowledge-Intensive NLP Tasks", year: 2020, page: 1,
     text: "RAG models combine parametric and non-parametric memory. The retriever finds passages in a dense index of Wikipedia." },
 ];
 
-let root, dataDir, daemonJsonPath, proc;
-
-async function waitForDaemon() {
-  const deadline = Date.now() + READY_TIMEOUT_MS;
-  while (Date.now() < deadline) {
-    if (proc.exitCode !== null) throw new Error(`zocratesd exited ${proc.exitCode}`);
-    try {
-      const info = JSON.parse(await readFile(daemonJsonPath, "utf8"));
-      if (info.pid === proc.pid && info.http) return info;
-    } catch {
-      /* not yet */
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error("zocratesd did not become ready");
-}
+let root, dataDir, stateDir, daemonJsonPath, daemon;
 
 before(async () => {
   root = await mkdtemp(join(tmpdir(), "zqjs"));
   dataDir = join(root, "zotero");
   const state = join(dataDir, "zocrates-data");
+  stateDir = state;
   await mkdir(state, { recursive: true });
   await mkdir(join(root, "run"), { mode: 0o700 });
   await writeFile(join(state, "library_passages.jsonl"), PASSAGES.map((p) => JSON.stringify(p)).join("\n") + "\n");
   // One search round before a checkpoint: a two-part question pauses for the user.
   await writeFile(join(state, "zocrates_config.json"), JSON.stringify({ research: { initial_budget: 1 } }));
-  daemonJsonPath = join(state, "daemon.json");
-  const env = { ...process.env, XDG_RUNTIME_DIR: join(root, "run"), PYTHONPATH: REPO };
-  for (const k of Object.keys(env)) if (k.startsWith("ZOCRATES_") || k.startsWith("LISTEN_") || k === "NOTIFY_SOCKET") delete env[k];
-  proc = spawn(python(), ["-m", "zocratesd", "serve", "--zotero-data-dir", dataDir, "--http-port", "0"], {
-    env, cwd: REPO, stdio: ["ignore", "ignore", "ignore"],
-  });
-  await waitForDaemon();
+  daemon = new Zocratesd({ dataDir, env: daemonEnv(root) });
+  daemonJsonPath = daemon.daemonJsonPath;
+  await daemon.start();
 });
 
 after(async () => {
-  if (proc && proc.exitCode === null) {
-    const exited = new Promise((r) => proc.once("exit", r));
-    proc.kill("SIGTERM");
-    await exited;
-  }
+  await daemon?.stop();
   await rm(root, { recursive: true, force: true });
 });
 
@@ -108,10 +72,17 @@ describe("finding the daemon", () => {
 describe("every route", () => {
   test("register, sessions, chat, rewind, storage, maintenance, delete", async () => {
     const client = await connect({ daemonJsonPath });
-    const reg = await client.register({ client: "zotero-plugin-test" });
+    let reg = await client.register({ client: "zotero-plugin-test" });
     assert.equal(reg.protocol_version, 1);
     assert.equal(reg.capabilities.chat, true);
+    // The daemon answers while its start finishes (engine import, startup maintenance): until
+    // then `startup_maintenance` is null.
+    for (const deadline = Date.now() + READY_TIMEOUT_MS; reg.startup_maintenance === null && Date.now() < deadline;) {
+      await new Promise((r) => setTimeout(r, 100));
+      reg = await client.register({ client: "zotero-plugin-test" });
+    }
     assert.ok(reg.startup_maintenance.vacuum);
+    assert.equal(reg.model, "offline");
 
     const { session } = await client.createSession("New Chat");
     assert.equal(session.title, "New Chat");
@@ -222,5 +193,97 @@ describe("streams", () => {
     const pieces = ['data: {"type":"pa', 'rts","n":1}\r\n\r\n: comment\n\ndata: {"type":\ndata: "done"}\n\n'];
     const body = new ReadableStream({ start(c) { for (const p of pieces) c.enqueue(enc.encode(p)); c.close(); } });
     assert.deepEqual(await collect(parseSse(body)), [{ type: "parts", n: 1 }, { type: "done" }]);
+  });
+});
+
+describe("the sidebar's routes (issue 18)", () => {
+  test("rename, library status, settings", async () => {
+    const client = await connect({ daemonJsonPath });
+    const { session } = await client.createSession();
+    assert.equal((await client.renameSession(session.id, "  My review  ")).session.title, "My review");
+    assert.equal((await client.getSession(session.id)).session.title, "My review");
+    await assert.rejects(client.renameSession(session.id, "   "), (err) => err.status === 422 && err.code === "invalid_input");
+    await assert.rejects(client.renameSession("session-0-000000", "x"), (err) => err.status === 404);
+
+    // This daemon searches fixed passages (library_passages.jsonl), not a Zotero library.
+    const { library } = await client.libraryStatus({ refresh: true });
+    assert.equal(library.state, "disabled");
+
+    const before = await client.getSettings();
+    assert.equal(before.settings.max_saved_sessions, 100);
+    assert.equal(before.applies.max_saved_sessions, "now");
+    const after = await client.updateSettings({ max_saved_sessions: 50, session_retention_days: null });
+    assert.equal(after.settings.max_saved_sessions, 50);
+    assert.equal(after.settings.session_retention_days, null);
+    assert.deepEqual([...after.changed].sort(), ["max_saved_sessions", "session_retention_days"]);
+    await assert.rejects(client.updateSettings({ max_saved_sessions: -1 }), (err) => {
+      assert.equal(err.status, 422);
+      assert.equal(err.code, "invalid_input");
+      assert.equal(err.body.error.field, "max_saved_sessions");
+      return true;
+    });
+    // Written to zocrates_config.json, keeping what else the file says.
+    const file = JSON.parse(await readFile(join(stateDir, "zocrates_config.json"), "utf8"));
+    assert.equal(file.max_saved_sessions, 50);
+    assert.equal(file.research.initial_budget, 1);
+    await client.updateSettings({ max_saved_sessions: 100, session_retention_days: 180 });
+  });
+
+  test("cancel says whether a turn ran", async () => {
+    const client = await connect({ daemonJsonPath });
+    const { session } = await client.createSession();
+    assert.deepEqual(await client.cancel(session.id), { status: "success", cancelled: false });
+    await assert.rejects(client.cancel("session-0-000000"), (err) => err.status === 404);
+  });
+
+  test("TurnView adds up a real turn: progress lines, the checkpoint, the answer after it", async () => {
+    const client = await connect({ daemonJsonPath });
+    const { session } = await client.createSession();
+    const view = new TurnView();
+    for await (const event of client.chat({ prompt: "What is RAG? What is a dense index?", sessionId: session.id })) view.feed(event);
+    assert.equal(view.stopReason, "checkpoint");
+    assert.equal(view.error, null);
+    assert.ok(view.ended);
+    assert.equal(view.checkpoint.interrupt_id, "interrupt_ext_1");
+    assert.equal(view.session.pending_hitl.interrupt_id, "interrupt_ext_1");
+    assert.ok(view.invocationId);
+    assert.ok(view.progress.some((l) => /^Searching your library for/.test(l)), view.progress.join(" | "));
+    assert.ok(view.progress.some((l) => /^Round 1: /.test(l)), view.progress.join(" | "));
+
+    const resumed = new TurnView();
+    for await (const event of client.resume({ sessionId: session.id, invocationId: view.checkpoint.invocation_id,
+      interruptId: view.checkpoint.interrupt_id, response: { action: "synthesize" } })) resumed.feed(event);
+    assert.equal(resumed.stopReason, "end_turn");
+    assert.equal(resumed.checkpoint, null);
+    assert.equal(resumed.invocationId, view.invocationId, "the resumed turn is the same turn");
+    assert.ok(resumed.answer.length > 0);
+    assert.equal(resumed.progress[0], "Answering from what was found");
+  });
+
+  test("progressLine and TurnView on each kind of event", () => {
+    assert.equal(progressLine({ kind: "tool_call", name: "search_library", args: { query: "dense retrieval" } }), "Searching your library for \u201cdense retrieval\u201d");
+    assert.equal(progressLine({ kind: "round", text: "Round 1: searched \"a\" (2 passages)\nRound 2: searched \"b\" (0 passages)", round: { n: 2 } }), "Round 2: searched \"b\" (0 passages)");
+    assert.equal(progressLine({ kind: "round", round: { n: 3, aspect: "bees", hits: 1 } }), "Round 3: searched \u201cbees\u201d (1 passage)");
+    assert.equal(progressLine({ kind: "tool_result", name: "search_library", failed: false, passages: [{}, {}] }), "Found 2 passages");
+    assert.equal(progressLine({ kind: "tool_result", name: "search_library", failed: true, error: "index busy" }), "search_library failed: index busy");
+    assert.equal(progressLine({ kind: "checkpoint_answered", response: { action: "extend_budget", guidance: "mites" } }), "Searching further, first for \u201cmites\u201d");
+    assert.equal(progressLine({ kind: "something_new" }), null);
+
+    const v = new TurnView();
+    assert.equal(v.feed({ type: "parts", parts: [{ text: "Plan.", thought: true }, { text: "An answer" }], invocation_id: "e-1" }), true);
+    v.feed({ type: "parts", parts: [{ text: " [1].", thought: false }], invocation_id: "e-1" });
+    v.feed({ type: "progress", kind: "round", call_id: "c", round: { n: 1 }, text: "Round 1: x" });
+    v.feed({ type: "progress", kind: "round", call_id: "c", round: { n: 1 }, text: "Round 1: x (again)" });
+    v.feed({ type: "progress", kind: "tool_result", name: "search_library", failed: false, passages: [{ n: 1, item_key: "LEWIS202", attachment_key: "LEWISPDF", page: 2 }] });
+    assert.equal(v.feed({ type: "a_future_event" }), false);
+    assert.equal(v.feed(null), false);
+    assert.equal(v.answer, "An answer [1].");
+    assert.equal(v.thought, "Plan.");
+    assert.deepEqual(v.progress, ["Round 1: x (again)", "Found 1 passage"]);
+    assert.equal(v.passages[0].attachment_key, "LEWISPDF");
+    assert.equal(v.ended, false);
+    v.feed({ type: "error", code: "model_error", message: "HTTP 500" });
+    assert.deepEqual(v.error, { code: "model_error", message: "HTTP 500" });
+    assert.ok(v.ended);
   });
 });

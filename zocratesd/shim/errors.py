@@ -8,6 +8,7 @@ token, Host, media type, body size) are `HttpError`s that carry their status and
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -72,5 +73,14 @@ def core_error_response(exc: errors.ZocratesError) -> JSONResponse:
     return error_response(status.status, status.code, exc.message, **_jsonable(exc.data))
 
 
+_HUMP = re.compile(r"(?<=[a-z0-9])([A-Z])")
+
+
+def snake_case(key: str) -> str:
+    """`pendingInvocationId` -> `pending_invocation_id`. The core names an error's data in the
+    JSON-RPC face's camelCase (ACP's); this face's bodies are snake_case throughout."""
+    return _HUMP.sub(r"_\1", key).lower()
+
+
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool, type(None)))}
+    return {snake_case(k): v for k, v in data.items() if isinstance(v, (str, int, float, bool, type(None)))}

@@ -4,11 +4,15 @@ A browser page can reach 127.0.0.1, so loopback alone protects nothing (research
 section 5: Ollama, Jupyter and the MCP SDKs were all open to DNS rebinding). In order:
 1. `Host` must be exactly `127.0.0.1:<port>` or `localhost:<port>`: a rebound name
    (`attacker.example:<port>`) or a missing Host is refused with 403;
-2. a request carrying an `Origin` not in `http.allowed_origins` (empty by default) is refused with
-   403, and so is every OPTIONS (no CORS preflight is ever answered; no Access-Control-* header is
-   ever sent), so no browser page can read an answer;
-3. every route but `GET /health` needs `Authorization: Bearer <token>` (the token is in daemon.json,
-   0600), compared in constant time: 401 otherwise;
+2. a request carrying an `Origin` other than the shim's own (`http://127.0.0.1:<port>`,
+   `http://localhost:<port>`: the web app it serves, whose same-origin POSTs carry one) and not in
+   `http.allowed_origins` (empty by default) is refused with 403, and so is every OPTIONS (no CORS
+   preflight is ever answered; no Access-Control-* header is ever sent), so no page of another
+   origin can read an answer;
+3. every route needs `Authorization: Bearer <token>` (the token is in daemon.json, 0600), compared
+   in constant time, 401 otherwise; except `GET /health` and the web app's static files
+   (`GET`/`HEAD` of `/`, `/ui`, `/ui/...`), which hold no data: the page gets the token in its URL
+   fragment, which no request carries;
 4. a POST with a body must say `Content-Type: application/json` (415): a cross-site form cannot;
 5. the body is read here, at most `MAX_BODY_BYTES` (413 beyond; a larger Content-Length is refused
    before reading) and within `body_timeout_s` (408: a client with the token that trickles its body
@@ -35,6 +39,15 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 # fraction of a second on loopback, so only a stalled or hostile client ever meets it.
 BODY_TIMEOUT_S = 30.0
 PUBLIC_PATHS = frozenset({"/health"})
+# The web app's files (routes.py serves them): public for GET and HEAD only.
+STATIC_PATHS = frozenset({"/", "/ui"})
+STATIC_PREFIX = "/ui/"
+
+
+def is_public(method: str, path: str) -> bool:
+    if path in PUBLIC_PATHS:
+        return True
+    return method in ("GET", "HEAD") and (path in STATIC_PATHS or path.startswith(STATIC_PREFIX))
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -90,11 +103,12 @@ class Guard:
         if host not in (f"127.0.0.1:{port}", f"localhost:{port}"):
             return error_response(403, "forbidden", "the Host header must be 127.0.0.1:<port> or localhost:<port>")
         origin = _header(scope, b"origin")
-        if origin is not None and origin not in self.allowed_origins:
+        own = (f"http://127.0.0.1:{port}", f"http://localhost:{port}")
+        if origin is not None and origin not in own and origin not in self.allowed_origins:
             return error_response(403, "forbidden", f"requests from origin {origin[:200]!r} are refused")
         if scope["method"] == "OPTIONS":
             return error_response(403, "forbidden", "cross-origin requests are not served")
-        if scope["path"] not in PUBLIC_PATHS:
+        if not is_public(scope["method"], scope["path"]):
             auth = _header(scope, b"authorization") or ""
             scheme, _, given = auth.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token):

@@ -1,4 +1,5 @@
-"""The REST surface of spec section 6 (plus /chat, /register, /health) as adapters over the core.
+"""The REST surface of spec section 6 (plus /chat, /register, /health, /settings, /library/status,
+and the web app's files under /ui/) as adapters over the core.
 
 Success bodies are `{"status": "success", ...}`; errors are shaped by `errors.py`. Routes take the
 already-bounded body from `guard.py`.
@@ -14,7 +15,7 @@ import anyio.abc
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from zocratesd.core.context import PromptContext
@@ -23,6 +24,7 @@ from zocratesd.errors import InvalidInput, ZocratesError
 from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.shim.errors import HttpError, JSONResponse, core_error_response, error_response
 from zocratesd.shim.turns import start_turn
+from zocratesd.shim.webapp import WebApp
 
 Json = dict[str, Any]
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
@@ -33,7 +35,12 @@ CAPABILITIES: Json = {
     "rewind": True,
     "storage_stats": True,
     "maintenance": True,
-    "sse_types": ["parts", "request_input", "done", "error"],
+    "rename": True,
+    "cancel": True,
+    "library_status": True,
+    "settings": True,
+    "web_app": True,
+    "sse_types": ["parts", "progress", "request_input", "done", "error"],
 }
 
 
@@ -75,8 +82,10 @@ def build_app(
     *,
     opened: Callable[[], None],
     closed: Callable[[], None],
+    web: WebApp | None = None,
 ) -> Starlette:
     """The routes of one daemon; `turns()` is the task group turns run in (they outlive requests)."""
+    web = web or WebApp([])
 
     async def health(request: Request) -> Response:
         return success()
@@ -86,6 +95,7 @@ def build_app(
         return success(
             protocol_version=PROTOCOL_VERSION,
             version=daemon.version,
+            model=daemon.session_config.defaults.model,  # what a new session runs on (the sidebar's preferences show it)
             capabilities=CAPABILITIES,
             startup_maintenance=daemon.startup_maintenance,
         )
@@ -102,6 +112,34 @@ def build_app(
 
     async def get_session(request: Request) -> Response:
         return success(session=await daemon.get_session(request.path_params["session_id"]))
+
+    async def rename_session(request: Request) -> Response:
+        body = await json_body(request)
+        session_id = request.path_params["session_id"]
+        await daemon.rename_session(session_id, field(body, "title", str))
+        return success(session=await daemon.get_session(session_id))
+
+    async def cancel(request: Request) -> Response:
+        await json_body(request, required=False)
+        return success(cancelled=await daemon.cancel_turn(request.path_params["session_id"]))
+
+    async def library_status(request: Request) -> Response:
+        refresh = request.query_params.get("refresh", "false").lower()
+        if refresh not in ("true", "false", "1", "0"):
+            raise InvalidInput("refresh is true or false", field="refresh")
+        return success(library=daemon.library_status(refresh=refresh in ("true", "1")))
+
+    async def get_settings(request: Request) -> Response:
+        return success(**daemon.get_settings())
+
+    async def patch_settings(request: Request) -> Response:
+        return success(**await daemon.update_settings(await json_body(request)))
+
+    async def to_webapp(request: Request) -> Response:
+        return RedirectResponse("/ui/", status_code=308)
+
+    async def webapp_file(request: Request) -> Response:
+        return await web.serve(request, request.path_params["path"])
 
     async def delete_session(request: Request) -> Response:
         await daemon.delete_session(request.path_params["session_id"])
@@ -124,7 +162,7 @@ def build_app(
         text = field(body, "prompt", str)
         context = PromptContext.build(
             mode=body.get("mode"), items=body.get("active_items"), collection=body.get("collection"),
-            snippets=body.get("snippets"),
+            snippets=body.get("snippets"), library=body.get("library"),
         )
         return await sse_turn(session_id, lambda started: daemon.prompt(session_id, text, context, started=started))
 
@@ -158,16 +196,24 @@ def build_app(
 
     routes = [
         Route("/health", health, methods=["GET"]),
+        Route("/", to_webapp, methods=["GET"]),
+        Route("/ui", to_webapp, methods=["GET"]),
+        Route("/ui/{path:path}", webapp_file, methods=["GET"]),
         Route("/register", register, methods=["POST"]),
         Route("/sessions", list_sessions, methods=["GET"]),
         Route("/sessions", create_session, methods=["POST"]),
         Route("/sessions/storage_stats", storage_stats, methods=["GET"]),
         Route("/sessions/maintenance", maintenance, methods=["POST"]),
         Route("/sessions/{session_id}", get_session, methods=["GET"]),
+        Route("/sessions/{session_id}", rename_session, methods=["PATCH"]),
         Route("/sessions/{session_id}", delete_session, methods=["DELETE"]),
+        Route("/sessions/{session_id}/cancel", cancel, methods=["POST"]),
         Route("/sessions/{session_id}/rewind", rewind, methods=["POST"]),
         Route("/chat", chat, methods=["POST"]),
         Route("/chat/resume", chat_resume, methods=["POST"]),
+        Route("/library/status", library_status, methods=["GET"]),
+        Route("/settings", get_settings, methods=["GET"]),
+        Route("/settings", patch_settings, methods=["PATCH"]),
     ]
     return Starlette(
         routes=routes,

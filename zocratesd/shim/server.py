@@ -32,6 +32,7 @@ from zocratesd.core.daemon import Daemon
 from zocratesd.shim.guard import Guard
 from zocratesd.shim.protocol import ConnectionTable, protocol_class
 from zocratesd.shim.routes import build_app
+from zocratesd.shim.webapp import WebApp
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class HttpFace:
         self.connections = ConnectionTable(
             connection_cap(config.max_connections), head_timeout_s=config.head_timeout_s, idle_timeout_s=KEEP_ALIVE_S
         )
-        app = build_app(daemon, self._turn_group, opened=opened, closed=closed)
+        app = build_app(daemon, self._turn_group, opened=opened, closed=closed, web=WebApp(config.allowed_origins))
         self._protocol_class = protocol_class(self.connections)
         guarded = Guard(app, port=lambda: self.port, token=self.token, allowed_origins=config.allowed_origins,
                         opened=opened, closed=closed, body_timeout_s=config.body_timeout_s)

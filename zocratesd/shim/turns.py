@@ -5,16 +5,19 @@ mid-stream only stops hearing it, and the turn ends and is persisted as usual (t
 reloads it with `GET /sessions/{id}`). Every `data:` line is one JSON object with a `type`:
 - `parts`: `{parts: [{text, thought}], author, invocation_id, partial}` (a chunk of the answer or
   of its reasoning);
+- `progress`: `{kind, ...}`: a tool call, a research round, a tool's result (the passages the
+  answer cites as [n]), a checkpoint answered (the start of a resumed turn);
 - `request_input`: `{invocation_id, interrupt_id, message, payload}` (a research checkpoint: the
   turn is paused; answer it with `POST /chat/resume`);
-- `done`: `{invocation_id, stop_reason, session}` (the UI session after the turn, with
-  `pending_hitl` when it paused; always last);
+- `done`: `{invocation_id, stop_reason, checkpoint, session}`: `stop_reason` "end_turn",
+  "checkpoint" (paused: `checkpoint` is the one waiting) or "cancelled"; `session` is the UI
+  session after the turn; always last;
 - `error`: `{code, message}` (the turn failed after it started; also last).
 A refusal before the turn starts (busy, unknown session, bad input) is a plain JSON error instead.
 
 The stream reads the session's updates from a subscription of its own (`Daemon.watch`), so a
 client that stops reading never holds the turn. When that subscription overflows (core/watchers.py,
-`MAX_QUEUED_UPDATES`), the stream carries no further `parts`; `done` (or `error`) still comes last,
+`MAX_QUEUED_UPDATES`), the stream carries no further `parts` or `progress`; `done` (or `error`) still comes last,
 with `dropped_events`: how many updates it left out.
 """
 
@@ -36,7 +39,9 @@ from zocratesd.shim.errors import http_status_of
 from zocratesd.updates import (
     Checkpoint,
     CheckpointAnswered,
+    ConfigOptions,
     MessageChunk,
+    Starting,
     ThoughtChunk,
     Title,
     ToolCall,
@@ -49,8 +54,27 @@ from zocratesd.updates import (
 log = logging.getLogger(__name__)
 
 AGENT_AUTHOR = "coordinator"
+# What a `tool_result` event tells of each passage the answer may cite as [n]: enough for a link
+# and a label; the passage text stays in the session (it can be thousands of characters each).
+PASSAGE_FIELDS = ("n", "item_key", "attachment_key", "title", "creators", "year", "page", "citation")
+# A failed tool's error text is cut here (it is a message for a status line, not a document).
+MAX_TOOL_ERROR_CHARS = 500
 
 Json = dict[str, Any]
+
+
+def _passages(response: Any) -> list[Json]:
+    found = response.get("passages") if isinstance(response, dict) else None
+    if not isinstance(found, list):
+        return []
+    return [{k: p.get(k) for k in PASSAGE_FIELDS} for p in found if isinstance(p, dict)]
+
+
+def _tool_error(update: ToolResult) -> str | None:
+    if not update.failed:
+        return None
+    error = update.response.get("error") if isinstance(update.response, dict) else update.response
+    return str(error)[:MAX_TOOL_ERROR_CHARS]
 
 
 def to_sse(update: Update) -> Json | None:
@@ -62,10 +86,34 @@ def to_sse(update: Update) -> Json | None:
         case Checkpoint():
             return {"type": "request_input", "invocation_id": update.invocation_id, "interrupt_id": update.interrupt_id,
                     "message": update.message, "payload": update.payload}
-        case MessageChunk() | ToolCall() | ToolResult() | ToolProgress() | CheckpointAnswered() | Title() | Usage():
-            return None  # the user's own message, tool traffic, title and usage: `done` carries the result
+        case ToolCall():
+            return {"type": "progress", "kind": "tool_call", "call_id": update.call_id, "name": update.name, "args": update.args}
+        case ToolProgress():
+            return {"type": "progress", "kind": "round", "call_id": update.call_id, "round": update.round, "text": update.text}
+        case ToolResult():
+            return {"type": "progress", "kind": "tool_result", "call_id": update.call_id, "name": update.name,
+                    "failed": update.failed, "passages": _passages(update.response), "error": _tool_error(update)}
+        case CheckpointAnswered():
+            return {"type": "progress", "kind": "checkpoint_answered", "invocation_id": update.invocation_id,
+                    "interrupt_id": update.interrupt_id, "response": update.response}
+        case Starting():
+            return {"type": "progress", "kind": "starting", "text": update.text}
+        case MessageChunk() | Title() | Usage() | ConfigOptions():
+            # The user's own message, title, usage and settings: `done` carries the result; the
+            # settings are read with the session.
+            return None
         case _:
             assert_never(update)
+
+
+def done_event(result: TurnResult, session: Json) -> Json:
+    """The last event of a turn that ran. It says plainly when the turn paused at a checkpoint (the
+    core's result says "end_turn" then, with the checkpoint in `pending_hitl`)."""
+    stop_reason = result.stop_reason
+    if stop_reason == "end_turn" and result.pending_hitl is not None:
+        stop_reason = "checkpoint"
+    return {"type": "done", "invocation_id": result.invocation_id, "stop_reason": stop_reason,
+            "checkpoint": result.pending_hitl, "session": session}
 
 
 def sse_line(event: Json) -> bytes:
@@ -125,8 +173,7 @@ async def start_turn(
         final: Json = {"type": "error", "code": "cancelled", "message": "the daemon is shutting down"}
         try:
             result = await turn(running.set)
-            final = {"type": "done", "invocation_id": result.invocation_id, "stop_reason": result.stop_reason,
-                     "session": await daemon.get_session(session_id)}
+            final = done_event(result, await daemon.get_session(session_id))
         except ZocratesError as exc:
             if not running.is_set():  # refused before it held the session: a plain error answer
                 stream.refused = exc

@@ -1,0 +1,723 @@
+// node --test clients/: the Zotero plugin (clients/zotero/plugin/).
+// 1. tsc --checkJs checks the plugin against zotero-types;
+// 2. the XPI builds and is a valid zip with the right manifest;
+// 3. the bridge host (plugin/bridge.js, the file Zotero loads) in a real Gecko browser (firefox-esr,
+//    puppeteer-core over WebDriver BiDi): a host page plays Zotero's window (a recording stand-in
+//    for Zotero's objects only) and frames the real web app from a real `zocratesd serve`.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdtemp, mkdir, readFile, rm, writeFile } from "node:fs/promises";
+import { createServer } from "node:http";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import zlib from "node:zlib";
+
+import { buildXpi, crc32 } from "./plugin/build.mjs";
+import { FIREFOX, READY_TIMEOUT_MS, REPO, Zocratesd, daemonEnv, launchFirefox, python, requireFirefox, stopProcess } from "./testkit.mjs";
+
+const PLUGIN = join(REPO, "clients", "zotero", "plugin");
+const TSC = join(REPO, "node_modules", ".bin", "tsc");
+const STEP_TIMEOUT_MS = 30_000;
+
+describe("type checking", () => {
+  test("tsc --checkJs passes against zotero-types", () => {
+    assert.ok(existsSync(TSC), `${TSC} is missing: run npm ci (typescript and zotero-types are devDependencies)`);
+    assert.ok(existsSync(join(REPO, "node_modules", "zotero-types", "package.json")), "zotero-types is missing: run npm ci");
+    const run = spawnSync(TSC, ["-p", PLUGIN], { cwd: REPO, encoding: "utf8" });
+    assert.equal(run.error, undefined, String(run.error));
+    assert.equal(run.status, 0, `tsc failed:\n${run.stdout}${run.stderr}`);
+  });
+});
+
+/** The entries of a zip, read from its central directory (independently of build.mjs's writer). */
+function readZip(buf) {
+  const eocd = buf.lastIndexOf(Buffer.from([0x50, 0x4b, 0x05, 0x06]));
+  assert.ok(eocd >= 0, "no end of central directory record");
+  const count = buf.readUInt16LE(eocd + 10);
+  const cdSize = buf.readUInt32LE(eocd + 12);
+  let p = buf.readUInt32LE(eocd + 16);
+  assert.equal(p + cdSize, eocd, "central directory does not end where the end record starts");
+  const entries = new Map();
+  for (let i = 0; i < count; i++) {
+    assert.equal(buf.readUInt32LE(p), 0x02014b50, "bad central directory header");
+    const method = buf.readUInt16LE(p + 10);
+    const crc = buf.readUInt32LE(p + 16);
+    const csize = buf.readUInt32LE(p + 20);
+    const usize = buf.readUInt32LE(p + 24);
+    const nlen = buf.readUInt16LE(p + 28);
+    const xlen = buf.readUInt16LE(p + 30);
+    const clen = buf.readUInt16LE(p + 32);
+    const local = buf.readUInt32LE(p + 42);
+    const name = buf.toString("utf8", p + 46, p + 46 + nlen);
+    assert.equal(buf.readUInt32LE(local), 0x04034b50, `bad local header for ${name}`);
+    assert.equal(buf.toString("utf8", local + 30, local + 30 + buf.readUInt16LE(local + 26)), name);
+    const start = local + 30 + buf.readUInt16LE(local + 26) + buf.readUInt16LE(local + 28);
+    const raw = buf.subarray(start, start + csize);
+    assert.ok(method === 0 || method === 8, `${name}: method ${method}`);
+    const data = method === 8 ? zlib.inflateRawSync(raw) : raw;
+    assert.equal(data.length, usize, `${name}: size`);
+    // node's own CRC-32 when it has one (20.15+), else ours: a wrong checksum makes Zotero refuse the XPI.
+    assert.equal(crc, (zlib.crc32 ?? crc32)(data), `${name}: crc32`);
+    entries.set(name, data);
+    p += 46 + nlen + xlen + clen;
+  }
+  return entries;
+}
+
+describe("the XPI", () => {
+  test("builds into a valid zip with the plugin's files and manifest", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "zqxpi"));
+    try {
+      const out = join(dir, "zocrates.xpi");
+      const built = await buildXpi({ out });
+      const entries = readZip(await readFile(out));
+      assert.deepEqual([...entries.keys()], built.entries);
+      for (const name of ["manifest.json", "bootstrap.js", "prefs.js", "bridge.js", "zocrates.js", "preferences.xhtml",
+        "preferences.js", "style.css", "locale/en-US/zocrates.ftl", "icons/zocrates.svg"]) {
+        assert.ok(entries.has(name), `${name} missing from the XPI`);
+        assert.deepEqual(entries.get(name), await readFile(join(PLUGIN, name)), `${name} differs from its source`);
+      }
+      for (const name of ["build.mjs", "tsconfig.json", "globals.d.ts"]) assert.ok(!entries.has(name), `${name} must not ship`);
+      const manifest = JSON.parse(entries.get("manifest.json").toString("utf8"));
+      assert.equal(manifest.manifest_version, 2);
+      const zotero = manifest.applications.zotero;
+      assert.match(zotero.id, /^[a-z0-9.-]+@[a-z0-9.-]+$/);
+      assert.equal(zotero.strict_min_version, "6.999");
+      assert.match(zotero.update_url, /^https:\/\//);
+      assert.ok(zotero.strict_max_version, "strict_max_version");
+      const bootstrap = entries.get("bootstrap.js").toString("utf8");
+      for (const hook of ["startup", "shutdown", "install", "uninstall", "onMainWindowLoad", "onMainWindowUnload"]) {
+        assert.match(bootstrap, new RegExp(`function ${hook}\\(`), `bootstrap.js has no ${hook}()`);
+      }
+      // The same sources give the same bytes.
+      await buildXpi({ out: join(dir, "again.xpi") });
+      assert.deepEqual(await readFile(join(dir, "again.xpi")), await readFile(out));
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+// ---- the bridge host in a real browser ----------------------------------------------------------
+
+const LEWIS = { key: "LEWIS202", title: "Retrieval-Augmented Generation for Knowledge-Intensive NLP Tasks" };
+const VASWANI = { key: "VASWANI1", title: "Attention Is All You Need" };
+const PASSAGES = [
+  { item_key: LEWIS.key, title: LEWIS.title, year: 2020, page: 1,
+    text: "RAG models combine parametric and non-parametric memory. The retriever finds passages in a dense index of Wikipedia." },
+];
+
+// The page that plays Zotero's main window. Only Zotero's objects are stood in for (they record
+// what the plugin asks of them); the bridge host is the plugin's real bridge.js.
+const HOST_PAGE = `<!doctype html>
+<html><head><meta charset="utf-8"><title>Zotero stand-in</title></head>
+<body style="margin:0">
+<div id="pane" style="display:flex;flex-direction:column;width:460px;height:760px"></div>
+<script>
+"use strict";
+const calls = [];
+window.calls = calls;
+const items = new Map();
+function makeItem(id, key, title, type, parentID) {
+  const item = {
+    id, key, libraryID: 1, itemType: type, parentID,
+    get parentItem() { return parentID ? items.get(parentID) : false; },
+    isRegularItem: () => type !== "attachment" && type !== "note",
+    isNote: () => type === "note",
+    isFileAttachment: () => type === "attachment",
+    getDisplayTitle: () => title,
+    getBestAttachment: async () => [...items.values()].find((i) => i.parentID === id && i.itemType === "attachment") || false,
+  };
+  items.set(id, item);
+  return item;
+}
+makeItem(11, "${LEWIS.key}", "${LEWIS.title}", "journalArticle");
+makeItem(12, "LEWISPDF", "Full Text PDF", "attachment", 11);
+makeItem(21, "${VASWANI.key}", "${VASWANI.title}", "conferencePaper");
+const collection = { id: 7, key: "COLLKEY1", name: "Retrieval", libraryID: 1 };
+function binding() {
+  const listeners = new Set();
+  return { listeners, addListener: (f) => listeners.add(f), removeListener: (f) => listeners.delete(f) };
+}
+const observers = new Map();
+let noteSeq = 0;
+class Item {
+  constructor(type) { this.itemType = type; this.libraryID = null; this.parentID = null; this.collections = []; this.note = ""; }
+  setNote(html) { this.note = html; }
+  addToCollection(id) { this.collections.push(id); }
+  async saveTx() {
+    this.key = "NOTE000" + (++noteSeq);
+    calls.push({ call: "Item.saveTx", itemType: this.itemType, libraryID: this.libraryID, parentID: this.parentID,
+      collections: this.collections, note: this.note, key: this.key });
+    return 100 + noteSeq;
+  }
+}
+const ZoteroPane = {
+  selected: [11],
+  collection: collection,
+  itemsView: { onSelect: binding() },
+  collectionsView: { onSelect: binding() },
+  getSelectedItems() { return this.selected.map((id) => items.get(id)); },
+  getSelectedCollection() { return this.collection || undefined; },
+  getSelectedLibraryID() { return 1; },
+  async selectItem(id) { calls.push({ call: "ZoteroPane.selectItem", id }); return true; },
+};
+const Zotero_Tabs = { selectedType: "library", selectedID: "zotero-pane" };
+window.Zotero = {
+  version: "7.0.99-stand-in",
+  DataDirectory: { dir: new URLSearchParams(location.search).get("datadir") },
+  Libraries: { userLibraryID: 1, get: (id) => (id === 1 ? { libraryID: 1, editable: true } : false) },
+  Groups: { getLibraryIDFromGroupID: () => false, getGroupIDFromLibraryID: () => false },
+  Items: {
+    get: (id) => items.get(id) || false,
+    getByLibraryAndKeyAsync: async (libraryID, key) => [...items.values()].find((i) => i.libraryID === libraryID && i.key === key) || false,
+  },
+  Item,
+  Reader: {
+    async open(id, location) { calls.push({ call: "Reader.open", id, location: location ?? null }); },
+    getByTabID: () => undefined,
+  },
+  Notifier: {
+    registerObserver(ref, types, name) { const id = name + ":" + observers.size; observers.set(id, { ref, types }); return id; },
+    unregisterObserver(id) { observers.delete(id); },
+  },
+  getMainWindow: () => ({ ZoteroPane, Zotero_Tabs }),
+  launchURL(url) { calls.push({ call: "Zotero.launchURL", url }); },
+  debug() {},
+  logError(err) { calls.push({ call: "Zotero.logError", message: String(err && err.message || err) }); },
+};
+// Gecko's chrome-only file globals, reading the real files through the test server.
+window.IOUtils = {
+  async readUTF8(path) {
+    const r = await fetch("/fs?path=" + encodeURIComponent(path));
+    if (!r.ok) throw new DOMException("Could not open " + path, "NotFoundError");
+    return r.text();
+  },
+};
+window.PathUtils = { join: (...parts) => parts.join("/") };
+// What Zotero does when the selection changes: run the item tree's select listeners.
+window.changeSelection = (ids, coll) => {
+  ZoteroPane.selected = ids;
+  ZoteroPane.collection = coll === undefined ? ZoteroPane.collection : coll;
+  for (const f of ZoteroPane.itemsView.onSelect.listeners) f();
+};
+window.selectListenerCount = () => ZoteroPane.itemsView.onSelect.listeners.size + ZoteroPane.collectionsView.onSelect.listeners.size + observers.size;
+</script>
+<script src="/plugin/bridge.js"></script>
+<script>
+window.host = new ZocratesBridge.BridgeHost({ window, container: document.getElementById("pane"), view: "chat" });
+window.host.start();
+</script>
+</body></html>`;
+
+/** A minimal Marionette client (Firefox's own remote protocol): the only way to run code in a
+ *  chrome window, where Zotero runs plugins. Frames are `<length>:<json>`. */
+class Marionette {
+  static async connect(profileDir) {
+    const portFile = join(profileDir, "MarionetteActivePort");
+    const deadline = Date.now() + READY_TIMEOUT_MS;
+    while (!existsSync(portFile)) {
+      assert.ok(Date.now() < deadline, "Firefox did not start Marionette");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const port = Number((await readFile(portFile, "utf8")).trim());
+    const m = new Marionette(net.connect(port, "127.0.0.1"));
+    await m._next(); // the server's greeting
+    await m.command("WebDriver:NewSession", { capabilities: {} });
+    return m;
+  }
+
+  constructor(socket) {
+    this.socket = socket;
+    this.buffer = Buffer.alloc(0);
+    this.waiting = [];
+    this.id = 0;
+    socket.on("data", (chunk) => {
+      this.buffer = Buffer.concat([this.buffer, chunk]);
+      for (;;) {
+        const colon = this.buffer.indexOf(":");
+        if (colon < 0) break;
+        const length = Number(this.buffer.subarray(0, colon).toString());
+        if (this.buffer.length < colon + 1 + length) break;
+        const message = JSON.parse(this.buffer.subarray(colon + 1, colon + 1 + length).toString());
+        this.buffer = this.buffer.subarray(colon + 1 + length);
+        this.waiting.shift()?.(message);
+      }
+    });
+  }
+
+  _next() {
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+
+  async command(name, params) {
+    const reply = this._next();
+    const body = JSON.stringify([0, ++this.id, name, params]);
+    this.socket.write(`${Buffer.byteLength(body)}:${body}`);
+    const [, , error, result] = await reply;
+    if (error) throw new Error(`${name}: ${error.error}: ${error.message}`);
+    return result?.value;
+  }
+
+  /** Run `body` (a function body; may return a promise) in the chrome window. */
+  script(body, args = []) {
+    return this.command("WebDriver:ExecuteScript", { script: body, args });
+  }
+
+  async until(body, what) {
+    const deadline = Date.now() + STEP_TIMEOUT_MS;
+    while (!(await this.script(body))) {
+      assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+
+  close() {
+    this.socket.destroy();
+  }
+}
+
+// Runs in Firefox's browser window (chrome), as bootstrap.js runs in Zotero: a system-principal
+// sandbox with the globals Zotero gives a plugin (plugins.js), a recording stand-in for Zotero's
+// objects, the XPI's bridge.js, its actors registered, and a host in the window.
+const CHROME_SETUP = `
+const [rootURI, dataDir, key, title] = arguments;
+const calls = [];
+const paper = { id: 11, key, libraryID: 1, parentItem: false, isRegularItem: () => true, isNote: () => false,
+  isFileAttachment: () => false, getDisplayTitle: () => title, getBestAttachment: async () => pdf };
+const pdf = { id: 12, key: "LEWISPDF", libraryID: 1, parentItem: paper, isRegularItem: () => false, isNote: () => false,
+  isFileAttachment: () => true, getDisplayTitle: () => "PDF" };
+const items = [paper, pdf];
+const ZoteroPane = {
+  itemsView: { onSelect: { addListener() {}, removeListener() {} } },
+  collectionsView: { onSelect: { addListener() {}, removeListener() {} } },
+  getSelectedItems: () => [paper], getSelectedCollection: () => undefined, getSelectedLibraryID: () => 1,
+  selectItem: async (id) => { calls.push({ call: "ZoteroPane.selectItem", id }); },
+};
+const Zotero = {
+  version: "7.0.99-chrome-stand-in",
+  DataDirectory: { dir: dataDir },
+  Libraries: { userLibraryID: 1, get: () => ({ editable: true }) },
+  Groups: { getLibraryIDFromGroupID: () => false, getGroupIDFromLibraryID: () => false },
+  Items: { get: (id) => items.find((i) => i.id === id) || false,
+    getByLibraryAndKeyAsync: async (l, k) => items.find((i) => i.libraryID === l && i.key === k) || false },
+  Reader: { open: async (id, location) => { calls.push({ call: "Reader.open", id, location }); }, getByTabID: () => undefined },
+  Notifier: { registerObserver: () => "observer", unregisterObserver() {} },
+  getMainWindow: () => ({ ZoteroPane, Zotero_Tabs: { selectedType: "library", selectedID: "zotero-pane" } }),
+  launchURL: (url) => calls.push({ call: "Zotero.launchURL", url }),
+  debug() {},
+  logError: (e) => calls.push({ call: "Zotero.logError", message: String(e) }),
+};
+const sandbox = Cu.Sandbox(Services.scriptSecurityManager.getSystemPrincipal(), {
+  sandboxName: "zocrates-test",
+  wantGlobalProperties: ["atob", "btoa", "Blob", "crypto", "CSS", "ChromeUtils", "DOMParser", "fetch", "File",
+    "FileReader", "TextDecoder", "TextEncoder", "URL", "URLSearchParams", "XMLHttpRequest"],
+});
+Object.assign(sandbox, { Zotero, ChromeWorker, IOUtils, Localization, PathUtils, Services, Worker, XMLSerializer,
+  setTimeout, clearTimeout, setInterval, clearInterval, requestIdleCallback, cancelIdleCallback });
+Services.scriptloader.loadSubScript(rootURI + "bridge.js", sandbox);
+sandbox.ZocratesBridge.registerActors(rootURI);
+const box = document.createXULElement("vbox");
+box.setAttribute("style", "width: 460px; height: 760px;");
+const container = document.createElementNS("http://www.w3.org/1999/xhtml", "div");
+container.setAttribute("style", "display: flex; flex-direction: column; height: 760px;");
+box.append(container);
+document.getElementById("browser").append(box);
+const host = new sandbox.ZocratesBridge.BridgeHost({ window, container, view: "chat" });
+// A test probe into the remote page (a frame script): evaluates an expression in the content process.
+let probeSeq = 0;
+const probe = (expression) => new Promise((resolve) => {
+  const mm = container.firstChild.messageManager;
+  const name = "zocrates-test-probe-" + (++probeSeq);
+  const listener = (m) => { mm.removeMessageListener(name, listener); resolve(m.data); };
+  mm.addMessageListener(name, listener);
+  mm.loadFrameScript("data:application/javascript," + encodeURIComponent(
+    "try { sendAsyncMessage(" + JSON.stringify(name) + ", " + expression + "); } catch (e) { sendAsyncMessage(" + JSON.stringify(name) + ", 'error: ' + e); }"), false);
+});
+window.__zq = { host, calls, container, box, sandbox, probe };
+return host.start().then(() => [host.state, container.firstChild.localName, container.firstChild.isRemoteBrowser]);
+`;
+
+describe("the bridge host in Gecko, with the real web app", () => {
+  // daemon: `zocratesd serve` on the fixture data dir (a fresh port and token at each start).
+  let root, dataDir, emptyDir, daemon, server, hostOrigin, browser, page, chromeFirefox, marionette;
+
+  before(async () => {
+    requireFirefox();
+    root = await mkdtemp(join(tmpdir(), "zqplug"));
+    dataDir = join(root, "zotero");
+    emptyDir = join(root, "no-daemon-here");
+    const state = join(dataDir, "zocrates-data");
+    await mkdir(state, { recursive: true });
+    await mkdir(emptyDir);
+    await mkdir(join(root, "run"), { mode: 0o700 });
+
+    // The host page's server: the stand-in page, the plugin's real files, and file reads for IOUtils.
+    server = createServer(async (req, res) => {
+      const url = new URL(req.url, "http://127.0.0.1");
+      try {
+        if (url.pathname === "/host.html") {
+          res.writeHead(200, { "Content-Type": "text/html; charset=utf-8" }).end(HOST_PAGE);
+        } else if (url.pathname === "/plugin/bridge.js") {
+          const body = await readFile(join(PLUGIN, "bridge.js"));
+          res.writeHead(200, { "Content-Type": "text/javascript; charset=utf-8" }).end(body);
+        } else if (url.pathname === "/fs") {
+          const path = resolve(url.searchParams.get("path") || "");
+          if (!path.startsWith(root + "/")) throw new Error("outside the test's directory");
+          const body = await readFile(path);
+          res.writeHead(200, { "Content-Type": "text/plain; charset=utf-8" }).end(body);
+        } else {
+          res.writeHead(404).end();
+        }
+      } catch {
+        res.writeHead(404).end();
+      }
+    });
+    await new Promise((r) => server.listen(0, "127.0.0.1", r));
+    hostOrigin = `http://127.0.0.1:${server.address().port}`;
+
+    // The daemon lets the stand-in's origin frame its page (Zotero's window needs no such entry).
+    await writeFile(join(state, "library_passages.jsonl"), PASSAGES.map((p) => JSON.stringify(p)).join("\n") + "\n");
+    await writeFile(join(state, "zocrates_config.json"), JSON.stringify({ http: { allowed_origins: [hostOrigin] } }));
+    daemon = new Zocratesd({ dataDir, env: daemonEnv(root), stderr: "inherit" });
+    await daemon.start();
+
+    browser = await launchFirefox();
+    page = await browser.newPage();
+  });
+
+  after(async () => {
+    marionette?.close();
+    await stopProcess(chromeFirefox);
+    await browser?.close();
+    await daemon?.stop();
+    await new Promise((r) => (server ? server.close(r) : r()));
+    if (root) await rm(root, { recursive: true, force: true });
+  });
+
+  /** The framed web app (a frame of the daemon's origin). */
+  async function appFrame() {
+    const deadline = Date.now() + STEP_TIMEOUT_MS;
+    for (;;) {
+      const frame = page.frames().find((f) => f !== page.mainFrame() && f.url().includes("/ui/"));
+      if (frame) return frame;
+      assert.ok(Date.now() < deadline, "the web app frame did not appear");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /** Wait until the stand-in recorded a call matching `pred`; returns it. */
+  async function recorded(pred, what) {
+    const deadline = Date.now() + STEP_TIMEOUT_MS;
+    for (;;) {
+      const calls = await page.evaluate(() => window.calls);
+      const hit = calls.find(pred);
+      if (hit) return hit;
+      assert.ok(Date.now() < deadline, `no ${what}; recorded: ${JSON.stringify(calls)}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /** A real (trusted) mouse click on `selector` inside the framed page, at its centre. */
+  async function clickIn(frame, selector) {
+    const inner = await frame.$eval(selector, (el) => {
+      el.scrollIntoView({ block: "center" });
+      const r = el.getBoundingClientRect();
+      return { x: r.x + r.width / 2, y: r.y + r.height / 2 };
+    });
+    const outer = await page.$eval("iframe.zocrates-frame", (el) => {
+      const r = el.getBoundingClientRect();
+      return { x: r.x, y: r.y };
+    });
+    await page.mouse.click(outer.x + inner.x, outer.y + inner.y);
+  }
+
+  async function chipLabels(frame) {
+    return frame.$$eval("#chips .chip .chip-label", (els) => els.map((e) => e.textContent));
+  }
+
+  async function waitForChips(frame, expected) {
+    const deadline = Date.now() + STEP_TIMEOUT_MS;
+    for (;;) {
+      const labels = await chipLabels(frame).catch(() => []);
+      if (JSON.stringify(labels) === JSON.stringify(expected)) return;
+      assert.ok(Date.now() < deadline, `chips ${JSON.stringify(labels)}, expected ${JSON.stringify(expected)}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  test("the selection reaches the page as chips, and follows Zotero's selection", async () => {
+    await page.goto(`${hostOrigin}/host.html?datadir=${encodeURIComponent(dataDir)}`);
+    const frame = await appFrame();
+    // hello answered: the page knows it is in Zotero and shows the selected paper as its chip.
+    await frame.waitForSelector("html[data-host='zotero']", { timeout: STEP_TIMEOUT_MS });
+    await waitForChips(frame, [LEWIS.title]);
+    await page.evaluate(() => window.changeSelection([11, 21]));
+    await waitForChips(frame, [LEWIS.title, "Attention Is All You Need"]);
+    // Nothing selected: the collection is the context.
+    await page.evaluate(() => window.changeSelection([]));
+    await waitForChips(frame, ["Retrieval"]);
+    await page.evaluate(() => window.changeSelection([11]));
+    await waitForChips(frame, [LEWIS.title]);
+  });
+
+  test("a citation link opens the item; a page link opens the PDF at that page", async () => {
+    const frame = await appFrame();
+    await frame.waitForSelector("#prompt", { timeout: STEP_TIMEOUT_MS });
+    await clickIn(frame, "#prompt");
+    await page.keyboard.type("What is retrieval-augmented generation?");
+    await page.keyboard.press("Enter");
+    const citation = `.msg.assistant .answer a[href="zotero://select/library/items/${LEWIS.key}"]`;
+    await frame.waitForSelector(citation, { timeout: STEP_TIMEOUT_MS });
+    await clickIn(frame, citation);
+    await recorded((c) => c.call === "ZoteroPane.selectItem" && c.id === 11, "ZoteroPane.selectItem(11)");
+    // The page's own link handler, with a link to a PDF page as the page renders them.
+    await frame.evaluate(() => {
+      const a = document.createElement("a");
+      a.href = "zotero://open-pdf/library/items/LEWIS202?page=3";
+      a.id = "test-pdf-link";
+      a.textContent = "p. 3";
+      document.querySelector(".msg.assistant .answer").append(a);
+    });
+    await clickIn(frame, "#test-pdf-link");
+    // The citation names the paper: its PDF (attachment 12) opens at page 3 (pageIndex 2).
+    const opened = await recorded((c) => c.call === "Reader.open", "Reader.open");
+    assert.deepEqual(opened, { call: "Reader.open", id: 12, location: { pageIndex: 2 } });
+  });
+
+  test("save as note: a child note of the cited paper, with its citation links", async () => {
+    const frame = await appFrame();
+    await frame.waitForSelector(".msg.assistant .save-note", { timeout: STEP_TIMEOUT_MS });
+    await clickIn(frame, ".msg.assistant .save-note");
+    const saved = await recorded((c) => c.call === "Item.saveTx", "a saved note");
+    assert.equal(saved.itemType, "note");
+    assert.equal(saved.parentID, 11);
+    assert.equal(saved.libraryID, 1);
+    assert.match(saved.note, new RegExp(`<a href="zotero://select/library/items/${LEWIS.key}">`));
+    assert.doesNotMatch(saved.note, /<script|on\w+=|javascript:/i);
+    const deadline = Date.now() + STEP_TIMEOUT_MS;
+    while ((await frame.$eval(".msg.assistant .save-note", (el) => el.textContent)) !== "Saved as a note") {
+      assert.ok(Date.now() < deadline, "the page did not say the note was saved");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  });
+
+  test("what a page sends is checked: sanitised notes, refused URIs, foreign origins ignored", async () => {
+    const frame = await appFrame();
+    // Messages posted by the page's origin, as a compromised page could send them.
+    const answers = await frame.evaluate(async () => {
+      const ask = (fields) => new Promise((resolve) => {
+        const id = `t${Math.random()}`;
+        const onMsg = (e) => {
+          if (e.data?.dir === "host-page" && e.data.type === "result" && e.data.id === id) {
+            window.removeEventListener("message", onMsg);
+            resolve(e.data);
+          }
+        };
+        window.addEventListener("message", onMsg);
+        window.parent.postMessage({ ...fields, zocrates: "bridge/1", dir: "page-host", id }, "*");
+      });
+      return {
+        note: await ask({ type: "save-note", parent: null, citations: [{ uri: "zotero://select/library/items/VASWANI1", title: "Attention <b>" }, { uri: "javascript:alert(1)", title: "x" }],
+          html: '<p onclick="alert(1)">Hi <a href="javascript:alert(1)">bad</a> <a href="https://doi.org/10.1/x">doi</a><script>alert(1)</script><img src=x onerror=alert(1)></p>' }),
+        file: await ask({ type: "open", uri: "file:///etc/passwd" }),
+        missing: await ask({ type: "open", uri: "zotero://select/library/items/NOSUCHK1" }),
+        unknown: await ask({ type: "delete-library" }),
+      };
+    });
+    assert.equal(answers.note.ok, true);
+    const note = await recorded((c) => c.call === "Item.saveTx" && c.key === answers.note.key, "the standalone note");
+    // Standalone: in the selected collection of the selected library.
+    assert.equal(note.parentID, null);
+    assert.deepEqual(note.collections, [7]);
+    assert.equal(note.note, '<p>Hi bad <a href="https://doi.org/10.1/x">doi</a></p>'
+      + '<h2>Sources</h2><ol><li><a href="zotero://select/library/items/VASWANI1">Attention &lt;b&gt;</a></li></ol>');
+    assert.deepEqual(answers.file, { zocrates: "bridge/1", dir: "host-page", type: "result", id: answers.file.id, ok: false, error: "not a Zotero item link: file:///etc/passwd" });
+    assert.equal(answers.missing.ok, false);
+    assert.match(answers.missing.error, /NOSUCHK1 is not in this Zotero library/);
+    assert.equal(answers.unknown.ok, false);
+    // The host page's own origin is not the daemon's: its messages are ignored.
+    await page.evaluate(() => window.postMessage({ zocrates: "bridge/1", dir: "page-host", type: "open", id: "foreign", uri: "zotero://select/library/items/VASWANI1" }, "*"));
+    await new Promise((r) => setTimeout(r, 300));
+    const calls = await page.evaluate(() => window.calls);
+    assert.ok(!calls.some((c) => c.call === "ZoteroPane.selectItem" && c.id === 21), "a foreign origin's message was obeyed");
+    assert.deepEqual(calls.filter((c) => c.call === "Zotero.logError"), []);
+  });
+
+  test("no daemon.json: the pane says how to start the daemon; Retry finds it", async () => {
+    await page.goto(`${hostOrigin}/host.html?datadir=${encodeURIComponent(emptyDir)}`);
+    const message = await page.waitForSelector(".zocrates-no-daemon", { timeout: STEP_TIMEOUT_MS });
+    const text = await message.evaluate((el) => el.textContent);
+    assert.match(text, /No zocratesd running/);
+    assert.match(text, /zocratesd service install/);
+    assert.match(text, /\.\/dev serve/);
+    assert.match(text, new RegExp(`${emptyDir}/zocrates-data/daemon.json does not exist`));
+    assert.equal(await page.$("iframe"), null);
+    // The daemon is found once the data dir has one (as after `zocratesd service install`).
+    await page.evaluate((dir) => { window.Zotero.DataDirectory.dir = dir; }, dataDir);
+    await page.click(".zocrates-retry");
+    const frame = await appFrame();
+    await frame.waitForSelector("html[data-host='zotero']", { timeout: STEP_TIMEOUT_MS });
+    await waitForChips(frame, [LEWIS.title]);
+  });
+
+  test("a daemon that stops shows the message; a restarted one (new port, new token) is framed again", async () => {
+    const before = (await appFrame()).url();
+    await daemon.stop();
+    await page.waitForSelector(".zocrates-no-daemon", { timeout: STEP_TIMEOUT_MS });
+    const info = await daemon.start();
+    const deadline = Date.now() + STEP_TIMEOUT_MS;
+    let frame;
+    for (;;) {
+      frame = page.frames().find((f) => f !== page.mainFrame() && f.url().startsWith(`http://127.0.0.1:${info.http.port}/ui/`));
+      if (frame) break;
+      assert.ok(Date.now() < deadline, "the pane did not reconnect to the restarted daemon");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.notEqual(frame.url(), before);
+    await frame.waitForSelector("html[data-host='zotero']", { timeout: STEP_TIMEOUT_MS });
+    await waitForChips(frame, [LEWIS.title]);
+  });
+
+  test("the preferences view, and a teardown that leaves nothing behind", async () => {
+    // Teardown: no frame, no select listeners, no notifier observers, no timers answering.
+    await page.evaluate(() => window.host.destroy());
+    assert.equal(await page.evaluate(() => document.getElementById("pane").childElementCount), 0);
+    assert.equal(await page.evaluate(() => window.selectListenerCount()), 0);
+    // The preferences pane's host: the page's storage view, no selection wiring.
+    await page.evaluate(() => {
+      window.host = new ZocratesBridge.BridgeHost({ window, container: document.getElementById("pane"), view: "prefs" });
+      return window.host.start();
+    });
+    const frame = await appFrame();
+    assert.match(frame.url(), /\/ui\/\?view=prefs/);
+    await frame.waitForSelector(".prefs-only", { timeout: STEP_TIMEOUT_MS });
+    assert.equal(await page.evaluate(() => window.selectListenerCount()), 0);
+    await page.evaluate(() => window.host.destroy());
+  });
+  // ---- as in Zotero: a chrome window, a remote <browser>, the JSWindowActor pair ---------------
+
+  test("in a Gecko chrome window, as in Zotero: the XPI's bridge, a remote browser and the actors", async () => {
+    // A second Firefox, with Marionette: WebDriver allows one session per browser, puppeteer has the other's.
+    const profile = join(root, "firefox-chrome-profile");
+    await mkdir(profile);
+    await writeFile(join(profile, "user.js"), 'user_pref("marionette.port", 0);\n');
+    // Its own runtime dir, where a service's activation socket is looked for (a later test).
+    await mkdir(join(root, "xdg"), { mode: 0o700 });
+    chromeFirefox = spawn(FIREFOX, ["--headless", "--marionette", "--remote-allow-system-access", "--no-remote", "--profile", profile],
+      { stdio: "ignore", env: { ...process.env, XDG_RUNTIME_DIR: join(root, "xdg") } });
+    marionette = await Marionette.connect(profile);
+    await marionette.command("Marionette:SetContext", { value: "chrome" });
+    // Installed where Zotero keeps plugins (<profile>/extensions/<id>.xpi), loaded from the jar as
+    // Zotero does (rootURI is a jar: URI); the content process reads the actor module from there.
+    const xpi = join(profile, "extensions", "zocrates@zocratesd.org.xpi");
+    await buildXpi({ out: xpi });
+    const rootURI = `jar:file://${xpi}!/`;
+    const started = await marionette.script(CHROME_SETUP, [rootURI, dataDir, LEWIS.key, LEWIS.title]);
+    assert.deepEqual(started, ["ready", "browser", true]);
+    // hello arrived through the child and parent actors and was answered.
+    await marionette.until("return window.__zq.host.helloed", "the page's hello reached the host");
+    // The page got the selection: its chip (read in the content process by a test probe).
+    await marionette.until(`return window.__zq.probe("Array.from(content.document.querySelectorAll('#chips .chip-label'), (e) => e.textContent).join('|')")
+      .then((v) => v === ${JSON.stringify(LEWIS.title)})`, "the selection chip in the remote page");
+    // A PDF page link clicked in the page: the page sends `open`, the host opens the reader.
+    await marionette.script(`return window.__zq.probe("(() => { const a = content.document.createElement('a'); a.href = 'zotero://open-pdf/library/items/LEWIS202?page=5'; a.textContent = 'p. 5'; content.document.body.append(a); a.click(); return 1; })()")`);
+    await marionette.until(`return JSON.stringify(window.__zq.calls.find((c) => c.call === "Reader.open") || null) === '{"call":"Reader.open","id":12,"location":{"pageIndex":4}}'`, "Reader.open(12, page 5)");
+  });
+
+  test("in the chrome window: zocrates.js adds the pane beside the tabs, toggles it and removes all it added", async () => {
+    const added = await marionette.script(`
+      const zq = window.__zq;
+      zq.sandbox.Zotero.uiReadyPromise = Promise.resolve();
+      const prefs = new Map([["extensions.zocrates.paneOpen", true], ["extensions.zocrates.paneWidth", 400]]);
+      zq.sandbox.Zotero.Prefs = { get: (k) => prefs.get(k), set: (k, v) => prefs.set(k, v) };
+      zq.prefs = prefs;
+      zq.before = document.querySelectorAll("[id^='zocrates'], link[href*='zocrates']").length;
+      Services.scriptloader.loadSubScript(arguments[0] + "zocrates.js", zq.sandbox);
+      zq.sandbox.ZocratesPlugin.init({ id: "zocrates@zocratesd.org", version: "0", rootURI: arguments[0] });
+      zq.sandbox.ZocratesPlugin.addToWindow(window);
+      const pane = document.getElementById("zocrates-pane");
+      const anchor = document.getElementById("appcontent");
+      return [zq.before, pane.previousElementSibling.id, pane.parentNode === (anchor ? anchor.parentNode : document.documentElement),
+        pane.hidden, pane.getBoundingClientRect().width];`, [`jar:file://${join(root, "firefox-chrome-profile", "extensions", "zocrates@zocratesd.org.xpi")}!/`]);
+    assert.deepEqual(added, [0, "zocrates-splitter", true, false, 400]);
+    // Its host frames the page in a remote browser, which says hello through the actors.
+    await marionette.until(`const s = window.__zq.sandbox.ZocratesPlugin.windows.get(window); return !!(s && s.host && s.host.helloed)`,
+      "the pane's page saying hello");
+    const toggled = await marionette.script(`
+      const plugin = window.__zq.sandbox.ZocratesPlugin;
+      plugin.toggle(window);
+      const hidden = document.getElementById("zocrates-pane").hidden;
+      const pref = window.__zq.prefs.get("extensions.zocrates.paneOpen");
+      plugin.removeFromWindow(window);
+      return [hidden, pref, document.querySelectorAll("[id^='zocrates'], link[href*='zocrates']").length, plugin.windows.size];`);
+    assert.deepEqual(toggled, [true, false, 0, 0]);
+  });
+
+  test("in the chrome window: no daemon.json but a service's socket: the host connects to it to start the daemon", async () => {
+    // What `zocratesd service install` leaves before the first use: the manager's socket at
+    // zocratesd's path for the data dir (zocratesd.locations.default_socket_path), no daemon.json yet.
+    const serviceDataDir = join(root, "service-zotero");
+    await mkdir(serviceDataDir);
+    // The path as zocratesd computes it (what the service installer writes into the socket unit).
+    const computed = spawnSync(python(), ["-c", "import sys; from pathlib import Path; from zocratesd.locations import default_socket_path; print(default_socket_path(Path(sys.argv[1]).resolve()))", serviceDataDir],
+      { cwd: REPO, encoding: "utf8", env: { ...process.env, PYTHONPATH: REPO, XDG_RUNTIME_DIR: join(root, "xdg") } });
+    assert.equal(computed.status, 0, computed.stderr);
+    const socketPath = computed.stdout.trim();
+    assert.equal(dirname(socketPath), join(root, "xdg", "zocrates"));
+    await mkdir(dirname(socketPath), { recursive: true, mode: 0o700 });
+    let connections = 0;
+    const manager = net.createServer((conn) => {
+      connections++;
+      conn.on("error", () => {});
+      conn.resume();
+    });
+    await new Promise((r) => manager.listen(socketPath, r));
+    try {
+      const text = await marionette.script(`
+        const zq = window.__zq;
+        zq.sandbox.Zotero.DataDirectory.dir = arguments[0];
+        const container = document.createElementNS("http://www.w3.org/1999/xhtml", "div");
+        zq.box.append(container);
+        const host = new zq.sandbox.ZocratesBridge.BridgeHost({ window, container, view: "chat" });
+        return host.start().then(() => {
+          const text = container.textContent;
+          host.destroy();
+          container.remove();
+          zq.sandbox.Zotero.DataDirectory.dir = arguments[1];
+          return text;
+        });`, [serviceDataDir, dataDir]);
+      assert.match(text, /No zocratesd running/);
+      assert.match(text, /asked the installed zocratesd service to start/);
+      const deadline = Date.now() + STEP_TIMEOUT_MS;
+      while (connections === 0) {
+        assert.ok(Date.now() < deadline, "the host did not connect to the service's socket");
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    } finally {
+      await new Promise((r) => manager.close(r));
+    }
+  });
+
+  test("in the chrome window: teardown removes the frame, the actors and the resource mapping", async () => {
+    const after = await marionette.script(`
+      const zq = window.__zq;
+      zq.host.destroy();
+      zq.sandbox.ZocratesBridge.unregisterActors();
+      const res = Services.io.getProtocolHandler("resource").QueryInterface(Ci.nsIResProtocolHandler);
+      // Registering the name again throws while it is still registered.
+      let registered = false;
+      try {
+        ChromeUtils.registerWindowActor("ZocratesBridge", { child: { esModuleURI: "resource://gre/modules/nothing.sys.mjs" } });
+        ChromeUtils.unregisterWindowActor("ZocratesBridge");
+      } catch (e) {
+        registered = true;
+      }
+      zq.box.remove();
+      return [zq.container.childElementCount, res.hasSubstitution("zocrates"), registered, zq.calls.filter((c) => c.call === "Zotero.logError")];`);
+    assert.deepEqual(after, [0, false, false, []]);
+  });
+});

@@ -1,0 +1,9 @@
+zocrates-toggle-button =
+    .tooltiptext = Zocrates Chat
+zocrates-toggle-menuitem =
+    .label = Zocrates Chat
+zocrates-no-daemon-title = No zocratesd running
+zocrates-no-daemon-explain = The Zocrates chat needs the zocratesd daemon on this computer. Start it, then press Retry:
+zocrates-no-daemon-service = Install it as a service (Zotero then starts it when this pane opens):
+zocrates-no-daemon-dev = Or, in a clone of the zocratesd repository, run it in a terminal:
+zocrates-no-daemon-retry = Retry

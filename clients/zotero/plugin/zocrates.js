@@ -1,0 +1,171 @@
+// zocrates.js: the Zocrates chat pane in Zotero's main window (loaded by bootstrap.js).
+//
+// Where the pane lives: a splitter and a vertical box appended to the main window's `#browser` box,
+// after `#appcontent` (which holds the tab deck: the library tab and every reader tab, with the
+// item pane and the reader's context pane). So the chat sits at the window's right edge beside the
+// item list and beside the PDF reader alike, stays put while tabs switch, and keeps its page (and
+// the page its state) while the selection changes. A toolbar button and View > Zocrates Chat toggle it.
+// Why not an item pane section (Zotero.ItemPaneManager.registerSection): a section exists only while
+// exactly one item is selected and is rebuilt per item; with none or several selected (the useful
+// context for a question) the item pane shows a message instead, and the chat would vanish.
+// `#browser` and `#appcontent` are the same in Zotero 7, 8, 9 and 10; when they are missing the
+// pane falls back to the end of the window, and the log says so.
+
+/* exported ZocratesPlugin */
+var ZocratesPlugin = {
+  id: "",
+  version: "",
+  rootURI: "",
+  /** Per main window: what we added, to take it all away again. @type {Map<_ZoteroTypes.MainWindow, any>} */
+  windows: new Map(),
+  /** Pane widths outside this are a stray drag; the page is laid out for a narrow sidebar. */
+  MIN_WIDTH: 280,
+  MAX_WIDTH: 1200,
+
+  /** @param {{id: string, version: string, rootURI: string}} data */
+  init({ id, version, rootURI }) {
+    this.id = id;
+    this.version = version;
+    this.rootURI = rootURI;
+  },
+
+  /** @param {string} message */
+  log(message) {
+    Zotero.debug(`Zocrates: ${message}`);
+  },
+
+  /** @param {string} name */
+  pref(name) {
+    return Zotero.Prefs.get(`extensions.zocrates.${name}`, true);
+  },
+
+  /** @param {string} name @param {string | number | boolean} value */
+  setPref(name, value) {
+    Zotero.Prefs.set(`extensions.zocrates.${name}`, value, true);
+  },
+
+  addToAllWindows() {
+    for (const win of Zotero.getMainWindows()) {
+      if (win.ZoteroPane) this.addToWindow(win);
+    }
+  },
+
+  removeFromAllWindows() {
+    for (const win of Array.from(this.windows.keys())) this.removeFromWindow(win);
+  },
+
+  /** @param {_ZoteroTypes.MainWindow} win */
+  addToWindow(win) {
+    if (this.windows.has(win)) return;
+    const doc = win.document;
+    const added = [];
+    /** @type {{added: Element[], host: any, pane: any, splitter: any, button: any, menuitem: any, onResize: null | (() => void)}} */
+    const state = { added, host: null, pane: null, splitter: null, button: null, menuitem: null, onResize: null };
+    this.windows.set(win, state);
+
+    const link = (/** @type {string} */ rel, /** @type {string} */ href) => {
+      const el = doc.createElementNS("http://www.w3.org/1999/xhtml", "link");
+      el.setAttribute("rel", rel);
+      el.setAttribute("href", href);
+      doc.documentElement.append(el);
+      added.push(el);
+    };
+    link("localization", "zocrates.ftl");
+    link("stylesheet", `${this.rootURI}style.css`);
+
+    const splitter = doc.createXULElement("splitter");
+    splitter.id = "zocrates-splitter";
+    splitter.setAttribute("orient", "horizontal");
+    splitter.setAttribute("resizebefore", "closest");
+    splitter.setAttribute("resizeafter", "closest");
+    const pane = doc.createXULElement("vbox");
+    pane.id = "zocrates-pane";
+    const width = Math.min(this.MAX_WIDTH, Math.max(this.MIN_WIDTH, Number(this.pref("paneWidth")) || 380));
+    pane.setAttribute("style", `width: ${width}px`);
+    const container = doc.createElementNS("http://www.w3.org/1999/xhtml", "div");
+    container.className = "zocrates-host";
+    pane.append(container);
+    const anchor = doc.getElementById("appcontent");
+    if (anchor && anchor.parentNode) {
+      anchor.after(splitter, pane);
+    } else {
+      this.log("#appcontent not found: the pane goes to the end of the window");
+      doc.documentElement.append(splitter, pane);
+    }
+    added.push(splitter, pane);
+    state.pane = pane;
+    state.splitter = splitter;
+    // Remember the width the user dragged to.
+    state.onResize = () => {
+      const w = Math.round(pane.getBoundingClientRect().width);
+      if (w >= this.MIN_WIDTH && w <= this.MAX_WIDTH) this.setPref("paneWidth", w);
+    };
+    splitter.addEventListener("mouseup", state.onResize);
+
+    const button = doc.createXULElement("toolbarbutton");
+    button.id = "zocrates-tb-toggle";
+    button.setAttribute("class", "zotero-tb-button");
+    button.setAttribute("type", "checkbox");
+    button.setAttribute("data-l10n-id", "zocrates-toggle-button");
+    button.addEventListener("command", () => this.toggle(win));
+    const sync = doc.getElementById("zotero-tb-sync");
+    const toolbar = doc.getElementById("zotero-tabs-toolbar");
+    if (sync && sync.parentNode) sync.before(button);
+    else if (toolbar) toolbar.append(button);
+    if (button.parentNode) added.push(button);
+    state.button = button;
+
+    const menuitem = doc.createXULElement("menuitem");
+    menuitem.id = "zocrates-menuitem-toggle";
+    menuitem.setAttribute("type", "checkbox");
+    menuitem.setAttribute("data-l10n-id", "zocrates-toggle-menuitem");
+    menuitem.addEventListener("command", () => this.toggle(win));
+    const viewMenu = doc.getElementById("menu_viewPopup");
+    if (viewMenu) {
+      viewMenu.append(menuitem);
+      added.push(menuitem);
+    }
+    state.menuitem = menuitem;
+
+    this.show(win, !!this.pref("paneOpen"));
+  },
+
+  /** @param {_ZoteroTypes.MainWindow} win */
+  removeFromWindow(win) {
+    const state = this.windows.get(win);
+    if (!state) return;
+    this.windows.delete(win);
+    if (state.host) state.host.destroy();
+    if (state.onResize) state.splitter.removeEventListener("mouseup", state.onResize);
+    for (const el of state.added) el.remove();
+  },
+
+  /** @param {_ZoteroTypes.MainWindow} win */
+  toggle(win) {
+    const state = this.windows.get(win);
+    if (!state) return;
+    const open = state.pane.hidden;
+    this.setPref("paneOpen", open);
+    this.show(win, open);
+  },
+
+  /** @param {_ZoteroTypes.MainWindow} win @param {boolean} open */
+  show(win, open) {
+    const state = this.windows.get(win);
+    if (!state) return;
+    state.pane.hidden = !open;
+    state.splitter.hidden = !open;
+    if (state.button) state.button.checked = open;
+    if (state.menuitem) state.menuitem.setAttribute("checked", String(open));
+    if (open && !state.host) {
+      // The page is loaded the first time the pane opens, and kept while it is hidden.
+      const host = new ZocratesBridge.BridgeHost({ window: win, container: state.pane.firstChild, view: "chat" });
+      state.host = host;
+      // The item and collection trees exist once Zotero's UI is ready.
+      Zotero.uiReadyPromise.then(() => {
+        if (state.host === host) return host.start();
+        return undefined;
+      }).catch((/** @type {any} */ err) => Zotero.logError(err));
+    }
+  },
+};

@@ -1,0 +1,640 @@
+// node --test clients/: the sidebar web app (zocratesd/webui/) in a real Gecko browser.
+//
+// Firefox ESR (Zotero 7 runs on its engine), headless, driven by puppeteer-core over WebDriver BiDi,
+// against real `zocratesd serve` processes: one with a fixture Zotero library and the offline model,
+// one with no library and a slow model (tests/fake_openai.py, a real HTTP server) for Stop. A small
+// Node HTTP server stands in for what is not ours: Zotero's window hosting the page (it records the
+// bridge messages, tests/ never stubs our own code) and a foreign web page that tries to read the API.
+// A missing browser or puppeteer-core fails the run; nothing here is skipped.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtemp, mkdir, rm, writeFile } from "node:fs/promises";
+import { createServer } from "node:http";
+import { createServer as createNetServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { REPO, Zocratesd, daemonEnv, launchFirefox, python, requireFirefox } from "./testkit.mjs";
+import { ZocratesClient } from "./zocrates-client.mjs";
+
+const SCREENSHOTS = join(dirname(fileURLToPath(import.meta.url)), "screenshots");
+const SIDEBAR = { width: 340, height: 760 }; // Zotero's item pane is about this wide
+const STEP_TIMEOUT_MS = 30_000; // one UI step on a loaded 2-core machine
+const FOUR_PARTS = "What is retrieval-augmented generation? What is dense passage retrieval? What is HyDE? How do beekeepers treat varroa mites?";
+
+requireFirefox();
+
+/** daemonEnv, and the developer's own Zotero is never read by a test daemon: not its data dir,
+ *  not its local API (port 9 has no listener). */
+function isolatedEnv(root, extra = {}) {
+  const env = daemonEnv(root, { ZOCRATES_LIBRARY__LOCAL_API_URL: "http://127.0.0.1:9", ...extra });
+  delete env.ZOTERO_DATA_DIR;
+  return env;
+}
+
+async function freePort() {
+  const server = createNetServer();
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const { port } = server.address();
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+function runPython(args, env) {
+  return new Promise((resolveRun, reject) => {
+    const child = spawn(python(), args, { cwd: REPO, env, stdio: ["ignore", "ignore", "pipe"] });
+    let err = "";
+    child.stderr.on("data", (d) => { err += d; });
+    child.on("exit", (code) => (code === 0 ? resolveRun() : reject(new Error(`python ${args.join(" ")} failed (${code}): ${err}`))));
+  });
+}
+
+/** A real `zocratesd serve` on a fixed port (so a restart keeps the page's origin). */
+class Daemon extends Zocratesd {
+  constructor(root, name, { port, env }) {
+    super({ dataDir: join(root, name), env, port, stderr: join(root, `${name}.stderr`) });
+  }
+
+  get base() {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  async start() {
+    // Ready once its HTTP answers (until then, another poll of daemon.json).
+    await super.start({
+      ready: async (info) => {
+        this.token = info.token;
+        this.client = new ZocratesClient({ baseUrl: this.base, token: info.token });
+        await this.client.health();
+      },
+    });
+    return this;
+  }
+
+  async stop() {
+    // A daemon must stop on SIGTERM (its drain is 10 s); one that does not fails the test, not hangs it.
+    return super.stop({ killAfterMs: 20_000 });
+  }
+
+  url(query = "") {
+    return `${this.base}/ui/${query}#token=${this.token}`;
+  }
+}
+
+// The stand-in for Zotero's window: frames the page beside nothing, answers the bridge as the
+// plugin does (BRIDGE contract) and records every message. And a foreign page that tries the API.
+const HOST_HTML = `<!doctype html><meta charset="utf-8"><title>Zotero stand-in</title>
+<style>body{margin:0}iframe{border:0;width:${SIDEBAR.width}px;height:${SIDEBAR.height}px}</style>
+<iframe id="pane"></iframe>
+<script>
+const ui = decodeURIComponent(location.hash.slice(1));
+const daemonOrigin = new URL(ui).origin;
+const pane = document.getElementById("pane");
+window.__messages = [];
+window.__selection = { libraryID: 1, items: [], collection: null };
+function post(msg) { pane.contentWindow.postMessage({ zocrates: "bridge/1", dir: "host-page", ...msg }, daemonOrigin); }
+window.sendSelection = (sel) => { window.__selection = { libraryID: 1, items: [], collection: null, ...sel }; post({ type: "selection", ...window.__selection }); };
+addEventListener("message", (e) => {
+  if (e.origin !== daemonOrigin || e.source !== pane.contentWindow) return;
+  const m = e.data;
+  if (!m || m.zocrates !== "bridge/1" || m.dir !== "page-host") return;
+  window.__messages.push(m);
+  if (m.type === "hello") {
+    post({ type: "result", id: m.id, ok: true, host: "zotero", zoteroVersion: "7.0 (stand-in)", capabilities: ["selection", "open", "save-note"] });
+    post({ type: "selection", ...window.__selection });
+  } else if (m.type === "open") post({ type: "result", id: m.id, ok: true });
+  else if (m.type === "save-note") post({ type: "result", id: m.id, ok: true, key: "NOTEKEY1" });
+});
+pane.src = ui;
+</script>`;
+
+const FOREIGN_HTML = `<!doctype html><meta charset="utf-8"><title>foreign</title>
+<script>
+(async () => {
+  const q = new URLSearchParams(location.search);
+  const api = q.get("api"), token = q.get("token");
+  const results = {};
+  async function attempt(name, go) {
+    try {
+      const res = await go();
+      let body = null;
+      try { body = await res.text(); } catch (e) { body = "unreadable: " + e; }
+      results[name] = { fetched: true, type: res.type, status: res.status, body };
+    } catch (e) {
+      results[name] = { fetched: false, error: String(e) };
+    }
+  }
+  await attempt("sessions", () => fetch(api + "/sessions", { headers: { Authorization: "Bearer " + token } }));
+  await attempt("create", () => fetch(api + "/sessions", { method: "POST", mode: "no-cors", headers: { "Content-Type": "text/plain" }, body: '{"title":"foreign"}' }));
+  await attempt("settings", () => fetch(api + "/settings", { method: "PATCH", headers: { Authorization: "Bearer " + token, "Content-Type": "application/json" }, body: '{"max_saved_sessions":1}' }));
+  await attempt("page", () => fetch(api + "/ui/"));
+  await attempt("health", () => fetch(api + "/health"));
+  window.__results = results;
+})();
+</script>`;
+
+let root, library, slow, fake, browser, page, helper, helperPort;
+
+async function startFakeModel() {
+  const script = [
+    "import sys",
+    "from tests.fake_openai import Behaviour, FakeOpenAI",
+    "fake = FakeOpenAI(Behaviour(chunk_delay_s=1.0))",
+    "print(fake.base_url, flush=True)",
+    "sys.stdin.read()",
+  ].join("\n");
+  const child = spawn(python(), ["-c", script], { cwd: REPO, env: { ...process.env, PYTHONPATH: REPO }, stdio: ["pipe", "pipe", "inherit"] });
+  const url = await new Promise((resolveUrl, reject) => {
+    let out = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+      if (out.includes("\n")) resolveUrl(out.trim());
+    });
+    child.on("exit", (code) => reject(new Error(`the fake model server exited ${code}`)));
+  });
+  return { child, url };
+}
+
+before(async () => {
+  root = await mkdtemp(join(tmpdir(), "zqweb"));
+  await mkdir(join(root, "run"), { mode: 0o700 });
+  await mkdir(SCREENSHOTS, { recursive: true });
+  helper = createServer((req, res) => {
+    const path = new URL(req.url, "http://x").pathname;
+    const body = path === "/host.html" ? HOST_HTML : path === "/foreign.html" ? FOREIGN_HTML : null;
+    res.writeHead(body ? 200 : 404, { "Content-Type": "text/html; charset=utf-8" });
+    res.end(body || "not found");
+  });
+  await new Promise((r) => helper.listen(0, "127.0.0.1", r));
+  helperPort = helper.address().port;
+
+  const [libPort, slowPort] = [await freePort(), await freePort()];
+  library = new Daemon(root, "zotero", { port: libPort, env: isolatedEnv(root) });
+  const [fakeModel] = await Promise.all([
+    startFakeModel(),
+    runPython(["-c", "import sys; from pathlib import Path; from tests.zoterofixture import build_zotero_dir, sample_library; "
+      + "i, c = sample_library(); build_zotero_dir(Path(sys.argv[1]), i, c)", library.dataDir], { ...process.env, PYTHONPATH: REPO }),
+  ]);
+  fake = fakeModel;
+  await mkdir(library.stateDir, { recursive: true });
+  // The stand-in host page is the one origin allowed to frame the page (frame-ancestors).
+  await writeFile(join(library.stateDir, "zocrates_config.json"), JSON.stringify({ http: { allowed_origins: [`http://127.0.0.1:${helperPort}`] } }));
+  slow = new Daemon(root, "nolibrary", { port: slowPort, env: isolatedEnv(root, { ZQ_KEY: "test-key" }) });
+  await mkdir(slow.stateDir, { recursive: true });
+  await writeFile(join(slow.stateDir, "zocrates_config.json"), JSON.stringify({
+    model: { provider: "openai", name: "fake/slow", base_url: fake.url, api_key_env: "ZQ_KEY" },
+  }));
+  [browser] = await Promise.all([
+    launchFirefox({ defaultViewport: null, protocolTimeout: 30_000 }),
+    library.start(),
+    slow.start(),
+  ]);
+  page = await newPage();
+});
+
+after(async () => {
+  await browser?.close().catch(() => {});
+  await Promise.all([library?.stop(), slow?.stop()]);
+  fake?.child.kill("SIGTERM");
+  await new Promise((r) => (helper ? helper.close(r) : r()));
+  if (root) await rm(root, { recursive: true, force: true });
+});
+
+async function newPage() {
+  const p = await browser.newPage();
+  // puppeteer's setViewport also sets a screen orientation Firefox ESR 140 does not implement;
+  // the BiDi viewport alone is what we need.
+  await p.mainFrame().browsingContext.setViewport({ viewport: SIDEBAR, devicePixelRatio: 1 });
+  p.setDefaultTimeout(STEP_TIMEOUT_MS);
+  p.errors = [];
+  p.on("pageerror", (err) => p.errors.push(err.message));
+  return p;
+}
+
+async function open(p, url) {
+  await p.goto("about:blank"); // a fresh document: not a same-document fragment navigation
+  await p.goto(url);
+  await until(p, () => document.documentElement.dataset.view); // chat, prefs, help or fatal: started
+}
+
+async function ask(p, text) {
+  await present(p, "#send:not([hidden])");
+  await typeInto(p, "#prompt", text);
+  await press(p, "Enter");
+}
+
+/** Wait until `fn` (run in the page, with `args`) is truthy; its value. puppeteer's own
+ *  waitForFunction compiles with Function(), which the page's CSP (rightly) refuses. */
+async function until(p, fn, ...args) {
+  const deadline = Date.now() + STEP_TIMEOUT_MS;
+  let last;
+  for (;;) {
+    try {
+      last = await p.evaluate(fn, ...args);
+      if (last) return last;
+    } catch (err) {
+      // A navigation in progress destroys the context; anything else is a bug in `fn`.
+      if (!/context|destroyed|navigat|Discarded/i.test(err.message)) throw err;
+    }
+    if (Date.now() > deadline) {
+      const shown = await p.evaluate(() => document.body?.innerText.slice(0, 1500)).catch((err) => `(unreadable: ${err.message})`);
+      throw new Error(`timed out waiting for ${fn.toString().slice(0, 300)}\n--- the page shows:\n${shown}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Wait for an element (through `until`, so a timeout says what the page shows). */
+function present(p, selector) {
+  return until(p, (sel) => !!document.querySelector(sel), selector);
+}
+
+const isFrame = (p) => typeof p.page === "function";
+
+/** A real mouse click on the element. In a cross-origin frame (whose elements this BiDi build
+ *  cannot locate) at the element's place, from the frame's place in its page. */
+async function click(p, selector) {
+  await present(p, selector);
+  if (!isFrame(p)) return p.click(selector);
+  const at = await p.evaluate((sel) => {
+    const el = document.querySelector(sel);
+    el.scrollIntoView({ block: "nearest" });
+    const r = el.getBoundingClientRect();
+    return { x: r.left + Math.min(r.width / 2, 20), y: r.top + r.height / 2 };
+  }, selector);
+  const frameAt = await p.page().evaluate(() => {
+    const r = document.querySelector("iframe").getBoundingClientRect();
+    return { x: r.left, y: r.top };
+  });
+  return p.page().mouse.click(frameAt.x + at.x, frameAt.y + at.y);
+}
+
+/** Click into a field and type into it with the keyboard. */
+async function typeInto(p, selector, text, { clear = false } = {}) {
+  await click(p, selector);
+  if (clear) await p.evaluate((sel) => { document.querySelector(sel).value = ""; }, selector);
+  await (isFrame(p) ? p.page() : p).keyboard.type(text);
+}
+
+function press(p, key) {
+  return (isFrame(p) ? p.page() : p).keyboard.press(key);
+}
+
+/** Wait until no turn runs in the page (the live bubble is gone and Send is back). */
+async function turnEnded(p) {
+  await until(p, () => !document.querySelector(".msg.live") && !document.querySelector("#send")?.hidden);
+}
+
+async function shot(p, name) {
+  await p.screenshot({ path: join(SCREENSHOTS, name) });
+}
+
+/** Whether the page fits the sidebar's width (no horizontal scrolling). */
+function fitsWidth(p) {
+  return p.evaluate(() => document.documentElement.scrollWidth <= document.documentElement.clientWidth + 1);
+}
+
+function texts(p, selector) {
+  return p.evaluate((sel) => [...document.querySelectorAll(sel)].map((e) => e.textContent.trim()), selector);
+}
+
+function attrs(p, selector, name) {
+  return p.evaluate((sel, n) => [...document.querySelectorAll(sel)].map((e) => e.getAttribute(n)), selector, name);
+}
+
+describe("the sidebar web app in Firefox", () => {
+  test("without a valid token the page says how to get one", async () => {
+    await open(page, `${library.base}/ui/`);
+    const help = await page.$eval("#help", (e) => e.textContent);
+    assert.match(help, /zocrates open/);
+    assert.match(help, /Zotero/);
+    // A wrong token: refused by the daemon, forgotten, and the help says why.
+    await open(page, `${library.base}/ui/#token=not-the-token`);
+    await present(page, "#help");
+    assert.match(await page.$eval("#help", (e) => e.textContent), /refused/);
+    assert.equal(await page.evaluate(() => sessionStorage.getItem("zocrates.token")), null);
+  });
+
+  test("a question streams an answer with progress lines and numbered citation links", async () => {
+    await open(page, library.url());
+    // The token left the address at once and lives in sessionStorage.
+    assert.equal(await page.evaluate(() => location.hash), "");
+    assert.equal(await page.evaluate(() => sessionStorage.getItem("zocrates.token")), library.token);
+    await page.evaluate(() => {
+      window.__seen = { renders: 0, minGap: Infinity, live: false };
+      new MutationObserver(() => {
+        const live = document.querySelector(".msg.live");
+        if (!live) return;
+        window.__seen.live = true;
+        window.__seen.renders = Number(live.dataset.renders || 0);
+        if (live.dataset.minGapMs) window.__seen.minGap = Math.min(window.__seen.minGap, Number(live.dataset.minGapMs));
+      }).observe(document.body, { subtree: true, childList: true, attributes: true, characterData: true });
+    });
+    await ask(page, "What is retrieval-augmented generation?");
+    await present(page, ".msg.assistant:not(.live) .answer a.cite");
+    await turnEnded(page);
+    const seen = await page.evaluate(() => ({ ...window.__seen, minGap: Number.isFinite(window.__seen.minGap) ? window.__seen.minGap : null }));
+    assert.ok(seen.live, "the turn was shown while it ran");
+    // An offline turn is over in tens of milliseconds, within one render interval of its first
+    // event, so its progress lines may never be drawn: the slow turn below checks them.
+    if (seen.minGap !== null) assert.ok(seen.minGap >= 45, `renders at most every 50 ms (closest two: ${seen.minGap} ms)`);
+    const cites = await page.$$eval(".msg.assistant .answer a.cite", (as) => as.map((a) => ({ n: a.textContent, href: a.getAttribute("href") })));
+    assert.ok(cites.length >= 2);
+    for (const c of cites) assert.match(c.href, /^zotero:\/\/select\/library\/items\/[A-Z0-9]{8}$/);
+    // [n] opens the item the "Cited Sources" entry n names.
+    const sources = await page.$$eval(".msg.assistant .answer .source", (ds) => ds.map((d) => ({ n: d.dataset.source, href: d.querySelector("a").getAttribute("href"), title: d.querySelector("a").textContent })));
+    for (const c of cites) assert.equal(sources.find((s) => s.n === c.n)?.href, c.href);
+    assert.ok(sources.some((s) => s.href.endsWith("/LEWIS202") && /Retrieval-Augmented Generation/.test(s.title)));
+    // Nothing of the answer went in as markup: the answer holds only the renderer's elements.
+    const tags = await page.$$eval(".msg.assistant .answer *", (els) => [...new Set(els.map((e) => e.tagName.toLowerCase()))]);
+    for (const t of tags) assert.ok(["p", "br", "ul", "ol", "li", "a", "span", "div", "strong", "em", "code", "pre", "h3", "h4", "blockquote", "hr"].includes(t), t);
+    assert.match(await page.$eval("#session-title", (e) => e.textContent), /retrieval-augmented generation/i);
+    assert.ok(await fitsWidth(page), "nothing wider than the sidebar");
+    await shot(page, "answer-with-citations.png");
+    assert.deepEqual(page.errors, []);
+  });
+
+  test("the Markdown renderer lets no markup or script through", async () => {
+    const out = await page.evaluate(async () => {
+      const { renderMarkdown } = await import("/ui/markdown.js");
+      const hostile = [
+        '<img src=x onerror="window.__pwned = 1"> and <script>window.__pwned = 2</script>',
+        "[click](javascript:window.__pwned=3) [data](data:text/html,hi) [ok](https://example.org/a) **bold [1]**",
+        "- item `<b>code</b>` [2, p. 4]",
+        "# Cited Sources",
+        "[1] Evil \"><svg onload=alert(1)> (zotero://select/library/items/ABCD2345)",
+        "[2] Paper (javascript:alert(1))",
+      ].join("\n");
+      const div = document.createElement("div");
+      div.append(renderMarkdown(hostile));
+      document.body.append(div); // connected: an onerror/onload would fire now
+      await new Promise((r) => setTimeout(r, 200));
+      const result = {
+        tags: [...new Set([...div.querySelectorAll("*")].map((e) => e.tagName.toLowerCase()))],
+        hrefs: [...div.querySelectorAll("a")].map((a) => a.getAttribute("href")),
+        attrs: [...new Set([...div.querySelectorAll("*")].flatMap((e) => [...e.attributes].map((a) => a.name)))],
+        text: div.textContent,
+        pwned: window.__pwned ?? null,
+      };
+      div.remove();
+      return result;
+    });
+    assert.equal(out.pwned, null);
+    for (const t of out.tags) assert.ok(["p", "br", "ul", "li", "a", "span", "div", "strong", "code", "h3"].includes(t), t);
+    for (const a of out.attrs) assert.ok(["href", "class", "target", "rel", "data-cite", "data-source", "title"].includes(a), a);
+    assert.deepEqual(out.hrefs.filter((h) => !/^(https:\/\/example\.org\/a|zotero:\/\/select\/library\/items\/ABCD2345)$/.test(h)), []);
+    assert.match(out.text, /<img src=x onerror=/);
+    assert.match(out.text, /<script>/);
+    assert.match(out.text, /<b>code<\/b>/);
+  });
+
+  test("hosted by Zotero: selection chips, citations open through the bridge, save as note, edit restores the chips", async () => {
+    const host = await newPage();
+    await host.goto(`http://127.0.0.1:${helperPort}/host.html#${encodeURIComponent(library.url())}`);
+    const frame = await (await host.waitForSelector("iframe#pane")).contentFrame();
+    await until(frame, () => document.documentElement.dataset.host === "zotero" && document.documentElement.dataset.view === "chat");
+    await click(frame, "#new-chat");
+    await host.evaluate(() => window.sendSelection({ items: [{ key: "LEWIS202", title: "Retrieval-Augmented Generation for Knowledge-Intensive NLP Tasks", uri: "zotero://select/library/items/LEWIS202" }] }));
+    await until(frame, () => [...document.querySelectorAll(".chip.paper")].some((c) => /Retrieval-Augmented/.test(c.textContent)));
+    await ask(frame, "What does the retriever find?");
+    await present(frame, ".msg.assistant:not(.live) .answer a.cite");
+    await turnEnded(frame);
+    // The scope was the selected paper: every citation is LEWIS202.
+    const hrefs = await attrs(frame, ".msg.assistant .answer a.cite", "href");
+    assert.ok(hrefs.length && hrefs.every((h) => h === "zotero://select/library/items/LEWIS202"), hrefs.join());
+    await click(frame, ".msg.assistant .answer a.cite");
+    await until(host, () => window.__messages.some((m) => m.type === "open"));
+    const opened = await host.evaluate(() => window.__messages.filter((m) => m.type === "open").map((m) => m.uri));
+    assert.deepEqual(opened, ["zotero://select/library/items/LEWIS202"]);
+    // A cited page opens the PDF there (the attachment is known from the search's passages).
+    await click(frame, ".msg.assistant .answer a.cite-page");
+    await until(host, () => window.__messages.filter((m) => m.type === "open").length === 2);
+    const pdf = await host.evaluate(() => window.__messages.filter((m) => m.type === "open")[1].uri);
+    assert.match(pdf, /^zotero:\/\/open-pdf\/library\/items\/LEWISPDF\?page=[123]$/);
+    await click(frame, ".msg.assistant .save-note");
+    await until(frame, () => document.querySelector(".msg.assistant .save-note").textContent === "Saved as a note");
+    const note = await host.evaluate(() => window.__messages.find((m) => m.type === "save-note"));
+    assert.match(note.html, /<a href="zotero:\/\/select\/library\/items\/LEWIS202"/);
+    assert.equal(note.parent, "zotero://select/library/items/LEWIS202");
+    assert.ok(note.citations.length >= 1);
+    assert.ok(!JSON.stringify(await host.evaluate(() => window.__messages)).includes(library.token), "the token never crosses the bridge");
+
+    // The selection changes to nothing (the whole library); a second question goes there.
+    await host.evaluate(() => window.sendSelection({ items: [], collection: null }));
+    await present(frame, ".chip.library");
+    await ask(frame, "What is HyDE?");
+    await until(frame, () => document.querySelectorAll(".msg.assistant:not(.live) .answer").length === 2);
+    await turnEnded(frame);
+    // Edit the first question: the turn is rewound and asked again with its own chips.
+    await click(frame, ".msg.user .edit");
+    await present(frame, ".msg.user .edit-text");
+    await typeInto(frame, ".msg.user .edit-text", "What does the retriever find in the dense index?", { clear: true });
+    await press(frame, "Enter");
+    await until(frame, () => document.querySelectorAll(".msg.user").length === 1 && !document.querySelector(".msg.live")
+      && document.querySelectorAll(".msg.assistant .answer").length === 1);
+    await turnEnded(frame);
+    assert.deepEqual(await texts(frame, ".msg.user .bubble"), ["What does the retriever find in the dense index?"]);
+    const chips = await texts(frame, ".chip .chip-label");
+    assert.deepEqual(chips, ["Retrieval-Augmented Generation for Knowledge-Intensive NLP Tasks"]);
+    assert.deepEqual(await attrs(frame, ".chip", "data-kind"), ["paper"]);
+    assert.deepEqual(host.errors, []);
+    await host.close();
+  });
+
+  test("an edit asks again with the scope and snippets the turn had, even from another client", async () => {
+    const api = library.client;
+    const { session } = await api.createSession("Snippets from an editor");
+    const snippet = { item_key: "KARPDPR1", text: "The dual encoder is trained with in-batch negatives.", page: 1 };
+    for await (const _ of api.chat({ prompt: "What does this passage mean?", sessionId: session.id, mode: "papers",
+      activeItems: [{ item_key: "KARPDPR1", title: "Dense Passage Retrieval for Open-Domain Question Answering" }], snippets: [snippet] })) { /* drain */ }
+    await open(page, library.url());
+    await click(page, "#sessions-toggle");
+    await click(page, `#sessions .session[data-id="${session.id}"] .session-open`);
+    await until(page, () => document.querySelector("#session-title").textContent === "Snippets from an editor");
+    await click(page, ".msg.user .edit");
+    await typeInto(page, ".msg.user .edit-text", "What does this passage mean for training?", { clear: true });
+    await press(page, "Enter");
+    await until(page, () => document.querySelectorAll(".msg.user").length === 1 && !document.querySelector(".msg.live")
+      && /for training/.test(document.querySelector(".msg.user .bubble")?.textContent || ""));
+    await turnEnded(page);
+    // The paper stays the scope (its chip); the snippet went with the turn it belongs to.
+    assert.deepEqual(await texts(page, ".chip .chip-label"), ["Dense Passage Retrieval for Open-Domain Question Answering"]);
+    const { session: after } = await api.getSession(session.id);
+    const last = after.messages.filter((m) => m.role === "user").at(-1);
+    const { restored } = await api.rewind(session.id, last.invocation_id);
+    assert.equal(restored.mode, "papers");
+    assert.deepEqual(restored.active_context_items.map((it) => it.item_key), ["KARPDPR1"]);
+    assert.deepEqual(restored.snippets.map((sn) => [sn.item_key, sn.text, sn.page]), [[snippet.item_key, snippet.text, snippet.page]]);
+  });
+
+  test("a four-part question shows the checkpoint card; it is back after a reload and a daemon restart; extend with guidance", async () => {
+    await open(page, library.url());
+    await click(page, "#new-chat");
+    await ask(page, FOUR_PARTS);
+    await present(page, ".checkpoint-card");
+    await turnEnded(page);
+    const todo = await texts(page, ".checkpoint-card .aspects.todo li");
+    assert.deepEqual(todo, ["How do beekeepers treat varroa mites?"]);
+    assert.equal((await texts(page, ".checkpoint-card .aspects.done li")).length, 3);
+    assert.ok(await fitsWidth(page), "nothing wider than the sidebar");
+    await shot(page, "checkpoint-card.png");
+
+    await page.reload();
+    await present(page, ".checkpoint-card");
+    assert.deepEqual(await texts(page, ".checkpoint-card .aspects.todo li"), todo);
+
+    await library.stop();
+    // A page whose daemon went away says so in words.
+    await click(page, "#new-chat");
+    await until(page, () => /zocratesd is not answering/.test(document.querySelector("#error:not([hidden])")?.textContent || ""));
+    await library.start();
+    // The new daemon has a new token: the old one is refused and the page says so...
+    await page.reload();
+    await present(page, "#help");
+    // ...and opened with the new one (as the plugin or `zocrates open` does), the card is back.
+    await open(page, library.url());
+    await present(page, ".checkpoint-card");
+    assert.deepEqual(await texts(page, ".checkpoint-card .aspects.todo li"), todo);
+
+    await typeInto(page, ".checkpoint-card .guidance", "oxalic acid in winter");
+    await click(page, ".checkpoint-card .extend");
+    await until(page, () => !document.querySelector(".checkpoint-card") && !document.querySelector(".msg.live")
+      && document.querySelectorAll(".msg.assistant .answer").length === 1);
+    await turnEnded(page);
+    assert.equal(await page.$(".checkpoint-card"), null);
+    // The guidance was searched first (the bees' book is the only source of it) and cited.
+    const answer = (await texts(page, ".msg.assistant .answer")).at(-1);
+    assert.match(answer, /Honeybee Colony Collapse/);
+  });
+
+  test("discard rewinds a paused question into the box; synthesize answers one at once", async () => {
+    await click(page, "#new-chat");
+    await ask(page, FOUR_PARTS);
+    await present(page, ".checkpoint-card .discard");
+    await turnEnded(page);
+    await click(page, ".checkpoint-card .discard");
+    await until(page, () => !document.querySelector(".checkpoint-card") && !document.querySelector(".msg.user"));
+    assert.equal(await page.$eval("#prompt", (e) => e.value), FOUR_PARTS);
+    await click(page, "#prompt");
+    await press(page, "Enter");
+    await present(page, ".checkpoint-card .synthesize");
+    await turnEnded(page);
+    await click(page, ".checkpoint-card .synthesize");
+    await until(page, () => !document.querySelector(".checkpoint-card") && !document.querySelector(".msg.live")
+      && document.querySelectorAll(".msg.assistant .answer").length >= 1);
+    await turnEnded(page);
+    const { session } = await library.client.getSession(await page.evaluate(() => sessionStorage.getItem("zocrates.session")));
+    assert.equal(session.pending_hitl, null);
+    assert.match((await texts(page, ".msg.assistant .answer")).at(-1), /Cited Sources/);
+  });
+
+  test("sessions: newest first, rename, delete", async () => {
+    await click(page, "#sessions-toggle");
+    await present(page, "#sessions-panel:not([hidden]) .session");
+    const listed = await page.$$eval("#sessions .session", (lis) => lis.map((li) => li.dataset.id));
+    const api = (await library.client.listSessions()).sessions;
+    const newestFirst = [...api].sort((a, b) => b.created_at - a.created_at).map((s) => s.id);
+    assert.deepEqual(listed, newestFirst);
+
+    const target = listed[1];
+    await click(page, `#sessions .session[data-id="${target}"] .rename`);
+    await present(page, "#sessions .rename-input");
+    await typeInto(page, "#sessions .rename-input", "Bees and retrieval", { clear: true });
+    await press(page, "Enter");
+    await until(page, (id) => document.querySelector(`#sessions .session[data-id="${id}"] .session-title`)?.textContent === "Bees and retrieval", target);
+    assert.equal((await library.client.getSession(target)).session.title, "Bees and retrieval");
+
+    await click(page, `#sessions .session[data-id="${target}"] .delete`);
+    await click(page, `#sessions .session[data-id="${target}"] .delete`); // the second click confirms
+    await until(page, (id) => !document.querySelector(`#sessions .session[data-id="${id}"]`), target);
+    await assert.rejects(library.client.getSession(target), (err) => err.status === 404);
+    // Switching opens another chat with its messages.
+    await click(page, `#sessions .session[data-id="${listed[0]}"] .session-open`);
+    await until(page, () => document.querySelector("#sessions-panel").hidden);
+    assert.equal(await page.evaluate(() => sessionStorage.getItem("zocrates.session")), listed[0]);
+  });
+
+  test("Stop (button and Esc) ends a slow turn; no library found says what to do", async () => {
+    const p = await newPage();
+    await open(p, slow.url());
+    await present(p, "#library-status:not([hidden])");
+    const banner = await p.$eval("#library-status", (e) => e.textContent);
+    assert.match(banner, /No Zotero library found/);
+    assert.match(banner, /--zotero-data-dir/);
+    for (const how of ["button", "escape"]) {
+      await ask(p, `Tell me slowly, please (${how})`);
+      await present(p, "#stop:not([hidden])");
+      // The model answers one chunk a second: stop once the first is on screen.
+      await until(p, () => document.querySelector(".msg.live .answer")?.textContent.trim().length > 0);
+      // The search before the answer was shown while the turn ran: a line per research round.
+      const lines = await texts(p, ".msg.live .progress-lines li");
+      assert.ok(lines.some((l) => /^Round 1: searched/.test(l)), `a line per research round: ${JSON.stringify(lines)}`);
+      if (how === "button") await click(p, "#stop");
+      else await press(p, "Escape");
+      await present(p, ".notice");
+      await turnEnded(p);
+      assert.match(await p.$eval(".notice", (e) => e.textContent), /Stopped/);
+      const answer = (await texts(p, ".msg.assistant .answer")).at(-1) || "";
+      assert.doesNotMatch(answer, /questions\./, "the answer was cut short");
+    }
+    // The session stays usable: both questions are in it.
+    assert.equal((await texts(p, ".msg.user .bubble")).length, 2);
+    assert.deepEqual(p.errors, []);
+    await p.close();
+  });
+
+  test("preferences: storage figures, retention settings, Clean Up Now", async () => {
+    const p = await newPage();
+    await open(p, library.url("?view=prefs"));
+    await until(p, () => !["…", ""].includes(document.querySelector("#pref-sessions").textContent)
+      && document.querySelector("#pref-version").textContent !== "…" && document.querySelector("#retention-days").value !== "");
+    const stats = await library.client.storageStats();
+    assert.equal(await p.$eval("#pref-sessions", (e) => e.textContent), String(stats.session_count));
+    assert.match(await p.$eval("#pref-db-size", (e) => e.textContent), /\d+(\.\d)? (KB|MB)/);
+    assert.match(await p.$eval("#pref-free", (e) => e.textContent), /^\d+ of \d+ pages/);
+    assert.equal(await p.$eval("#retention-days", (e) => e.value), "180");
+    assert.match(await p.$eval("#pref-version", (e) => e.textContent), /^\d+\.\d+/);
+    assert.equal(await p.$eval("#pref-model", (e) => e.textContent), "offline");
+    assert.equal(await p.$("#messages"), null, "?view=prefs shows the preferences only");
+
+    await typeInto(p, "#retention-days", "90", { clear: true });
+    await click(p, "#save-settings");
+    await until(p, () => /^Saved/.test(document.querySelector("#settings-status").textContent));
+    assert.equal((await library.client.getSettings()).settings.session_retention_days, 90);
+
+    await click(p, "#cleanup");
+    await until(p, () => /^Deleted/.test(document.querySelector("#cleanup-report").textContent));
+    assert.match(await p.$eval("#cleanup-report", (e) => e.textContent), /Deleted \d+ empty chats? and \d+ chats? beyond the limits\. .*Took \d+ ms\./);
+    assert.ok(await fitsWidth(p), "nothing wider than the sidebar");
+    await shot(p, "preferences.png");
+    // The same preferences from the chat (⚙), and back.
+    await open(p, library.url());
+    await click(p, "#prefs-toggle");
+    await until(p, () => /^\d+$/.test(document.querySelector("#pref-sessions")?.textContent || ""));
+    assert.equal(await p.evaluate(() => document.querySelector("#chat").hidden), true);
+    await click(p, "#prefs-back");
+    await until(p, () => !document.querySelector("#chat").hidden && document.querySelector("#prefs").hidden);
+    assert.deepEqual(p.errors, []);
+    await p.close();
+  });
+
+  test("a page on a foreign origin cannot read anything, even with the token", async () => {
+    const before = (await library.client.listSessions()).sessions.length;
+    const p = await newPage();
+    // localhost:<port> is another origin than the allowed 127.0.0.1:<port> host page.
+    await p.goto(`http://localhost:${helperPort}/foreign.html?api=${encodeURIComponent(library.base)}&token=${library.token}`);
+    const results = await until(p, () => window.__results);
+    assert.equal(results.sessions.fetched, false, JSON.stringify(results.sessions));
+    assert.equal(results.settings.fetched, false, JSON.stringify(results.settings));
+    assert.equal(results.page.fetched, false, JSON.stringify(results.page));
+    assert.equal(results.health.fetched, false, JSON.stringify(results.health));
+    // A "simple" no-cors POST goes out, but its answer is opaque and the daemon refused it.
+    assert.equal(results.create.type, "opaque");
+    assert.equal(results.create.body, "");
+    assert.equal((await library.client.listSessions()).sessions.length, before);
+    assert.notEqual((await library.client.getSettings()).settings.max_saved_sessions, 1);
+    await p.close();
+  });
+});

@@ -1,0 +1,1164 @@
+// app.js: the Zocrates sidebar (issue 18; spec sections 2.2, 5, 6, 7, 8).
+//
+// Served by the daemon's shim at /ui/, so it is same-origin with the API it calls through the one
+// JavaScript client (zocrates-client.mjs). The Zotero plugin hosts it in a pane and answers the
+// bridge (bridge.js); in a plain browser tab it runs standalone. `?view=prefs` shows only the
+// "Chat Sessions & Storage" preferences (the plugin's preferences pane embeds that).
+//
+// Everything untrusted (answers, titles, messages, error texts) goes into the DOM as text: `h()`
+// never sets innerHTML, and Markdown is rendered by markdown.js into nodes.
+
+import { DaemonNotRunning, TurnView, ZocratesClient, ZocratesHttpError } from "./zocrates-client.mjs";
+import { Bridge } from "./bridge.js";
+import { parseSources, renderMarkdown } from "./markdown.js";
+
+const TOKEN_KEY = "zocrates.token";
+const SESSION_KEY = "zocrates.session";
+// Spec 7: a streamed answer is re-rendered at most this often (each render re-parses the whole
+// Markdown; chunks arrive far faster than a reader can see them).
+const RENDER_INTERVAL_MS = 50;
+// How often the library status is asked while it changes (indexing), and while it is missing.
+const LIBRARY_POLL_MS = { starting: 1000, indexing: 1000, unavailable: 15_000, error: 15_000 };
+// After Stop, how long the stream may take to end before the page stops listening to it.
+const STOP_GRACE_MS = 15_000;
+const CANCEL_RETRIES = 8; // a turn that just started may not be cancellable for a few ms
+
+const app = {
+  client: null,
+  bridge: null,
+  register: null,
+  sessions: [],
+  session: null, // the UI session shown (spec 2.2)
+  turns: new Map(), // session id -> the running turn this page started
+  passages: new Map(), // invocation id -> the numbered passages its search found (PDF page links)
+  context: { mode: "library", items: [], collection: null, snippets: [] }, // the next prompt's chips
+  selection: null, // the last Zotero selection the host sent
+  guidance: null, // {interrupt, text}: what is typed in the checkpoint card
+  deleting: null, // {id, at}: a chat whose delete button was clicked once
+  notice: null, // {sessionId, text}: a line under the messages ("Stopped.")
+  libraryTimer: null,
+  els: {},
+};
+
+// --- small DOM helpers ---------------------------------------------------------------------------
+
+/** An element; props: class, text, on {event: fn}, data {k: v}, value/checked/disabled/hidden as
+ *  properties, anything else as an attribute. Children: nodes or strings (as text). */
+function h(tag, props = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") el.className = value;
+    else if (key === "text") el.textContent = String(value);
+    else if (key === "on") for (const [ev, fn] of Object.entries(value)) el.addEventListener(ev, fn);
+    else if (key === "data") Object.assign(el.dataset, value);
+    else if (key === "value" || key === "checked" || key === "disabled" || key === "hidden") el[key] = value;
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(typeof child === "string" ? document.createTextNode(child) : child);
+  }
+  return el;
+}
+
+/** Replace an element's children, skipping null/false (replaceChildren would show "null"). */
+function fill(el, ...children) {
+  el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
+function formatBytes(n) {
+  if (!Number.isFinite(n)) return "—";
+  if (n < 1024) return `${n} B`;
+  const units = ["KB", "MB", "GB", "TB"];
+  let v = n / 1024;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${v.toFixed(v < 10 ? 1 : 0)} ${units[i]}`;
+}
+
+function formatWhen(ts) {
+  if (typeof ts !== "number") return "";
+  const d = new Date(ts > 1e12 ? ts : ts * 1000);
+  const now = new Date();
+  if (d.toDateString() === now.toDateString()) return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  return d.toLocaleDateString([], { year: d.getFullYear() === now.getFullYear() ? undefined : "numeric", month: "short", day: "numeric" });
+}
+
+function plural(n, one, many = `${one}s`) {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
+// --- errors: always a readable message, never a blank pane ----------------------------------------
+
+/** A readable sentence for an error of the client, the daemon or the bridge. */
+function describe(err) {
+  if (err instanceof DaemonNotRunning) {
+    return `zocratesd is not answering at ${location.origin}. Start it (zocratesd serve, or ./dev serve in a clone; `
+      + "zocratesd service install starts it with your session), then try again.";
+  }
+  if (err instanceof ZocratesHttpError) {
+    const message = err.body?.error?.message || err.message;
+    switch (err.code) {
+      case "session_busy":
+        return "This chat is busy with another turn (in another window?). Wait for it to finish, or stop it.";
+      case "checkpoint_not_pending":
+        return "This checkpoint was already answered, or its question was discarded. The chat has been reloaded.";
+      case "not_found":
+        return `Not found: ${message}. The chat may have been deleted elsewhere.`;
+      case "invalid_input":
+        return `The daemon refused this: ${message}`;
+      case "model_error":
+        return `The model failed: ${message}. Check the model settings in zocrates_config.json, or try again.`;
+      case "unauthorized":
+        return "The daemon refused this page's token (it has restarted since). Reopen the sidebar.";
+      default:
+        return `${err.code}: ${message}`;
+    }
+  }
+  if (err && err.name === "AbortError") return "Stopped listening to the answer.";
+  if (err instanceof TypeError && /network|fetch/i.test(err.message)) {
+    // A stream cut mid-way (the daemon stopped or crashed): what was saved is reloaded once it is back.
+    return `The connection to zocratesd was lost (${err.message}). If it stopped, start it again and reopen the chat.`;
+  }
+  return String(err?.message || err || "something went wrong");
+}
+
+function showError(err) {
+  if (!app.els.error?.isConnected) {
+    // A view without the chat's error line (preferences only): put one at the top.
+    app.els.error = h("div", { id: "error", class: "error", role: "alert", hidden: true });
+    document.getElementById("root").prepend(app.els.error);
+  }
+  const box = app.els.error;
+  box.replaceChildren(
+    h("span", { class: "error-text", text: typeof err === "string" ? err : describe(err) }),
+    h("button", { class: "link-button", type: "button", "aria-label": "Dismiss", text: "×", on: { click: () => { box.hidden = true; } } }),
+  );
+  box.hidden = false;
+  if (err instanceof ZocratesHttpError && err.code === "unauthorized") showHelp({ refused: true });
+}
+
+function clearError() {
+  if (app.els.error) app.els.error.hidden = true;
+}
+
+function showFatal(err, retry) {
+  if (err instanceof ZocratesHttpError && err.code === "unauthorized") {
+    showHelp({ refused: true });
+    return;
+  }
+  document.documentElement.dataset.view = "fatal";
+  document.getElementById("root").replaceChildren(
+    h("div", { class: "fatal", role: "alert" },
+      h("h1", { text: "Zocrates" }),
+      h("p", { text: describe(err) }),
+      h("button", { type: "button", class: "primary", id: "retry", text: "Try again", on: { click: retry } })),
+  );
+}
+
+// --- the token (handed over in the URL fragment, kept in sessionStorage) ---------------------------
+
+let memoryToken = null; // where the token lives when sessionStorage is refused
+
+function takeToken() {
+  const m = /(?:^#|&)token=([^&]*)/.exec(location.hash);
+  if (m) {
+    memoryToken = decodeURIComponent(m[1]) || null;
+    try {
+      if (memoryToken) sessionStorage.setItem(TOKEN_KEY, memoryToken);
+    } catch {
+      /* private mode or a sandbox: keep it in memory for this page's life */
+    }
+    // The token leaves the address at once: not in history, bookmarks or a screen share.
+    history.replaceState(history.state, "", location.pathname + location.search);
+  }
+  try {
+    return sessionStorage.getItem(TOKEN_KEY) || memoryToken;
+  } catch {
+    return memoryToken;
+  }
+}
+
+function forgetToken() {
+  memoryToken = null;
+  try {
+    sessionStorage.removeItem(TOKEN_KEY);
+  } catch {
+    /* nothing kept */
+  }
+}
+
+function showHelp({ refused = false } = {}) {
+  if (refused) forgetToken();
+  stopLibraryPoll();
+  document.documentElement.dataset.view = "help";
+  document.getElementById("root").replaceChildren(
+    h("div", { class: "help", id: "help" },
+      h("h1", { text: "Zocrates" }),
+      h("p", { text: refused
+        ? "This page's access token was refused: zocratesd has restarted since it was opened, or the link is old."
+        : "This page needs an access token from your zocratesd." }),
+      h("h2", { text: "To open the sidebar" }),
+      h("ul", {},
+        h("li", {}, "In Zotero: open the Zocrates pane (the Zocrates plugin opens this page with a fresh token)."),
+        h("li", {}, "In a browser: run ", h("code", { text: "zocrates open" }), " (or ", h("code", { text: "zocratesd open" }),
+          ") in a terminal. It prints this page's address with a token and opens it.")),
+      h("p", { class: "muted", text: "The token changes each time zocratesd starts. It stays in this tab only and leaves the address as soon as the page has it." })),
+  );
+}
+
+// --- the chat layout ---------------------------------------------------------------------------------
+
+function buildLayout() {
+  const els = app.els;
+  els.title = h("span", { id: "session-title", class: "title", text: "" });
+  els.sessionsToggle = h("button", { id: "sessions-toggle", type: "button", class: "icon", title: "Chats", "aria-label": "Chats", "aria-expanded": "false", text: "☰",
+    on: { click: () => toggleSessions() } });
+  els.newChat = h("button", { id: "new-chat", type: "button", class: "icon", title: "New chat", "aria-label": "New chat", text: "+", on: { click: () => newChat().catch(showError) } });
+  els.prefsToggle = h("button", { id: "prefs-toggle", type: "button", class: "icon", title: "Preferences", "aria-label": "Preferences", "aria-pressed": "false", text: "⚙",
+    on: { click: () => togglePrefs() } });
+  els.sessionsList = h("ul", { id: "sessions" });
+  els.sessionsPanel = h("nav", { id: "sessions-panel", class: "sessions-panel", hidden: true, "aria-label": "Chats" }, els.sessionsList);
+  els.error = h("div", { id: "error", class: "error", role: "alert", hidden: true });
+  els.library = h("div", { id: "library-status", class: "library-status", hidden: true, role: "status" });
+  els.messages = h("div", { id: "messages", class: "messages", role: "log", "aria-live": "polite" });
+  els.chat = h("main", { id: "chat", class: "chat" }, els.messages);
+  els.prefs = h("section", { id: "prefs", class: "prefs", hidden: true });
+  els.chips = h("div", { id: "chips", class: "chips", "aria-label": "Context" });
+  els.prompt = h("textarea", { id: "prompt", rows: "2", placeholder: "Ask about your library…", "aria-label": "Your question",
+    on: { keydown: onPromptKey, input: autoGrow } });
+  els.send = h("button", { id: "send", type: "submit", class: "primary", text: "Send", disabled: true });
+  els.stop = h("button", { id: "stop", type: "button", class: "danger", text: "Stop", hidden: true, on: { click: () => stopTurn() } });
+  els.composer = h("form", { id: "composer", class: "composer", on: { submit: (e) => { e.preventDefault(); submitPrompt(); } } },
+    els.chips, h("div", { class: "composer-row" }, els.prompt, h("div", { class: "composer-actions" }, els.send, els.stop)));
+  const header = h("header", { class: "bar" }, els.sessionsToggle, els.title, els.newChat, els.prefsToggle);
+  document.getElementById("root").replaceChildren(
+    h("div", { class: "app" }, header, els.sessionsPanel, els.error, els.library, els.chat, els.prefs, els.composer),
+  );
+}
+
+function autoGrow() {
+  const ta = app.els.prompt;
+  ta.style.height = "auto";
+  ta.style.height = `${Math.min(ta.scrollHeight + 2, 200)}px`;
+}
+
+function onPromptKey(event) {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    submitPrompt();
+  }
+}
+
+function onGlobalKey(event) {
+  if (event.key === "Escape" && !event.defaultPrevented && app.session && app.turns.has(app.session.id)) {
+    event.preventDefault();
+    stopTurn();
+  }
+}
+
+// --- sessions ---------------------------------------------------------------------------------------
+
+function sortedSessions() {
+  // Newest first (the API lists oldest first).
+  return [...app.sessions].sort((a, b) => (b.created_at - a.created_at) || (a.id < b.id ? 1 : -1));
+}
+
+async function refreshSessions() {
+  app.sessions = (await app.client.listSessions()).sessions;
+  renderSessions();
+}
+
+function toggleSessions(open) {
+  const panel = app.els.sessionsPanel;
+  const show = open ?? panel.hidden;
+  panel.hidden = !show;
+  app.els.sessionsToggle.setAttribute("aria-expanded", String(show));
+  if (show) {
+    renderSessions();
+    refreshSessions().catch(showError);
+  }
+}
+
+function renderSessions() {
+  const list = app.els.sessionsList;
+  if (!list) return;
+  list.replaceChildren(...sortedSessions().map((s) => sessionRow(s)));
+  if (!app.sessions.length) list.append(h("li", { class: "muted", text: "No chats yet." }));
+}
+
+function sessionRow(s) {
+  const current = app.session?.id === s.id;
+  const running = app.turns.has(s.id);
+  const open = h("button", { type: "button", class: "session-open", title: s.title, on: { click: () => { toggleSessions(false); openSession(s.id).catch(showError); } } },
+    h("span", { class: "session-title", text: s.title }),
+    h("span", { class: "session-when", text: running ? "answering…" : formatWhen(s.updated_at ?? s.created_at) }));
+  const rename = h("button", { type: "button", class: "icon rename", title: "Rename", "aria-label": `Rename ${s.title}`, text: "✎", on: { click: () => startRename(li, s) } });
+  const confirming = app.deleting?.id === s.id;
+  const del = h("button", { type: "button", class: `icon delete${confirming ? " confirm" : ""}`, title: confirming ? "Click again to delete" : "Delete",
+    "aria-label": `Delete ${s.title}`, text: confirming ? "Delete?" : "🗑", on: { click: () => confirmDelete(del, s) } });
+  const li = h("li", { class: `session${current ? " current" : ""}`, data: { id: s.id } }, open, rename, del);
+  return li;
+}
+
+function startRename(li, s) {
+  const input = h("input", { type: "text", class: "rename-input", value: s.title, maxlength: "200", "aria-label": "Chat title" });
+  let done = false;
+  const finish = async (save) => {
+    if (done) return;
+    done = true;
+    const title = input.value.trim();
+    if (save && title && title !== s.title) {
+      try {
+        const { session } = await app.client.renameSession(s.id, title);
+        s.title = session.title;
+        if (app.session?.id === s.id) {
+          app.session.title = session.title;
+          app.els.title.textContent = session.title;
+        }
+      } catch (err) {
+        showError(err);
+      }
+    }
+    renderSessions();
+  };
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") {
+      e.preventDefault();
+      finish(true);
+    } else if (e.key === "Escape") {
+      e.preventDefault();
+      finish(false);
+    }
+  });
+  input.addEventListener("blur", () => finish(true));
+  li.replaceChildren(input);
+  input.focus();
+  input.select();
+}
+
+const DELETE_CONFIRM_MS = 4000;
+
+function confirmDelete(button, s) {
+  // Two clicks, not a modal dialog: a dialog in a narrow pane hides what is being deleted.
+  if (app.deleting?.id === s.id && Date.now() - app.deleting.at < DELETE_CONFIRM_MS) {
+    app.deleting = null;
+    deleteSession(s).catch(showError);
+    return;
+  }
+  app.deleting = { id: s.id, at: Date.now() };
+  renderSessions();
+  setTimeout(() => { if (app.deleting?.id === s.id) { app.deleting = null; renderSessions(); } }, DELETE_CONFIRM_MS);
+}
+
+async function deleteSession(s) {
+  await app.client.deleteSession(s.id);
+  app.sessions = app.sessions.filter((x) => x.id !== s.id);
+  if (app.session?.id === s.id) {
+    app.session = null;
+    const next = sortedSessions()[0];
+    if (next) await openSession(next.id);
+    else await newChat();
+  }
+  renderSessions();
+}
+
+async function newChat() {
+  clearError();
+  togglePrefs(false);
+  toggleSessions(false);
+  // An empty chat is reused rather than piling up untitled ones.
+  if (app.session && !app.session.messages.length && !app.turns.has(app.session.id)) {
+    app.els.prompt.focus();
+    return;
+  }
+  const { session } = await app.client.createSession();
+  app.sessions.push({ id: session.id, title: session.title, created_at: session.created_at, updated_at: session.updated_at });
+  showSession(session);
+  app.els.prompt.focus();
+}
+
+async function openSession(id) {
+  clearError();
+  togglePrefs(false);
+  const { session } = await app.client.getSession(id);
+  showSession(session);
+}
+
+function showSession(session) {
+  app.session = session;
+  try {
+    sessionStorage.setItem(SESSION_KEY, session.id);
+  } catch {
+    /* not remembered across reloads */
+  }
+  const row = app.sessions.find((s) => s.id === session.id);
+  if (row) row.title = session.title;
+  renderChat();
+}
+
+/** Reload the shown session from the daemon (after a turn that ended without one, an error...). */
+async function reloadSession(id) {
+  try {
+    const { session } = await app.client.getSession(id);
+    if (app.session?.id === id) showSession(session);
+  } catch (err) {
+    showError(err);
+  }
+}
+
+// --- messages ----------------------------------------------------------------------------------------
+
+function renderChat() {
+  const s = app.session;
+  app.els.title.textContent = s ? s.title : "";
+  app.els.title.title = s ? s.title : "";
+  renderMessages();
+  updateComposer();
+}
+
+function nearBottom(box) {
+  return box.scrollHeight - box.scrollTop - box.clientHeight < 80;
+}
+
+function renderMessages() {
+  const box = app.els.messages;
+  const s = app.session;
+  box.replaceChildren();
+  if (!s) return;
+  const turn = app.turns.get(s.id);
+  if (!s.messages.length && !turn) {
+    box.append(h("div", { class: "welcome" },
+      h("p", { text: "Ask a question about your papers. The answer quotes your library and cites it." }),
+      h("p", { class: "muted", text: app.bridge?.hosted
+        ? "Papers or a collection selected in Zotero become the question's context."
+        : "The whole library is searched; in Zotero, the selected papers become the context." })));
+  }
+  for (const m of s.messages) box.append(m.role === "user" ? userMessage(m, !!turn) : assistantMessage(m));
+  if (turn) {
+    box.append(turn.el);
+    renderLive(turn);
+  } else if (s.pending_hitl) {
+    box.append(checkpointCard(s.pending_hitl));
+  }
+  if (app.notice?.sessionId === s.id) box.append(h("p", { class: "notice", text: app.notice.text }));
+  box.scrollTop = box.scrollHeight;
+}
+
+function userMessage(m, busy) {
+  const bubble = h("div", { class: "bubble", text: m.text });
+  const el = h("div", { class: "msg user", data: { invocation: m.invocation_id || "" } }, bubble);
+  if (m.invocation_id && !busy) {
+    el.append(h("div", { class: "msg-actions" },
+      h("button", { type: "button", class: "link-button edit", text: "Edit", title: "Edit and ask again (what came after it is discarded)",
+        on: { click: () => startEdit(m, el) } })));
+  }
+  return el;
+}
+
+function assistantMessage(m) {
+  const el = h("div", { class: "msg assistant", data: { invocation: m.invocation_id || "" } });
+  if (m.thought) el.append(thoughtBlock(m.thought, false));
+  if (m.text) {
+    const sources = withPages(parseSources(m.text), app.passages.get(m.invocation_id));
+    el.append(h("div", { class: "answer" }, renderMarkdown(m.text, { sources })));
+    el.append(pageLinks(sources));
+    if (app.bridge?.can("save-note")) {
+      const save = h("button", { type: "button", class: "link-button save-note", text: "Save as note", on: { click: () => saveNote(m, save) } });
+      el.append(h("div", { class: "msg-actions" }, save));
+    }
+  }
+  return el;
+}
+
+function thoughtBlock(text, open) {
+  return h("details", { class: "thought", open },
+    h("summary", { text: "Thoughts" }),
+    h("div", { class: "thought-text", text }));
+}
+
+/** The sources with the PDF pages their item was found on, when this page saw the search (the
+ *  stream's `tool_result` passages: item, attachment, page): `pdfs` maps page -> open-pdf URI. */
+function withPages(sources, passages) {
+  if (!passages?.length) return sources;
+  for (const s of sources.values()) {
+    const key = /\/items\/([A-Z0-9]{8})$/.exec(s.uri || "")?.[1];
+    if (!key) continue;
+    for (const p of passages) {
+      if (p.item_key === key && p.attachment_key && Number.isInteger(p.page)) {
+        s.pdfs ??= new Map();
+        if (!s.pdfs.has(p.page)) s.pdfs.set(p.page, `zotero://open-pdf/library/items/${encodeURIComponent(p.attachment_key)}?page=${p.page}`);
+      }
+    }
+  }
+  return sources;
+}
+
+function pageLinks(sources) {
+  const links = [];
+  for (const s of sources.values()) {
+    for (const [page, href] of [...(s.pdfs || new Map())].sort((a, b) => a[0] - b[0])) {
+      links.push(h("a", { href, class: "pdf-link", title: s.title, text: `[${s.n}] p. ${page}` }));
+    }
+  }
+  if (!links.length) return null;
+  return h("div", { class: "page-links" }, "Open the PDF at: ", ...links.flatMap((a, i) => (i ? [", ", a] : [a])));
+}
+
+// --- a running turn ----------------------------------------------------------------------------------
+
+function liveElement() {
+  const thought = thoughtBlock("", false);
+  thought.hidden = true;
+  const progress = h("ul", { class: "progress-lines" });
+  const answer = h("div", { class: "answer" });
+  const status = h("p", { class: "turn-status", text: "Working…" });
+  const el = h("div", { class: "msg assistant live" }, thought, progress, answer, status);
+  return { el, thought, progress, answer, status };
+}
+
+function scheduleRender(turn) {
+  if (turn.timer !== null) return;
+  const wait = Math.max(0, RENDER_INTERVAL_MS - (performance.now() - turn.lastRender));
+  turn.timer = setTimeout(() => {
+    turn.timer = null;
+    if (app.session?.id === turn.sessionId) renderLive(turn);
+  }, wait);
+}
+
+function renderLive(turn) {
+  const now = performance.now();
+  if (turn.lastRender) turn.minGap = Math.min(turn.minGap, now - turn.lastRender);
+  turn.lastRender = now;
+  turn.renders += 1;
+  const v = turn.view;
+  const box = app.els.messages;
+  const stick = nearBottom(box);
+  const parts = turn.parts;
+  if (v.thought) {
+    parts.thought.hidden = false;
+    parts.thought.querySelector(".thought-text").textContent = v.thought;
+  }
+  parts.progress.replaceChildren(...v.progress.map((line) => h("li", { text: line })));
+  if (v.answer) parts.answer.replaceChildren(renderMarkdown(v.answer, { sources: withPages(parseSources(v.answer), v.passages) }));
+  parts.status.textContent = turn.stopping ? "Stopping…" : v.answer ? "" : v.progress.length ? "Searching…" : "Working…";
+  parts.status.hidden = !parts.status.textContent;
+  // How the throttle behaved, for whoever inspects the page (the browser tests do).
+  turn.el.dataset.renders = String(turn.renders);
+  turn.el.dataset.minGapMs = Number.isFinite(turn.minGap) ? turn.minGap.toFixed(1) : "";
+  if (stick) box.scrollTop = box.scrollHeight;
+}
+
+/** Run a turn (a prompt or a checkpoint answer) of session `sid`, showing it as it streams. */
+async function runTurn(sid, open) {
+  const parts = liveElement();
+  const turn = { sessionId: sid, view: new TurnView(), controller: new AbortController(), el: parts.el, parts,
+    timer: null, lastRender: 0, renders: 0, minGap: Infinity, stopping: false, stopTimer: null };
+  app.turns.set(sid, turn);
+  app.notice = null;
+  clearError();
+  renderChat();
+  let failure = null;
+  try {
+    for await (const event of open(turn.controller.signal)) {
+      if (turn.view.feed(event)) scheduleRender(turn);
+    }
+  } catch (err) {
+    failure = err;
+  } finally {
+    clearTimeout(turn.timer);
+    clearTimeout(turn.stopTimer);
+    app.turns.delete(sid);
+  }
+  const v = turn.view;
+  if (v.invocationId && v.passages.length) app.passages.set(v.invocationId, v.passages);
+  if (v.stopReason === "cancelled") app.notice = { sessionId: sid, text: "Stopped. What was written so far is kept." };
+  if (v.error) showError(`The answer failed: ${describeTurnError(v.error)}`);
+  else if (failure && !(failure.name === "AbortError" && turn.stopping)) showError(failure);
+  if (v.session && app.session?.id === sid) showSession(v.session);
+  else if (app.session?.id === sid) await reloadSession(sid);
+  else renderSessions();
+  refreshSessions().catch(() => {});
+  return { view: v, failure };
+}
+
+function describeTurnError({ code, message }) {
+  if (code === "model_error") return `the model failed (${message}). Check the model settings, or try again.`;
+  if (code === "cancelled") return message;
+  return `${message} (${code})`;
+}
+
+function submitPrompt() {
+  const text = app.els.prompt.value.trim();
+  if (!text || !app.session || app.turns.has(app.session.id)) return;
+  app.els.prompt.value = "";
+  autoGrow();
+  sendPrompt(text).catch(showError);
+}
+
+async function sendPrompt(text) {
+  const sid = app.session.id;
+  const ctx = app.context;
+  // Shown at once; the daemon's session replaces it when the turn ends.
+  app.session.messages = [...app.session.messages, { role: "user", text, invocation_id: null }];
+  app.session.pending_hitl = null; // a new prompt supersedes an unanswered checkpoint
+  const request = {
+    prompt: text, sessionId: sid, mode: ctx.mode,
+    activeItems: ctx.mode === "papers" ? ctx.items.map((it) => ({ item_key: it.item_key, title: it.title || it.item_key })) : [],
+    collection: ctx.mode === "collection" ? ctx.collection?.key : undefined,
+    snippets: ctx.snippets.length ? ctx.snippets : undefined,
+  };
+  if (ctx.snippets.length) {
+    app.context = { ...ctx, snippets: [] }; // focal snippets belong to the turn they were asked with
+    renderChips();
+  }
+  const { view, failure } = await runTurn(sid, (signal) => app.client.chat(request, { signal }));
+  if (failure instanceof ZocratesHttpError && !view.invocationId && !app.els.prompt.value) {
+    app.els.prompt.value = text; // refused before it started: the question is not lost
+  }
+}
+
+async function stopTurn() {
+  const turn = app.session && app.turns.get(app.session.id);
+  if (!turn || turn.stopping) return;
+  turn.stopping = true;
+  renderLive(turn);
+  turn.stopTimer = setTimeout(() => turn.controller.abort(), STOP_GRACE_MS);
+  try {
+    for (let i = 0; i < CANCEL_RETRIES && app.turns.get(turn.sessionId) === turn; i++) {
+      const { cancelled } = await app.client.cancel(turn.sessionId);
+      if (cancelled) return;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  } catch (err) {
+    showError(err);
+  }
+}
+
+function updateComposer() {
+  const running = !!(app.session && app.turns.has(app.session.id));
+  app.els.send.hidden = running;
+  app.els.stop.hidden = !running;
+  app.els.send.disabled = !app.session;
+  renderChips();
+}
+
+// --- the checkpoint card (spec 5.1) ------------------------------------------------------------------
+
+function checkpointCard(pending) {
+  const payload = pending.payload && typeof pending.payload === "object" ? pending.payload : {};
+  const addressed = Array.isArray(payload.addressed_aspects) ? payload.addressed_aspects : [];
+  const unaddressed = Array.isArray(payload.unaddressed_aspects) ? payload.unaddressed_aspects : [];
+  const actions = Array.isArray(payload.actions) && payload.actions.length ? payload.actions : ["extend_budget", "synthesize"];
+  const guidance = h("textarea", { class: "guidance", rows: "2", placeholder: "Optional: what should the next rounds look for?", "aria-label": "Guidance for the next rounds",
+    on: { input: () => { app.guidance = { interrupt: pending.interrupt_id, text: guidance.value }; } } });
+  // A re-render (another chat's turn ending, the host arriving) keeps what was typed.
+  if (app.guidance?.interrupt === pending.interrupt_id) guidance.value = app.guidance.text;
+  const buttons = [];
+  const answer = (response) => {
+    buttons.forEach((b) => { b.disabled = true; });
+    resumeTurn(pending, response).catch(showError);
+  };
+  if (actions.includes("extend_budget")) {
+    buttons.push(h("button", { type: "button", class: "primary extend", text: "Search more", on: { click: () => {
+      const g = guidance.value.trim();
+      answer(g ? { action: "extend_budget", guidance: g } : { action: "extend_budget" });
+    } } }));
+  }
+  if (actions.includes("synthesize")) {
+    buttons.push(h("button", { type: "button", class: "synthesize", text: "Answer now", on: { click: () => answer({ action: "synthesize" }) } }));
+  }
+  buttons.push(h("button", { type: "button", class: "link-button discard", text: "Discard question", title: "Rewind: the question goes back into the box",
+    on: { click: () => { buttons.forEach((b) => { b.disabled = true; }); discardTurn(pending).catch(showError); } } }));
+  const rounds = Array.isArray(payload.rounds) ? payload.rounds.length : payload.rounds;
+  const meta = [];
+  if (Number.isInteger(rounds)) meta.push(plural(rounds, "search round"));
+  if (Number.isInteger(payload.extension) && Number.isInteger(payload.max_extensions)) meta.push(`checkpoint ${payload.extension} of at most ${payload.max_extensions}`);
+  return h("div", { class: "checkpoint-card", role: "group", "aria-label": "Research checkpoint", data: { interrupt: pending.interrupt_id || "" } },
+    h("h3", { text: "Research checkpoint" }),
+    pending.message ? h("p", { class: "checkpoint-message", text: pending.message }) : null,
+    addressed.length ? h("div", { class: "aspects done" }, h("span", { class: "aspects-label", text: "Searched" }), h("ul", {}, addressed.map((a) => h("li", { text: String(a) })))) : null,
+    unaddressed.length ? h("div", { class: "aspects todo" }, h("span", { class: "aspects-label", text: "Not searched yet" }), h("ul", {}, unaddressed.map((a) => h("li", { text: String(a) })))) : null,
+    meta.length ? h("p", { class: "muted", text: meta.join(" · ") }) : null,
+    guidance,
+    h("div", { class: "card-actions" }, buttons));
+}
+
+async function resumeTurn(pending, response) {
+  const sid = app.session.id;
+  app.session.pending_hitl = null;
+  const { failure } = await runTurn(sid, (signal) => app.client.resume(
+    { sessionId: sid, invocationId: pending.invocation_id, interruptId: pending.interrupt_id, response }, { signal }));
+  if (failure instanceof ZocratesHttpError && failure.code === "checkpoint_not_pending") await reloadSession(sid);
+}
+
+async function discardTurn(pending) {
+  const sid = app.session.id;
+  const result = await app.client.rewind(sid, pending.invocation_id);
+  applyRestored(result.restored);
+  showSession(result.session);
+  if (result.restored?.text && !app.els.prompt.value) {
+    app.els.prompt.value = result.restored.text;
+    autoGrow();
+  }
+}
+
+// --- inline edit = rewind (spec 5.2) -----------------------------------------------------------------
+
+function startEdit(m, el) {
+  const ta = h("textarea", { class: "edit-text", rows: "3", "aria-label": "Edit your question" });
+  ta.value = m.text;
+  const send = h("button", { type: "button", class: "primary edit-send", text: "Ask again" });
+  const cancel = h("button", { type: "button", class: "link-button edit-cancel", text: "Cancel" });
+  const submit = async () => {
+    const text = ta.value.trim();
+    if (!text) return;
+    send.disabled = cancel.disabled = ta.disabled = true;
+    await editAndResend(m, text);
+  };
+  send.addEventListener("click", () => submit().catch(showError));
+  cancel.addEventListener("click", () => renderMessages());
+  ta.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      submit().catch(showError);
+    } else if (e.key === "Escape") {
+      e.preventDefault();
+      renderMessages();
+    }
+  });
+  el.replaceChildren(ta, h("div", { class: "msg-actions" }, send, cancel));
+  ta.focus();
+}
+
+async function editAndResend(m, text) {
+  const sid = app.session.id;
+  let result;
+  try {
+    result = await app.client.rewind(sid, m.invocation_id);
+  } catch (err) {
+    showError(err);
+    await reloadSession(sid);
+    return;
+  }
+  // The turn is asked again with the context it had: its chips, snippets and mode.
+  applyRestored(result.restored);
+  showSession(result.session);
+  await sendPrompt(text);
+}
+
+function applyRestored(restored) {
+  if (!restored) return;
+  const items = Array.isArray(restored.active_context_items)
+    ? restored.active_context_items.filter((it) => it && it.item_key).map((it) => ({ item_key: it.item_key, title: it.title || it.item_key }))
+    : [];
+  let mode = restored.mode || "library";
+  const key = typeof restored.collection === "string" ? restored.collection : null;
+  const collection = key ? { key, name: app.selection?.collection?.key === key ? app.selection.collection.name : `collection ${key}` } : null;
+  if (mode === "papers" && !items.length) mode = "library";
+  if (mode === "collection" && !collection) mode = "library";
+  app.context = { mode, items, collection, snippets: Array.isArray(restored.snippets) ? restored.snippets : [] };
+  renderChips();
+}
+
+// --- context chips (from the Zotero selection) -------------------------------------------------------
+
+function contextFromSelection(sel, snippets = []) {
+  if (sel?.items?.length) return { mode: "papers", items: sel.items.map((it) => ({ item_key: it.item_key, title: it.title || it.item_key })), collection: null, snippets };
+  if (sel?.collection) return { mode: "collection", items: [], collection: sel.collection, snippets };
+  return { mode: "library", items: [], collection: null, snippets };
+}
+
+function chip(kind, label, title, remove) {
+  return h("span", { class: `chip ${kind}`, title: title || label, data: { kind } },
+    h("span", { class: "chip-label", text: label }),
+    remove ? h("button", { type: "button", class: "chip-remove", "aria-label": `Remove ${label}`, text: "×", on: { click: remove } }) : null);
+}
+
+function renderChips() {
+  const box = app.els.chips;
+  if (!box) return;
+  const ctx = app.context;
+  const chips = [];
+  const fallback = () => {
+    app.context = { ...contextFromSelection({ collection: app.selection?.collection }, ctx.snippets) };
+    renderChips();
+  };
+  if (ctx.mode === "papers") {
+    for (const it of ctx.items) {
+      chips.push(chip("paper", it.title || it.item_key, `${it.title || ""} (${it.item_key})`, () => {
+        const items = ctx.items.filter((x) => x.item_key !== it.item_key);
+        if (items.length) {
+          app.context = { ...ctx, items };
+          renderChips();
+        } else {
+          fallback();
+        }
+      }));
+    }
+  } else if (ctx.mode === "collection" && ctx.collection) {
+    chips.push(chip("collection", ctx.collection.name, `the collection ${ctx.collection.name} and its subcollections`, () => {
+      app.context = { mode: "library", items: [], collection: null, snippets: ctx.snippets };
+      renderChips();
+    }));
+  } else {
+    chips.push(chip("library", "Whole library", "the question searches your whole library", null));
+  }
+  ctx.snippets.forEach((sn, i) => {
+    const text = String(sn.text || "");
+    const label = `“${text.length > 40 ? `${text.slice(0, 39)}…` : text}”${Number.isInteger(sn.page) ? ` p. ${sn.page}` : ""}`;
+    chips.push(chip("snippet", label, text, () => {
+      app.context = { ...app.context, snippets: app.context.snippets.filter((_, j) => j !== i) };
+      renderChips();
+    }));
+  });
+  box.replaceChildren(...chips);
+}
+
+// --- links and notes (through the bridge when Zotero hosts the page) ---------------------------------
+
+function onLinkClick(event) {
+  const a = event.target instanceof Element ? event.target.closest("a[href]") : null;
+  if (!a) return;
+  const href = a.getAttribute("href");
+  if (href.startsWith("zotero:") && app.bridge?.can("open")) {
+    event.preventDefault();
+    app.bridge.open(href).catch(showError);
+  }
+}
+
+async function saveNote(m, button) {
+  const sources = parseSources(m.text);
+  // The note is the answer as rendered: built from text nodes, so serialising it is safe HTML.
+  const holder = document.createElement("div");
+  holder.append(renderMarkdown(m.text, { sources }));
+  const citations = [...sources.values()].map((s) => ({ uri: s.uri, title: s.title }));
+  const items = new Set(citations.map((c) => c.uri).filter((u) => u.startsWith("zotero://select/")));
+  button.disabled = true;
+  button.textContent = "Saving…";
+  try {
+    await app.bridge.saveNote({ html: holder.innerHTML, citations, parent: items.size === 1 ? [...items][0] : null });
+    button.textContent = "Saved as a note";
+  } catch (err) {
+    button.disabled = false;
+    button.textContent = "Save as note";
+    showError(`Could not save the note: ${describe(err)}`);
+  }
+}
+
+// --- library status ----------------------------------------------------------------------------------
+
+function stopLibraryPoll() {
+  clearTimeout(app.libraryTimer);
+  app.libraryTimer = null;
+}
+
+async function pollLibrary({ refresh = false } = {}) {
+  stopLibraryPoll();
+  let library;
+  try {
+    library = (await app.client.libraryStatus({ refresh })).library;
+  } catch (err) {
+    if (err instanceof ZocratesHttpError && err.code === "unauthorized") return showError(err);
+    app.libraryTimer = setTimeout(pollLibrary, LIBRARY_POLL_MS.unavailable);
+    return;
+  }
+  renderLibrary(library);
+  const wait = LIBRARY_POLL_MS[library?.state];
+  if (wait) app.libraryTimer = setTimeout(pollLibrary, wait);
+}
+
+function renderLibrary(lib) {
+  const box = app.els.library;
+  if (!box || !lib) return;
+  box.dataset.state = lib.state;
+  const again = () => h("button", { type: "button", class: "link-button", text: "Check again", on: { click: () => pollLibrary({ refresh: true }) } });
+  switch (lib.state) {
+    case "starting":
+      fill(box, h("span", { text: "Opening your Zotero library…" }), h("progress", { "aria-label": "Opening the library" }));
+      break;
+    case "indexing": {
+      const pct = Math.max(0, Math.min(100, Number(lib.percent) || 0));
+      const counts = lib.items_to_index ? ` (${lib.items_done} of ${lib.items_to_index} items)` : "";
+      fill(box, h("span", { text: `Indexing your Zotero library: ${Math.floor(pct)}%${counts}. Answers search what is indexed so far.` }),
+        h("progress", { max: "100", value: String(pct), "aria-label": "Indexing progress" }));
+      break;
+    }
+    case "unavailable":
+      fill(box,
+        h("strong", { text: "No Zotero library found." }),
+        lib.message ? h("p", { class: "library-message", text: lib.message }) : null,
+        h("p", { text: "What to do: start zocratesd with --zotero-data-dir set to your Zotero data directory "
+          + "(Zotero: Settings > Advanced > Files and Folders), or let it read your library through Zotero's local API "
+          + "(Zotero: Settings > Advanced > \u201cAllow other applications on this computer to communicate with Zotero\u201d). "
+          + "Until then answers find nothing." }),
+        again());
+      break;
+    case "error":
+      fill(box, h("strong", { text: "Indexing your library failed." }), lib.message ? h("p", { text: lib.message }) : null, again());
+      break;
+    default: // ready, stopped, disabled: nothing to say in the chat
+      fill(box);
+  }
+  box.hidden = !box.childNodes.length;
+}
+
+// --- preferences: "Chat Sessions & Storage" (spec 8.1) -------------------------------------------------
+
+const SKIP_REASONS = {
+  not_needed: "not needed (little space to reclaim)",
+  chat_in_progress: "deferred, a chat is running (it is done at the next clean-up)",
+  insufficient_disk: "not enough free disk space",
+  busy: "the database is busy; try again later",
+  error: "it failed (see zocratesd.log); the database is intact",
+};
+
+function describeModel(model) {
+  if (!model) return "—";
+  if (typeof model === "string") return model;
+  if (typeof model === "object") return [model.provider, model.name].filter(Boolean).join(": ") || "—";
+  return String(model);
+}
+
+function figure(id, label) {
+  return [h("dt", { text: label }), h("dd", { id, text: "…" })];
+}
+
+function buildPrefs(container, { standalone }) {
+  const days = h("input", { id: "retention-days", type: "number", min: "0", step: "1", inputmode: "numeric", "aria-describedby": "retention-help" });
+  const max = h("input", { id: "max-sessions", type: "number", min: "0", step: "1", inputmode: "numeric" });
+  const status = h("p", { id: "settings-status", class: "muted", role: "status" });
+  const save = h("button", { id: "save-settings", type: "submit", class: "primary", text: "Save" });
+  const cleanup = h("button", { id: "cleanup", type: "button", text: "Clean Up Now" });
+  const report = h("p", { id: "cleanup-report", role: "status" });
+  const form = h("form", { class: "settings-form", on: { submit: (e) => { e.preventDefault(); saveSettings(days, max, status, save); } } },
+    h("label", {}, h("span", { text: "Delete chats not used for" }), h("span", { class: "field" }, days, " days")),
+    h("label", {}, h("span", { text: "Keep at most" }), h("span", { class: "field" }, max, " chats")),
+    h("p", { id: "retention-help", class: "muted", text: "0 or empty: no limit. Chats with a running answer are never deleted." }),
+    h("div", { class: "card-actions" }, save), status);
+  cleanup.addEventListener("click", () => cleanUp(cleanup, report));
+  container.replaceChildren(...[
+    standalone ? null : h("div", { class: "prefs-head" }, h("button", { type: "button", class: "link-button", id: "prefs-back", text: "← Back to the chat", on: { click: () => togglePrefs(false) } })),
+    h("h2", { text: "Chat Sessions & Storage" }),
+    h("dl", { class: "figures" }, figure("pref-db-size", "Database size"), figure("pref-sessions", "Sessions"), figure("pref-events", "Events"), figure("pref-free", "Free pages")),
+    h("h3", { text: "Retention" }), form,
+    h("h3", { text: "Clean up" }),
+    h("p", { class: "muted", text: "Deletes empty chats older than a day and chats beyond the limits above, then compacts the database when that frees enough space." }),
+    h("div", { class: "card-actions" }, cleanup), report,
+    h("h3", { text: "About" }),
+    h("dl", { class: "figures" }, figure("pref-version", "Daemon version"), figure("pref-model", "Model"), figure("pref-library", "Library"), figure("pref-config", "Settings file")),
+  ].filter(Boolean));
+}
+
+function setText(id, text) {
+  const el = document.getElementById(id);
+  if (el) el.textContent = text;
+}
+
+function showStats(stats) {
+  const db = (stats.db_size_bytes || 0) + (stats.wal_size_bytes || 0);
+  setText("pref-db-size", formatBytes(db));
+  setText("pref-sessions", String(stats.session_count));
+  setText("pref-events", String(stats.event_count));
+  setText("pref-free", `${stats.freelist_count} of ${stats.page_count} pages (${Math.round((stats.freelist_ratio || 0) * 100)}%)`);
+}
+
+function showSettings(answer) {
+  const s = answer.settings || {};
+  const days = document.getElementById("retention-days");
+  const max = document.getElementById("max-sessions");
+  if (!days || !max) return;
+  days.value = s.session_retention_days ?? "";
+  max.value = s.max_saved_sessions ?? "";
+  const env = Array.isArray(answer.environment) ? answer.environment : [];
+  for (const [input, key] of [[days, "session_retention_days"], [max, "max_saved_sessions"]]) {
+    input.disabled = env.includes(key);
+    input.title = input.disabled ? `set by ZOCRATES_${key.toUpperCase()} in the daemon's environment` : "";
+  }
+  setText("pref-config", answer.config_path || "—");
+  if (answer.model !== undefined) setText("pref-model", describeModel(answer.model));
+}
+
+async function loadPrefs() {
+  const c = app.client;
+  const tasks = [
+    c.storageStats().then(showStats),
+    c.getSettings().then(showSettings),
+    (app.register ? Promise.resolve(app.register) : c.register({ client: "zocrates-webui" })).then((reg) => {
+      app.register = reg;
+      setText("pref-version", reg.version || "—");
+      if (reg.model !== undefined) setText("pref-model", describeModel(reg.model));
+    }),
+    c.libraryStatus().then(({ library }) => {
+      const l = library || {};
+      const what = l.state === "ready" ? `ready: ${plural(l.items_indexed ?? 0, "item")} indexed`
+        : l.state === "indexing" ? `indexing: ${Math.floor(l.percent || 0)}%` : `${l.state}${l.message ? ` (${l.message})` : ""}`;
+      setText("pref-library", what);
+    }),
+  ];
+  const results = await Promise.allSettled(tasks);
+  const failed = results.find((r) => r.status === "rejected");
+  if (failed) throw failed.reason;
+  if (document.getElementById("pref-model")?.textContent === "…") setText("pref-model", "—");
+}
+
+function intOrNull(input) {
+  const v = input.value.trim();
+  if (v === "") return null;
+  const n = Number(v);
+  return Number.isInteger(n) && n >= 0 ? n : Number.NaN;
+}
+
+async function saveSettings(daysInput, maxInput, status, button) {
+  const changes = {};
+  for (const [input, key] of [[daysInput, "session_retention_days"], [maxInput, "max_saved_sessions"]]) {
+    if (input.disabled) continue;
+    const v = intOrNull(input);
+    if (Number.isNaN(v)) {
+      status.className = "error-text";
+      status.textContent = "Use a whole number, 0 or more (or leave it empty for no limit).";
+      return;
+    }
+    changes[key] = v;
+  }
+  button.disabled = true;
+  status.className = "muted";
+  status.textContent = "Saving…";
+  try {
+    const answer = await app.client.updateSettings(changes);
+    showSettings(answer);
+    const later = Object.keys(changes).filter((k) => answer.applies?.[k] === "next_start");
+    status.textContent = later.length
+      ? "Saved. It applies when zocratesd next starts."
+      : "Saved. Applies now: at the next Clean Up Now (and at every daemon start).";
+  } catch (err) {
+    status.className = "error-text";
+    status.textContent = err instanceof ZocratesHttpError && err.code === "invalid_input"
+      ? `Not saved: ${err.body?.error?.message || err.message}` : `Not saved: ${describe(err)}`;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function cleanUp(button, report) {
+  button.disabled = true;
+  button.textContent = "Cleaning up…";
+  report.className = "muted";
+  report.textContent = "Working…";
+  try {
+    const r = await app.client.maintenance();
+    const v = r.vacuum || {};
+    const deleted = `Deleted ${plural(r.empty_deleted ?? 0, "empty chat")} and ${plural(r.retention_deleted ?? 0, "chat")} beyond the limits.`;
+    const vac = v.ran
+      ? ` Compacted the database: ${formatBytes(v.bytes_before)} → ${formatBytes(v.bytes_after)}.`
+      : ` Database not compacted: ${SKIP_REASONS[v.skipped_reason] || v.skipped_reason || "not needed"}.`;
+    report.className = "cleanup-done";
+    report.textContent = `${deleted}${vac} Took ${Math.round(r.duration_ms ?? 0)} ms.`;
+    showStats(await app.client.storageStats());
+    if (app.els.sessionsList) refreshSessions().catch(() => {});
+  } catch (err) {
+    report.className = "error-text";
+    report.textContent = `Clean-up failed: ${describe(err)}`;
+  } finally {
+    button.disabled = false;
+    button.textContent = "Clean Up Now";
+  }
+}
+
+function togglePrefs(show) {
+  const prefs = app.els.prefs;
+  if (!prefs) return;
+  const open = show ?? prefs.hidden;
+  prefs.hidden = !open;
+  app.els.chat.hidden = open;
+  app.els.composer.hidden = open;
+  app.els.prefsToggle.setAttribute("aria-pressed", String(open));
+  if (open) {
+    toggleSessions(false);
+    buildPrefs(prefs, { standalone: false });
+    loadPrefs().catch(showError);
+  }
+}
+
+// --- start-up ----------------------------------------------------------------------------------------
+
+async function bootChat() {
+  buildLayout();
+  app.bridge = new Bridge(window);
+  app.bridge.onSelection = (sel) => {
+    app.selection = sel;
+    app.context = contextFromSelection(sel, app.context.snippets);
+    renderChips();
+  };
+  const hello = app.bridge.start().then((hosted) => {
+    document.documentElement.dataset.host = hosted ? "zotero" : "standalone";
+    if (hosted && app.session && !app.turns.has(app.session.id)) renderMessages(); // save-note buttons, once the host said it can
+  });
+  renderChips();
+  app.register = await app.client.register({ client: "zocrates-webui" });
+  await refreshSessions();
+  let id = null;
+  try {
+    id = sessionStorage.getItem(SESSION_KEY);
+  } catch {
+    /* none remembered */
+  }
+  const known = app.sessions.find((s) => s.id === id) || sortedSessions()[0];
+  if (known) {
+    try {
+      await openSession(known.id);
+    } catch (err) {
+      if (!(err instanceof ZocratesHttpError && err.code === "not_found")) throw err;
+      await newChat();
+    }
+  } else {
+    await newChat();
+  }
+  pollLibrary();
+  document.documentElement.dataset.view = "chat";
+  await hello;
+}
+
+async function bootPrefs() {
+  document.getElementById("root").replaceChildren(h("div", { class: "app prefs-only" }, h("section", { id: "prefs", class: "prefs" })));
+  buildPrefs(document.getElementById("prefs"), { standalone: true });
+  await loadPrefs();
+  document.documentElement.dataset.view = "prefs";
+}
+
+async function boot() {
+  const token = takeToken();
+  if (!token) {
+    showHelp();
+    return;
+  }
+  app.client = new ZocratesClient({ baseUrl: location.origin, token });
+  const prefsOnly = new URLSearchParams(location.search).get("view") === "prefs";
+  try {
+    if (prefsOnly) await bootPrefs();
+    else await bootChat();
+  } catch (err) {
+    showFatal(err, () => {
+      app.bridge?.close();
+      boot();
+    });
+  }
+}
+
+document.documentElement.dataset.ready = "1";
+// An address with a new token pasted into this tab is a same-document navigation: take the token
+// and start afresh with it.
+window.addEventListener("hashchange", () => {
+  if (/(?:^#|&)token=/.test(location.hash)) {
+    takeToken();
+    location.reload();
+  }
+});
+document.addEventListener("keydown", onGlobalKey);
+document.addEventListener("click", onLinkClick);
+window.addEventListener("unhandledrejection", (event) => showError(event.reason));
+boot();

@@ -1,0 +1,271 @@
+// markdown.js: the small, safe Markdown renderer of the sidebar (answers come from a model, which
+// may quote anything a paper says: all of it is untrusted text).
+//
+// Safety by construction: the output is built from DOM nodes; every piece of text goes in through
+// createTextNode, never through innerHTML, and the only attribute taken from the text is a link's
+// href, after its URL parsed and its scheme is one of LINK_SCHEMES. No raw HTML is passed through:
+// "<b>" in an answer shows as "<b>".
+//
+// What it knows is what answers use: paragraphs (a line break is kept), # headings, - and 1. lists,
+// > quotes, ``` code blocks, `code`, **bold**, *italic*, [text](url) links, bare URLs, and numbered
+// citations [1] / [1, 2] / [1-3] / [2, p. 4] linked to the answer's "# Cited Sources" entries
+// ("[n] Author (Year). Title. (zotero://select/library/items/KEY)"); a page links to the PDF at
+// that page when the caller knows the item's attachment (`sources.get(n).pdfs`: page -> URI).
+
+const LINK_SCHEMES = new Set(["http:", "https:", "zotero:"]);
+// A source entry: "[n] what it is (uri)"; the uri is what the number's links open.
+const SOURCE_RE = /^\s*\[(\d{1,4})\]\s+(.+?)\s*\(((?:zotero|https?):\/\/[^\s()<>]+)\)\s*$/;
+// A citation group's pieces, between "," or ";": a number, a range "2-4", or the page of the
+// number before it ("[2, p. 4]", "[1, pp. 3-5]").
+const CITE_NUMBER_RE = /^(\d{1,4})$/;
+const CITE_RANGE_RE = /^(\d{1,4})\s*[\u2013-]\s*(\d{1,4})$/;
+const CITE_PAGE_RE = /^pp?\.\s*(\d{1,5})(?:\s*[\u2013-]\s*\d{1,5})?$/;
+// Inline tokens, tried at each position in this order of the alternation (first match wins).
+const INLINE_RE = new RegExp(
+  [
+    "(`+)([^`]|[^`][\\s\\S]*?[^`])\\1(?!`)", // 1,2: code span
+    "\\[([^\\]\\n]+)\\]\\(([^()\\s]+)\\)", // 3,4: [text](url)
+    "\\[(\\d{1,4}(?:\\s*[,;\\u2013-]\\s*(?:\\d{1,5}|pp?\\.\\s*\\d{1,5}))*)\\]", // 5: citations
+    "\\*\\*(?=\\S)([^*\\n]*?\\S)\\*\\*", // 6: bold
+    "__(?=\\S)([^_\\n]*?\\S)__", // 7: bold
+    "\\*(?=[^\\s*])([^*\\n]*?[^\\s*])\\*", // 8: italic
+    "(?<![\\w])_(?=[^\\s_])([^_\\n]*?[^\\s_])_(?![\\w])", // 9: italic
+    "((?:zotero|https?):\\/\\/[^\\s<>()\"'\\]]+)", // 10: bare URL
+  ].join("|"),
+  "g",
+);
+
+/** A URL we may put in an href, or null (javascript:, data:, relative URLs... are not links). */
+export function safeUrl(text) {
+  try {
+    const url = new URL(text);
+    return LINK_SCHEMES.has(url.protocol) ? url.href : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The answer's numbered sources: Map n -> {n, title, uri}. */
+export function parseSources(markdown) {
+  const sources = new Map();
+  for (const line of String(markdown || "").split("\n")) {
+    const m = SOURCE_RE.exec(line);
+    if (m && safeUrl(m[3])) sources.set(Number(m[1]), { n: Number(m[1]), title: m[2], uri: safeUrl(m[3]) });
+  }
+  return sources;
+}
+
+/** A citation group's text as pieces [{n} | {page, of} | {sep}], or null when it is not one. */
+export function parseCitationGroup(group) {
+  const pieces = [];
+  let last = null;
+  for (const [i, token] of group.split(/(\s*[,;]\s*)/).entries()) {
+    if (i % 2) {
+      pieces.push({ sep: token });
+      continue;
+    }
+    const t = token.trim();
+    let m;
+    if ((m = CITE_NUMBER_RE.exec(t))) {
+      last = Number(m[1]);
+      pieces.push({ n: last });
+    } else if ((m = CITE_RANGE_RE.exec(t)) && Number(m[2]) >= Number(m[1]) && Number(m[2]) - Number(m[1]) < 50) {
+      for (let n = Number(m[1]); n <= Number(m[2]); n++) {
+        if (n > Number(m[1])) pieces.push({ sep: ", " });
+        pieces.push({ n });
+      }
+      last = Number(m[2]);
+    } else if ((m = CITE_PAGE_RE.exec(t)) && last !== null) {
+      pieces.push({ page: Number(m[1]), text: t, of: last });
+    } else {
+      return null;
+    }
+  }
+  return pieces;
+}
+
+class Renderer {
+  constructor(doc, sources) {
+    this.doc = doc;
+    this.sources = sources;
+  }
+
+  el(tag, className, ...children) {
+    const node = this.doc.createElement(tag);
+    if (className) node.className = className;
+    for (const child of children) node.append(typeof child === "string" ? this.doc.createTextNode(child) : child);
+    return node;
+  }
+
+  link(href, ...children) {
+    const a = this.el("a", null, ...children);
+    a.setAttribute("href", href);
+    if (!href.startsWith("zotero:")) {
+      a.setAttribute("target", "_blank");
+      a.setAttribute("rel", "noopener noreferrer");
+    }
+    return a;
+  }
+
+  citation(n) {
+    const source = this.sources.get(n);
+    if (!source) return this.doc.createTextNode(String(n));
+    const a = this.link(source.uri, String(n));
+    a.className = "cite";
+    a.dataset.cite = String(n);
+    a.title = source.title;
+    return a;
+  }
+
+  /** "p. 4" of a citation: a link to the PDF at that page when the page is known to us. */
+  pageOf({ page, text, of }) {
+    const href = this.sources.get(of)?.pdfs?.get(page);
+    if (!href) return this.doc.createTextNode(text);
+    const a = this.link(href, text);
+    a.className = "cite-page";
+    return a;
+  }
+
+  /** Inline Markdown of one line (or a bit of it) as nodes appended to `parent`. */
+  inline(parent, text) {
+    let at = 0;
+    const re = new RegExp(INLINE_RE.source, "g");
+    let m;
+    let pieces;
+    while ((m = re.exec(text)) !== null) {
+      if (m.index > at) parent.append(this.doc.createTextNode(text.slice(at, m.index)));
+      at = m.index + m[0].length;
+      if (m[2] !== undefined) {
+        parent.append(this.el("code", null, m[2]));
+      } else if (m[3] !== undefined) {
+        const href = safeUrl(m[4]);
+        if (href) {
+          const a = this.link(href);
+          this.inline(a, m[3]);
+          parent.append(a);
+        } else {
+          parent.append(this.doc.createTextNode(m[0]));
+        }
+      } else if (m[5] !== undefined && (pieces = parseCitationGroup(m[5])) !== null) {
+        const span = this.el("span", "cite-group", "[");
+        for (const piece of pieces) {
+          if (piece.sep !== undefined) span.append(piece.sep);
+          else if (piece.n !== undefined) span.append(this.citation(piece.n));
+          else span.append(this.pageOf(piece));
+        }
+        span.append("]");
+        parent.append(span);
+      } else if (m[6] !== undefined || m[7] !== undefined) {
+        const strong = this.el("strong");
+        this.inline(strong, m[6] ?? m[7]);
+        parent.append(strong);
+      } else if (m[8] !== undefined || m[9] !== undefined) {
+        const em = this.el("em");
+        this.inline(em, m[8] ?? m[9]);
+        parent.append(em);
+      } else if (m[10] !== undefined) {
+        const trimmed = m[10].replace(/[.,;:!?]+$/, "");
+        const href = safeUrl(trimmed);
+        parent.append(href ? this.link(href, trimmed) : this.doc.createTextNode(trimmed));
+        at -= m[10].length - trimmed.length;
+      } else {
+        parent.append(this.doc.createTextNode(m[0]));
+      }
+    }
+    if (at < text.length) parent.append(this.doc.createTextNode(text.slice(at)));
+  }
+
+  paragraph(lines) {
+    const p = this.el("p");
+    lines.forEach((line, i) => {
+      if (i) p.append(this.el("br"));
+      this.inline(p, line);
+    });
+    return p;
+  }
+
+  source(m) {
+    const n = Number(m[1]);
+    const div = this.el("div", "source");
+    div.dataset.source = String(n);
+    div.append(this.el("span", "source-n", `[${n}]`), " ");
+    div.append(this.link(safeUrl(m[3]), m[2]));
+    return div;
+  }
+
+  blocks(markdown) {
+    const frag = this.doc.createDocumentFragment();
+    const lines = String(markdown || "").replace(/\r\n?/g, "\n").split("\n");
+    let para = [];
+    const flush = () => {
+      if (para.length) frag.append(this.paragraph(para));
+      para = [];
+    };
+    for (let i = 0; i < lines.length; i++) {
+      const line = lines[i];
+      let m;
+      if ((m = /^\s*(```+|~~~+)\s*([\w+-]*)\s*$/.exec(line))) {
+        flush();
+        const fence = m[1];
+        const body = [];
+        for (i++; i < lines.length && !lines[i].trim().startsWith(fence); i++) body.push(lines[i]);
+        const pre = this.el("pre", null, this.el("code", null, body.join("\n")));
+        frag.append(pre);
+      } else if (!line.trim()) {
+        flush();
+      } else if ((m = /^(#{1,6})\s+(.*?)\s*#*\s*$/.exec(line))) {
+        flush();
+        // Headings inside an answer are small: the sidebar's own headings stay above them.
+        const h = this.el(`h${Math.min(6, m[1].length + 2)}`);
+        this.inline(h, m[2]);
+        frag.append(h);
+      } else if (/^\s*([-*_])(\s*\1){2,}\s*$/.test(line)) {
+        flush();
+        frag.append(this.el("hr"));
+      } else if ((m = SOURCE_RE.exec(line)) && safeUrl(m[3])) {
+        flush();
+        frag.append(this.source(m));
+      } else if (/^\s*>/.test(line)) {
+        flush();
+        const quoted = [];
+        for (; i < lines.length && /^\s*>/.test(lines[i]); i++) quoted.push(lines[i].replace(/^\s*>\s?/, ""));
+        i--;
+        const bq = this.el("blockquote");
+        bq.append(this.blocks(quoted.join("\n")));
+        frag.append(bq);
+      } else if ((m = /^\s*([-*+]|\d{1,9}[.)])\s+/.exec(line))) {
+        flush();
+        const ordered = /\d/.test(m[1]);
+        const list = this.el(ordered ? "ol" : "ul");
+        if (ordered && Number.parseInt(m[1], 10) !== 1) list.setAttribute("start", String(Number.parseInt(m[1], 10)));
+        const itemRe = ordered ? /^\s*\d{1,9}[.)]\s+/ : /^\s*[-*+]\s+/;
+        let li = null;
+        for (; i < lines.length; i++) {
+          const l = lines[i];
+          if (itemRe.test(l)) {
+            li = this.el("li");
+            this.inline(li, l.replace(itemRe, ""));
+            list.append(li);
+          } else if (l.trim() && /^\s{2,}/.test(l) && li) {
+            li.append(this.el("br"));
+            this.inline(li, l.trim());
+          } else {
+            break;
+          }
+        }
+        i--;
+        frag.append(list);
+      } else {
+        para.push(line);
+      }
+    }
+    flush();
+    return frag;
+  }
+}
+
+/** Render Markdown as a DocumentFragment (see the module comment). `sources` defaults to the
+ *  text's own "# Cited Sources" entries. */
+export function renderMarkdown(markdown, { doc = document, sources } = {}) {
+  return new Renderer(doc, sources ?? parseSources(markdown)).blocks(markdown);
+}
