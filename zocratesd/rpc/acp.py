@@ -7,6 +7,7 @@ shapes the result. Core errors become JSON-RPC errors in `adapter`, by the one t
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -16,17 +17,19 @@ import anyio
 from jsonrpcserver import JsonRpcError, Success
 from pydantic import BaseModel, ValidationError
 
+from zocratesd.core import commands
 from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import Daemon
 from zocratesd.core.watchers import Subscription
 from zocratesd.errors import InvalidInput, ZocratesError
+from zocratesd.limits import MAX_GUIDANCE_CHARS
 from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.logtext import escape_for_log
 from zocratesd.rpc import jsonrpc, models
 from zocratesd.rpc.errors import to_rpc_error
 from zocratesd.rpc.peer import MethodTable, Peer, PeerClosed, RemoteError
-from zocratesd.rpc.updates import checkpoint_call_id, session_info, to_acp
-from zocratesd.updates import MessageChunk
+from zocratesd.rpc.updates import checkpoint_call_id, config_options, session_info, to_acp
+from zocratesd.updates import ConfigOption, ConfigOptions, MessageChunk
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,30 @@ Handler = Callable[..., Awaitable[Any]]
 # A connection that has not taken a session/update off its socket for this long is cut off (it can
 # resync with session/load): one stuck editor must not hold memory for a turn others are watching.
 SLOW_CLIENT_TIMEOUT_S = 30.0
-ZOTERO_ITEM_URI = re.compile(r"^zotero://select/(?:library|groups/\d+)/items/([A-Z0-9]{8})$")
+ZOTERO_ITEM_URI = re.compile(r"^zotero://select/(library|groups/[1-9]\d{0,11})/items/([A-Z0-9]{8})$")
+
+# `peer.state` keys: what the client said it supports at `initialize`, and this connection's
+# name as the origin of the setting changes it makes (it hears those in its answer, not again).
+CLIENT_CAPABILITIES = "client_capabilities"
+ORIGIN = "origin"
+_origins = itertools.count(1)
+
+
+def _capability(peer: Peer, *path: str) -> bool:
+    """Whether the client advertised `clientCapabilities.<path>` (an object: ACP's `{}` = yes)."""
+    node: Any = peer.state.get(CLIENT_CAPABILITIES) or {}
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return isinstance(node, dict)
+
+
+def takes_booleans(peer: Peer) -> bool:
+    return _capability(peer, "session", "configOptions", "boolean")
+
+
+def origin_of(peer: Peer) -> str:
+    origin: str = peer.state.setdefault(ORIGIN, f"{peer.name}#{next(_origins)}")
+    return origin
 
 
 class SessionFeed:
@@ -99,11 +125,16 @@ class SessionFeed:
                 if self.peer.closed:
                     continue  # dropped: the connection is gone
                 prompting = self.peer.state.get("prompting") or {}
+                booleans, origin = takes_booleans(self.peer), self.peer.state.get(ORIGIN)
                 messages = [
-                    jsonrpc.notification("session/update", {"sessionId": self.session_id, "update": to_acp(u)})
+                    jsonrpc.notification(
+                        "session/update", {"sessionId": self.session_id, "update": to_acp(u, booleans=booleans)}
+                    )
                     for u in batch
-                    # The prompting editor already shows its own message.
+                    # The prompting editor already shows its own message; the editor that changed
+                    # a setting has the options in its answer.
                     if not (isinstance(u, MessageChunk) and u.role == "user" and prompting.get(self.session_id))
+                    and not (isinstance(u, ConfigOptions) and u.origin is not None and u.origin == origin)
                 ]
                 if not messages:
                     continue
@@ -120,6 +151,16 @@ class SessionFeed:
         finally:
             self._writing = False
             self._write_scope = None
+
+
+def detach(peer: Peer, session_id: str) -> bool:
+    """Stop sending this session's updates to this connection (`session/close`); False if it
+    was not attached."""
+    feed = (peer.state.get("feeds") or {}).pop(session_id, None)
+    if feed is None:
+        return False
+    feed.close()
+    return True
 
 
 def attach(peer: Peer, daemon: Daemon, session_id: str) -> SessionFeed:
@@ -157,6 +198,66 @@ CHECKPOINT_ANSWER_TIMEOUT_S = 600.0
 # the question without `$/cancel_request`: redundant there, and a client that does not implement
 # that optional notification (the official Python SDK 0.12) logs it as an error.
 CANCELLED_BY_CLIENT = "cancelled_by_client"
+
+
+def elicitation_schema() -> dict[str, Any]:
+    """The form of a checkpoint: go on or answer now, and what to search next."""
+    return {
+        "type": "object",
+        "title": "Research checkpoint",
+        "properties": {
+            "action": {
+                "type": "string", "title": "Next step", "default": EXTEND_OPTION,
+                "oneOf": [{"const": o["optionId"], "title": o["name"]} for o in PERMISSION_OPTIONS],
+            },
+            "guidance": {
+                "type": "string", "title": "What to search next (optional)", "maxLength": MAX_GUIDANCE_CHARS,
+            },
+        },
+        "required": ["action"],
+    }
+
+
+async def ask_checkpoint(peer: Peer, session_id: str, checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """Put a checkpoint to the prompting editor: `elicitation/create` (a form, with room for
+    guidance) when it advertised `elicitation.form`, else `session/request_permission`, which every
+    client has. Its answer as `{action, guidance?}`, or None (as ask_permission)."""
+    if _capability(peer, "elicitation", "form"):
+        return await ask_elicitation(peer, session_id, checkpoint)
+    return await ask_permission(peer, session_id, checkpoint)
+
+
+async def ask_elicitation(peer: Peer, session_id: str, checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """`elicitation/create` in form mode, scoped to the session and the checkpoint's tool call.
+    `accept` with an action answers; `decline`, `cancel` (or no answer in time) leave it pending."""
+    params = {
+        "sessionId": session_id,
+        "toolCallId": checkpoint_call_id(checkpoint["interrupt_id"], checkpoint["invocation_id"]),
+        "mode": "form",
+        "message": checkpoint.get("message") or "Research checkpoint",
+        "requestedSchema": elicitation_schema(),
+    }
+    with anyio.move_on_after(CHECKPOINT_ANSWER_TIMEOUT_S):
+        try:
+            result = await peer.request(
+                "elicitation/create", params,
+                notify_cancel=lambda: session_id not in peer.state.get(CANCELLED_BY_CLIENT, ()),
+            )
+        except (RemoteError, PeerClosed) as exc:
+            log.info("%s: elicitation/create failed (%s); the checkpoint stays pending", peer.name, escape_for_log(exc))
+            return None
+        if not isinstance(result, dict) or result.get("action") != "accept":
+            return None
+        content: dict[str, Any] = result["content"] if isinstance(result.get("content"), dict) else {}
+        action = content.get("action", EXTEND_OPTION)
+        if action == SYNTHESIZE_OPTION:
+            return {"action": "synthesize"}
+        if action == EXTEND_OPTION:
+            guidance = content.get("guidance")
+            return {"action": "extend_budget", **({"guidance": guidance} if isinstance(guidance, str) and guidance else {})}
+        return None
+    log.info("%s: no answer to a checkpoint in %.0f s; it stays pending", peer.name, CHECKPOINT_ANSWER_TIMEOUT_S)
+    return None
 
 
 async def ask_permission(peer: Peer, session_id: str, checkpoint: dict[str, Any]) -> dict[str, Any] | None:
@@ -208,6 +309,7 @@ def prompt_input(blocks: list[dict[str, Any]], meta: dict[str, Any] | None) -> t
     """
     texts: list[str] = []
     linked: list[dict[str, str]] = []
+    linked_libraries: set[str] = set()  # "user" or "groups/<id>" of the linked items
     for block in blocks:
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str):
@@ -216,7 +318,8 @@ def prompt_input(blocks: list[dict[str, Any]], meta: dict[str, Any] | None) -> t
             m = ZOTERO_ITEM_URI.match(block["uri"])
             name = str(block.get("title") or block.get("name") or "")
             if m:
-                linked.append({"item_key": m.group(1), "title": name})
+                linked.append({"item_key": m.group(2), "title": name})
+                linked_libraries.add("user" if m.group(1) == "library" else m.group(1))
             else:
                 texts.append(f"[{name or block['uri']}]({block['uri']})")
         else:
@@ -224,7 +327,7 @@ def prompt_input(blocks: list[dict[str, Any]], meta: dict[str, Any] | None) -> t
                 f"prompt blocks of type {kind!r} are not supported; send text and resource_link blocks",
                 blockType=str(kind)[:40],
             )
-    # `_meta.zocrates` (protocol/README.md, session/prompt): mode, activeItems, collection, snippets.
+    # `_meta.zocrates` (protocol/README.md, session/prompt): mode, activeItems, collection, snippets, library.
     ours = (meta or {}).get("zocrates")
     if ours is None:
         ours = {}
@@ -235,7 +338,13 @@ def prompt_input(blocks: list[dict[str, Any]], meta: dict[str, Any] | None) -> t
         known = {i.get("item_key") for i in items or () if isinstance(i, dict)}
         items = [*(items or ()), *(i for i in linked if i["item_key"] not in known)]
     context = PromptContext.build(
-        mode=ours.get("mode"), items=items, collection=ours.get("collection"), snippets=ours.get("snippets")
+        mode=ours.get("mode"), items=items, collection=ours.get("collection"), snippets=ours.get("snippets"),
+        # Items linked from one group only (and nothing else selected): search that group, since a
+        # key is unique per library only. `_meta.zocrates.library` says otherwise when given.
+        library=ours.get("library") or (
+            next(iter(linked_libraries)) if len(linked_libraries) == 1 and not ours.get("activeItems")
+            and linked_libraries != {"user"} else None
+        ),
     )
     return "\n".join(texts), context
 
@@ -268,9 +377,24 @@ def build_methods(daemon: Daemon) -> MethodTable:
     # place they really belong to.
     default_cwd = str(daemon.data_dir)
 
+    def options_json(peer: Peer, options: tuple[ConfigOption, ...]) -> list[dict[str, Any]]:
+        return config_options(options, booleans=takes_booleans(peer))
+
+    def send_commands(peer: Peer, session_id: str) -> None:
+        """`available_commands_update` for a session the answer being written names (new, load,
+        resume): after it, so the client knows the session by then."""
+        update = {
+            "sessionUpdate": "available_commands_update",
+            "availableCommands": [
+                {"name": c.name, "description": c.description, **({"input": {"hint": c.hint}} if c.hint else {})}
+                for c in commands.COMMANDS
+            ],
+        }
+        peer.after_answer(lambda: peer.notify("session/update", {"sessionId": session_id, "update": update}))
+
     @adapter(models.InitializeParams)
     async def initialize(peer: Peer, p: models.InitializeParams) -> dict[str, Any]:
-        peer.state["client_capabilities"] = p.client_capabilities or {}
+        peer.state[CLIENT_CAPABILITIES] = p.client_capabilities or {}
         peer.state["client_info"] = p.client_info or {}
         return {
             # We speak v1 only; a client asking for another version gets ours and decides.
@@ -279,7 +403,7 @@ def build_methods(daemon: Daemon) -> MethodTable:
                 "loadSession": True,
                 "promptCapabilities": {"image": False, "audio": False, "embeddedContext": False},
                 "mcpCapabilities": {"http": False, "sse": False},
-                "sessionCapabilities": {"list": {}, "delete": {}},
+                "sessionCapabilities": {"list": {}, "delete": {}, "resume": {}, "close": {}},
                 "_meta": {
                     "zocrates": {
                         "version": daemon.version,
@@ -293,9 +417,28 @@ def build_methods(daemon: Daemon) -> MethodTable:
             "authMethods": [],
         }
 
+    async def run_command(peer: Peer, session_id: str, name: str, arg: str) -> dict[str, Any]:
+        """A slash command: its reply as an agent message to this connection. A command the core
+        refuses (bad argument, busy session) is answered in the message too: the user typed it."""
+        outcome: dict[str, Any] = {"name": name, "ok": True}
+        await daemon.config_options(session_id)  # no such session: an error, as for any prompt
+        try:
+            reply = await commands.run(daemon, session_id, name, arg)
+        except ZocratesError as exc:
+            outcome |= {"ok": False, "errorKind": exc.kind}
+            reply = f"/{name}: {exc.message}"
+        attach(peer, daemon, session_id)  # as a prompt does: it hears the session from now on
+        chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": reply},
+                 "messageId": f"command-{next(_origins)}"}
+        await peer.notify("session/update", {"sessionId": session_id, "update": chunk})
+        return {"stopReason": "end_turn", "_meta": {"zocrates": {"command": outcome}}}
+
     @adapter(models.PromptParams)
     async def session_prompt(peer: Peer, p: models.PromptParams) -> dict[str, Any]:
         text, context = prompt_input(p.prompt, p.meta)
+        command = commands.parse(text)
+        if command is not None:
+            return await run_command(peer, p.session_id, *command)
         feed = attach(peer, daemon, p.session_id)
         # Turns this connection is prompting, by session (a count: a second prompt refused as busy
         # must not end the first one's): its feed leaves out the user's own message.
@@ -306,7 +449,7 @@ def build_methods(daemon: Daemon) -> MethodTable:
         async def ask(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
             asked.append(True)
             await feed.written()  # the checkpoint's tool_call goes out before the question about it
-            return await ask_permission(peer, p.session_id, checkpoint)
+            return await ask_checkpoint(peer, p.session_id, checkpoint)
 
         try:
             result = await daemon.prompt(p.session_id, text, context, ask=ask)
@@ -362,7 +505,9 @@ def build_methods(daemon: Daemon) -> MethodTable:
             raise InvalidInput('"_meta.zocrates" must be an object')
         row = await daemon.create_session(title=(ours or {}).get("title"), cwd=p.cwd or None)
         attach(peer, daemon, row.id)
-        return {"sessionId": row.id}
+        options = await daemon.config_options(row.id)
+        send_commands(peer, row.id)
+        return {"sessionId": row.id, "configOptions": options_json(peer, options)}
 
     @adapter(models.ListSessionsParams)
     async def session_list(peer: Peer, p: models.ListSessionsParams) -> dict[str, Any]:
@@ -374,11 +519,37 @@ def build_methods(daemon: Daemon) -> MethodTable:
     @adapter(models.LoadSessionParams)
     async def session_load(peer: Peer, p: models.LoadSessionParams) -> dict[str, Any]:
         updates = await daemon.replay(p.session_id)
+        options = await daemon.config_options(p.session_id)
         attach(peer, daemon, p.session_id)
         await peer.send_messages(
             jsonrpc.notification("session/update", {"sessionId": p.session_id, "update": to_acp(u)}) for u in updates
         )
+        send_commands(peer, p.session_id)
+        return {"configOptions": options_json(peer, options)}
+
+    @adapter(models.ResumeSessionParams)
+    async def session_resume(peer: Peer, p: models.ResumeSessionParams) -> dict[str, Any]:
+        options = await daemon.config_options(p.session_id)  # SessionNotFound if it is gone
+        attach(peer, daemon, p.session_id)
+        send_commands(peer, p.session_id)
+        return {"configOptions": options_json(peer, options)}
+
+    @adapter(models.CloseSessionParams)
+    async def session_close(peer: Peer, p: models.CloseSessionParams) -> dict[str, Any]:
+        # ACP: as if session/cancel came first, for the work this connection started.
+        if p.session_id in peer.state.get("prompting", {}):
+            peer.state.setdefault(CANCELLED_BY_CLIENT, set()).add(p.session_id)
+            daemon.cancel(p.session_id)
+        if not detach(peer, p.session_id):
+            await daemon.config_options(p.session_id)  # SessionNotFound for a session that does not exist
         return {}
+
+    @adapter(models.SetConfigOptionParams)
+    async def session_set_config_option(peer: Peer, p: models.SetConfigOptionParams) -> dict[str, Any]:
+        if (p.type == "boolean") != isinstance(p.value, bool):
+            raise InvalidInput('a boolean value goes with "type": "boolean", and only a boolean', configId=p.config_id)
+        options = await daemon.set_config_option(p.session_id, p.config_id, p.value, origin=origin_of(peer))
+        return {"configOptions": options_json(peer, options)}
 
     @adapter(models.DeleteSessionParams)
     async def session_delete(peer: Peer, p: models.DeleteSessionParams) -> dict[str, Any]:
@@ -404,6 +575,9 @@ def build_methods(daemon: Daemon) -> MethodTable:
         "session/list": session_list,
         "session/load": session_load,
         "session/delete": session_delete,
+        "session/resume": session_resume,
+        "session/close": session_close,
+        "session/set_config_option": session_set_config_option,
         "_zocrates/session/get": zocrates_session_get,
         "_zocrates/session/rename": zocrates_session_rename,
         "session/prompt": session_prompt,

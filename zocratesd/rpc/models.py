@@ -48,6 +48,8 @@ class ZocratesMeta(Result):
 class SessionCapabilities(Result):
     list: dict[str, Any] = Field(default_factory=dict)
     delete: dict[str, Any] = Field(default_factory=dict)
+    resume: dict[str, Any] = Field(default_factory=dict)
+    close: dict[str, Any] = Field(default_factory=dict)
 
 
 class AgentCapabilities(Result):
@@ -79,8 +81,29 @@ class NewSessionParams(Params):
     mcp_servers: list[Any] = Field(default_factory=list, description="Accepted and ignored: Zocrates has no MCP client.")
 
 
+class ConfigChoice(Result):
+    value: str
+    name: str
+    description: str | None = None
+
+
+class ConfigOption(Result):
+    """An ACP `SessionConfigOption`: `scope` (category mode), `model` (model), `research_budget`
+    (model_config) and `compaction` (model_config; `boolean` for a client that advertised
+    `session.configOptions.boolean`, else a select of "on"/"off")."""
+
+    id: Literal["scope", "model", "research_budget", "compaction"]
+    name: str
+    description: str | None = None
+    category: Literal["mode", "model", "model_config"]
+    type: Literal["select", "boolean"]
+    current_value: str | bool
+    options: list[ConfigChoice] | None = Field(None, description="The choices of a select.")
+
+
 class NewSessionResult(Result):
     session_id: str
+    config_options: list[ConfigOption]
 
 
 class ListSessionsParams(Params):
@@ -108,7 +131,42 @@ class LoadSessionParams(Params):
 
 
 class LoadSessionResult(Result):
-    """Empty: the history arrived as `session/update` notifications before this answer."""
+    """The session's settings; the history arrived as `session/update` notifications before this
+    answer (and `available_commands_update` follows it)."""
+
+    config_options: list[ConfigOption]
+
+
+class ResumeSessionParams(Params):
+    session_id: str = SessionId
+    cwd: str | None = Field(None, description="Accepted; sessions belong to the library.")
+    mcp_servers: list[Any] = Field(default_factory=list)
+
+
+class ResumeSessionResult(Result):
+    """The session's settings; no history is replayed (`available_commands_update` follows)."""
+
+    config_options: list[ConfigOption]
+
+
+class CloseSessionParams(Params):
+    session_id: str = SessionId
+
+
+class CloseSessionResult(Result):
+    """Empty: this connection no longer hears the session (its turn, if it prompted one, is
+    cancelled); the session stays stored."""
+
+
+class SetConfigOptionParams(Params):
+    session_id: str = SessionId
+    config_id: str = Field(max_length=64, description="`scope`, `model`, `research_budget` or `compaction`.")
+    type: Literal["boolean"] | str | None = Field(None, description='"boolean" with a boolean value; absent for a select.')
+    value: str | bool = Field(description="A value id of the option's choices, or a boolean (`compaction`).")
+
+
+class SetConfigOptionResult(Result):
+    config_options: list[ConfigOption]
 
 
 class DeleteSessionParams(Params):
@@ -132,7 +190,8 @@ class PromptResult(Result):
     meta: dict[str, Any] | None = Field(
         None, alias="_meta",
         description='`{"zocrates": {"invocationId": str, "pendingHitl": PendingHitl | null}}`: the research '
-        "checkpoint the turn stopped at, when the client did not answer it (resume it with _zocrates/chat/resume).",
+        "checkpoint the turn stopped at, when the client did not answer it (resume it with _zocrates/chat/resume). "
+        'For a slash command: `{"zocrates": {"command": {"name": str, "ok": bool, "errorKind"?: str}}}`.',
     )
 
 
@@ -196,6 +255,15 @@ class ChatResumeResult(Result):
     pending_hitl: PendingHitl | None
 
 
+class SessionSettingsView(BaseModel):
+    """A session's settings as the UI session shows them (the config options' current values)."""
+
+    scope: str = Field(description='`library`, `papers` or `collection:<KEY>`.')
+    model: str = Field(description="`offline`, or the configured model as `provider:name`.")
+    research_budget: int = Field(ge=1, le=10)
+    compaction: bool
+
+
 class UiSession(BaseModel):
     """`_zocrates/session/get`: the spec's UI session object, as the Zotero sidebar renders it."""
 
@@ -205,6 +273,9 @@ class UiSession(BaseModel):
     updated_at: float = Field(description="Epoch seconds (float) of the last stored event.")
     messages: list[UiMessage]
     pending_hitl: PendingHitl | None
+    settings: SessionSettingsView | None = Field(
+        None, description="The session's settings (absent in a rewind's answer, which is the stored view only)."
+    )
 
 
 class RewindParams(Params):
@@ -301,6 +372,24 @@ class LibraryStatusResult(BaseModel):
     message: str | None = Field(description="What went wrong, or why there is no library, and what to do.")
     warnings: list[str]
     index_path: str | None
+    notes_indexed: int = Field(0, description="Notes in the index (child and standalone).")
+    annotations_indexed: int = Field(0, description="PDF annotations (highlights, underlines, comments) in the index.")
+    libraries: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description='Per library: `{library: "user" | "groups/<groupID>", name, items, notes, annotations, texts}` '
+        "(feeds are never indexed).",
+    )
+    kinds: dict[str, int] = Field(
+        default_factory=dict,
+        description="Totals over the libraries: `{items, notes, annotations, texts}` (texts: attachments with full text).",
+    )
+    data_dir: str | None = Field(None, description="The Zotero data directory the library is read from.")
+    summary: str | None = Field(
+        None,
+        description='Where the library comes from and its state, in words ("indexing 1,204 of 9,921 items from …", '
+        '"library ready: 9,921 items, 2,000 full texts (from …)", "no Zotero library found in D: … (what to do)"); '
+        "logged at start and whenever it changes.",
+    )
 
 
 # --- notifications ------------------------------------------------------------------------------
@@ -320,6 +409,9 @@ METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "session/list": (ListSessionsParams, ListSessionsResult),
     "session/load": (LoadSessionParams, LoadSessionResult),
     "session/delete": (DeleteSessionParams, DeleteSessionResult),
+    "session/resume": (ResumeSessionParams, ResumeSessionResult),
+    "session/close": (CloseSessionParams, CloseSessionResult),
+    "session/set_config_option": (SetConfigOptionParams, SetConfigOptionResult),
     "_zocrates/session/get": (GetSessionParams, UiSession),
     "_zocrates/session/rename": (RenameSessionParams, SessionSummary),
     "session/prompt": (PromptParams, PromptResult),
@@ -384,6 +476,31 @@ class RequestPermissionResult(BaseModel):
     meta: dict[str, Any] | None = Field(None, alias="_meta")
 
 
+class ElicitationParams(BaseModel):
+    """`elicitation/create` (form mode): a research checkpoint, put to a prompting connection whose
+    client advertised `elicitation.form`, instead of `session/request_permission`."""
+
+    model_config = ConfigDict(extra="allow")
+    sessionId: str
+    toolCallId: str = Field(description="The checkpoint's tool call, as for session/request_permission.")
+    mode: Literal["form"]
+    message: str
+    requestedSchema: dict[str, Any] = Field(
+        description='`{"type": "object", "properties": {"action": enum "extend"|"synthesize", "guidance": string}, '
+        '"required": ["action"]}`'
+    )
+
+
+class ElicitationResult(BaseModel):
+    """`accept` with `content.action` ("extend" or "synthesize") and optional `content.guidance`;
+    `decline` or `cancel` leave the checkpoint pending (the turn ends as cancelled)."""
+
+    model_config = ConfigDict(extra="allow")
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
+
+
 DAEMON_REQUESTS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "session/request_permission": (RequestPermissionParams, RequestPermissionResult),
+    "elicitation/create": (ElicitationParams, ElicitationResult),
 }

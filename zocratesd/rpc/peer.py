@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from contextvars import ContextVar
 from typing import Any, Final, assert_never
 
 import anyio
@@ -63,6 +64,8 @@ READ_CHUNK_BYTES: Final = 256 * 1024
 WRITE_BATCH_BYTES: Final = 256 * 1024
 
 Handler = Callable[..., Awaitable[Any]]
+# What the request being handled (in this task) sends once its answer is written (`after_answer`).
+_AFTER_ANSWER: ContextVar[list[Callable[[], Awaitable[Any]]] | None] = ContextVar("_AFTER_ANSWER", default=None)
 
 
 class MethodTable(dict[str, Handler]):
@@ -158,6 +161,20 @@ class Peer:
             return False
         self._tg.start_soon(fn, name=name)
         return True
+
+    def after_answer(self, send: Callable[[], Awaitable[Any]]) -> None:
+        """Run `send()` right after the answer to the request being handled is written: what the
+        client can only place once it has that answer (ACP: `available_commands_update` for the
+        session a `session/new` answer names). Outside a request it runs as a task now."""
+        pending = _AFTER_ANSWER.get()
+        if pending is not None:
+            pending.append(send)
+            return
+
+        async def run() -> None:
+            await send()
+
+        self.start_soon(run, name=f"{self.name}: after answer")
 
     # --- sending ------------------------------------------------------------------------------
 
@@ -355,6 +372,8 @@ class Peer:
 
     async def _dispatch_request(self, msg: jsonrpc.Request, scope: anyio.CancelScope) -> None:
         reply: dict[str, Any] | None = None
+        after: list[Callable[[], Awaitable[Any]]] = []
+        token = _AFTER_ANSWER.set(after)
         try:
             try:
                 with scope:
@@ -362,9 +381,13 @@ class Peer:
                         {"jsonrpc": "2.0", "id": msg.id, "method": msg.method, "params": msg.params}
                     )
             finally:
+                _AFTER_ANSWER.reset(token)
                 self._handlers.pop(msg.id, None)
                 answer = self._conn.finish_request(msg.id, reply, cancelled=scope.cancelled_caught)
             await self.send_message(answer)
+            if "result" in answer:
+                for send in after:
+                    await send()
         finally:
             self._unanswered -= 1
             self._answered.set()

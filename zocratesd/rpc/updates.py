@@ -12,7 +12,10 @@ from zocratesd.store.ui import REQUEST_INPUT_CALL
 from zocratesd.updates import (
     Checkpoint,
     CheckpointAnswered,
+    ConfigOption,
+    ConfigOptions,
     MessageChunk,
+    Starting,
     ThoughtChunk,
     Title,
     ToolCall,
@@ -38,8 +41,9 @@ def _chunk(kind: str, text: str, message_id: str | None) -> Json:
     return update
 
 
-def to_acp(u: Update) -> Json:
-    """The ACP `update` (a `session/update`'s) for one neutral update; every kind has one."""
+def to_acp(u: Update, *, booleans: bool = False) -> Json:
+    """The ACP `update` (a `session/update`'s) for one neutral update; every kind has one.
+    `booleans`: the client takes boolean config options (`session.configOptions.boolean`)."""
     # Class patterns without captures, then attributes: capturing keyword patterns cost ~3x as much,
     # and a 5000-event session/load translates some 6000 of these.
     match u:
@@ -89,14 +93,46 @@ def to_acp(u: Update) -> Json:
         case Title():
             return session_info_update(u.title)
         case Usage():
-            return {
-                "sessionUpdate": "usage_update",
-                "used": u.prompt_tokens,
-                "size": u.context_size,
-                "_meta": {"zocrates": {"compactionMs": u.compaction_ms, "compacted": u.compacted}},
+            ours: Json = {
+                "compactionMs": u.compaction_ms, "compacted": u.compacted, "reason": u.reason,
+                "tokensEstimated": u.tokens_estimated,
             }
+            if u.model_tokens is not None:
+                ours["modelTokens"] = {
+                    k: u.model_tokens[src] for k, src in
+                    (("prompt", "prompt_token_count"), ("completion", "candidates_token_count"), ("total", "total_token_count"))
+                    if isinstance(u.model_tokens.get(src), int)
+                }
+            return {"sessionUpdate": "usage_update", "used": u.prompt_tokens, "size": u.context_size, "_meta": {"zocrates": ours}}
+        case ConfigOptions():
+            return {"sessionUpdate": "config_option_update", "configOptions": config_options(u.options, booleans=booleans)}
+        case Starting():
+            # ACP has no progress update: a thought is what every editor shows while a turn works.
+            return {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": u.text},
+                    "_meta": {"zocrates": {"starting": True}}}
         case _:
             assert_never(u)
+
+
+def config_options(options: tuple[ConfigOption, ...], *, booleans: bool) -> list[Json]:
+    """ACP `SessionConfigOption`s. A boolean setting is a `boolean` option only for a client that
+    advertised `session.configOptions.boolean`; for any other it is a select of "on" and "off"."""
+    out: list[Json] = []
+    for o in options:
+        shown: Json = {"id": o.id, "name": o.name, "description": o.description, "category": o.category}
+        if isinstance(o.current, bool):
+            if booleans:
+                shown |= {"type": "boolean", "currentValue": o.current}
+            else:
+                shown |= {"type": "select", "currentValue": "on" if o.current else "off",
+                          "options": [{"value": "on", "name": "On"}, {"value": "off", "name": "Off"}]}
+        else:
+            shown |= {"type": "select", "currentValue": o.current, "options": [
+                {"value": c.value, "name": c.name, **({"description": c.description} if c.description else {})}
+                for c in o.choices
+            ]}
+        out.append(shown)
+    return out
 
 
 def checkpoint_call_id(interrupt_id: str, invocation_id: str) -> str:

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.anyio
 Json = dict[str, Any]
 
 PASSAGES = [
-    {"item_key": "LEWIS202", "title": "Retrieval-Augmented Generation", "year": 2020,
+    {"item_key": "LEWIS202", "title": "Retrieval-Augmented Generation", "year": 2020, "collections": ["RAG0COLL"],
      "text": "RAG combines parametric and non-parametric memory."},
     {"item_key": "GAOHYDE1", "title": "HyDE", "year": 2022,
      "text": "HyDE writes a hypothetical document and embeds it to retrieve real ones."},
@@ -116,6 +116,21 @@ class Client:
         error: Json = reply["error"]
         return error
 
+    async def commands(self, session_id: str) -> list[Json]:
+        """The `available_commands_update` that follows a session/new, load or resume answer."""
+        msg = await self.recv()
+        assert msg.get("method") == "session/update" and msg["params"]["sessionId"] == session_id, msg
+        update: Json = msg["params"]["update"]
+        assert update["sessionUpdate"] == "available_commands_update", update
+        return list(update["availableCommands"])
+
+    async def load(self, session_id: str) -> tuple[Json, list[Json]]:
+        """session/load: its answer and the replay before it (the commands after it are read)."""
+        reply, before = await self.call("session/load", {"sessionId": session_id, "cwd": "/", "mcpServers": []})
+        if "result" in reply:
+            await self.commands(session_id)
+        return reply, before
+
     async def until(self, kind: str) -> list[Json]:
         """The updates that arrive up to the first of `kind` (for a connection that only watches)."""
         seen: list[Json] = []
@@ -141,7 +156,9 @@ class World:
         params: Json = {"cwd": "/home/u/papers", "mcpServers": []}
         if meta:
             params["_meta"] = {"zocrates": meta}
-        return str((await client.result("session/new", params))["sessionId"])
+        sid = str((await client.result("session/new", params))["sessionId"])
+        await client.commands(sid)
+        return sid
 
 
 @pytest.fixture
@@ -199,7 +216,7 @@ async def test_initialize_advertises_what_is_served(world: World) -> None:
     assert caps["loadSession"] is True
     assert caps["promptCapabilities"] == {"image": False, "audio": False, "embeddedContext": False}
     assert caps["mcpCapabilities"] == {"http": False, "sse": False}
-    assert caps["sessionCapabilities"] == {"list": {}, "delete": {}}
+    assert caps["sessionCapabilities"] == {"list": {}, "delete": {}, "resume": {}, "close": {}}
     ours = caps["_meta"]["zocrates"]
     assert ours["extensions"] == EXTENSIONS == sorted(n for n in world.methods if n.startswith("_zocrates/"))
     assert ours["version"] == result["agentInfo"]["version"] == world.daemon.version
@@ -471,8 +488,8 @@ async def test_a_checkpoint_not_answered_stays_pending_for_any_client(world: Wor
     assert (await b.result("_zocrates/session/get", {"sessionId": sid}))["pending_hitl"] == hitl
 
     # Another connection loads the session: history, then the checkpoint, then the title.
-    loaded, before = await b.call("session/load", {"sessionId": sid, "cwd": "/", "mcpServers": []})
-    assert loaded["result"] == {}
+    loaded, before = await b.load(sid)
+    assert [o["id"] for o in loaded["result"]["configOptions"]] == ["scope", "model", "research_budget", "compaction"]
     ups = updates(before, sid)
     assert ups[0] == {"sessionUpdate": "user_message_chunk", "content": text(TWO), "messageId": ups[0]["messageId"]}
     assert ups[-2] == {
@@ -501,7 +518,7 @@ async def test_a_second_attached_connection_sees_the_same_updates(world: World) 
     a, _ = world.connect("a")
     b, _ = world.connect("b")
     sid = await world.session(a)
-    _, before = await b.call("session/load", {"sessionId": sid, "cwd": "/", "mcpServers": []})
+    _, before = await b.load(sid)
     assert updates(before) == [{"sessionUpdate": "session_info_update", "title": "New Chat"}]  # nothing yet
 
     _, before = await a.call("session/prompt", prompt(sid, "What is HyDE?"))
@@ -517,3 +534,238 @@ async def test_a_second_attached_connection_sees_the_same_updates(world: World) 
     await a.result("session/delete", {"sessionId": sid})
     err = await b.error("session/load", {"sessionId": sid, "cwd": "/", "mcpServers": []})
     assert err["code"] == -32002
+
+
+# --- session settings, resume, close, slash commands, elicitation (issue 19) -------------------------
+
+BOOLEANS = {"session": {"configOptions": {"boolean": {}}}}
+OPTION_IDS = ["scope", "model", "research_budget", "compaction"]
+
+
+def values(options: list[Json]) -> Json:
+    return {o["id"]: o["currentValue"] for o in options}
+
+
+async def initialized(world: World, name: str, caps: Json | None = None) -> Client:
+    client, _ = world.connect(name)
+    await client.result("initialize", {"protocolVersion": 1, "clientCapabilities": caps or {}})
+    return client
+
+
+async def test_settings_are_validated_stored_and_heard_by_the_other_connections(world: World) -> None:
+    a = await initialized(world, "a", BOOLEANS)
+    b = await initialized(world, "b")
+    new = await a.result("session/new", {"cwd": "/", "mcpServers": []})
+    sid = new["sessionId"]
+    await a.commands(sid)
+    models.NewSessionResult.model_validate(new)
+    assert [o["id"] for o in new["configOptions"]] == OPTION_IDS
+    assert values(new["configOptions"]) == {"scope": "library", "model": "offline", "research_budget": "1", "compaction": True}
+    scope = new["configOptions"][0]
+    assert [c["value"] for c in scope["options"]] == ["library", "papers", "collection:RAG0COLL"]
+    resumed = await b.result("session/resume", {"sessionId": sid, "cwd": "/"})
+    assert await b.commands(sid)
+    compaction = resumed["configOptions"][3]
+    assert (compaction["type"], compaction["currentValue"]) == ("select", "on")  # b takes no boolean options
+
+    for config_id, value, shown_to_b in [
+        ("scope", "collection:RAG0COLL", "collection:RAG0COLL"), ("model", "offline", "offline"),
+        ("research_budget", "4", "4"), ("compaction", False, "off"),
+    ]:
+        params: Json = {"sessionId": sid, "configId": config_id, "value": value}
+        if isinstance(value, bool):
+            params["type"] = "boolean"
+        answer, before = await a.call("session/set_config_option", params)
+        models.SetConfigOptionResult.model_validate(answer["result"])
+        assert values(answer["result"]["configOptions"])[config_id] == value
+        assert not updates(before), "the connection that set it is not told again"
+        heard = (await b.until("config_option_update"))[-1]
+        assert values(heard["configOptions"])[config_id] == shown_to_b
+    # "on"/"off" for a client without boolean options.
+    assert values((await b.result("session/set_config_option", {"sessionId": sid, "configId": "compaction", "value": "on"}))["configOptions"])["compaction"] == "on"
+    assert values((await a.until("config_option_update"))[-1]["configOptions"])["compaction"] is True
+
+    for params, what in [
+        ({"configId": "research_budget", "value": "11"}, "1 to 10"),
+        ({"configId": "research_budget", "value": "two"}, "1 to 10"),
+        ({"configId": "model", "value": "gpt-9"}, "offline"),
+        ({"configId": "scope", "value": "collection:NOPE0000"}, "no collection"),
+        ({"configId": "scope", "value": "everything"}, "library"),
+        ({"configId": "colour", "value": "red"}, "unknown setting"),
+        ({"configId": "compaction", "value": True}, "boolean"),  # a boolean without "type": "boolean"
+        ({"configId": "compaction", "type": "boolean", "value": "on"}, "boolean"),
+    ]:
+        err = await a.error("session/set_config_option", {"sessionId": sid, **params})
+        assert err["code"] == -32602 and what in json.dumps(err), (params, err)
+    missing = await a.error("session/set_config_option", {"sessionId": "session-0-000000", "configId": "model", "value": "offline"})
+    assert missing["code"] == -32002
+    stored = await world.daemon.reader.session_state(sid)
+    assert stored["session_config"] == {"scope": "collection", "collection": "RAG0COLL", "model": "offline",
+                                        "research_budget": 4, "compaction": True}
+
+
+async def test_the_scope_setting_scopes_prompts_that_do_not_choose_their_own(world: World) -> None:
+    a = await initialized(world, "a")
+    sid = await world.session(a)
+
+    async def searched(*blocks: Json | str, meta: Any = None) -> Json:
+        reply, before = await a.call("session/prompt", prompt(sid, *blocks, meta=meta))
+        assert reply["result"]["stopReason"] == "end_turn", reply
+        [done] = [u for u in updates(before) if u["sessionUpdate"] == "tool_call_update" and "rawOutput" in u]
+        return dict(done["rawOutput"])
+
+    await a.result("session/set_config_option", {"sessionId": sid, "configId": "scope", "value": "papers"})
+    err = await a.error("session/prompt", prompt(sid, "What is HyDE?"))
+    assert err["code"] == -32602 and "no prompt of this session has linked" in err["data"]["message"]
+    link = {"type": "resource_link", "uri": "zotero://select/library/items/KARPDPR1", "name": "DPR"}
+    assert (await searched("What does it encode?", link))["scope"] == "papers"
+    # The linked papers are remembered: the next prompt searches them without links.
+    out = await searched("Which encoders encode the questions?")
+    assert out["scope"] == "papers" and {p["item_key"] for p in out["passages"]} == {"KARPDPR1"}
+    # `_meta.zocrates.mode` still wins for its turn.
+    assert (await searched("What is HyDE?", meta={"zocrates": {"mode": "library"}}))["scope"] == "library"
+    await a.result("session/set_config_option", {"sessionId": sid, "configId": "scope", "value": "collection:RAG0COLL"})
+    out = await searched("What does RAG combine?")
+    assert out["scope"] == "collection" and {p["item_key"] for p in out["passages"]} == {"LEWIS202"}
+
+
+async def test_slash_commands_change_settings_and_answer_in_a_message(world: World) -> None:
+    a = await initialized(world, "a")
+    b = await initialized(world, "b")
+    sid = str((await a.result("session/new", {"cwd": "/", "mcpServers": []}))["sessionId"])
+    commands = await a.commands(sid)
+    assert [c["name"] for c in commands] == ["library", "collection", "papers", "research", "compact", "rewind", "status"]
+    assert {c["name"]: c.get("input") for c in commands}["collection"] == {"hint": "collection name"}
+    await b.load(sid)
+
+    async def command(text: str) -> tuple[Json, str]:
+        reply, before = await a.call("session/prompt", prompt(sid, text))
+        models.PromptResult.model_validate(reply["result"])
+        assert reply["result"]["stopReason"] == "end_turn"
+        chunks = [u for u in updates(before) if u["sessionUpdate"] == "agent_message_chunk"]
+        assert chunks, f"no reply to {text}: {before}"  # written before the answer
+        assert chunks[-1]["messageId"].startswith("command-")
+        return reply["result"]["_meta"]["zocrates"]["command"], str(chunks[-1]["content"]["text"])
+
+    assert await command("/research 2") == ({"name": "research", "ok": True}, "Research budget: 2 rounds per turn.")
+    assert values((await b.until("config_option_update"))[-1]["configOptions"])["research_budget"] == "2"
+    outcome, text = await command("  /collection rag0coll")
+    assert outcome["ok"] and text == "Scope: the collection RAG0COLL and its subcollections."
+    assert (await command("/collection Nothing Like It"))[0] == {"name": "collection", "ok": False, "errorKind": "invalid_input"}
+    assert (await command("/research 0"))[0]["ok"] is False
+    _, text = await command("/research")
+    assert text.startswith("Research budget: 2 rounds")
+    assert (await command("/rewind"))[0] == {"name": "rewind", "ok": False, "errorKind": "not_found"}
+    _, text = await command("/status")
+    assert "Storage: 1 sessions" in text and "research budget 2" in text
+    assert (await command("/compact"))[1].startswith("Nothing to compact")
+    await command("/library")
+
+    # A real turn, then /rewind undoes it; the settings survive the rewind.
+    reply, _ = await a.call("session/prompt", prompt(sid, "What is HyDE?"))
+    assert reply["result"]["stopReason"] == "end_turn"
+    outcome, text = await command("/rewind")
+    assert outcome["ok"] and "What is HyDE?" in text
+    ui = await a.result("_zocrates/session/get", {"sessionId": sid})
+    assert ui["messages"] == []
+    after = {o.id: o.current for o in await world.daemon.config_options(sid)}
+    assert after["research_budget"] == "2"
+    # Text that names no command is an ordinary prompt; an unknown session is an error.
+    reply, before = await a.call("session/prompt", prompt(sid, "/usr/share is not a command"))
+    assert "invocationId" in reply["result"]["_meta"]["zocrates"]
+    assert (await a.error("session/prompt", prompt("session-0-000000", "/status")))["code"] == -32002
+
+
+async def test_resume_replays_nothing_and_close_detaches(world: World) -> None:
+    a = await initialized(world, "a")
+    b = await initialized(world, "b")
+    sid = await world.session(a)
+    reply, _ = await a.call("session/prompt", prompt(sid, "What is HyDE?"))
+    assert reply["result"]["stopReason"] == "end_turn"
+    resumed, before = await b.call("session/resume", {"sessionId": sid, "cwd": "/"})
+    models.ResumeSessionResult.model_validate(resumed["result"])
+    assert updates(before) == []  # no replay
+    await b.commands(sid)
+    assert (await b.error("session/resume", {"sessionId": "session-0-000000", "cwd": "/"}))["code"] == -32002
+
+    assert await b.result("session/close", {"sessionId": sid}) == {}
+    await a.call("_zocrates/session/rename", {"sessionId": sid, "title": "Renamed"})
+    _, before = await b.call("session/list", {})  # a round trip: anything sent to b before is read
+    assert updates(before) == []  # b closed it: nothing more
+    assert await b.result("session/close", {"sessionId": sid}) == {}  # not attached: still fine
+    assert (await b.error("session/close", {"sessionId": "session-0-000000"}))["code"] == -32002
+    assert [s["sessionId"] for s in (await b.result("session/list", {}))["sessions"]] == [sid]  # still stored
+
+
+async def test_close_cancels_the_turn_this_connection_runs(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = await initialized(world, "a")
+    sid = await world.session(a)
+    asked = anyio.Event()
+
+    async def hold(request: Json) -> Json | None:  # the checkpoint waits while a closes the session
+        asked.set()
+        return None
+
+    a.on_request = hold
+    await a.request("session/prompt", prompt(sid, TWO))
+    closer = await initialized(world, "closer")
+    # Only the connection that prompts can close its turn: another's close leaves it running.
+    assert await closer.result("session/close", {"sessionId": sid}) == {}
+    with anyio.fail_after(15):
+        while True:
+            msg = await a.recv()
+            if msg.get("method") == "session/request_permission":
+                break
+    close_id = await a.request("session/close", {"sessionId": sid})
+    answers: dict[Any, Json] = {}
+    with anyio.fail_after(15):
+        while len(answers) < 2:
+            msg = await a.recv()
+            if "method" not in msg:
+                answers[msg["id"]] = msg
+    assert answers[close_id]["result"] == {}
+    [turn] = [m for i, m in answers.items() if i != close_id]
+    assert turn["result"]["stopReason"] == "cancelled"
+
+
+async def test_a_checkpoint_is_asked_by_elicitation_where_the_client_offers_it(world: World) -> None:
+    a = await initialized(world, "a", {"elicitation": {"form": {}}})
+    sid = await world.session(a)
+    asked: list[Json] = []
+
+    async def elicit(request: Json) -> Json | None:
+        assert request["method"] == "elicitation/create"
+        models.ElicitationParams.model_validate(request["params"])
+        asked.append(request["params"])
+        return {"result": {"action": "accept", "content": {"action": "extend", "guidance": "dense passage"}}
+                if len(asked) == 1 else {"action": "accept", "content": {"action": "synthesize"}}}
+
+    a.on_request = elicit
+    reply, before = await a.call("session/prompt", prompt(sid, TWO))
+    assert reply["result"]["stopReason"] == "end_turn"
+    assert [p["toolCallId"].split("@")[0] for p in asked] == ["interrupt_ext_1", "interrupt_ext_2"]
+    assert asked[0]["mode"] == "form" and asked[0]["requestedSchema"]["required"] == ["action"]
+    answered = [u["rawOutput"] for u in updates(before) if u["sessionUpdate"] == "tool_call_update"
+                and u.get("toolCallId", "").startswith("interrupt_ext_")]
+    assert answered == [{"action": "extend_budget", "guidance": "dense passage"}, {"action": "synthesize"}]
+
+    # Declined: the checkpoint stays pending and the turn ends cancelled, as with permissions.
+    async def decline(request: Json) -> Json | None:
+        return {"result": {"action": "decline"}}
+
+    a.on_request = decline
+    reply, _ = await a.call("session/prompt", prompt(sid, TWO))
+    assert reply["result"]["stopReason"] == "cancelled"
+    assert reply["result"]["_meta"]["zocrates"]["pendingHitl"]["interrupt_id"] == "interrupt_ext_1"
+
+
+async def test_usage_reports_what_the_compactor_saw_and_compaction_can_be_off(world: World) -> None:
+    a = await initialized(world, "a")
+    sid = await world.session(a)
+    await a.result("session/set_config_option", {"sessionId": sid, "configId": "compaction", "value": "off"})
+    _, before = await a.call("session/prompt", prompt(sid, "What is HyDE?"))
+    usage = updates(before)[-1]
+    assert usage["sessionUpdate"] == "usage_update" and usage["used"] > 0 and usage["size"] == 100_000
+    assert usage["_meta"]["zocrates"]["reason"] == "off" and usage["_meta"]["zocrates"]["compacted"] is False
+    chunks = [u for u in updates(before) if u["sessionUpdate"].endswith("_chunk")]
+    assert chunks and all(u.get("messageId") for u in chunks)

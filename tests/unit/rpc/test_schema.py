@@ -101,9 +101,29 @@ UPDATE_SHAPES: dict[str, dict[str, Any]] = {
         },
         "not": {"required": ["messageId"]},
     },
+    "available_commands_update": {
+        "type": "object",
+        "required": ["sessionUpdate", "availableCommands"],
+        "properties": {"availableCommands": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["name", "description"],
+            "properties": {"name": {"type": "string"}, "description": {"type": "string"},
+                           "input": {"type": "object", "required": ["hint"]}},
+        }}},
+        "not": {"required": ["messageId"]},
+    },
+    "config_option_update": {
+        "type": "object",
+        "required": ["sessionUpdate", "configOptions"],
+        "properties": {"configOptions": {"type": "array", "minItems": 4, "items": {
+            "type": "object", "required": ["id", "name", "type", "currentValue"],
+            "properties": {"type": {"enum": ["select", "boolean"]}},
+        }}},
+        "not": {"required": ["messageId"]},
+    },
 }
-# Sent at the end of a live turn only, never in a session/load replay.
-LIVE_ONLY_KINDS = {"usage_update"}
+# Never in a session/load replay: the end of a live turn; what follows an answer (the commands); a
+# change of a setting.
+LIVE_ONLY_KINDS = {"usage_update", "available_commands_update", "config_option_update"}
 
 ERROR_SHAPE = {
     "type": "object",
@@ -267,6 +287,9 @@ def test_readme_examples_match_the_schemas(schemas: dict[str, dict[str, Any]]) -
         answers = {m["id"]: m for m in messages if "method" not in m and "id" in m}
         for msg in messages:
             where = f"protocol/README.md, block at line {line}: {json.dumps(msg)[:120]}"
+            daemon_request = requests.get(msg.get("id"), {}).get("method") in models.DAEMON_REQUESTS
+            if daemon_request:
+                continue  # the daemon's own request and its answer: test_protocol_doc checks them
             if "method" in msg and "id" in msg:
                 answer = answers.get(msg["id"])
                 if answer is not None and "error" in answer:
@@ -405,6 +428,11 @@ async def test_real_answers_match_the_schemas_and_models(live: Any, schemas: dic
     chunk_ids = {n["params"]["update"].get("messageId") for n in notes} - {None}
     assert chunk_ids == {m["id"] for m in ui["messages"]}
 
+    set_option, _ = await ok("session/set_config_option", {"sessionId": sid, "configId": "compaction", "value": "off"})
+    assert {o["id"]: o["currentValue"] for o in set_option["configOptions"]}["compaction"] == "off"
+    _, notes = await ok("session/resume", {"sessionId": sid, "cwd": "/home/u/papers"})
+    assert not [n for n in notes if n.get("params", {}).get("sessionId") == sid and
+                n["params"]["update"]["sessionUpdate"].endswith("_chunk")], "session/resume replays nothing"
     await ok("_zocrates/session/rename", {"sessionId": sid, "title": "  Renamed\tchat "})
     assert results["_zocrates/session/rename"]["title"] == "Renamed chat"
     turn, notes = await ok("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "One more question"}]})
@@ -433,6 +461,7 @@ async def test_real_answers_match_the_schemas_and_models(live: Any, schemas: dic
         check_update(note["params"]["update"], "session/update")
     rewound, _ = await ok("_zocrates/session/rewind", {"sessionId": sid, "invocationId": inv})
     assert rewound["session"]["title"] == "Renamed chat"
+    await ok("session/close", {"sessionId": sid})
     await ok("session/delete", {"sessionId": sid})
     stats, _ = await ok("_zocrates/storage/stats", {})
     assert stats["session_count"] == 1  # the "Second" session

@@ -1,0 +1,114 @@
+"""Slash commands: a prompt whose text starts with `/NAME` (ACP's slash commands) runs a command
+instead of a turn. The commands are plain calls on the core, so any face may offer them; the ACP
+face advertises `COMMANDS` with `available_commands_update` and answers with `run()`'s text.
+
+A command is not a turn: nothing of it is stored in the conversation (its effect is: a setting,
+a compaction, a rewind). Text that starts with `/` but names no command is an ordinary prompt.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from zocratesd.core.session_config import COLLECTION_PREFIX, COMPACTION, LIBRARY, PAPERS, RESEARCH_BUDGET, SCOPE
+from zocratesd.errors import InvalidInput, NotFound
+
+if TYPE_CHECKING:
+    from zocratesd.core.daemon import Daemon
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    description: str
+    hint: str | None = None  # what to type after it, for a command that takes input
+
+
+COMMANDS = (
+    Command("library", "Search the whole library from now on"),
+    Command("collection", "Search one collection (and its subcollections) from now on", "collection name"),
+    Command("papers", "Search the papers the last prompt linked, from now on"),
+    Command("research", "Search rounds per turn before a research checkpoint", "rounds, 1-10"),
+    Command("compact", "Summarise the older turns now"),
+    Command("rewind", "Undo the last turn"),
+    Command("status", "The library index and the session store"),
+)
+_BY_NAME = {c.name: c for c in COMMANDS}
+_COMMAND_RE = re.compile(r"^\s*/([a-z][a-z_-]*)(?:\s+(.*))?$", re.DOTALL)
+
+
+def parse(text: str) -> tuple[str, str] | None:
+    """`(name, argument)` when the prompt is one of our commands; None for an ordinary prompt."""
+    m = _COMMAND_RE.match(text)
+    if m is None or m.group(1) not in _BY_NAME:
+        return None
+    return m.group(1), (m.group(2) or "").strip()
+
+
+async def run(daemon: Daemon, session_id: str, name: str, arg: str) -> str:
+    """Run a command on a session; the text to show the user. Errors are the core's own
+    (InvalidInput with what to type instead, SessionBusy, SessionNotFound)."""
+    if name == "library":
+        await daemon.set_config_option(session_id, SCOPE, LIBRARY)
+        return "Scope: the whole library."
+    if name == "papers":
+        await daemon.set_config_option(session_id, SCOPE, PAPERS)
+        return "Scope: the papers the last prompt linked (link papers to a prompt to change them)."
+    if name == "collection":
+        key = await daemon.session_config.find_collection(arg)
+        await daemon.set_config_option(session_id, SCOPE, f"{COLLECTION_PREFIX}{key}")
+        names = await daemon.session_config.collection_names()
+        return f"Scope: the collection {names.get(key, key)} and its subcollections."
+    if name == "research":
+        if not arg:
+            settings = await daemon.session_config.settings(session_id)
+            return f"Research budget: {settings.research_budget} rounds per turn. Change it with /research N."
+        await daemon.set_config_option(session_id, RESEARCH_BUDGET, arg)
+        return f"Research budget: {int(arg)} round{'s' if int(arg) > 1 else ''} per turn."
+    if name == "compact":
+        done = await daemon.compact_now(session_id)
+        if done["compacted"]:
+            return f"Compacted: older turns are summarised ({done['turns']} turns in the session)."
+        return "Nothing to compact yet: the recent turns are kept as they are."
+    if name == "rewind":
+        return await _rewind_last(daemon, session_id)
+    if name == "status":
+        return await _status(daemon, session_id)
+    raise InvalidInput(f"unknown command /{name}")  # pragma: no cover - parse() admits only COMMANDS
+
+
+async def _rewind_last(daemon: Daemon, session_id: str) -> str:
+    live = await daemon.live_session(session_id)
+    last = next(
+        (ev for ev in reversed(live.live) if ev.get("author") == "user" and ev.get("invocation_id")
+         and any(p.get("text") for p in ((ev.get("content") or {}).get("parts") or ()))),
+        None,
+    )
+    if last is None:
+        raise NotFound("this session has no turn to rewind", sessionId=session_id)
+    done = await daemon.rewind(session_id, last["invocation_id"])
+    asked = " ".join(done["restored"]["text"].split())
+    shown = asked if len(asked) <= 80 else asked[:79] + "…"
+    return (f"Rewound the last turn (\u201c{shown}\u201d). The editor still shows it; "
+            "load the session again to see the conversation without it.")
+
+
+async def _status(daemon: Daemon, session_id: str) -> str:
+    lib: dict[str, Any] = daemon.library_status()
+    stats = await daemon.storage_stats()
+    settings = await daemon.session_config.settings(session_id)
+    options = {o.id: o for o in await daemon.session_config.options(settings)}
+    scope = options[SCOPE]
+    scope_name = next((c.name for c in scope.choices if c.value == scope.current), str(scope.current))
+    lines = [
+        f"Library: {lib.get('state')}, {lib.get('items_indexed', 0)} items indexed "
+        f"({lib.get('chunks_indexed', 0)} passages, {lib.get('collections', 0)} collections)"
+        + (f"; {lib['message']}" if lib.get("message") else ""),
+        f"Storage: {stats['session_count']} sessions, {stats['event_count']} events, "
+        f"{(stats['db_size_bytes'] + stats['wal_size_bytes']) / 1_048_576:.1f} MiB in {stats['db_path']}",
+        f"This session: scope {scope_name}; model {settings.model}; research budget {settings.research_budget}; "
+        f"compaction {'on' if options[COMPACTION].current else 'off'}",
+    ]
+    return "\n".join(lines)
