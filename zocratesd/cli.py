@@ -1,4 +1,4 @@
-"""`zocratesd serve|stdio|status|stop|service`. Imports are lazy: `stdio` must not pay for ADK or pydantic."""
+"""`zocratesd serve|stdio|status|stop|open|service|demo`. Imports are lazy: `stdio` must not pay for ADK or pydantic."""
 
 from __future__ import annotations
 
@@ -55,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
 
     stop = sub.add_parser("stop", help="stop the daemon of this data dir (SIGTERM, then wait)")
     data_dir_arg(stop)
+
+    demo = sub.add_parser("demo", help="write a small demo Zotero library to try Zocrates on")
+    demo.add_argument("--dir", metavar="D", help="where (default: ~/Zotero-demo); never an existing Zotero library")
+
+    open_ = sub.add_parser("open", help="print (and open in a browser) the sidebar web app's URL, token included")
+    data_dir_arg(open_)
+    open_.add_argument("--no-browser", action="store_true", help="only print the URL")
 
     service = sub.add_parser(
         "service", help="start the daemon on demand through systemd (Linux) or launchd (macOS)"
@@ -117,13 +124,28 @@ def _serve(args: argparse.Namespace, data_dir: Path) -> int:
     return anyio.run(main, opts)
 
 
+def _library_status(socket_path: str) -> dict[str, Any] | str:
+    """The running daemon's `_zocrates/library/status`, or why it could not be had."""
+    from zocratesd.rpc import library_status
+
+    try:
+        return library_status.fetch(socket_path)
+    except (OSError, ValueError) as exc:
+        return f"could not ask the daemon ({exc})"
+
+
 def _status(args: argparse.Namespace, data_dir: Path) -> int:
+    from zocratesd.rpc import library_status
+
     info = locations.read_daemon_info(data_dir)
     live = locations.live_daemon(data_dir)
+    library = _library_status(live.socket) if live is not None else None
     if args.json:
-        print(json.dumps({"running": live is not None, "data_dir": str(data_dir), **(info.raw if info else {})}))
+        extra = {"library": library} if library is not None else {}
+        print(json.dumps({"running": live is not None, "data_dir": str(data_dir), **(info.raw if info else {}), **extra}))
     elif live is None:
         print(f"zocratesd is not running for {data_dir}")
+        print(f"start it with `zocratesd serve --zotero-data-dir {data_dir}` (or ask a question: `zocrates ask TEXT`)")
     else:
         print(f"zocratesd {live.version} is running for {data_dir}")
         print(f"  pid        {live.pid}")
@@ -132,7 +154,48 @@ def _status(args: argparse.Namespace, data_dir: Path) -> int:
         http = live.raw.get("http")
         url = f"http://{http['host']}:{http['port']}" if http else "off"
         print(f"  http       {url}")
+        if isinstance(library, dict):
+            for line in library_status.describe(library):
+                print(f"  {line}")
+        else:
+            print(f"  library    {library}")
     return 0 if live is not None else EXIT_NOT_RUNNING
+
+
+def web_app_url(info: dict[str, Any]) -> str | None:
+    """The running daemon's web app, with its per-start token in the fragment (which a browser
+    never sends: the page moves it to sessionStorage), or None when the shim is off."""
+    http, token = info.get("http"), info.get("token")
+    if not isinstance(http, dict) or not token:
+        return None
+    return f"http://127.0.0.1:{http['port']}/ui/#token={token}"
+
+
+def _has_display() -> bool:
+    """Whether a graphical browser can open here; without one, `webbrowser` would start a text
+    browser in this terminal (lynx, w3m) or fail."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def _open(args: argparse.Namespace, data_dir: Path) -> int:
+    live = locations.live_daemon(data_dir)
+    if live is None:
+        print(f"zocratesd is not running for {data_dir}; start it with `zocratesd serve` "
+              "(or `zocratesd service install`)", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    url = web_app_url(live.raw)
+    if url is None:
+        print("this daemon serves no HTTP (started with --no-http or http.enabled false)", file=sys.stderr)
+        return 1
+    print(url, flush=True)
+    if not args.no_browser and _has_display():
+        import webbrowser
+
+        if not webbrowser.open(url):
+            print("no browser could be started; open the URL above yourself", file=sys.stderr)
+    return 0
 
 
 def _stop(args: argparse.Namespace, data_dir: Path) -> int:
@@ -170,8 +233,24 @@ def _service(args: argparse.Namespace, data_dir: Path) -> int:
         return 1
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from zocratesd import demo
+
+    target = Path(args.dir).expanduser().absolute() if args.dir else demo.default_dir()
+    try:
+        wrote = demo.write_demo(target)
+    except (demo.DemoError, OSError) as exc:
+        print(f"zocratesd demo: {exc}", file=sys.stderr)
+        return 1
+    print(("wrote" if wrote else "already there:") + f" a demo Zotero library in {target}")
+    print(demo.next_steps(target))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "demo":
+        return _demo(args)
     data_dir = locations.resolve_data_dir(args.zotero_data_dir)
     if args.command == "stdio" and not args.standalone:
         from zocratesd.rpc import pump
@@ -184,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         return _status(args, data_dir)
     if args.command == "service":
         return _service(args, data_dir)
+    if args.command == "open":
+        return _open(args, data_dir)
     return _stop(args, data_dir)
 
 

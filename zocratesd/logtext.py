@@ -53,6 +53,16 @@ def escape_for_log(text: object, limit: int = MAX_LOG_TEXT_CHARS) -> str:
     return s.translate(_TABLE)
 
 
+def escape_for_terminal(text: object) -> str:
+    """`text` (a model's answer, a title from the library) safe to print: newlines and tabs kept,
+    every other control character (ESC sequences, OSC 52 clipboard writes, carriage returns,
+    bidirectional overrides) escaped as `\\x1b`, `\\r`, `\\u202e`. Not cut."""
+    # As in a log record: an answer is paragraphs, and no reader parses the text back, so the
+    # backslashes need no doubling.
+    s = text if isinstance(text, str) else str(text)
+    return s.translate(_RECORD_TABLE)
+
+
 def redact_url(url: str) -> str:
     """`url` with its user info (`user:password@`) and the values of its query string replaced by
     `***` (an API key sometimes travels as `?key=...`). What is shown of an endpoint: in the log,

@@ -45,7 +45,7 @@ async def exercise(args: list[str], env: dict[str, str], data_dir: Path) -> None
         assert init.protocol_version == 1
         assert init.agent_capabilities.load_session is True
         caps = init.agent_capabilities.model_dump(by_alias=True, exclude_none=True)
-        assert caps["sessionCapabilities"]["list"] == {} and caps["sessionCapabilities"]["delete"] == {}
+        assert caps["sessionCapabilities"] == {"list": {}, "delete": {}, "resume": {}, "close": {}}
         meta = caps["_meta"]["zocrates"]
         assert "_zocrates/session/get" in meta["extensions"] and "_zocrates/session/rename" in meta["extensions"]
 
@@ -55,8 +55,13 @@ async def exercise(args: list[str], env: dict[str, str], data_dir: Path) -> None
 
         # History written by ADK itself (as a turn would), then replayed to the editor.
         await append_to_db(locations.state_dir(data_dir) / "sessions.db", sid, research_chat())
-        await conn.load_session(cwd="/home/u/project", session_id=sid)
+        loaded = await conn.load_session(cwd="/home/u/project", session_id=sid)
+        assert [getattr(o, "root", o).id for o in loaded.config_options or []] == [
+            "scope", "model", "research_budget", "compaction"
+        ]
+        # The session's slash commands come after each new/load answer (not part of the replay).
         replay = [u.model_dump(by_alias=True, exclude_none=True) for s, u in editor.updates if s == sid]
+        replay = [u for u in replay if u["sessionUpdate"] != "available_commands_update"]
         kinds = [u["sessionUpdate"] for u in replay]
         assert kinds == [
             "user_message_chunk",
@@ -137,7 +142,9 @@ def test_pump_exits_0_on_stdin_eof_after_forwarding_the_answers(daemon: Any) -> 
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert len(lines) == 20 and all(b'"sessionId"' in line for line in lines)  # nothing but frames on stdout
+    # Nothing but frames on stdout: each answer, and the session's slash commands after it.
+    assert len(lines) == 40 and all(b'"sessionId"' in line for line in lines)
+    assert sum(b'"available_commands_update"' in line for line in lines) == 20
 
 
 def test_pump_reports_a_daemon_that_goes_away(daemon: Any) -> None:
@@ -171,6 +178,9 @@ def test_two_editors_starting_at_once_share_one_daemon(short_tmp: Path) -> None:
         assert all(b'"protocolVersion":1' in o[0] for o in outs)
         info = locations.live_daemon(data_dir)
         assert info is not None
+        # A pump that started a daemon says so on stderr, once, naming the one that runs (issue 17).
+        said = [o[1].decode() for o in outs if b"started zocratesd" in o[1]]
+        assert said and all(s.count("started zocratesd") == 1 and f"(pid {info.pid})" in s for s in said), outs
         time.sleep(0.5)
         # Exactly one daemon survived; the losers of the lock race exited.
         ps = subprocess.run(["pgrep", "-f", f"zocratesd serve --zotero-data-dir {data_dir}"], capture_output=True, text=True)

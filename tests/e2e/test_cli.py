@@ -168,17 +168,27 @@ def test_no_start_without_a_daemon_says_how_to_start_one(shared: DaemonProc, sho
     assert locations.read_daemon_info(data_dir.resolve()) is None  # nothing was started
 
 
-def test_starts_the_daemon_when_none_runs(short_tmp: Path) -> None:
+def test_read_only_commands_never_start_a_daemon_ask_does_and_says_so(short_tmp: Path) -> None:
     env = daemon_env(short_tmp / "run")
     (short_tmp / "run").mkdir(mode=0o700, exist_ok=True)
     data_dir = (short_tmp / "fresh").resolve()
-    cmd = [*zocrates_command(), "sessions", "list", "--zotero-data-dir", str(data_dir)]
+    data_dir.mkdir()
     try:
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+        for args in (["sessions", "list"], ["sessions", "show", "session-1-abcdef"], ["library", "status"]):
+            out = subprocess.run([*zocrates_command(), *args, "--zotero-data-dir", str(data_dir)],
+                                 env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+            assert_one_line_error(out, f"zocratesd is not running for {data_dir}", "zocratesd serve --zotero-data-dir")
+            assert locations.read_daemon_info(data_dir) is None  # nothing was started
+        out = subprocess.run([*zocrates_command(), "ask", "--new", "What is HyDE?", "--zotero-data-dir", str(data_dir)],
+                             env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
         assert out.returncode == 0, out.stderr
-        assert out.stdout == "no sessions yet\n"
         info = locations.live_daemon(data_dir)
         assert info is not None  # started, and still serving for the next command
+        assert out.stderr.count("started zocratesd") == 1 and f"(pid {info.pid})" in out.stderr, out.stderr
+        assert "zocratesd stop --zotero-data-dir" in out.stderr
+        again = subprocess.run([*zocrates_command(), "sessions", "list", "--zotero-data-dir", str(data_dir)],
+                               env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+        assert again.returncode == 0 and "What is HyDE?" in again.stdout and again.stderr == "", again
     finally:
         subprocess.run(
             [sys.executable, "-m", "zocratesd", "stop", "--zotero-data-dir", str(data_dir)],
@@ -194,7 +204,7 @@ def test_a_daemon_that_cannot_start_is_one_line_naming_its_log(short_tmp: Path) 
     state.mkdir(parents=True)
     (state / "zocrates_config.json").write_text("{not json")
     out = subprocess.run(
-        [*zocrates_command(), "sessions", "list", "--zotero-data-dir", str(data_dir)],
+        [*zocrates_command(), "ask", "hello", "--zotero-data-dir", str(data_dir)],
         env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
     )
     assert_one_line_error(out, "could not start zocratesd", str(state / locations.LOG_NAME))
@@ -209,10 +219,10 @@ def test_starts_the_daemon_when_the_runtime_dir_is_too_deep_for_a_socket(short_t
     run.mkdir(mode=0o700, parents=True)
     env = daemon_env(run)
     data_dir = (short_tmp / "fresh").resolve()
-    cmd = [*zocrates_command(), "sessions", "list", "--zotero-data-dir", str(data_dir)]
+    cmd = [*zocrates_command(), "ask", "--new", "hello", "--zotero-data-dir", str(data_dir)]
     try:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
-        assert out.returncode == 0 and out.stdout == "no sessions yet\n", out.stderr
+        assert out.returncode == 0 and "started zocratesd" in out.stderr, out.stderr
         info = locations.live_daemon(data_dir)
         assert info is not None and Path(info.socket).parent == Path(f"/tmp/zocrates-{os.geteuid()}")
         again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
@@ -231,7 +241,7 @@ def test_a_symlinked_state_dir_or_a_hostile_runtime_dir_is_one_line(short_tmp: P
     data_dir.mkdir()
     (short_tmp / "target").mkdir()
     (data_dir / "zocrates-data").symlink_to(short_tmp / "target")
-    cmd = [*zocrates_command(), "sessions", "list", "--zotero-data-dir", str(data_dir)]
+    cmd = [*zocrates_command(), "ask", "hello", "--zotero-data-dir", str(data_dir)]
     out = subprocess.run(cmd, env=daemon_env(run), capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
     assert_one_line_error(out, f"{data_dir / 'zocrates-data'} is a symbolic link")
 
@@ -258,7 +268,7 @@ def test_a_runtime_dir_fallback_of_another_uid_is_one_line(short_tmp: Path) -> N
     data_dir = (short_tmp / "zotero").resolve()
     data_dir.mkdir()
     out = subprocess.run(
-        [*zocrates_command(), "sessions", "list", "--zotero-data-dir", str(data_dir)],
+        [*zocrates_command(), "ask", "hello", "--zotero-data-dir", str(data_dir)],
         env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
     )
     assert_one_line_error(out, str(squatted), "65534")

@@ -9,7 +9,8 @@ first `initialize` answer must arrive within 150 ms when the daemon is already u
   manager listens there and starts the daemon on our connection, so we use that connection and
   wait until the daemon has written daemon.json. Only when nothing listens there either is
   `zocratesd serve` started detached (its own session, stdio to /dev/null, logs in its log file)
-  and we wait for it to be ready. Two editors starting at once are fine: the second daemon loses
+  and we wait for it to be ready, saying so on stderr (the daemon outlives us: the user must
+  hear that it runs, and how to stop it). Two editors starting at once are fine: the second daemon loses
   the instance lock and exits, and both pumps connect to the winner.
 - stdin EOF half-closes the socket (SHUT_WR); whatever the daemon still sends is forwarded, and
   the pump exits 0 when the daemon closes its side. That is when nothing more can come: the editor
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from zocratesd import locations
@@ -127,9 +129,16 @@ def _closed_by_peer(sock: socket.socket) -> bool:
         return True
 
 
-def connect_to_daemon(data_dir: Path, *, start: bool = True, serve_args: list[str] | None = None) -> socket.socket:
+def connect_to_daemon(
+    data_dir: Path,
+    *,
+    start: bool = True,
+    serve_args: list[str] | None = None,
+    on_start: Callable[[int, Path], None] | None = None,
+) -> socket.socket:
     """A connected socket to the daemon of `data_dir`: the live one, else a socket-activated one,
-    else (when `start`) one we start."""
+    else (when `start`) one we start. `on_start(pid, log)` is called once one we started is ready
+    (so the user hears that a daemon now runs in the background, and where it logs)."""
     info = locations.live_daemon(data_dir)
     if info is not None:
         try:
@@ -151,9 +160,13 @@ def connect_to_daemon(data_dir: Path, *, start: bool = True, serve_args: list[st
         info = locations.live_daemon(data_dir)
         if info is not None:
             try:
-                return _connect(info.socket)
+                sock = _connect(info.socket)
             except OSError:
                 pass
+            else:
+                if proc is not None and on_start is not None:
+                    on_start(info.pid, log)  # ours, or a sibling's that won the start: one runs now
+                return sock
         if proc is not None and proc.poll() is not None and not locations.lock_is_held(
             locations.state_dir(data_dir) / locations.LOCK_NAME
         ):
@@ -232,9 +245,23 @@ def pump(sock: socket.socket, in_fd: int = 0, out_fd: int = 1) -> int:
     return 0
 
 
+def announce_start(prog: str, data_dir: Path) -> Callable[[int, Path], None]:
+    """An `on_start` that says on stderr, once, that a daemon was started and how to stop it."""
+
+    def say(pid: int, log: Path) -> None:
+        print(
+            f"{prog}: started zocratesd (pid {pid}) for {data_dir}; it keeps running in the background "
+            f"(log: {log}; stop it with `zocratesd stop --zotero-data-dir {data_dir}`)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return say
+
+
 def run(data_dir: Path, serve_args: list[str] | None = None) -> int:
     try:
-        sock = connect_to_daemon(data_dir, serve_args=serve_args)
+        sock = connect_to_daemon(data_dir, serve_args=serve_args, on_start=announce_start("zocratesd stdio", data_dir))
     except (PumpError, locations.RuntimeFileError) as exc:
         print(f"zocratesd stdio: {exc}", file=sys.stderr)
         return 1

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Final, Literal
 
 from zocratesd import locations
 
@@ -109,6 +109,37 @@ class Settings:
         if self.idle_exit_after is not None:
             argv += ["--idle-exit-after", f"{self.idle_exit_after:g}"]
         return argv
+
+
+# The zocratesd package this module belongs to (zocratesd/service_manager/installer.py).
+PACKAGE_DIR: Final = Path(__file__).resolve().parent.parent
+
+
+def source_tree_of(python: str, package_dir: Path) -> Path | None:
+    """The source checkout the service would run from, if any: the venv of `python` sits in one
+    (`./dev` makes `.venv-3.11` inside the clone), or zocratesd itself is imported from one (an
+    editable install). None for an installed package (pipx, `pip install`), which stays put."""
+    package_root = package_dir.resolve().parent
+    if (package_root / "pyproject.toml").is_file() and (package_root / "zocratesd").is_dir():
+        return package_root
+    venv = Path(python).parent.parent  # not resolved: a venv's python links to the base interpreter
+    if (venv / "pyvenv.cfg").is_file():
+        for parent in venv.parents:
+            if (parent / "pyproject.toml").is_file() and (parent / "zocratesd").is_dir():
+                return parent
+    return None
+
+
+def source_tree_warning(settings: Settings) -> str | None:
+    """What to tell the user when the units would run zocratesd out of a clone they may delete."""
+    tree = source_tree_of(settings.python, PACKAGE_DIR)
+    if tree is None:
+        return None
+    return (
+        f"warning: the service will run {settings.python} with zocratesd from the source tree {tree}; "
+        "moving or deleting that directory breaks the service (re-run `zocratesd service install` from wherever "
+        f"zocratesd is installed then, or install it for good first: `pipx install {tree}`)"
+    )
 
 
 def template_text(name: str) -> str:
@@ -455,6 +486,8 @@ def install(manager: _Manager, *, dry_run: bool = False, out: IO[str] | None = N
             "your login session may look elsewhere. Run this from your login session.",
             file=sys.stderr,
         )
+    if warning := source_tree_warning(manager.settings):
+        print(warning, file=sys.stderr)
     steps = manager.install_steps(states)
     verb = "would " if dry_run else ""
     for description, directory in manager.prepare():

@@ -9,6 +9,7 @@ it polls with blocking sleeps.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,19 +36,20 @@ async def _connect_unix(path: str) -> anyio.abc.SocketStream:
     return await anyio.connect_unix(path)
 
 
-def _start_and_wait(data_dir: Path) -> None:
+def _start_and_wait(data_dir: Path, on_start: Callable[[int, Path], None] | None) -> None:
     """Start `zocratesd serve` unless one runs, and return once it accepts connections.
 
     The probe socket the pump logic hands back is closed here, in the worker thread, so a caller
     cancelled meanwhile (the thread is then abandoned) leaks nothing.
     """
-    pump.connect_to_daemon(data_dir, start=True).close()
+    pump.connect_to_daemon(data_dir, start=True, on_start=on_start).close()
 
 
 async def open_endpoint(
     data_dir: str | os.PathLike[str] | None,
     socket_path: str | os.PathLike[str] | None,
     start_daemon: bool,
+    on_start: Callable[[int, Path], None] | None = None,
 ) -> Endpoint:
     """Connect to the daemon; raises DaemonNotRunning, ConnectError or ValueError.
 
@@ -56,7 +58,8 @@ async def open_endpoint(
     - otherwise the data dir is `locations.resolve_data_dir(data_dir)` (the flag, $ZOTERO_DATA_DIR,
       ~/Zotero, or the per-user default) and its live daemon.json gives the socket. With no live
       daemon: `start_daemon` starts one and waits (up to `pump.START_TIMEOUT_S`), else
-      DaemonNotRunning names the data dir and the command to run.
+      DaemonNotRunning names the data dir and the command to run. `on_start(pid, log_path)` is
+      called (in a worker thread) when a daemon is started.
     """
     if socket_path is not None:
         if start_daemon:
@@ -87,7 +90,7 @@ async def open_endpoint(
     try:
         # abandon_on_cancel: a cancelled caller (Ctrl-C, a timeout) must not wait out the pump's
         # 60 s start timeout; the thread finishes on its own and closes its probe socket.
-        await anyio.to_thread.run_sync(_start_and_wait, resolved, abandon_on_cancel=True)
+        await anyio.to_thread.run_sync(_start_and_wait, resolved, on_start, abandon_on_cancel=True)
     except (pump.PumpError, locations.RuntimeFileError) as exc:
         raise ConnectError(f"could not start zocratesd for {resolved}: {exc}") from None
     info = locations.live_daemon(resolved)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, cast
 
 #: One `update` object of a `session/update` notification (`update["sessionUpdate"]` is its kind).
 Update = dict[str, Any]
@@ -135,3 +135,97 @@ class SessionUpdate:
         """`update.sessionUpdate`: `agent_message_chunk`, `tool_call`, `session_info_update`, ..."""
         kind = self.update.get("sessionUpdate")
         return kind if isinstance(kind, str) else None
+
+
+class RestoredPrompt(TypedDict):
+    """What a rewound turn was asked with (its text, scope, selection, snippets)."""
+
+    mode: str
+    active_context_items: list[dict[str, str]] | None
+    collection: str | None
+    snippets: list[dict[str, Any]]
+    text: str
+
+
+class RewindResult(TypedDict):
+    """`_zocrates/session/rewind`: the UI session after the rewind, and what the turn was asked with."""
+
+    session: UiSession
+    restored: RestoredPrompt
+
+
+#: The scope of a question: the whole library, one collection (with its subcollections), or papers.
+Mode = Literal["library", "collection", "papers"]
+
+#: How a research checkpoint is answered: search further, or answer now from what was found.
+CheckpointAction = Literal["extend_budget", "synthesize"]
+
+
+@dataclass(frozen=True, slots=True)
+class PromptResult:
+    """How a turn (`session/prompt`, `_zocrates/chat/resume`) ended.
+
+    `stop_reason` is `"end_turn"`, or `"cancelled"` (a `session/cancel`, or a checkpoint nobody
+    answered: then `pending_hitl` is the checkpoint that waits, for `Client.resume`).
+    """
+
+    stop_reason: str
+    invocation_id: str | None
+    pending_hitl: PendingHitl | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_wire(cls, obj: dict[str, Any]) -> PromptResult:
+        # session/prompt keeps Zocrates' fields in _meta.zocrates; chat/resume has them at the top.
+        meta = (obj.get("_meta") or {}).get("zocrates") or {}
+        invocation = obj.get("invocationId", meta.get("invocationId"))
+        pending = obj.get("pendingHitl", meta.get("pendingHitl"))
+        return cls(
+            stop_reason=str(obj.get("stopReason", "")),
+            invocation_id=invocation if isinstance(invocation, str) else None,
+            pending_hitl=cast(PendingHitl, pending) if isinstance(pending, dict) else None,
+            raw=obj,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A research checkpoint the daemon asks about (`session/request_permission`).
+
+    `question` is the text to show; `invocation_id` and `interrupt_id` are what `Client.resume`
+    takes if it is left pending; `payload` has the aspects searched and not yet searched.
+    """
+
+    session_id: str
+    tool_call_id: str
+    question: str
+    invocation_id: str
+    interrupt_id: str
+    payload: dict[str, Any]
+
+    @classmethod
+    def from_request(cls, params: dict[str, Any]) -> Checkpoint:
+        call = params.get("toolCall") or {}
+        tool_call_id = str(call.get("toolCallId", ""))
+        interrupt_id, _, invocation_id = tool_call_id.partition("@")
+        payload = call.get("rawInput")
+        return cls(
+            session_id=str(params.get("sessionId", "")),
+            tool_call_id=tool_call_id,
+            question=str(call.get("title") or ""),
+            invocation_id=invocation_id,
+            interrupt_id=interrupt_id,
+            payload=payload if isinstance(payload, dict) else {},
+        )
+
+    @staticmethod
+    def answer(action: CheckpointAction | None, guidance: str | None = None) -> dict[str, Any]:
+        """The result to return from the request handler: `extend_budget` (with optional guidance),
+        `synthesize`, or None to leave the checkpoint pending (the turn then ends `cancelled`)."""
+        if action is None:
+            return {"outcome": {"outcome": "cancelled"}}
+        option = "extend" if action == "extend_budget" else "synthesize"
+        result: dict[str, Any] = {"outcome": {"outcome": "selected", "optionId": option}}
+        if guidance:
+            result["_meta"] = {"zocrates": {"guidance": guidance}}
+        return result

@@ -34,7 +34,7 @@ import logging
 import os
 import socket
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final, assert_never
@@ -48,8 +48,12 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from zocrates_client._discovery import open_endpoint
 from zocrates_client._errors import ConnectionLost, MessageTooLarge, RpcError, UpdatesOverflow
 from zocrates_client._types import (
+    CheckpointAction,
     InitializeResult,
+    Mode,
+    PromptResult,
     RequestHandler,
+    RewindResult,
     SessionInfo,
     SessionSummary,
     SessionUpdate,
@@ -185,6 +189,139 @@ class Updates:
             self._waiter = None
 
 
+class Turn:
+    """One turn (`session/prompt` or `_zocrates/chat/resume`) and its updates, as they stream.
+
+        async with client.stream_prompt(session_id, "What is HyDE?") as turn:
+            async for item in turn:          # SessionUpdates of this session, in order
+                ...
+        print(turn.result.stop_reason)
+
+    The request is sent when the block is entered, by a task of the client's, so the caller may
+    stop iterating at any time. Iteration ends after the last update that came before the answer
+    (the daemon sends a turn's updates before its result), then raises what the request raised
+    (`RpcError`, `ConnectionLost`), or `UpdatesOverflow` when the updates were not read in time.
+    `client.cancel(session_id)` ends the turn `cancelled`. Leaving the block before the answer
+    cancels the request itself (`$/cancel_request`: the daemon stops the turn) and waits for it.
+    A research checkpoint comes to the connection's `on_request` handler, as any request does.
+    """
+
+    def __init__(self, client: Client, session_id: str, method: str, params: dict[str, Any], max_buffer: int):
+        self.session_id = session_id
+        self._client = client
+        self._method = method
+        self._params = params
+        self._updates = client.updates(session_id, max_buffer=max_buffer)
+        self._scope = anyio.CancelScope()
+        self._done = anyio.Event()
+        self._started = False
+        self._result: PromptResult | None = None
+        self._error: Exception | None = None
+
+    @property
+    def done(self) -> bool:
+        """True once the request has been answered (or failed)."""
+        return self._done.is_set()
+
+    @property
+    def result(self) -> PromptResult:
+        """How the turn ended; raises what the request raised, or RuntimeError before the end."""
+        if self._error is not None:
+            raise self._error
+        if self._result is None:
+            raise RuntimeError("the turn has not ended yet")
+        return self._result
+
+    async def wait(self) -> PromptResult:
+        """Wait for the answer (updates not read stay buffered) and return `result`."""
+        await self._done.wait()
+        return self.result
+
+    async def __aenter__(self) -> Turn:
+        if self._started:
+            raise RuntimeError("a Turn runs once")
+        self._started = True
+        if self._client.closed or self._client._tg is None:
+            self._updates.close()
+            self._error = ConnectionLost(self._client._end_reason or "the client is not connected")
+            self._done.set()
+        else:
+            # Subscribed (in __init__) before the request is sent, so no update is missed.
+            self._client._tg.start_soon(self._run, name=f"zocrates_client {self._method}")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if not self._done.is_set():
+            self._scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await self._done.wait()
+        self._updates.close()
+
+    def __aiter__(self) -> Turn:
+        return self
+
+    async def __anext__(self) -> SessionUpdate:
+        if not self._started:
+            raise RuntimeError("iterate a Turn inside `async with`")
+        try:
+            return await self._updates.__anext__()
+        except StopAsyncIteration:
+            await self._done.wait()
+            if self._error is not None:
+                raise self._error from None
+            raise
+
+    async def _run(self) -> None:
+        try:
+            with self._scope:
+                self._result = PromptResult.from_wire(await self._client.call(self._method, self._params))
+        except Exception as exc:
+            self._error = exc
+        finally:
+            if self._result is None and self._error is None:
+                self._error = ConnectionLost(self._client._end_reason or f"{self._method} was cancelled")
+            # Every update sent before the answer was delivered before it (one reader, in order).
+            self._updates.close()
+            self._done.set()
+
+
+def prompt_params(
+    session_id: str,
+    text: str,
+    mode: Mode | None,
+    items: Sequence[str | tuple[str, str]],
+    collection: str | None,
+    snippets: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    """`session/prompt` params: the text, and the Zotero context in `_meta.zocrates`."""
+    zocrates: dict[str, Any] = {}
+    if mode is not None:
+        zocrates["mode"] = mode
+    elif collection is not None:
+        zocrates["mode"] = "collection"
+    if items:
+        zocrates["activeItems"] = [
+            {"item_key": i} if isinstance(i, str) else {"item_key": i[0], "title": i[1]} for i in items
+        ]
+    if collection is not None:
+        zocrates["collection"] = collection
+    if snippets:
+        zocrates["snippets"] = list(snippets)
+    params: dict[str, Any] = {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
+    if zocrates:
+        params["_meta"] = {"zocrates": zocrates}
+    return params
+
+
+def resume_params(
+    session_id: str, invocation_id: str, interrupt_id: str, action: CheckpointAction, guidance: str | None
+) -> dict[str, Any]:
+    response: dict[str, Any] = {"action": action}
+    if guidance:
+        response["guidance"] = guidance
+    return {"sessionId": session_id, "invocationId": invocation_id, "interruptId": interrupt_id, "response": response}
+
+
 class Client:
     """A connection to zocratesd. Made by `connect()`, usable only inside its `async with` block.
 
@@ -286,6 +423,86 @@ class Client:
     async def rename_session(self, session_id: str, title: str) -> SessionSummary:
         """`_zocrates/session/rename`: set the title (control characters become spaces; 1-200 chars)."""
         result: SessionSummary = await self.call("_zocrates/session/rename", {"sessionId": session_id, "title": title})
+        return result
+
+    async def rename(self, session_id: str, title: str) -> SessionSummary:
+        """The same as `rename_session`."""
+        return await self.rename_session(session_id, title)
+
+    # --- turns ----------------------------------------------------------------------------------
+
+    async def prompt(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        mode: Mode | None = None,
+        items: Sequence[str | tuple[str, str]] = (),
+        collection: str | None = None,
+        snippets: Sequence[dict[str, Any]] = (),
+    ) -> PromptResult:
+        """`session/prompt`: run one turn and return how it ended. Its updates go to the open
+        subscriptions; `stream_prompt` gives them with the turn. `items` are Zotero item keys (or
+        `(key, title)` pairs) that scope the search to those papers; `collection` a collection key;
+        `mode` overrides the scope the daemon infers (papers when items are given, else library).
+        Raises RpcError: 1001 busy, 1003 model error, -32002 unknown session, -32602 bad params."""
+        return PromptResult.from_wire(
+            await self.call("session/prompt", prompt_params(session_id, text, mode, items, collection, snippets))
+        )
+
+    async def resume(
+        self, session_id: str, invocation_id: str, interrupt_id: str,
+        action: CheckpointAction, guidance: str | None = None,
+    ) -> PromptResult:
+        """`_zocrates/chat/resume`: answer a pending research checkpoint (the session's
+        `pending_hitl` ids): `extend_budget` searches further (`guidance` first), `synthesize`
+        answers now. Returns when the turn ends or pauses again (then `pending_hitl` is set).
+        RpcError 1004 when that checkpoint is not pending."""
+        return PromptResult.from_wire(
+            await self.call("_zocrates/chat/resume", resume_params(session_id, invocation_id, interrupt_id, action, guidance))
+        )
+
+    def stream_prompt(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        mode: Mode | None = None,
+        items: Sequence[str | tuple[str, str]] = (),
+        collection: str | None = None,
+        snippets: Sequence[dict[str, Any]] = (),
+        max_buffer: int = DEFAULT_UPDATES_BUFFER,
+    ) -> Turn:
+        """`prompt`, with its updates as they stream: `async with client.stream_prompt(...) as turn:
+        async for update in turn: ...`, then `turn.result`. See `Turn`."""
+        params = prompt_params(session_id, text, mode, items, collection, snippets)
+        return Turn(self, session_id, "session/prompt", params, max_buffer)
+
+    def stream_resume(
+        self, session_id: str, invocation_id: str, interrupt_id: str,
+        action: CheckpointAction, guidance: str | None = None, *, max_buffer: int = DEFAULT_UPDATES_BUFFER,
+    ) -> Turn:
+        """`resume`, with its updates as they stream (see `Turn`)."""
+        params = resume_params(session_id, invocation_id, interrupt_id, action, guidance)
+        return Turn(self, session_id, "_zocrates/chat/resume", params, max_buffer)
+
+    async def cancel(self, session_id: str) -> None:
+        """`session/cancel` (a notification): stop the session's running turn, if any. The turn's
+        request then answers `stop_reason == "cancelled"`; a checkpoint it waited at stays pending."""
+        await self.notify("session/cancel", {"sessionId": session_id})
+
+    async def rewind(self, session_id: str, invocation_id: str) -> RewindResult:
+        """`_zocrates/session/rewind`: undo that turn and every later one. -32002 when no live turn
+        has that id, 1001 while the session is busy."""
+        result: RewindResult = await self.call(
+            "_zocrates/session/rewind", {"sessionId": session_id, "invocationId": invocation_id}
+        )
+        return result
+
+    async def library_status(self, refresh: bool = False) -> dict[str, Any]:
+        """`_zocrates/library/status`: the library index's state, counts and progress (a dict: the
+        daemon may add fields)."""
+        result: dict[str, Any] = await self.call("_zocrates/library/status", {"refresh": refresh} if refresh else {})
         return result
 
     # --- generic --------------------------------------------------------------------------------
@@ -555,6 +772,7 @@ async def connect(
     *,
     on_request: RequestHandler | None = None,
     max_frame_bytes: int = DEFAULT_MAX_INCOMING_FRAME_BYTES,
+    on_daemon_start: Callable[[int, Path], None] | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to zocratesd and yield a `Client`; everything is closed when the block ends.
 
@@ -564,8 +782,9 @@ async def connect(
     for it; otherwise `DaemonNotRunning` is raised. Other connection failures raise `ConnectError`.
     `on_request` handles requests the daemon sends (see `RequestHandler`). `max_frame_bytes` caps
     one incoming message; a larger one ends the connection with `ConnectionLost`.
+    `on_daemon_start(pid, log_path)` is called (from a worker thread) when a daemon was started.
     """
-    endpoint = await open_endpoint(data_dir, socket_path, start_daemon)
+    endpoint = await open_endpoint(data_dir, socket_path, start_daemon, on_daemon_start)
     client: Client | None = None
     body_error: BaseException | None = None
     try:
