@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import shutil
 import signal
 import socket
 import sqlite3
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,18 +59,23 @@ CHUNKS = 20  # the issue's "20 streamed chunks"
 WORDS_PER_CHUNK = 3  # what tests/fake_openai.py streams per chunk
 CONC_TURNS = 3  # turns per session in the concurrent rows (each session turns this many times in a row)
 SIDES = ("zocratesd", "adk_inproc", "adk_api_server")
+IDLE_SETTLE_S = 2.0  # after start: the daemon's background warm-up turn is over by then
 
 # An agent for `adk api_server`: the coordinator zocratesd runs, with the given model.
 AGENT_OFFLINE = textwrap.dedent('''
+    import shutil
     from pathlib import Path
     from google.adk.agents import LlmAgent
-    from zocratesd.core.daemon import load_library_passages
     from zocratesd.engine.models.offline import OfflineLlm
-    from zocratesd.engine.retrieval import InMemoryRetriever
     from zocratesd.engine.tools import build_search_tool
+    from zocratesd.library.passages import PassagesFile
 
+    # The daemon's retriever for a passages file (searched through the library index), on a copy
+    # of its own: the index is written beside the file.
+    _library = Path(__file__).resolve().parent / "library_passages.jsonl"
+    shutil.copyfile({library!r}, _library)
     root_agent = LlmAgent(name="coordinator", model=OfflineLlm(),
-                          tools=[build_search_tool(InMemoryRetriever(load_library_passages(Path({library!r}))))])
+                          tools=[build_search_tool(PassagesFile(_library))])
 ''')
 AGENT_CHUNKS = AGENT_OFFLINE.replace(
     "OfflineLlm()", "OpenAICompatLlm(model='fake/model', base_url={base_url!r}, api_key='sk-bench')"
@@ -252,6 +259,16 @@ def run(args: argparse.Namespace, tmp: Path, data: dict[str, Any], rec: Recorder
             copy_db(src, copies[(store, side)])
             # The journal mode ADK's service leaves a new file in (it sets no WAL pragma), as bench_turns.
             bench_turns.set_journal_mode(copies[(store, side)], args.peer_journal)
+    # The cold starts get copies of the big store as built (the run adds sessions to the others).
+    cold_dir = tmp / "cold-z"
+    (cold_dir / "zocrates-data").mkdir(parents=True)
+    copy_db(data["big"] / "zocrates-data" / "sessions.db", cold_dir / "zocrates-data" / "sessions.db")
+    for name in ("library_passages.jsonl", "zocrates_config.json"):
+        if (data["big"] / "zocrates-data" / name).exists():
+            shutil.copy(data["big"] / "zocrates-data" / name, cold_dir / "zocrates-data" / name)
+    copies[("big", "cold-api")] = tmp / "big-cold-api" / "sessions.db"
+    copy_db(data["big"] / "zocrates-data" / "sessions.db", copies[("big", "cold-api")])
+    bench_turns.set_journal_mode(copies[("big", "cold-api")], args.peer_journal)
     # Keep every session on zocratesd's side too (build_store's config does it for the big store).
     for store in ("small",):
         (data[store] / "zocrates-data" / "zocrates_config.json").write_text(
@@ -282,7 +299,10 @@ def run(args: argparse.Namespace, tmp: Path, data: dict[str, Any], rec: Recorder
         zc_big, zc_small = RpcClient(zbig.socket_path), RpcClient(zsmall.socket_path)
         for c in (zc_big, zc_small):
             c.call("initialize", INITIALIZE_PARAMS)
-        # Idle RSS: started, one request answered, nothing else yet.
+            bench_turns.z_new_session(c)  # a write: answered once the engine has loaded (in the background)
+        time.sleep(IDLE_SETTLE_S)  # the daemon's warm-up turn, after its engine loaded
+        # Idle RSS: the engine loaded, nothing asked yet but a session made; the peer likewise.
+        api_big.new_session()
         api_big.http.get(f"/apps/{APP}/users/{USER}/sessions")
         rec.extra["rss_idle_mib"] = {"zocratesd": rss_mib(zbig.proc.pid)["rss"], "adk_api_server": rss_mib(api_big.proc.pid)["rss"]}
         measure(args, rec, data, zc_big, zc_small, zbig, in_big, in_small, api_big, api_small, env, tmp)
@@ -298,7 +318,7 @@ def run(args: argparse.Namespace, tmp: Path, data: dict[str, Any], rec: Recorder
             else:
                 s.close()
         chunky.close()
-    cold_starts(args, rec, env, tmp)
+    cold_starts(args, rec, env, tmp, cold_dir, data["library"], copies[("big", "cold-api")])
 
 
 def measure(args: argparse.Namespace, rec: Recorder, data: dict[str, Any], zc: RpcClient, zc_small: RpcClient,
@@ -489,20 +509,102 @@ def api_concurrent(api: Api, sids: list[str], texts: list[str]) -> tuple[float, 
     return max(ends) - t0, turns
 
 
-def cold_starts(args: argparse.Namespace, rec: Recorder, env: dict[str, str], tmp: Path) -> None:
-    """Spawn to a first answered request on an empty data dir: zocratesd (initialize over the
-    socket) and adk api_server (GET /list-apps)."""
+# The cold-start rows (issue 22): seconds from spawning the server to each milestone, asked one
+# after the other on one connection, as a client that just started it would.
+COLD_ROWS = ("cold start: to first reply", "cold start: to first session list", "cold start: to first completed turn")
+COLD_POLL_S = 0.002  # how often the client tries to connect while the server starts
+
+
+def zocratesd_cold(data_dir: Path, runtime_dir: Path, env: dict[str, str], sessions: int, text: str) -> list[float]:
+    """`zocratesd serve` on `data_dir` (HTTP shim on, on a free port): spawn to its first
+    `initialize` reply, to its first `session/list` (all `sessions`), to its first completed
+    instant-model turn (`session/new` + `session/prompt`). Stops it (SIGTERM) before returning."""
+    sock = runtime_dir / "cold.sock"
+    d = DaemonProc(data_dir=data_dir, runtime_dir=runtime_dir, env=env, args=["--socket", str(sock), "--http-port", "0"])
+    t0 = timer()
+    with open(d.stderr_path, "ab") as err:
+        d.proc = subprocess.Popen([*d.command, "serve", "--zotero-data-dir", str(data_dir), *d.args], env=env,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        client = None
+        while client is None:
+            if d.proc.poll() is not None or timer() - t0 > 60:
+                raise RuntimeError(f"zocratesd did not start: {d.stderr_tail()}")
+            try:
+                client = RpcClient(sock)
+            except OSError:
+                time.sleep(COLD_POLL_S)
+        with client:
+            client.call("initialize", INITIALIZE_PARAMS)
+            first = timer() - t0
+            listed = len(client.call("session/list", {})[0]["sessions"])
+            listed_at = timer() - t0
+            if listed < sessions:
+                raise AssertionError(f"zocratesd cold start listed {listed} sessions, expected {sessions} or more")
+            turn = bench_turns.z_turn(client, bench_turns.z_new_session(client), text)
+            turned = timer() - t0
+            if not turn.answer:
+                raise AssertionError("zocratesd cold start: the first turn has no answer")
+        return [first, listed_at, turned]
+    finally:
+        code = d.stop()
+        if code not in (0, None):
+            raise RuntimeError(f"cold-start daemon exited {code} on SIGTERM:\n{d.stderr_tail()}")
+
+
+def api_server_cold(tmp: Path, db: Path, agent: str, sessions: int, text: str) -> list[float]:
+    """`adk api_server` on `db`: spawn to its first answered request (GET /list-apps, the first
+    request it can answer), to its first session list, to its first completed turn."""
+    bench_shim.PEER_AGENT = agent
+    t0 = timer()
+    proc, base = bench_shim.spawn_peer(tmp, db)
+    try:
+        with httpx.Client(base_url=base, timeout=300) as http:
+            while True:
+                if proc.poll() is not None or timer() - t0 > 60:
+                    raise RuntimeError(f"adk api_server did not start (exit {proc.poll()})")
+                try:
+                    if http.get("/list-apps", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(COLD_POLL_S)
+            first = timer() - t0
+            listed = len(http.get(f"/apps/{APP}/users/{USER}/sessions").json())
+            listed_at = timer() - t0
+            if listed < sessions:
+                raise AssertionError(f"adk api_server cold start listed {listed} sessions, expected {sessions} or more")
+            sid = str(http.post(f"/apps/{APP}/users/{USER}/sessions", json={}).json()["id"])
+            turn = api_turn(base, sid, text)
+            turned = timer() - t0
+            if not turn.answer:
+                raise AssertionError("adk api_server cold start: the first turn has no answer")
+        return [first, listed_at, turned]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def cold_starts(args: argparse.Namespace, rec: Recorder, env: dict[str, str], tmp: Path, z_dir: Path, library: Path,
+                api_db: Path) -> None:
+    """The cold-start rows on copies of the big store as built (`--sessions` sessions, and one more
+    per cold turn before), both servers alternating: a first round untimed (first-run costs:
+    bytecode, page cache), then `--cold-rounds`."""
     log(f"cold starts, {args.cold_rounds} each ...")
-    bench_store.cold_start_first_reply(tmp / "cold-warm", tmp / "run", env)  # first-run costs
-    for r in range(args.cold_rounds):
-        _, first = bench_store.cold_start_first_reply(tmp / f"cold-{r}", tmp / "run", env)
-        rec.add("daemon cold start to first answered request", "zocratesd", first)
-        db = tmp / f"cold-api-{r}" / "sessions.db"
-        db.parent.mkdir(parents=True)
-        t0 = timer()
-        api = Api(tmp / f"cold-api-{r}", db, AGENT_OFFLINE.format(library=str(tmp / "none.jsonl")))
-        rec.add("daemon cold start to first answered request", "adk_api_server", timer() - t0)
-        api.close()
+    text = bench_turns.QUESTIONS[0]
+    agent = AGENT_OFFLINE.format(library=str(library))
+    for r in range(args.cold_rounds + 1):
+        for side in (SIDES if r % 2 == 0 else tuple(reversed(SIDES))):
+            if side == "zocratesd":
+                times = zocratesd_cold(z_dir, tmp / "run", env, args.sessions, text)
+            elif side == "adk_api_server":
+                times = api_server_cold(tmp / f"cold-api-{r}", api_db, agent, args.sessions, text)
+            else:
+                continue
+            for row, t in zip(COLD_ROWS, times, strict=True):
+                rec.add(row, side, t, keep=r > 0)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,13 @@ def start_daemon(data_dir: Path, runtime_dir: Path) -> tuple[DaemonProc, dict[st
 
 
 def start_peer(tmp: Path, db: Path) -> tuple[subprocess.Popen[bytes], str]:
+    proc, url = spawn_peer(tmp, db)
+    wait_http(url + "/list-apps", proc)
+    return proc, url
+
+
+def spawn_peer(tmp: Path, db: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`adk api_server` on `db` with PEER_AGENT as its app, spawned (not waited for)."""
     agents = tmp / "agents"
     pkg = agents / APP
     pkg.mkdir(parents=True)
@@ -156,9 +163,7 @@ def start_peer(tmp: Path, db: Path) -> tuple[subprocess.Popen[bytes], str]:
         cwd=str(tmp), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=tempfile.TemporaryFile(),
         env={k: v for k, v in os.environ.items() if not k.startswith("GOOGLE_")},
     )
-    url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/list-apps", proc)
-    return proc, url
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def first_sse_event(base_url: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> float:

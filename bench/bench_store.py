@@ -236,6 +236,7 @@ def verify_daemon(client: RpcClient, peer_session: Any, peer_listing: list[Any])
     # JSON round trip: the reference as a client would receive it.
     reference = json.loads(json.dumps(format_session_for_ui(peer_session)))
     got, _ = client.call("_zocrates/session/get", {"sessionId": sid})
+    got.pop("settings", None)  # the session's settings (core/session_config.py): the daemon's, not ADK's
     if got != reference:
         diff = [k for k in set(reference) | set(got) if reference.get(k) != got.get(k)]
         detail = ""

@@ -31,6 +31,7 @@ import asyncio
 import gc
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import statistics
@@ -146,8 +147,10 @@ SUMMARY = "Summary of the conversation so far: " + TextGen(99).text(2500)
 
 class Peer:
     """ADK's Runner on a DatabaseSessionService over its own copy of the DB, on one long-lived event
-    loop: the coordinator with the offline model and the same search tool, every turn with ADK's
-    defaults (no GetSessionConfig: full loads; no pragmas)."""
+    loop: the coordinator with the offline model and the same search tool over the same retriever
+    as the daemon's (a passages file searched through the library index: `PassagesFile`, on a copy
+    of the file, as its index is written beside it), every turn with ADK's defaults (no
+    GetSessionConfig: full loads; no pragmas)."""
 
     def __init__(self, db: Path, library: Path):
         from google.adk.agents import LlmAgent
@@ -155,18 +158,19 @@ class Peer:
         from google.adk.runners import Runner
         from google.adk.sessions import DatabaseSessionService
 
-        from zocratesd.core.daemon import load_library_passages
         from zocratesd.engine.models.offline import OfflineLlm
-        from zocratesd.engine.retrieval import InMemoryRetriever
         from zocratesd.engine.tools import build_search_tool
+        from zocratesd.library.passages import PassagesFile
         from zocratesd.store import APP_NAME
 
         self.loop = asyncio.new_event_loop()
         self.svc = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{db}")
-        passages = load_library_passages(library)
-        agent = LlmAgent(name="coordinator", model=OfflineLlm(), tools=[build_search_tool(InMemoryRetriever(passages))])
+        own = db.parent / library.name
+        shutil.copyfile(library, own)
+        retriever = PassagesFile(own)
+        agent = LlmAgent(name="coordinator", model=OfflineLlm(), tools=[build_search_tool(retriever)])
         self.runner = Runner(app=App(name=APP_NAME, root_agent=agent), session_service=self.svc)
-        self.n_passages = len(passages)
+        self.n_passages = len(retriever.passages)
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)

@@ -21,6 +21,8 @@ READY_TIMEOUT_S = 60.0
 # How often start() looks for the daemon: bench_store times a cold start with it, so the poll must
 # not be what it measures (5 ms is below a start's spread; a poll is a file read and a connect).
 POLL_S = 0.005
+# What the daemon logs once its engine is up (process/lifecycle.py, bring_up).
+ENGINE_READY = "engine ready in"
 
 
 def daemon_env(runtime_dir: Path) -> dict[str, str]:
@@ -49,6 +51,7 @@ class DaemonProc:
     # What runs zocratesd; `serve ...` follows. A benchmark puts a profiler here (bench/_procs.py).
     command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "zocratesd"])
     proc: subprocess.Popen[bytes] | None = None
+    _engines_before: int = 0
 
     @property
     def state_dir(self) -> Path:
@@ -74,6 +77,7 @@ class DaemonProc:
         """Spawn the daemon and wait until it is ready: daemon.json names this pid and its socket
         accepts a connection. Returns the seconds that took, from spawn."""
         t0 = time.perf_counter()
+        self._engines_before = self.stderr_text().count(ENGINE_READY)
         # stderr goes to a file, not a pipe nobody drains: a chatty daemon must never block on it.
         with open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(
@@ -99,6 +103,17 @@ class DaemonProc:
             time.sleep(POLL_S)
         self.kill()
         raise RuntimeError(f"zocratesd did not become ready in {READY_TIMEOUT_S:.0f} s: {self.stderr_tail(2000)}")
+
+    def wait_until_started(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Wait until the daemon started by `start()` has brought its engine up (its start-up
+        maintenance included): `start()` returns as soon as it answers reads, before that."""
+        deadline = time.monotonic() + timeout
+        while self.stderr_text().count(ENGINE_READY) <= self._engines_before:
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError(f"zocratesd exited before its engine was up: {self.stderr_tail(2000)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"zocratesd's engine was not up in {timeout:.0f} s: {self.stderr_tail(2000)}")
+            time.sleep(POLL_S * 4)
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -6,8 +6,8 @@ does not handle it yet (rpc/updates.py for ACP, shim/turns.py for SSE).
 
 Stored events (a replay, `event_updates`) and live events (a turn, core/turn_updates.py) both
 come out as these, so the editor that watches a turn and the one that loads it later see the same
-conversation. Some kinds only happen live: `ToolProgress`, `CheckpointAnswered`, `Usage` (and
-`Checkpoint`, which a replay shows only while it is still pending: `Daemon.replay`).
+conversation. Some kinds only happen live: `ToolProgress`, `CheckpointAnswered`, `Usage`, `ConfigOptions` (and
+`Checkpoint`, which a replay shows only while it is still pending: `Daemon.replay`), and `Starting`.
 
 A leaf module: it imports nothing of zocratesd, so every layer may use it.
 """
@@ -111,10 +111,51 @@ class Usage:
     compaction_ms: float
     compacted: bool
     reason: str  # why it did or did not compact ("gate", "probe_yes", "cancelled", ...)
+    # The model's own counts for the turn's last call ({prompt_token_count, candidates_token_count,
+    # total_token_count}), when the provider reported them; None for the offline model.
+    model_tokens: Json | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChoice:
+    value: str
+    name: str
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOption:
+    """One of a session's settings (core/session_config.py), as every face shows it: a choice from
+    a list (`choices`, `current` one of their values) or an on/off switch (`current` a bool)."""
+
+    id: str
+    name: str
+    description: str
+    category: str  # ACP's: "mode", "model", "model_config"; a face may ignore it
+    current: str | bool
+    choices: tuple[ConfigChoice, ...] = ()  # empty for a boolean
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOptions:
+    """The session's settings changed: all of them, as they are now. `origin` names the client
+    that changed them when it already has them in its answer (it need not hear them again)."""
+
+    options: tuple[ConfigOption, ...]
+    origin: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Starting:
+    """A turn waits for the daemon to finish starting (its engine loads in the background after a
+    cold start, process/boot.py): live only, never stored; the turn's own updates follow."""
+
+    text: str
 
 
 Update: TypeAlias = (
     MessageChunk | ThoughtChunk | ToolCall | ToolResult | Title | ToolProgress | Checkpoint | CheckpointAnswered | Usage
+    | ConfigOptions | Starting
 )
 
 

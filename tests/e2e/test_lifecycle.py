@@ -43,9 +43,13 @@ def test_ready_files_and_permissions(daemon: Any) -> None:
     assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
     assert str(sock.parent).startswith(str(daemon.runtime_dir))
     assert stat.S_IMODE(daemon.state_dir.stat().st_mode) == 0o700
-    assert stat.S_IMODE(daemon.db_path.stat().st_mode) & 0o077 == 0
     with RawConn(str(sock)) as c:
         assert c.result("initialize", {"protocolVersion": 1})["agentCapabilities"]["_meta"]["zocrates"]["version"] == info["version"]
+    # sessions.db is made by the engine, which loads in the background after the first reply.
+    deadline = time.monotonic() + 60
+    while not daemon.db_path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stat.S_IMODE(daemon.db_path.stat().st_mode) & 0o077 == 0
 
 
 def test_second_daemon_on_the_same_data_dir_refuses_naming_the_pid(daemon: Any, daemon_factory: Any) -> None:
@@ -169,6 +173,7 @@ def test_abrupt_disconnects_do_not_hurt_the_daemon(daemon: Any) -> None:
     time.sleep(0.5)
     with RawConn(daemon.socket_path) as c:
         sessions = c.result("session/list", {})["sessions"]
+        c.result("session/new", {"cwd": "/tmp"})  # a write: answered once the engine (and sessions.db) is up
     assert len(sessions) <= 50
     assert daemon.proc.poll() is None
     assert integrity_check(daemon.db_path) == "ok"

@@ -58,8 +58,12 @@ def test_startup_and_on_demand_maintenance(daemon_factory: Any) -> None:
     for i, sid in enumerate(chats[1:], start=1):
         age(d.db_path, sid, created_days=10 - i, updated_days=10 - i)
 
-    d.start()  # startup maintenance runs before the socket answers
+    d.start()  # startup maintenance runs before the first write (reads are served meanwhile)
     with RawConn(d.socket_path) as c:
+        # A write waits for start-up maintenance; after it, an on-demand pass finds nothing to do.
+        report = c.result("_zocrates/storage/maintenance", {})
+        assert report["empty_deleted"] == 0 and report["retention_deleted"] == 0
+        assert report["vacuum"]["ran"] is False and report["vacuum"]["skipped_reason"] == "not_needed"
         left = {s["sessionId"] for s in c.result("session/list", {})["sessions"]}
         # empty_old (> 24 h, no message) and chats[0] (45 days > 30) went at start-up; of the rest,
         # only the 3 most recently updated survive the cap: empty_young and chats 3, 4.
@@ -67,9 +71,6 @@ def test_startup_and_on_demand_maintenance(daemon_factory: Any) -> None:
         stats = c.result("_zocrates/storage/stats", {})
         assert stats["session_count"] == 3 and stats["db_path"] == str(d.db_path)
         assert stats["event_count"] > 0 and 0 <= stats["freelist_ratio"] <= 1
-        report = c.result("_zocrates/storage/maintenance", {})
-        assert report["empty_deleted"] == 0 and report["retention_deleted"] == 0
-        assert report["vacuum"]["ran"] is False and report["vacuum"]["skipped_reason"] == "not_needed"
         # The survivors are whole.
         ui = c.result("_zocrates/session/get", {"sessionId": chats[4]})
         assert [m["role"] for m in ui["messages"]][0] == "user"

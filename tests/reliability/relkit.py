@@ -61,6 +61,7 @@ def reliability_daemon(
         (d.state_dir / "zocrates_config.json").write_text(json.dumps(config))
     try:
         d.start()
+        d.wait_until_started()  # the engine up and sessions.db made: the tests read the file itself
         yield d
     finally:
         if d.proc is not None and d.proc.poll() is None:

@@ -399,6 +399,7 @@ def run_chain(ch: Chain, chain: int) -> None:
     for i in range(ITERATIONS_PER_CHAIN):
         if i:
             d.start()
+            d.wait_until_started()  # start-up maintenance (retention, the VACUUM temp file) runs before the checks
             check_after_restart(ch)
         name, op = OPS[(i + chain) % len(OPS)] if i < len(OPS) else rng.choice(OPS)
         ch.log.append(f"{i}: {name}")
@@ -406,6 +407,7 @@ def run_chain(ch: Chain, chain: int) -> None:
             ch.log[-1] += f": {op(ch, c)}"
         assert d.proc.poll() is not None  # the victim's kill happened
     d.start()
+    d.wait_until_started()
     check_after_restart(ch)
     assert "Traceback" not in d.stderr_text()
     print("\n" + "\n".join(ch.log))

@@ -158,10 +158,10 @@ def test_a_subclass_answers_as_its_base() -> None:
     rpc = to_rpc_error(exc)
     assert (rpc.code, rpc.message) == (-32002, "Resource not found")
     assert rpc.data == {"kind": "not_found", "message": "no session with id 'session-x'", "sessionId": "session-x"}
-    response = core_error_response(exc)
+    response = core_error_response(exc)  # JSON-RPC keeps ACP's camelCase; the HTTP face is snake_case throughout
     assert response.status_code == 404
     assert response.body == (
-        b'{"status":"error","error":{"code":"not_found","message":"no session with id \'session-x\'","sessionId":"session-x"}}'
+        b'{"status":"error","error":{"code":"not_found","message":"no session with id \'session-x\'","session_id":"session-x"}}'
     )
 
 

@@ -13,7 +13,11 @@ from zocratesd.shim.turns import to_sse
 from zocratesd.updates import (
     Checkpoint,
     CheckpointAnswered,
+    ConfigChoice,
+    ConfigOption,
+    ConfigOptions,
     MessageChunk,
+    Starting,
     ThoughtChunk,
     Title,
     ToolCall,
@@ -36,6 +40,9 @@ SAMPLES: list[Update] = [
     Checkpoint("inv-1", "interrupt_ext_1", "Search further?", {"budget": 1}),
     CheckpointAnswered("inv-1", "interrupt_ext_1", {"action": "synthesize"}),
     Usage(120, False, 100_000, 1.5, True, "probe_yes"),
+    ConfigOptions((ConfigOption("scope", "Scope", "Where", "mode", "library", (ConfigChoice("library", "Library"),)),
+                   ConfigOption("compaction", "Compaction", "On or off", "model_config", True)), "editor#1"),
+    Starting("the daemon is starting"),
 ]
 
 

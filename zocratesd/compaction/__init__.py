@@ -170,6 +170,30 @@ class Compactor:
                  session_id, to_compact[-1].index, reason, tokens, out.compaction_ms)
         return out
 
+    async def compact_now(self, session_id: str) -> CompactionResult:
+        """Compact on the user's request (`/compact`): everything but the last `keep_recent_turns`
+        turns not yet compacted, past the gate and the probe. Reason "requested", or
+        "nothing_new" when no such turn exists. The caller holds the session's lock."""
+        t0 = time.perf_counter()
+        live, covered = await self._history(session_id)
+        turns = split_turns(live, first_index=covered + 1)
+        tokens = estimate_prompt_tokens(live)
+        prev = latest_compaction(live)
+        prev_end = float(prev["end_timestamp"]) if prev else float("-inf")
+        k = self.config.keep_recent_turns
+        to_compact = turns[: len(turns) - k] if k else turns
+        new = [t for t in to_compact if t.start > prev_end]
+        if not new:
+            return CompactionResult(False, "nothing_new", tokens, True, covered + len(turns),
+                                    (time.perf_counter() - t0) * 1000)
+        summary = await self.summariser.summarise(summary_text(prev) if prev else None, new)
+        start = float(prev["start_timestamp"]) if prev else to_compact[0].start
+        end = to_compact[-1].end
+        await self.append(session_id, start, end, summary, covered=to_compact[-1].index)
+        log.info("session %s: compacted turns 1-%d on request", session_id, to_compact[-1].index)
+        return CompactionResult(True, "requested", tokens, True, covered + len(turns), (time.perf_counter() - t0) * 1000,
+                                start_timestamp=start, end_timestamp=end)
+
     async def _history(self, session_id: str) -> tuple[list[dict[str, Any]], int]:
         """The live events to evaluate and how many turns precede them.
 
@@ -189,16 +213,19 @@ class Compactor:
         await self.db.append_event(session_id, compaction_event(start, end, summary, covered=covered))
 
     async def after_turn(
-        self, session_id: str, usage: dict[str, Any] | None, *, cancelled: bool = False, paused: bool = False
+        self, session_id: str, usage: dict[str, Any] | None, *, cancelled: bool = False, paused: bool = False,
+        enabled: bool = True,
     ) -> Usage:
         """Evaluate (and maybe run) compaction after a turn; returns the `usage` update to publish.
         Never raises: a failure is logged and reported as not compacted. A cancelled turn, or one
-        paused at a research checkpoint, is not complete: it is never compacted."""
+        paused at a research checkpoint, is not complete: it is never compacted; nor is a session
+        whose `compaction` setting is off (`enabled` False; reason "off")."""
         t0 = time.perf_counter()
         size = self.config.hard_backstop_tokens
-        if cancelled or paused:
+        if cancelled or paused or not enabled:
             reported = int((usage or {}).get("prompt_token_count") or 0)
-            res = CompactionResult(False, "cancelled" if cancelled else "paused", reported, usage is None, 0, 0.0)
+            why = "cancelled" if cancelled else "paused" if paused else "off"
+            res = CompactionResult(False, why, reported, usage is None, 0, 0.0)
             return res.usage_update(size)
         try:
             res = await self.evaluate(session_id, usage)

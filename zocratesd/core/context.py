@@ -7,6 +7,7 @@ focal snippets (passages or images the user pointed at). They become, on the use
 - `active_mode`: "papers" | "collection" | "library";
 - `active_context_items`: `[{item_key, title}]`, or None for the whole library;
 - `active_collection`: the collection key in "collection" mode, else None;
+- `active_library`: "user" or "groups/<groupID>" to search one library only, else None (all);
 - `active_context_items_str`: the markdown header injected into the coordinator's prompt;
 - `focal_snippets_str`: the snippets as XML for prompts, with `key="..."` stripped (the model needs
   the text, not our keys; the keys stay in `snippets` for the retrieval tools);
@@ -28,6 +29,8 @@ from zocratesd.limits import MAX_ACTIVE_ITEMS, MAX_ITEM_TITLE_CHARS, MAX_SNIPPET
 
 ITEM_KEY_RE = re.compile(r"^[A-Z0-9]{8}$")  # Zotero item and collection keys: 8 chars of [23456789A-Z]
 KEY_ATTR_RE = re.compile(r'\s+key="[^"]*"')
+# A library, as in zotero:// links: the user's own, or a group by its numeric id.
+LIBRARY_RE = re.compile(r"^(user|groups/[1-9][0-9]{0,11})$")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,10 @@ class PromptContext:
     items: tuple[tuple[str, str], ...] = ()  # (item_key, title)
     collection: str | None = None
     snippets: tuple[Snippet, ...] = field(default_factory=tuple)
+    # The prompt named its scope (a mode, or items): False lets the session's `scope` setting
+    # choose (core/session_config.py); a "library" setting changes nothing either way.
+    scope_given: bool = False
+    library: str | None = None  # "user" or "groups/<groupID>": search that library only
 
     @classmethod
     def build(
@@ -58,6 +65,7 @@ class PromptContext:
         items: Sequence[tuple[str, str] | Mapping[str, Any]] | None = None,
         collection: str | None = None,
         snippets: Sequence[Snippet | Mapping[str, Any]] | None = None,
+        library: str | None = None,
     ) -> PromptContext:
         """The context of one prompt, validated; InvalidInput (naming the problem) if it is not one.
 
@@ -65,7 +73,8 @@ class PromptContext:
         a client's JSON, so every type is checked here. `items` are `(item_key, title)` pairs or
         `{"item_key", "title"}` objects; `snippets` are Snippets or `{"kind"?, "item_key", "text"?,
         "title"?, "page"?, "key"?}` objects. `mode` defaults to "papers" when items are given, else
-        "library"; a `collection` counts only in "collection" mode.
+        "library"; a `collection` counts only in "collection" mode; `library` ("user" or
+        "groups/<groupID>") narrows any mode to one library.
         """
         chosen = mode or ("papers" if items else "library")
         if chosen not in get_args(Mode):
@@ -76,16 +85,20 @@ class PromptContext:
         if checked == "papers" and not active:
             raise InvalidInput('mode "papers" needs at least one active item')
         focal = tuple(_snippet(sn) for sn in _list(snippets, "snippets", MAX_SNIPPETS))
-        return cls(mode=checked, items=active, collection=collection, snippets=focal)
+        if library is not None and (not isinstance(library, str) or not LIBRARY_RE.match(library)):
+            raise InvalidInput('library must be "user" or "groups/<groupID>"', value=str(library)[:40])
+        return cls(mode=checked, items=active, collection=collection, snippets=focal, scope_given=bool(mode or items),
+                   library=library)
 
     def scope(self) -> Scope:
-        return Scope(mode=self.mode, item_keys=tuple(k for k, _ in self.items), collection=self.collection)
+        return Scope(mode=self.mode, item_keys=tuple(k for k, _ in self.items), collection=self.collection, library=self.library)
 
     def state_delta(self) -> dict[str, Any]:
         return {
             "active_mode": self.mode,
             "active_context_items": [{"item_key": k, "title": t} for k, t in self.items] or None,
             "active_collection": self.collection,
+            "active_library": self.library,
             "active_context_items_str": self.items_header(),
             "focal_snippets_str": strip_keys(self.snippets_xml()),
             "snippets": [s.as_json() for s in self.snippets],

@@ -6,31 +6,29 @@ class; it knows nothing about JSON-RPC or HTTP, and reports problems as `zocrate
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
 import logging
 import re
 import secrets
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from google.adk.errors.already_exists_error import AlreadyExistsError
-from google.adk.events import Event
-from google.genai import types
+from typing import TYPE_CHECKING, Any
 
 from zocratesd import __version__
-from zocratesd.compaction import Compactor
-from zocratesd.config import ZocratesConfig
+from zocratesd.config import ZocratesConfig, config_path
 from zocratesd.core.context import PromptContext
-from zocratesd.core.turn_updates import TurnUpdates
+from zocratesd.core.session_config import SessionConfig
+from zocratesd.core.settings import Settings
 from zocratesd.core.watchers import MAX_QUEUED_UPDATES, OnReady, Subscription, Watchers
-from zocratesd.engine import Engine
+from zocratesd.engine import SESSION_CONFIG_KEY
 from zocratesd.engine.models import build_model
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage, Retriever
 from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionNotFound
 from zocratesd.library import ZOTERO_DB, Library, disabled_status
+from zocratesd.library.passages import PassagesFile, load_passages
 from zocratesd.limits import (
     MAX_GUIDANCE_CHARS,
     MAX_INTERRUPT_ID_CHARS,
@@ -49,7 +47,22 @@ from zocratesd.store import (
 )
 from zocratesd.store.reader import LiveSession, epoch_to_iso, gc_paused
 from zocratesd.store.ui import DEFAULT_TITLE, pending_checkpoint, title_of
-from zocratesd.updates import Checkpoint, CheckpointAnswered, Title, Update, history_updates
+from zocratesd.updates import (
+    Checkpoint,
+    CheckpointAnswered,
+    ConfigOption,
+    Starting,
+    Title,
+    Update,
+    history_updates,
+)
+
+if TYPE_CHECKING:  # the engine side imports ADK (~1.3 s): `Daemon.load_engine`, not this module
+    from google.adk.events import Event
+
+    from zocratesd.compaction import Compactor
+    from zocratesd.core.turn_updates import TurnUpdates
+    from zocratesd.engine.runner import Engine
 
 log = logging.getLogger(__name__)
 
@@ -144,48 +157,127 @@ def check_resume_response(response: Any) -> dict[str, Any]:
 
 
 def load_library_passages(path: Path) -> list[Passage]:
-    passages: list[Passage] = []
-    if not path.exists():
-        return passages
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    """The passages of a `library_passages.jsonl` (library/passages.py: bad lines logged with the field)."""
+    return load_passages(path)
+
+
+async def in_daemon_thread(func: Callable[[], None], name: str) -> None:
+    """Run the blocking `func` in a daemon thread of its own and wait for it (its exception raised
+    here). Unlike a worker thread of anyio's (`to_thread.run_sync`), a cancelled wait returns at
+    once, and the process does not wait for the thread at exit: a SIGTERM during the engine's
+    import (seconds on a loaded machine) stops the daemon promptly; the import is left behind."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def report(exc: BaseException | None) -> None:
+        if done.done():  # the wait was cancelled: nobody is listening
+            return
+        if exc is None:
+            done.set_result(None)
+        else:
+            done.set_exception(exc)
+
+    def run() -> None:
+        failure: BaseException | None = None
         try:
-            d = json.loads(line)
-            passages.append(
-                Passage(
-                    item_key=str(d["item_key"]), title=str(d["title"]), text=str(d["text"]),
-                    creators=tuple(d.get("creators") or ()), year=d.get("year"), page=d.get("page"),
-                    attachment_key=d.get("attachment_key"), collections=tuple(d.get("collections") or ()),
-                )
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("%s line %d skipped: %s", path, n, exc)
-    return passages
+            func()
+        except BaseException as exc:  # handed to the waiting task, which raises it
+            failure = exc
+        try:
+            loop.call_soon_threadsafe(report, failure)
+        except RuntimeError:  # the loop is closed: the daemon stopped while we ran
+            pass
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    await done
+
+
+def import_engine() -> None:
+    """Import what `Daemon.load_engine` builds from (ADK, SQLAlchemy, the runner, compaction): the
+    ~1.3 s of a cold start that the first reply must not wait for. Blocking and CPU-bound: the
+    daemon runs it in a worker thread while the event loop serves reads."""
+    import zocratesd.compaction
+    import zocratesd.core.turn_updates
+    import zocratesd.engine.runner
+    import zocratesd.store.writer  # noqa: F401
+    from zocratesd.engine.runner import preload_lazy_imports
+
+    preload_lazy_imports()
 
 
 class Daemon:
-    """Everything a client can ask of zocratesd, for one Zotero data dir."""
+    """Everything a client can ask of zocratesd, for one Zotero data dir.
+
+    Its reads (sessions, a session's view and replay, storage stats, settings) need only sqlite3.
+    The engine side (ADK's session service, the runner, the compactor) is built by `load_engine()`:
+    at once by default; with `load_engine=False` (the daemon process) by `start()`, in the
+    background, and every write (a new session, a turn, a rename, ...) waits until `start()` is
+    done, a turn saying so to its watchers (`Starting`).
+    """
 
     version = __version__
+    # The engine side, from load_engine().
+    engine: Engine
+    compactor: Compactor
 
-    def __init__(self, data_dir: Path, config: ZocratesConfig, *, retriever: Retriever | None = None):
+    def __init__(
+        self, data_dir: Path, config: ZocratesConfig, *, retriever: Retriever | None = None, load_engine: bool = True
+    ):
         self.data_dir = data_dir
         self.config = config
         self.locks = SessionLocks()
         self._watchers = Watchers()  # faces subscribe with watch()
         # The one owner of sessions.db; `reader` is its fast read path, what every view reads.
-        self.db = SessionsDb.open(data_dir)
+        self.db = SessionsDb.open(data_dir, load_service=False)
         self.reader = self.db.reader
         # The Zotero library (zocratesd/library), indexed in the background once the daemon runs.
         self.library: Library | None = None
         if retriever is None:
             retriever = self._library_retriever()
-        self.engine = Engine(self.db.service, build_model(config.model), retriever, config.research, config.model)
-        self.compactor = Compactor.from_config(self.db, config, self.engine.model)
+        self._retriever = retriever
+        # Each session's settings (scope, model, research budget, compaction): core/session_config.py.
+        self.session_config = SessionConfig(
+            self.db, self.locks, config, collections=self._collections, publish=self._watchers.publish
+        )
         self.maintenance = Maintenance(self.db, self.locks, config)
         self.startup_maintenance: MaintenanceReport | None = None
         self._aborts: dict[str, asyncio.Event] = {}
+        # The settings the sidebar may change live (core/settings.py); it updates `config` in place.
+        self.settings = Settings(config, config_path(data_dir))
+        # Set once start() is done (load_engine=False only): writes wait for it (`_started`).
+        self._started_event: asyncio.Event | None = None
+        if load_engine:
+            self.load_engine()
+        else:
+            self._started_event = asyncio.Event()
+
+    @property
+    def engine_loaded(self) -> bool:
+        return "engine" in self.__dict__
+
+    def load_engine(self) -> None:
+        """Build the engine side: ADK's session service, the runner (model, tools) and the
+        compactor. Idempotent; imports ADK unless `import_engine()` ran already."""
+        if self.engine_loaded:
+            return
+        from zocratesd.compaction import Compactor
+        from zocratesd.engine.runner import Engine
+
+        self.db.load_service()
+        config = self.config
+        self.engine = Engine(self.db.service, build_model(config.model), self._retriever, config.research, config.model)
+        self.compactor = Compactor.from_config(self.db, config, self.engine.model)
+
+    async def _started(self, session_id: str | None = None) -> None:
+        """Return once `start()` is done (at once unless the engine was deferred): what every
+        write awaits, so none collides with start-up maintenance (spec 8.1) or finds no engine.
+        A turn (`session_id`) that has to wait says so to the session's watchers."""
+        started = self._started_event
+        if started is None or started.is_set():
+            return
+        if session_id is not None:
+            await self._watchers.publish(session_id, Starting("the daemon is starting; the turn runs once its engine is loaded"))
+        await started.wait()
 
     def _library_retriever(self) -> Retriever:
         """The library index; or, for a data dir with no zotero.sqlite but a library_passages.jsonl
@@ -195,7 +287,7 @@ class Daemon:
         state = locations.state_dir(self.data_dir)
         passages = state / LIBRARY_PASSAGES_FILE
         if passages.exists() and not (self.data_dir / ZOTERO_DB).exists():
-            return InMemoryRetriever(load_library_passages(passages))
+            return PassagesFile(passages)  # reloaded when it changes
         cfg = self.config.library
         if not cfg.enabled:
             return InMemoryRetriever([])
@@ -205,6 +297,38 @@ class Daemon:
         )
         return self.library
 
+    async def _collections(self) -> list[tuple[str, str, str | None]]:
+        """The library's collections `(key, name, parent_key)`: the index's, else (a passages
+        file) the keys its passages name."""
+        if self.library is not None:
+            return await self.library.collections()
+        passages = getattr(self._retriever, "passages", None) or ()
+        keys = sorted({c for p in passages for c in p.collections})
+        return [(k, k, None) for k in keys]
+
+    async def config_options(self, session_id: str) -> tuple[ConfigOption, ...]:
+        """The session's settings with their choices (ACP `configOptions`); SessionNotFound if gone."""
+        check_session_id(session_id)
+        return await self.session_config.options(await self.session_config.settings(session_id))
+
+    async def set_config_option(
+        self, session_id: str, config_id: str, value: Any, *, origin: str | None = None
+    ) -> tuple[ConfigOption, ...]:
+        """Change one setting (validated, stored, announced to the session's watchers but `origin`)."""
+        check_session_id(session_id)
+        await self._started()
+        return await self.session_config.set(session_id, config_id, value, origin=origin)
+
+    async def compact_now(self, session_id: str) -> dict[str, Any]:
+        """Compact the session now (`/compact`), whatever the gate says; SessionBusy during a turn."""
+        check_session_id(session_id)
+        await self._started()
+        with self.locks.hold(session_id, "compaction"):
+            await self.reader.session_state(session_id)  # SessionNotFound if gone
+            res = await self.compactor.compact_now(session_id)
+        return {"compacted": res.compacted, "reason": res.reason, "turns": res.completed_turns,
+                "promptTokens": res.prompt_tokens}
+
     def library_status(self, refresh: bool = False) -> dict[str, Any]:
         """`_zocrates/library/status`: the index's state, counts and progress; `refresh` checks
         Zotero for changes now rather than at the next poll."""
@@ -212,9 +336,15 @@ class Daemon:
             return disabled_status("this daemon searches a fixed set of passages, not a Zotero library index")
         return self.library.status(refresh)
 
-    async def start(self) -> None:
-        """Prepare the store, then run startup maintenance (retention, VACUUM when it pays), all
-        before the daemon accepts a request: no turn can collide with it (spec 8.1)."""
+    async def start(self, *, importer: Callable[[], None] = import_engine) -> None:
+        """Load the engine if it was deferred (ADK imported by `importer` in a daemon thread, the
+        event loop serving reads meanwhile; cancelling the start does not wait for the import),
+        prepare the store, then run startup maintenance (retention, VACUUM when it pays) before
+        any write: writes wait for this (`_started`), so no turn can collide with it (spec 8.1).
+        Then the library index starts (a thread of its own)."""
+        if not self.engine_loaded:
+            await in_daemon_thread(importer, "zocratesd engine import")
+            self.load_engine()
         await self.db.prepare_tables()
         self.startup_maintenance = await self.maintenance.run(startup=True)
         report = self.startup_maintenance
@@ -223,6 +353,8 @@ class Daemon:
         if self.library is not None:
             # A thread: the daemon is ready at once; `_zocrates/library/status` reports progress.
             self.library.start()
+        if self._started_event is not None:
+            self._started_event.set()
 
     async def storage_stats(self) -> StorageStats:
         """Size and counts of sessions.db (the Zotero preferences' storage panel)."""
@@ -231,6 +363,7 @@ class Daemon:
     async def run_maintenance(self) -> MaintenanceReport:
         """Retention and space reclamation on demand; sessions in flight are left alone and VACUUM
         is deferred while any turn runs."""
+        await self._started()
         return await self.maintenance.run(startup=False)
 
     async def aclose(self) -> None:
@@ -242,7 +375,10 @@ class Daemon:
     # --- sessions -----------------------------------------------------------------------------
 
     async def create_session(self, *, title: str | None = None, cwd: str | None = None) -> SessionRow:
+        from google.adk.errors.already_exists_error import AlreadyExistsError
+
         title = clean_title(title) if title is not None else DEFAULT_TITLE
+        await self._started()
         now = time.time()
         for _ in range(3):
             session_id = f"session-{int(now * 1000)}-{secrets.token_hex(3)}"
@@ -270,8 +406,11 @@ class Daemon:
         return await self.reader.list_sessions()
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
-        """The UI session (spec 2.2) with rewinds applied and `pending_hitl`."""
-        return await self.reader.ui_session(check_session_id(session_id))
+        """The UI session (spec 2.2) with rewinds applied and `pending_hitl`, and the session's
+        settings (core/session_config.py), so every face shows the same."""
+        ui = await self.reader.ui_session(check_session_id(session_id))
+        ui["settings"] = self.session_config.view(await self.session_config.settings(session_id))
+        return ui
 
     async def live_session(self, session_id: str) -> LiveSession:
         """State and live events (rewinds applied), as stored."""
@@ -299,6 +438,7 @@ class Daemon:
 
     async def delete_session(self, session_id: str) -> None:
         check_session_id(session_id)
+        await self._started()
         with self.locks.hold(session_id, "delete"):
             if not await self.reader.exists(session_id):
                 raise SessionNotFound(session_id)
@@ -308,6 +448,7 @@ class Daemon:
     async def rename_session(self, session_id: str, title: str) -> SessionRow:
         check_session_id(session_id)
         title = clean_title(title)
+        await self._started()
         with self.locks.hold(session_id, "rename"):
             session = await self.db.append_state(session_id, {"title": title})  # SessionNotFound if gone
             await self._watchers.publish(session_id, Title(title))
@@ -346,13 +487,20 @@ class Daemon:
         context = context or PromptContext()
         with self.locks.hold(session_id, "turn"):
             state = await self.reader.session_state(session_id)
+            # The session's scope setting, unless the prompt chose its own (a refusal: before started()).
+            context, remembered = self.session_config.turn_context(state, context)
+            await self._started(session_id)  # a turn asked for while the daemon starts waits here
             if started is not None:
                 started()
-            delta = context.state_delta()
+            from google.genai import types
+
+            from zocratesd.core.turn_updates import TurnUpdates
+
+            delta = context.state_delta() | remembered
             if title_of(state) == DEFAULT_TITLE:
                 delta["title"] = title_from_prompt(text)
             abort = asyncio.Event()
-            stream = TurnUpdates()
+            stream = TurnUpdates(self.db.service.take_dump)
             message = types.Content(role="user", parts=[types.Part(text=text)])
             window = _window(state)
             events = self.engine.run_turn(session_id, message, state_delta=delta, window_start=window, abort=abort)
@@ -371,7 +519,7 @@ class Daemon:
         `started` as for `prompt()`.
         """
         check_session_id(session_id)
-        for name, value in (("invocationId", invocation_id), ("interruptId", interrupt_id)):
+        for name, value in (("an invocation id", invocation_id), ("an interrupt id", interrupt_id)):
             if not isinstance(value, str) or not value or len(value) > MAX_INTERRUPT_ID_CHARS:
                 raise InvalidInput(f"{name} must be a non-empty string of at most {MAX_INTERRUPT_ID_CHARS} characters")
         answer = check_resume_response(response)
@@ -391,12 +539,17 @@ class Daemon:
                 )
             state = await self.reader.session_state(session_id)
             window = _window(state)
+            await self._started(session_id)
+            from zocratesd.core.turn_updates import TurnUpdates
+
             abort = asyncio.Event()
-            stream = TurnUpdates()
+            stream = TurnUpdates(self.db.service.take_dump)
             stream.invocation_id = invocation_id
+            await self._watchers.publish(session_id, CheckpointAnswered(invocation_id, interrupt_id, answer))
+            # Called with nothing awaited before `_drive` registers the turn's abort: a client that
+            # hears the turn has started can cancel it (`cancel()`), never in a gap.
             if started is not None:
                 started()
-            await self._watchers.publish(session_id, CheckpointAnswered(invocation_id, interrupt_id, answer))
             events = self.engine.resume_turn(session_id, interrupt_id, answer, window_start=window, abort=abort)
             return await self._drive(session_id, stream, events, abort, ask, window)
 
@@ -431,9 +584,12 @@ class Daemon:
         # still under the lock. Never fails the turn; its cost goes out as a `usage` update. A
         # turn paused at a checkpoint is not complete: nothing is compacted until it is.
         paused = stream.checkpoint
+        settings = await self.session_config.settings(session_id)
         usage = await self.compactor.after_turn(
-            session_id, stream.usage, cancelled=abort.is_set(), paused=paused is not None
+            session_id, stream.usage, cancelled=abort.is_set(), paused=paused is not None, enabled=settings.compaction
         )
+        if stream.usage:
+            usage = dataclasses.replace(usage, model_tokens=stream.usage)
         await self._watchers.publish(session_id, usage)
         pending_hitl = paused.to_json() if paused is not None else None
         return TurnResult("cancelled" if abort.is_set() else "end_turn", stream.invocation_id, pending_hitl)
@@ -475,6 +631,26 @@ class Daemon:
         abort.set()
         return True
 
+    async def cancel_turn(self, session_id: str) -> bool:
+        """`cancel()` for a client that names a session it may not know: SessionNotFound when
+        nothing runs there because the session does not exist."""
+        if self.cancel(check_session_id(session_id)):
+            return True
+        if not await self.reader.exists(session_id):
+            raise SessionNotFound(session_id)
+        return False
+
+    # --- settings -----------------------------------------------------------------------------
+
+    def get_settings(self) -> dict[str, Any]:
+        """The settings a user may change here, where each applies, and the config file's path."""
+        return self.settings.view()
+
+    async def update_settings(self, patch: Any) -> dict[str, Any]:
+        """Change settings (a part of `get_settings()["settings"]`): validated, written to
+        zocrates_config.json, applied now where the code reads them live. InvalidInput names the key."""
+        return await self.settings.update(patch)
+
     async def rewind(self, session_id: str, invocation_id: str) -> dict[str, Any]:
         """Undo a turn and everything after it (append-only: a marker hides them).
 
@@ -483,7 +659,8 @@ class Daemon:
         """
         check_session_id(session_id)
         if not isinstance(invocation_id, str) or not invocation_id or len(invocation_id) > 256:
-            raise InvalidInput("invocationId must be a non-empty string")
+            raise InvalidInput("an invocation id must be a non-empty string")
+        await self._started()
         with self.locks.hold(session_id, "rewind"):
             live = await self.reader.live_session(session_id)
             user_event = next(
@@ -498,12 +675,19 @@ class Daemon:
                 )
             asked = ((user_event.get("actions") or {}).get("state_delta")) or {}
             title = live.title
+            settings = live.state.get(SESSION_CONFIG_KEY)
             await self.engine.rewind(session_id, invocation_id)
             # A rewind replays state as it was before the turn; a title set by that turn (or a
-            # rename after it) would revert. Titles are the user's, not the turn's: keep it.
+            # rename after it) would revert. Titles are the user's, not the turn's: keep it; and
+            # the session's settings (core/session_config.py) likewise.
             after = await self.reader.session_state(session_id)
+            keep: dict[str, Any] = {}
             if title_of(after) != title:
-                await self.db.append_state(session_id, {"title": title})
+                keep["title"] = title
+            if settings is not None and after.get(SESSION_CONFIG_KEY) != settings:
+                keep[SESSION_CONFIG_KEY] = settings
+            if keep:
+                await self.db.append_state(session_id, keep)
             ui = await self.reader.ui_session(session_id)
         return {
             "session": ui,

@@ -8,6 +8,7 @@ Partial function calls are skipped: their ids differ from the final call's (meas
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from google.adk.events import Event
@@ -21,7 +22,10 @@ class TurnUpdates:
     """Feeds on one turn's events (`feed`) and keeps what the daemon needs after it: the turn's
     invocation id, the model's last usage counts, and the checkpoint the turn stopped at."""
 
-    def __init__(self) -> None:
+    def __init__(self, stored_json: Callable[[str], dict[str, Any] | None] | None = None) -> None:
+        # The JSON the store wrote for an event, by id (store/writer.py `take_dump`): ADK yields
+        # an event once it is stored, so a final event is not dumped a second time here.
+        self._stored_json = stored_json
         self.invocation_id: str | None = None
         self.usage: dict[str, Any] | None = None  # the model's usage_metadata, as JSON
         self.checkpoint: Checkpoint | None = None  # the checkpoint this run stopped at, if any
@@ -45,9 +49,11 @@ class TurnUpdates:
                         self._streamed.setdefault(ev.id, set()).add("message")
                         out.append(MessageChunk("assistant", ev.id, part.text, self.invocation_id))
             return out
+        data = self._stored_json(ev.id) if self._stored_json is not None else None
+        if data is None:
+            data = ev.model_dump(exclude_none=True, mode="json")
         if ev.usage_metadata is not None:
-            self.usage = ev.usage_metadata.model_dump(exclude_none=True, mode="json")
-        data = ev.model_dump(exclude_none=True, mode="json")
+            self.usage = data.get("usage_metadata") or {}
         streamed = frozenset(self._streamed.pop(ev.id, ()))
         out.extend(event_updates(data, streamed=streamed, invocation_id=self.invocation_id))
         delta = ev.actions.state_delta if ev.actions else None

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.adk.agents import LlmAgent
 from google.adk.agents.readonly_context import ReadonlyContext
 from google.adk.models.base_llm import BaseLlm
+from pydantic import PrivateAttr
 
 from zocratesd.config import ResearchConfig
+from zocratesd.engine import SESSION_CONFIG_KEY
 from zocratesd.engine.retrieval import Retriever
 from zocratesd.engine.tools import build_search_tool
 
@@ -34,11 +38,28 @@ def coordinator_instruction(ctx: ReadonlyContext) -> str:
     return "\n\n".join(parts)
 
 
-def build_coordinator(model: BaseLlm, retriever: Retriever, research: ResearchConfig | None = None) -> LlmAgent:
-    return LlmAgent(
+class Coordinator(LlmAgent):
+    """The LlmAgent, running each turn on the model its session chose (the `model` setting, an id
+    of `models`); `model` (the configured one) when the session chose none or one no longer offered."""
+
+    _models: dict[str, BaseLlm] = PrivateAttr(default_factory=dict)
+
+    async def canonical_model_async(self, ctx: ReadonlyContext) -> BaseLlm:
+        chosen: Any = (ctx.state.get(SESSION_CONFIG_KEY) or {}).get("model")
+        model = self._models.get(chosen) if isinstance(chosen, str) else None
+        return model if model is not None else await super().canonical_model_async(ctx)
+
+
+def build_coordinator(
+    model: BaseLlm, retriever: Retriever, research: ResearchConfig | None = None,
+    models: dict[str, BaseLlm] | None = None,
+) -> LlmAgent:
+    agent = Coordinator(
         name=COORDINATOR,
         model=model,
         mode="chat",
         instruction=coordinator_instruction,
         tools=[build_search_tool(retriever, research)],
     )
+    agent._models = dict(models or {})
+    return agent

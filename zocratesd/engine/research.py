@@ -6,8 +6,9 @@ This module is the pipeline's state and rules, with no ADK in it: `Research` is 
 where it stopped, and no round runs twice. `engine/tools.py` drives it from `search_library`.
 
 Rules:
-- Aspects are the question's sentences and clauses, split at `?`, `.` and `;` (the offline
-  planner; it is deterministic, so a three-part question with a budget of 1 pauses after round 1).
+- Aspects are the question's parts, as the offline answer is written (engine/answer/question.py:
+  sentences, abbreviation-aware, `;` clauses, enumerations, "..., and how ..." clauses). The
+  planner is deterministic, so a three-part question with a budget of 1 pauses after round 1.
 - A round searches one aspect, in order. The budget is `research.initial_budget` rounds; each
   extension the user grants adds as many again, and its guidance (if any) is searched first.
 - With aspects left and the budget spent, the pipeline asks (checkpoint `interrupt_ext_N`, N
@@ -20,10 +21,10 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from zocratesd.engine.answer.question import split_parts
 from zocratesd.engine.retrieval import Hit, Passage, Scope, tokens
 from zocratesd.limits import MAX_GUIDANCE_CHARS
 
@@ -40,15 +41,12 @@ RRF_K = 60
 SYNTHESIS_EXTRA_PER_ROUND = 2
 MAX_SYNTHESIS_PASSAGES = 12
 
-_CLAUSE_RE = re.compile(r"[^?.;]+[?.;]*")
-
-
 def plan_aspects(question: str) -> list[str]:
-    """The question's aspects: its sentences and clauses (split after `?`, `.` and `;`), each with
-    at least one content word. A question with no such split is one aspect."""
+    """The question's aspects: its parts (engine/answer/question.py: sentences, `;` clauses,
+    enumerations, and clauses joined by "and how ..."), each with at least one content word. A question with no such split is one aspect."""
     aspects: list[str] = []
-    for m in _CLAUSE_RE.finditer(question):
-        clause = " ".join(m.group(0).split()).strip(" ;")
+    for part in split_parts(question):  # the parts the offline answer is written in, one round each
+        clause = " ".join(part.split()).strip(" ;,")
         if clause and tokens(clause) and clause not in aspects:
             aspects.append(clause)
     if not aspects:

@@ -36,6 +36,12 @@ def tokens(text: str) -> list[str]:
     return [t for t in (m.group(0).casefold() for m in _TOKEN_RE.finditer(text)) if t not in STOPWORDS]
 
 
+# A `metadata` passage's text is a header (creators, year, tags: searchable, not prose), this
+# marker, then the abstract: the answerer quotes only what follows it (engine/answer/evidence.py).
+# A paragraph break, so any text tool sees the two apart; the header itself has none.
+METADATA_BREAK = "\n\n"
+
+
 @dataclass(frozen=True)
 class Passage:
     """A piece of an item's text, with the provenance an answer cites."""
@@ -48,6 +54,14 @@ class Passage:
     attachment_key: str | None = None
     page: int | None = None
     collections: tuple[str, ...] = ()
+    # Where the text is (library index): "metadata" | "fulltext" | "note" | "annotation"; the
+    # note's or annotation's own key; the page label a reader sees (else the page number); the
+    # library ("user" or "groups/<groupID>"); a zotero:// link that opens it.
+    kind: str = "fulltext"
+    source_key: str | None = None
+    page_label: str | None = None
+    library: str = "user"
+    link: str | None = None
 
     def citation(self) -> str:
         """'Lewis et al. (2020). Title, p. 3'"""
@@ -55,7 +69,8 @@ class Passage:
         if self.creators:
             who = self.creators[0] + (" et al." if len(self.creators) > 1 else "")
         when = f" ({self.year})" if self.year else ""
-        page = f", p. {self.page}" if self.page else ""
+        shown = self.page_label or (str(self.page) if self.page else "")
+        page = f", p. {shown}" if shown else ""
         lead = f"{who}{when}. " if who or when else ""
         return f"{lead}{self.title}{page}"
 
@@ -67,8 +82,11 @@ class Scope:
     mode: Mode = "library"
     item_keys: tuple[str, ...] = ()
     collection: str | None = None
+    library: str | None = None  # "user" or "groups/<groupID>": only that library; None: every library
 
     def admits(self, p: Passage) -> bool:
+        if self.library is not None and p.library != self.library:
+            return False
         if self.mode == "papers":
             return p.item_key in self.item_keys
         if self.mode == "collection":
@@ -118,6 +136,19 @@ class InMemoryRetriever:
             df.update(tf.keys())
         n = len(self.passages)
         self._idf = {t: math.log(1 + (n - d + 0.5) / (d + 0.5)) for t, d in df.items()}
+
+    def status(self) -> dict[str, Any]:
+        """The facts "found nothing" needs (engine/answer/causes.py), in the shape of the library's
+        status: passages held in memory are a library that is always ready; none is no library."""
+        items = len({p.item_key for p in self.passages})
+        if not items:
+            return {"state": "disabled", "items_indexed": 0, "percent": 0.0,
+                    "message": "no Zotero library is configured for this daemon"}
+        return {"state": "ready", "items_indexed": items, "percent": 100.0, "message": None}
+
+    def scope_size(self, scope: Scope) -> int:
+        """How many items the scope holds."""
+        return len({p.item_key for p in self.passages if scope.admits(p)})
 
     async def search(self, query: str, scope: Scope, top_k: int = DEFAULT_TOP_K) -> list[Hit]:
         terms = set(tokens(query))

@@ -18,6 +18,7 @@ from google.adk.tools import FunctionTool, ToolContext
 from google.genai import types
 
 from zocratesd.config import ResearchConfig
+from zocratesd.engine.answer.causes import search_facts
 from zocratesd.engine.research import SNAPSHOT_KEY, Research, Round
 from zocratesd.engine.retrieval import DEFAULT_TOP_K, Hit, Passage, Retriever, Scope
 
@@ -36,6 +37,7 @@ def scope_from_state(state: Any) -> Scope:
         mode=state.get("active_mode") or "library",
         item_keys=tuple(k for i in items if isinstance(i, dict) and isinstance(k := i.get("item_key"), str)),
         collection=state.get("active_collection"),
+        library=state.get("active_library"),
     )
 
 
@@ -64,6 +66,11 @@ def _numbered(passages: list[tuple[Passage, float | None]]) -> list[dict[str, An
                 "creators": list(p.creators),
                 "year": p.year,
                 "page": p.page,
+                "page_label": p.page_label,
+                "kind": p.kind,
+                "source_key": p.source_key,
+                "library": p.library,
+                "link": p.link,
                 "citation": p.citation(),
                 "text": p.text,
                 "score": None if score is None else round(score, 4),
@@ -129,9 +136,12 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
             else:  # "synthesize" (the daemon admits nothing else): answer with what was found
                 synthesize = True
         else:
+            # The session's `research_budget` setting (core/session_config.py), else the config's.
+            chosen = (state.get("session_config") or {}).get("research_budget")
+            budget = chosen if isinstance(chosen, int) and not isinstance(chosen, bool) and chosen >= 1 else None
             research = Research.start(
                 invocation_id=invocation_id, branch=branch, query=query, scope=scope_from_state(state),
-                initial_budget=limits.initial_budget, max_extensions=limits.max_extensions,
+                initial_budget=budget or limits.initial_budget, max_extensions=limits.max_extensions,
             )
         while not synthesize and (aspect := research.next_aspect()) is not None:
             hits: list[Hit] = await retriever.search(aspect, research.scope, top_k)
@@ -151,6 +161,7 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
         ranked += [(p, s) for p, s in research.synthesis() if (p.item_key, p.page, p.text) not in seen]
         passages = _numbered(ranked)
         record_evidence(state, invocation_id, [r.aspect for r in research.rounds] or [query], passages)
-        yield {"query": query, "scope": research.scope.mode, "passages": passages, "research": research.report()}
+        yield {"query": query, "scope": research.scope.mode, "passages": passages, "research": research.report(),
+               "library": await search_facts(retriever, research, passages)}
 
     return FunctionTool(search_library)

@@ -16,10 +16,16 @@ Start-up order matters, and each step says why:
    daemon.json on disk is stale (a crashed daemon), so removing them cannot hurt a live one
    (process/instance.py); the socket path is claimed (under its own lock, `<socket>.lock`, which
    keeps a daemon of another data dir off the same --socket) before the core is even imported;
-4. the store is prepared (`Daemon.start`), then the socket bound (or the manager's socket adopted)
-   and the HTTP shim's loopback port bound (zocratesd/shim/), and only then daemon.json is written
-   (with the port and a fresh bearer token) and READY=1 sent: a client that finds daemon.json can
-   connect at once.
+4. the core is made without its engine (no ADK import: `Daemon(..., load_engine=False)` reads
+   sessions.db with sqlite3 alone), then the socket bound (or the manager's socket adopted) and the
+   HTTP shim's loopback port bound (zocratesd/shim/), and only then daemon.json is written (with
+   the port and a fresh bearer token) and READY=1 sent: a client that finds daemon.json can
+   connect at once, and its reads (initialize, session/list, session/load, ...) are answered;
+5. meanwhile the root task group brings the engine up (`lifecycle.bring_up`: ADK imported in a
+   daemon thread, the runner built, the store's tables prepared, start-up maintenance run), and
+   only then any write: a new session or a turn asked for earlier waits for it (`Daemon.start`).
+   If that fails, the daemon stops (exit 1). A shutdown meanwhile does not wait for the import
+   (seconds on a loaded machine): the thread is a daemon thread, left behind at exit.
 Shutdown (SIGTERM, SIGINT, --idle-exit-after when socket-activated, or stdin closed for stdio)
 stops accepting, sends STOPPING=1, stops the HTTP shim accepting, lets requests in flight (HTTP
 turns too) finish (bounded: lifecycle.SHUTDOWN_GRACE_S), then cancels the root task group;
@@ -49,10 +55,9 @@ from zocratesd.process.instance import Instance
 from zocratesd.process.lifecycle import (
     SHUTDOWN_GRACE_S,
     STOP_SIGNALS,
-    freeze_startup_heap,
+    bring_up,
     stop_on_signal,
     stop_when_idle,
-    warm_up,
     watchdog,
 )
 from zocratesd.process.logs import PROCESS_LOGGER, setup_logging
@@ -139,13 +144,13 @@ async def _run(
     if idle_exit is not None and not transport.restarts_on_demand:
         log.warning("--idle-exit-after ignored: it needs socket activation (nothing would start the daemon again)")
         idle_exit = None
-    daemon = Daemon(opts.data_dir, config)
+    daemon = Daemon(opts.data_dir, config, load_engine=False)  # its engine loads in bring_up
+    failed: list[BaseException] = []
     try:
-        await daemon.start()
         conns = Connections(build_methods(daemon), max_frame_bytes=config.rpc.max_frame_bytes)
-        freeze_startup_heap()
         await transport.open(instance, daemon, conns)
         async with anyio.create_task_group() as root:
+            root.start_soon(bring_up, daemon, root.cancel_scope, failed)
             if notifier.watchdog_interval_s:
                 root.start_soon(watchdog, notifier, notifier.watchdog_interval_s)
             async with anyio.create_task_group() as connections:
@@ -162,7 +167,6 @@ async def _run(
                             __version__, opts.data_dir, where, os.getpid(), config.model.provider,
                         )
                         notifier.ready(f"serving {opts.data_dir}")
-                        root.start_soon(warm_up)
                 notifier.stopping("shutting down")
                 await transport.close()
                 await conns.drain(SHUTDOWN_GRACE_S)
@@ -172,7 +176,7 @@ async def _run(
         with anyio.CancelScope(shield=True):
             await transport.close()
             await daemon.aclose()
-    return 0
+    return 1 if failed else 0
 
 
 def _load_config_or_exit(opts: ServeOptions) -> ZocratesConfig:

@@ -1,20 +1,26 @@
-"""The process around the serving: what it does once started (warm-up, heap freeze), while it runs
-(the systemd watchdog) and to decide when to stop (SIGTERM/SIGINT, idle exit)."""
+"""The process around the serving: what it does once started (the engine brought up in the
+background, heap freeze, warm-up), while it runs (the systemd watchdog) and to decide when to
+stop (SIGTERM/SIGINT, idle exit)."""
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
 
 from zocratesd.process.connections import Connections
 from zocratesd.process.logs import PROCESS_LOGGER
 from zocratesd.service_manager.notify import Notifier
+
+if TYPE_CHECKING:
+    from zocratesd.core.daemon import Daemon
 
 log = logging.getLogger(PROCESS_LOGGER)
 
@@ -48,8 +54,56 @@ async def watchdog(notifier: Notifier, interval_s: float) -> None:
         await anyio.sleep(interval_s)
 
 
+# While the engine's modules are imported in their own thread, the event loop (answering the first
+# requests) waits for the GIL up to Python's switch interval (5 ms) each time it wants it back
+# after a system call; a reply takes a few of those. At 0.5 ms those waits shrink tenfold; the
+# import thread only hands the GIL over more often. Restored once the engine is up.
+LOADING_SWITCH_INTERVAL_S: Final = 0.0005
+
+# Test seam: when set, the engine's import (in its thread) does not start until this file exists,
+# so a test can see the daemon serve while its engine is not loaded, and stop it in the middle of
+# a slow import (tests/e2e/test_cold_start.py). Only tests set it.
+HOLD_ENGINE_ENV: Final = "ZOCRATES_TEST_HOLD_ENGINE_UNTIL"
+_HOLD_POLL_S: Final = 0.02
+
+
+def _import_engine() -> None:
+    """`import_engine`, in the import thread; first held while a test says so."""
+    from zocratesd.core.daemon import import_engine
+
+    hold = os.environ.get(HOLD_ENGINE_ENV)
+    if hold:
+        log.warning("%s is set: the engine waits for %s", HOLD_ENGINE_ENV, hold)
+        while not os.path.exists(hold):
+            time.sleep(_HOLD_POLL_S)
+    import_engine()
+
+
+async def bring_up(daemon: Daemon, scope: anyio.CancelScope, failed: list[BaseException]) -> None:
+    """The daemon's engine, after the transports serve (process/boot.py, step 5): `Daemon.start`
+    (ADK imported in a daemon thread, which a shutdown does not wait for; tables, start-up
+    maintenance; writes wait for it), then the start-up heap frozen and a warm-up turn. A failure
+    is logged, put in `failed`, and stops the daemon (cancels `scope`)."""
+    started = time.monotonic()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, LOADING_SWITCH_INTERVAL_S))
+    try:
+        await daemon.start(importer=_import_engine)
+    except Exception as exc:
+        log.exception("could not start the engine; stopping")
+        failed.append(exc)
+        scope.cancel()
+        return
+    finally:
+        sys.setswitchinterval(interval)
+    log.info("engine ready in %.0f ms", (time.monotonic() - started) * 1000)
+    freeze_startup_heap()
+    await warm_up()
+
+
 async def warm_up() -> None:
-    """Pay ADK's lazy imports now, in the background, not on the user's first turn."""
+    """One throw-away turn in the background: what ADK does once, on its first run (beyond the
+    imports `Daemon.start` preloads), is paid here rather than on the user's first turn."""
     from zocratesd.engine import warm_up as warm_up_engine
 
     started = time.monotonic()

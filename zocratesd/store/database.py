@@ -6,10 +6,12 @@ passes. Every connection gets the same pragmas (store/sqlite.py `PRAGMAS`): SQLA
 through a connect listener, the writer's and the reader's through `sqlite.connect`.
 
 Made once by the composition root (`Daemon`), explicitly: `SessionsDb.open(data_dir)`, closed with
-`aclose()`. There is no registry: maintenance and compaction are handed the instance. A second
-owner of the same file in one process would have its own gate; the VACUUM swap would then find
-its connections open and refuse (`_swap.SwapBusy`) rather than corrupt anything, but nothing of
-zocratesd makes one.
+`aclose()`. The reader needs nothing but sqlite3; ADK's service (and with it ADK and SQLAlchemy,
+~1 s of imports) is built by `load_service()`, which the daemon calls in the background after it
+has started serving reads (`open(..., load_service=False)`). There is no registry: maintenance
+and compaction are handed the instance. A second owner of the same file in one process would have
+its own gate; the VACUUM swap would then find its connections open and refuse (`_swap.SwapBusy`)
+rather than corrupt anything, but nothing of zocratesd makes one.
 
 `paused()` closes the gate, waits for the requests in flight, and closes every connection of this
 owner, so maintenance can swap a vacuumed copy in (research/zotero_ops.md section 5: a connection
@@ -18,20 +20,16 @@ left open across the swap corrupts the new file).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
-from google.adk.events import Event, EventActions
-from google.adk.sessions import DatabaseSessionService, Session
-from google.adk.sessions.base_session_service import GetSessionConfig
-from sqlalchemy import event as sa_event
-from sqlalchemy import text as sa_text
 
 from zocratesd import locations
 from zocratesd.errors import SessionNotFound
@@ -45,7 +43,12 @@ from zocratesd.store.sqlite import (
     apply_pragmas,
     connect,
 )
-from zocratesd.store.writer import FastAppendSessionService
+
+if TYPE_CHECKING:  # ADK and SQLAlchemy are imported by load_service (module doc)
+    from google.adk.events import Event
+    from google.adk.sessions import DatabaseSessionService, Session
+
+    from zocratesd.store.writer import FastAppendSessionService
 
 __all__ = [
     "APP_NAME",
@@ -70,11 +73,17 @@ def bookkeeping_event(state_delta: Mapping[str, Any]) -> Event:
     """A content-less event that only changes state (a title, the seed of a new session). It never
     reaches a prompt (no content) or the UI (no text), and it is not a message, so it does not make
     an empty session non-empty (maintenance/_select.py)."""
+    from google.adk.events import Event, EventActions
+
     return Event(
         author="user",
         invocation_id=f"zocrates-meta-{Event.new_id()}",
         actions=EventActions(state_delta=dict(state_delta)),
     )
+
+
+# The tables of ADK 2.13's schema that the read paths query.
+_ADK_TABLES = frozenset({"sessions", "events", "app_states", "user_states"})
 
 
 class _Closable(Protocol):
@@ -116,26 +125,55 @@ class SessionsDb:
     first request does not pay for it).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, load_service: bool = True) -> None:
         self.path = path
         self.gate = StoreGate()
-        self.service = FastAppendSessionService(
-            connect=self.connect,
-            gate=self.gate,
-            db_url=f"sqlite+aiosqlite:///{path}",
-            connect_args={"timeout": BUSY_TIMEOUT_S},
-        )
-        sa_event.listen(self.service.db_engine.sync_engine, "connect", _on_connect)
-        _install_gate(self.service, self.gate)
-        self.reader = SessionReader(self._connect_query_only, self.gate)
+        self._service: FastAppendSessionService | None = None
+        self._service_loaded = asyncio.Event()  # set by load_service (an asyncio.Event: settable off any loop)
+        self._tables_ready = False  # known to exist (prepare_tables): reads need not check again
+        self.reader = SessionReader(self._connect_query_only, self.gate, tables=self._tables_for_reads)
+        if load_service:
+            self.load_service()
 
     @classmethod
-    def open(cls, zotero_data_dir: Path) -> SessionsDb:
+    def open(cls, zotero_data_dir: Path, *, load_service: bool = True) -> SessionsDb:
         """The store of a Zotero data dir (`<data dir>/zocrates-data/sessions.db`; the directory is
-        made private if new). Opens no connection yet."""
+        made private if new). Opens no connection yet. `load_service=False` leaves ADK's service
+        (and ADK's import) to a later `load_service()`."""
         path = db_path(Path(zotero_data_dir).resolve())
         locations.ensure_private_dir(path.parent)
-        return cls(path)
+        return cls(path, load_service=load_service)
+
+    @property
+    def service(self) -> FastAppendSessionService:
+        """ADK's `DatabaseSessionService` for the file (RuntimeError before `load_service()`)."""
+        if self._service is None:
+            raise RuntimeError("sessions.db's session service is not loaded yet (SessionsDb.load_service)")
+        return self._service
+
+    @property
+    def service_loaded(self) -> bool:
+        return self._service is not None
+
+    def load_service(self) -> None:
+        """Build ADK's service for the file (importing ADK and SQLAlchemy, unless already imported:
+        the daemon imports them in a worker thread first). Idempotent. On the event loop's thread."""
+        if self._service is not None:
+            return
+        from sqlalchemy import event as sa_event
+
+        from zocratesd.store.writer import FastAppendSessionService
+
+        service = FastAppendSessionService(
+            connect=self.connect,
+            gate=self.gate,
+            db_url=f"sqlite+aiosqlite:///{self.path}",
+            connect_args={"timeout": BUSY_TIMEOUT_S},
+        )
+        sa_event.listen(service.db_engine.sync_engine, "connect", _on_connect)
+        _install_gate(service, self.gate)
+        self._service = service
+        self._service_loaded.set()
 
     def connect(self) -> sqlite3.Connection:
         """A new sqlite3 connection on the file, with the store's pragmas (the caller closes it)."""
@@ -145,7 +183,43 @@ class SessionsDb:
         return connect(self.path, query_only=True)
 
     async def prepare_tables(self) -> None:
+        """Make sure ADK's tables exist (ADK creates them, through its service). Before the service
+        is loaded, reads need only know that they exist; on a new file they wait for the service
+        (`Daemon.start` loads it in the background, and a new file has nothing to read anyway)."""
+        if self._tables_ready:
+            if self._service is not None:
+                await self._service.prepare_tables()  # ADK's own first-run work, once
+            return
+        if self._service is None:
+            if await anyio.to_thread.run_sync(self._has_tables):
+                self._tables_ready = True
+                return
+            await self._service_loaded.wait()  # a new file: nothing to read until ADK made the tables
         await self.service.prepare_tables()
+        self._tables_ready = True
+
+    async def _tables_for_reads(self) -> bool:
+        """Whether ADK's tables exist, for the reader: made by the service once loaded; before
+        that, whether an earlier daemon made them (False: a new store, with no session yet)."""
+        if self._service is not None:
+            await self.prepare_tables()
+            return True
+        if not self._tables_ready and await anyio.to_thread.run_sync(self._has_tables):
+            self._tables_ready = True
+        return self._tables_ready
+
+    def _has_tables(self) -> bool:
+        try:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        except sqlite3.Error:
+            return False  # no file yet
+        try:
+            found = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.Error:
+            return False
+        finally:
+            conn.close()
+        return _ADK_TABLES <= found
 
     # --- appends that are not a turn's --------------------------------------------------------
 
@@ -156,6 +230,8 @@ class SessionsDb:
         is returned with the event's state applied and its update time moved. Raises
         SessionNotFound."""
         if isinstance(session, str):
+            from google.adk.sessions.base_session_service import GetSessionConfig
+
             session_id = session
             loaded = await self.service.get_session(
                 app_name=APP_NAME, user_id=USER_ID, session_id=session_id, config=GetSessionConfig(num_recent_events=0)
@@ -176,6 +252,8 @@ class SessionsDb:
     async def _reopen_engine(self) -> str:
         """Open one pooled connection now (the connect listener re-applies WAL and the pragmas) and
         return the file's journal mode; the first request after a pause then pays nothing."""
+        from sqlalchemy import text as sa_text
+
         async with self.service.db_engine.connect() as conn:
             return str((await conn.execute(sa_text("PRAGMA journal_mode"))).scalar())
 
@@ -217,7 +295,8 @@ class SessionsDb:
         reopens them; the daemon calls this once, at shutdown."""
         with anyio.CancelScope(shield=True):
             await self.reader.aclose()
-            await self.service.close()
+            if self._service is not None:
+                await self._service.close()
 
     async def __aenter__(self) -> SessionsDb:
         return self

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,9 +22,8 @@ import anyio.to_thread
 import orjson
 
 from zocratesd.errors import SessionNotFound
-from zocratesd.store.sqlite import APP_NAME, USER_ID, StoreGate
+from zocratesd.store.sqlite import APP_NAME, USER_ID, StoreGate, sqlite_datetime
 from zocratesd.store.ui import Json, apply_rewinds, title_of, ui_view
-from zocratesd.store.writer import sqlite_datetime
 
 _SESSIONS_SQL = (
     "SELECT id, json_extract(state, '$.title'), json_extract(state, '$.created_at'),"
@@ -121,21 +120,32 @@ class SessionReader:
     6.6 ms). In WAL mode this reader never blocks the writer and is never blocked by it. Queries
     are serialised through one thread (a capacity limiter of 1); each is a few milliseconds.
     Every read passes the file's `StoreGate`, so it waits while maintenance has the store paused.
-    Made by `SessionsDb`: `connect` opens the connection (lazily, again after `aclose()`).
+    Made by `SessionsDb`: `connect` opens the connection (lazily, again after `aclose()`);
+    `tables` says whether ADK's tables exist (asked until they do): a store the engine has not made
+    yet (a new data dir, before the engine loaded) has no session, and is answered as such.
     """
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], gate: StoreGate):
+    def __init__(
+        self, connect: Callable[[], sqlite3.Connection], gate: StoreGate,
+        tables: Callable[[], Awaitable[bool]] | None = None,
+    ):
         self._connect = connect
         self._conn: sqlite3.Connection | None = None
         self._limiter = anyio.CapacityLimiter(1)
         self._gate = gate
+        self._tables = tables
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             self._conn = self._connect()
         return self._conn
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], empty: T) -> T:
+        """`fn` on the connection, in the reader's thread; `empty` when there is no store yet."""
+        if self._tables is not None:
+            if not await self._tables():
+                return empty
+            self._tables = None
         async with self._gate.request():
             return await anyio.to_thread.run_sync(lambda: fn(self._connection()), limiter=self._limiter)
 
@@ -152,7 +162,8 @@ class SessionReader:
 
     async def list_sessions(self) -> list[SessionRow]:
         """Every session, oldest first by creation (the spec's order for `GET /sessions`)."""
-        rows = await self._run(lambda c: c.execute(_SESSIONS_SQL, (APP_NAME, USER_ID)).fetchall())
+        no_rows: list[Any] = []
+        rows = await self._run(lambda c: c.execute(_SESSIONS_SQL, (APP_NAME, USER_ID)).fetchall(), no_rows)
         out = []
         for sid, title, created, cwd, create_time, update_time in rows:
             out.append(
@@ -170,12 +181,12 @@ class SessionReader:
 
     async def exists(self, session_id: str) -> bool:
         params = (APP_NAME, USER_ID, session_id)
-        return await self._run(lambda c: c.execute(_EXISTS_SQL, params).fetchone() is not None)
+        return await self._run(lambda c: c.execute(_EXISTS_SQL, params).fetchone() is not None, False)
 
     async def session_state(self, session_id: str) -> Json:
         """A session's stored state (one row); raises SessionNotFound."""
         params = (APP_NAME, USER_ID, session_id)
-        head = await self._run(lambda c: c.execute(_SESSION_SQL, params).fetchone())
+        head = await self._run(lambda c: c.execute(_SESSION_SQL, params).fetchone(), None)
         if head is None:
             raise SessionNotFound(session_id)
         return orjson.loads(head[0]) if head[0] else {}
@@ -193,7 +204,8 @@ class SessionReader:
                 c.execute("COMMIT")
             return head, rows
 
-        head, rows = await self._run(read)
+        no_rows: list[Any] = []
+        head, rows = await self._run(read, (None, no_rows))
         if head is None:
             raise SessionNotFound(session_id)
         return head, rows
@@ -232,7 +244,8 @@ class SessionReader:
                 c.execute("COMMIT")
             return head, rows
 
-        head, rows = await self._run(read)
+        no_rows: list[Any] = []
+        head, rows = await self._run(read, (None, no_rows))
         if head is None:
             raise SessionNotFound(session_id)
         with gc_paused():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,16 @@ PRAGMAS: tuple[str, ...] = (
     "PRAGMA foreign_keys=ON",
     "PRAGMA synchronous=FULL",
 )
+
+
+# SQLAlchemy's storage format for DATETIME on SQLite (sqlalchemy/dialects/sqlite/base.py, DATETIME).
+_SQLITE_DATETIME = "{:04d}-{:02d}-{:02d} {:02d}:{:02d}:{:02d}.{:06d}"
+
+
+def sqlite_datetime(epoch: float) -> str:
+    """A time as ADK stores it on SQLite: naive UTC, in SQLAlchemy's DATETIME format."""
+    dt = datetime.fromtimestamp(epoch, UTC)
+    return _SQLITE_DATETIME.format(dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second, dt.microsecond)
 
 
 def apply_pragmas(dbapi_conn: Any) -> None:

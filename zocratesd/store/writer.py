@@ -28,9 +28,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import anyio
 from google.adk.errors._stale_session_error import StaleSessionError
@@ -42,16 +43,12 @@ from google.adk.sessions import DatabaseSessionService, Session, _session_util
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.sessions.database_session_service import _STALE_SESSION_ERROR_MESSAGE, _merge_state
 
-from zocratesd.store.sqlite import StoreGate
+from zocratesd.store.sqlite import StoreGate, sqlite_datetime
 
-# SQLAlchemy's storage format for DATETIME on SQLite (sqlalchemy/dialects/sqlite/base.py, DATETIME).
-_SQLITE_DATETIME = "{:04d}-{:02d}-{:02d} {:02d}:{:02d}:{:02d}.{:06d}"
-
-
-def sqlite_datetime(epoch: float) -> str:
-    """A time as ADK stores it on SQLite: naive UTC, in SQLAlchemy's DATETIME format."""
-    dt = datetime.fromtimestamp(epoch, UTC)
-    return _SQLITE_DATETIME.format(dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second, dt.microsecond)
+# How many appended events' JSON the writer keeps for `take_dump`. A turn takes each one right
+# after its append (ADK yields an event once it is stored), so this only needs to cover the turns
+# running at once; what nobody takes (bookkeeping, compaction) falls out, oldest first.
+KEPT_DUMPS: Final = 128
 
 
 def _marker(stored: str) -> tuple[str, float]:
@@ -74,6 +71,12 @@ class FastAppendSessionService(DatabaseSessionService):
         self._conn_lock = threading.Lock()  # one writer thread on the connection at a time
         self._writer_limiter = anyio.CapacityLimiter(1)
         self.gate = gate
+        self._dumps: OrderedDict[str, dict[str, Any]] = OrderedDict()  # event id -> its stored JSON
+
+    def take_dump(self, event_id: str) -> dict[str, Any] | None:
+        """The JSON this writer stored for event `event_id` (its `model_dump(exclude_none=True,
+        mode="json")`), once: a running turn's stream reads it instead of dumping the event again."""
+        return self._dumps.pop(event_id, None)
 
     # --- the connection -----------------------------------------------------------------------
 
@@ -234,9 +237,9 @@ class FastAppendSessionService(DatabaseSessionService):
         event = self._trim_temp_delta_state(event)
         session_delta = deltas["session"]
         stored_time = sqlite_datetime(event.timestamp)
+        data = event.model_dump(exclude_none=True, mode="json")
         row = (
-            event.id, session.app_name, session.user_id, session.id, event.invocation_id, stored_time,
-            json.dumps(event.model_dump(exclude_none=True, mode="json")),
+            event.id, session.app_name, session.user_id, session.id, event.invocation_id, stored_time, json.dumps(data),
         )
         expected = session._storage_update_marker
         async with self._with_session_lock(app_name=session.app_name, user_id=session.user_id, session_id=session.id):
@@ -247,6 +250,10 @@ class FastAppendSessionService(DatabaseSessionService):
                 )
         session.last_update_time = timestamp
         session._storage_update_marker = marker
+        dumps = self._dumps
+        dumps[event.id] = data
+        if len(dumps) > KEPT_DUMPS:
+            dumps.popitem(last=False)
         return self._commit_event_to_session(session, event)
 
     def _write(

@@ -313,5 +313,6 @@ async def test_usage_update_reaches_acp_with_the_compaction_cost(daemon: tuple[D
     acp = to_acp(last)
     assert acp == {
         "sessionUpdate": "usage_update", "used": last.prompt_tokens, "size": 100_000,
-        "_meta": {"zocrates": {"compactionMs": last.compaction_ms, "compacted": True}},
+        "_meta": {"zocrates": {"compactionMs": last.compaction_ms, "compacted": True, "reason": last.reason,
+                               "tokensEstimated": True}},
     }

@@ -45,6 +45,10 @@ async def world(tmp_path: Path) -> Any:
 async def assert_equivalent(daemon: Daemon, svc: Any, session_id: str) -> dict[str, Any]:
     session = await svc.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=session_id)
     reference = format_session_for_ui(session)
+    # The session view carries the session's settings (core/session_config.py), derived from the
+    # state: the reference derives them from ADK's state, the fast path from the stored row.
+    config = daemon.session_config
+    reference["settings"] = config.view(config.from_state(session.state))
     fast = await daemon.get_session(session_id)
     assert fast == reference
     return fast
@@ -67,6 +71,11 @@ async def test_plain_conversation_with_thoughts_and_tools(world: Any) -> None:
     )
     ui = await assert_equivalent(daemon, svc, row.id)
     assert ui["title"] == "RAG survey"
+    assert ui["settings"]["research_budget"] == 3  # the config's default
+    await daemon.set_config_option(row.id, "research_budget", "7")
+    await daemon.set_config_option(row.id, "compaction", False)
+    ui = await assert_equivalent(daemon, svc, row.id)
+    assert (ui["settings"]["research_budget"], ui["settings"]["compaction"]) == (7, False)
     assert [m["role"] for m in ui["messages"]] == ["user", "assistant", "assistant", "user", "assistant"]
     assert ui["messages"][1]["text"] == "Let me search."
     assert ui["messages"][2]["thought"] == "The user wants a definition."

@@ -39,7 +39,7 @@ async def test_every_connection_gets_the_same_pragmas(db: SessionsDb) -> None:
     assert pooled == WRITABLE
     writer = await anyio.to_thread.run_sync(lambda: settings(db.service._connection()))
     assert writer == WRITABLE
-    reader = await db.reader._run(settings)
+    reader = await db.reader._run(settings, None)
     assert reader == {**WRITABLE, "query_only": 1}
     own = db.connect()  # what maintenance reads with
     try:

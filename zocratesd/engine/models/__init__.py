@@ -3,13 +3,33 @@
 from __future__ import annotations
 
 import os
-
-from google.adk.models.base_llm import BaseLlm
+from typing import TYPE_CHECKING
 
 from zocratesd.config import ModelConfig
-from zocratesd.engine.models.offline import OfflineLlm
+
+if TYPE_CHECKING:  # ADK is imported only once a model is built (engine/__init__.py says why)
+    from google.adk.models.base_llm import BaseLlm
 
 DEFAULT_GEMINI_MODEL = "gemini-2.5-flash"
+OFFLINE = "offline"
+
+
+def model_id(cfg: ModelConfig) -> str:
+    """How a session names the configured model in its `model` setting: `offline`, or
+    `provider:name` (`openai:meta-llama/llama-3.3-70b-instruct:free`, `gemini:gemini-2.5-flash`)."""
+    if cfg.provider == "openai":
+        return f"openai:{cfg.name}"
+    if cfg.provider == "gemini":
+        return f"gemini:{cfg.name or DEFAULT_GEMINI_MODEL}"
+    return OFFLINE
+
+
+def model_choices(cfg: ModelConfig) -> dict[str, str]:
+    """The models a session may run on, id -> label: the configured one first (the default),
+    and the offline model always (it needs no key and no network)."""
+    choices = {model_id(cfg): f"{cfg.provider} ({cfg.name or DEFAULT_GEMINI_MODEL})"} if cfg.provider != "offline" else {}
+    choices[OFFLINE] = "offline (extractive, no network)"
+    return choices
 
 
 def build_model(cfg: ModelConfig) -> BaseLlm:
@@ -28,4 +48,6 @@ def build_model(cfg: ModelConfig) -> BaseLlm:
         if key:  # ADK's Gemini client reads the key from the environment
             os.environ.setdefault("GOOGLE_API_KEY", key)
         return Gemini(model=cfg.name or DEFAULT_GEMINI_MODEL)
+    from zocratesd.engine.models.offline import OfflineLlm
+
     return OfflineLlm()

@@ -1,0 +1,98 @@
+"""A daemon serves before its engine is loaded (issue 22), on a real `zocratesd serve`.
+
+The engine is held back with the process layer's test seam (`ZOCRATES_TEST_HOLD_ENGINE_UNTIL`:
+it starts loading once the named file exists), so what is answered meanwhile is answered
+without it: were a read to need the engine, it would hang here and the test would time out.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rawrpc import RawConn
+from shimhttp import Shim
+
+from zocratesd.process.lifecycle import HOLD_ENGINE_ENV
+
+QUESTION = "What is retrieval augmented generation?"
+
+
+def _prompt(sid: str, text: str = QUESTION) -> dict[str, Any]:
+    return {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+
+
+def _pending(c: RawConn, wait_s: float) -> list[dict[str, Any]]:
+    """What arrives within `wait_s` (the connection's timeout restored after)."""
+    got: list[dict[str, Any]] = []
+    c.sock.settimeout(wait_s)
+    try:
+        while True:
+            got.append(c.recv())
+    except TimeoutError:
+        return got
+    finally:
+        c.sock.settimeout(60)
+
+
+def test_reads_are_answered_and_a_prompt_waits_while_the_engine_loads(daemon_factory: Any, tmp_path: Path) -> None:
+    d = daemon_factory()
+    d.start()
+    with RawConn(d.socket_path) as c:
+        c.result("initialize", {"protocolVersion": 1})
+        sid = c.result("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
+        assert c.call("session/prompt", _prompt(sid))["result"]["stopReason"] == "end_turn"
+    assert d.stop() == 0
+
+    hold = tmp_path / "let-the-engine-load"
+    d.env[HOLD_ENGINE_ENV] = str(hold)
+    d.start()
+    with RawConn(d.socket_path, timeout=30) as c:
+        init = c.result("initialize", {"protocolVersion": 1})
+        assert init["agentCapabilities"]["_meta"]["zocrates"]["version"] == d.info["version"]
+        assert [s["sessionId"] for s in c.result("session/list", {})["sessions"]] == [sid]
+        shown = c.result("_zocrates/session/get", {"sessionId": sid})["messages"]
+        assert [m["role"] for m in shown][0] == "user" and shown[-1]["role"] == "assistant"
+        loaded = c.call("session/load", {"sessionId": sid, "cwd": "/tmp", "mcpServers": []})
+        assert "result" in loaded, loaded
+        replayed = [n["params"]["update"]["sessionUpdate"] for n in c.notifications if n["method"] == "session/update"]
+        assert "user_message_chunk" in replayed and "agent_message_chunk" in replayed
+        assert c.result("_zocrates/storage/stats", {})["session_count"] == 1
+    with Shim(d.info) as http:
+        assert [s["id"] for s in http.ok("GET", "/sessions")["sessions"]] == [sid]
+        assert http.ok("GET", f"/sessions/{sid}")["session"]["messages"][0]["text"] == QUESTION
+        assert http.ok("GET", "/sessions/storage_stats")["session_count"] == 1
+
+    # A prompt waits for the engine, and says so; it is answered once the engine has loaded.
+    with RawConn(d.socket_path) as c:
+        c.result("initialize", {"protocolVersion": 1})
+        c.send({"jsonrpc": "2.0", "id": "p", "method": "session/prompt", "params": _prompt(sid, "And dense retrieval?")})
+        early = _pending(c, 1.0)
+        assert not [m for m in early if m.get("id") == "p"], early  # not answered, not refused
+        starting = [m["params"]["update"] for m in early if m.get("method") == "session/update"
+                    and (m["params"]["update"].get("_meta") or {}).get("zocrates", {}).get("starting")]
+        assert starting and starting[0]["sessionUpdate"] == "agent_thought_chunk", early
+        hold.touch()
+        assert c.recv_reply("p")["result"]["stopReason"] == "end_turn"
+        texts = [m["text"] for m in c.result("_zocrates/session/get", {"sessionId": sid})["messages"]]
+        assert texts.count(QUESTION) == 1 and "And dense retrieval?" in texts
+    assert d.stop() == 0
+
+
+def test_sigterm_while_the_engine_imports_exits_promptly(daemon_factory: Any, tmp_path: Path) -> None:
+    """A SIGTERM in the middle of the engine's import (seconds on a loaded machine; held here, in
+    the import thread, for as long as the test likes) stops the daemon at once: the shutdown does
+    not wait for the import thread (core/daemon.py, `in_daemon_thread`)."""
+    d = daemon_factory()
+    d.env[HOLD_ENGINE_ENV] = str(tmp_path / "never-created")
+    d.start()
+    deadline = time.monotonic() + 30
+    while "the engine waits for" not in d.stderr_text():  # the import thread is running, held
+        assert time.monotonic() < deadline, d.stderr_tail(2000)
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    assert d.stop(timeout=10) == 0
+    took = time.monotonic() - t0
+    assert took < 2.0, f"stopping took {took:.1f} s"
+    assert not d.state_dir.joinpath("daemon.json").exists()  # a clean shutdown, not a kill

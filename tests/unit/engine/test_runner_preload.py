@@ -1,0 +1,82 @@
+"""The daemon's light start (issue 22): what it imports before its engine, and what the engine's
+background import leaves for the first turn.
+
+The probes run in a fresh interpreter (a subprocess): this test process has ADK loaded already.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from zocratesd.config import ZocratesConfig
+from zocratesd.core.daemon import Daemon
+from zocratesd.engine.retrieval import InMemoryRetriever, Passage
+
+HEAVY = ("google.adk", "google.genai", "sqlalchemy", "aiosqlite")
+
+
+def _run(probe: str, *args: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(probe), *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+@pytest.mark.anyio
+async def test_the_serving_side_reads_without_adk(tmp_path: Path) -> None:
+    """What the daemon builds before it serves (the core without its engine, the ACP methods, the
+    HTTP shim) and the reads it then answers (list, view, replay, settings, storage stats) load
+    neither ADK nor SQLAlchemy."""
+    made = Daemon(tmp_path, ZocratesConfig(), retriever=InMemoryRetriever([Passage("ABCD1234", "RAG", "RAG text.")]))
+    await made.start()
+    sid = (await made.create_session()).id
+    await made.prompt(sid, "What is RAG?")
+    await made.aclose()
+    probe = """
+        import sys, anyio
+        from pathlib import Path
+        from zocratesd.config import ZocratesConfig
+        from zocratesd.core.daemon import Daemon
+        from zocratesd.process import boot, lifecycle, transports  # noqa: F401
+        from zocratesd.rpc.acp import build_methods
+        from zocratesd.shim import HttpFace  # noqa: F401
+
+        async def reads():
+            daemon = Daemon(Path(sys.argv[1]), ZocratesConfig(), load_engine=False)
+            build_methods(daemon)
+            sid = sys.argv[2]
+            assert [r.id for r in await daemon.list_sessions()] == [sid]
+            assert len((await daemon.get_session(sid))["messages"]) >= 2
+            assert await daemon.replay(sid)
+            assert (await daemon.storage_stats())["session_count"] == 1
+            await daemon.config_options(sid)
+            daemon.get_settings()
+            assert not daemon.engine_loaded
+            await daemon.aclose()
+        anyio.run(reads)
+        print("\\n".join(sorted(sys.modules)))
+    """
+    loaded = _run(probe, str(tmp_path), sid)
+    assert "zocratesd.rpc.acp" in loaded and "zocratesd.shim.server" in loaded
+    heavy = [m for m in loaded if m.startswith(HEAVY)]
+    assert not heavy, f"the serving side loads {heavy[:10]}"
+
+
+def test_the_background_import_covers_a_first_turn() -> None:
+    """After `import_engine()` (the worker thread's part of `Daemon.start`), a first turn imports
+    no further ADK module: ADK's lazy imports are all in `runner.LAZY_ADK_MODULES`."""
+    probe = """
+        import asyncio, sys
+        from zocratesd.core.daemon import import_engine
+        import_engine()
+        before = set(sys.modules)
+        from zocratesd.engine.runner import warm_up
+        asyncio.run(warm_up())
+        print("\\n".join(sorted(set(sys.modules) - before)))
+    """
+    late = [m for m in _run(probe) if m.startswith(HEAVY)]
+    assert not late, f"a first turn still imports {late}: add them to engine/runner.py LAZY_ADK_MODULES"
