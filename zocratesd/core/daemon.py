@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+import anyio.lowlevel
+
 from zocratesd import __version__
 from zocratesd.config import ZocratesConfig, config_path
 from zocratesd.core.context import PromptContext
@@ -63,6 +66,11 @@ if TYPE_CHECKING:  # the engine side imports ADK (~1.3 s): `Daemon.load_engine`,
     from zocratesd.compaction import Compactor
     from zocratesd.core.turn_updates import TurnUpdates
     from zocratesd.engine.runner import Engine
+
+
+# How long a stop waits for ADK's first-run table creation rather than cancel it half-way
+# (Daemon.start): it takes well under a second; a stuck disk must not hold the exit forever.
+TABLES_SHIELD_S = 10.0
 
 log = logging.getLogger(__name__)
 
@@ -345,7 +353,13 @@ class Daemon:
         if not self.engine_loaded:
             await in_daemon_thread(importer, "zocratesd engine import")
             self.load_engine()
-        await self.db.prepare_tables()
+        # Shielded: ADK's first-run table creation (SQLAlchemy over aiosqlite) cancelled half-way
+        # leaves a task of its own behind that never finishes, and asyncio.run() then waits on it
+        # forever at exit (a SIGTERM right after sessions.db appeared hung 9 of 30 starts). It
+        # takes well under a second; a stop waits for it, bounded.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(TABLES_SHIELD_S):
+            await self.db.prepare_tables()
+        await anyio.lowlevel.checkpoint()  # a stop that came meanwhile takes effect here
         self.startup_maintenance = await self.maintenance.run(startup=True)
         report = self.startup_maintenance
         if report["empty_deleted"] or report["retention_deleted"] or report["vacuum"]["ran"]:
