@@ -471,6 +471,10 @@ describe("the bridge host in Gecko, with the real web app", () => {
     await page.keyboard.type("What is retrieval-augmented generation?");
     await page.keyboard.press("Enter");
     const citation = `.msg.assistant .answer a[href="zotero://select/library/items/${LEWIS.key}"]`;
+    // Click once the turn is over: while it streams, every chunk re-renders the answer and the
+    // finished turn replaces it, so a link found mid-stream can move before the click lands
+    // (the Save as note button is only on a finished answer).
+    await frame.waitForSelector(".msg.assistant .save-note", { timeout: STEP_TIMEOUT_MS });
     await frame.waitForSelector(citation, { timeout: STEP_TIMEOUT_MS });
     await clickIn(frame, citation);
     await recorded((c) => c.call === "ZoteroPane.selectItem" && c.id === 11, "ZoteroPane.selectItem(11)");
