@@ -2,10 +2,11 @@
 
 Precedence, lowest first: the defaults below (the spec's), the JSON file, environment variables
 (`ZOCRATES_SESSION_RETENTION_DAYS=30`, nested with `__`: `ZOCRATES_COMPACTION__MIN_TURNS=6`), and
-the command-line flags. A missing file means defaults. A file that is not JSON, has an unknown key
-or a value of the wrong type stops the daemon with a message that names the file and the key: a
-silent default would quietly keep (or delete) the user's conversations under a policy they did
-not choose.
+the command-line flags; a section or a list may be one variable holding JSON
+(`ZOCRATES_HTTP__ALLOWED_ORIGINS='["http://localhost:3000"]'`). A missing file means defaults. A
+file that is not JSON, has an unknown key or a value of the wrong type stops the daemon with a
+message that names the file and the key: a silent default would quietly keep (or delete) the
+user's conversations under a policy they did not choose.
 """
 
 from __future__ import annotations
@@ -13,18 +14,23 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-from contextvars import ContextVar
+from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
-from typing import Any, Final, Literal
+from types import UnionType
+from typing import Any, Final, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic.fields import FieldInfo
 
 from zocratesd import locations
 from zocratesd.logtext import redact_credentials, redact_url
 
 CONFIG_NAME = "zocrates_config.json"
+# The variables' names and how they are read are pydantic-settings' (`env_values`), which config.py
+# used until importing it took ~50 ms of a cold start (issue 22).
+ENV_PREFIX: Final = "ZOCRATES_"
+ENV_NESTED_DELIMITER: Final = "__"
 
 
 class _Section(BaseModel):
@@ -202,12 +208,13 @@ class RpcConfig(_Section):
     max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
 
 
-class ZocratesConfig(BaseSettings):
-    """Every key the spec names, with the spec's default. 0 or null disables a retention pass."""
+class ZocratesConfig(BaseModel):
+    """Every key the spec names, with the spec's default. 0 or null disables a retention pass.
 
-    model_config = SettingsConfigDict(
-        env_prefix="ZOCRATES_", env_nested_delimiter="__", extra="forbid", validate_default=True
-    )
+    A plain model: `load_config` merges the file, the environment and the flags into it.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
 
     session_retention_days: int | None = Field(default=180, ge=0)
     max_saved_sessions: int | None = Field(default=100, ge=0)
@@ -217,30 +224,6 @@ class ZocratesConfig(BaseSettings):
     http: HttpConfig = Field(default_factory=HttpConfig)
     rpc: RpcConfig = Field(default_factory=RpcConfig)
     library: LibraryConfig = Field(default_factory=LibraryConfig)
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _JsonFileSource(settings_cls))
-
-
-# The file of the config being loaded; a context variable because pydantic-settings builds its
-# sources inside the constructor, and one process may load configs for several data dirs (tests).
-_loading: ContextVar[dict[str, Any]] = ContextVar("_loading")
-
-
-class _JsonFileSource(PydanticBaseSettingsSource):
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return _loading.get({})
 
 
 class ConfigError(Exception):
@@ -268,13 +251,13 @@ def load_config(data_dir: Path, overrides: dict[str, Any] | None = None) -> Zocr
             raise ConfigError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
         if not isinstance(file_data, dict):
             raise ConfigError(f"{path}: the top level must be a JSON object, not {type(file_data).__name__}")
-    token = _loading.set(file_data)
+    # Flags merged into the environment's values, then those into the file's: each wins key by key,
+    # a section merged with the one below (pydantic-settings merged its sources in this order).
+    merged = _deep_merge(file_data, _deep_merge(env_values(os.environ), _top_level_names(overrides or {})))
     try:
-        return ZocratesConfig(**(overrides or {}))
+        return ZocratesConfig.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_explain(exc, path)) from None
-    finally:
-        _loading.reset(token)
 
 
 def _explain(exc: ValidationError, path: Path) -> str:
@@ -285,3 +268,131 @@ def _explain(exc: ValidationError, path: Path) -> str:
         # The input may be the whole model section, base_url and its password included.
         lines.append(redact_credentials(f"  {key}: {msg} (got {err.get('input')!r})"))
     return "\n".join(lines)
+
+
+def env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    """What the `ZOCRATES_*` variables in `environ` set, nested as in the file, values as given.
+
+    Read as pydantic-settings read them (its EnvSettingsSource with case_sensitive=False and
+    env_nested_delimiter="__"), so a variable that worked keeps working: names in any case; only
+    the variables of a key are read, so another `ZOCRATES_*` variable (the test hooks, a typo
+    without `__`) is ignored, while an unknown key inside a section (`ZOCRATES_HTTP__PROT`) is an
+    unknown key; a section's variable holds JSON, merged under its `__` variables; a list key's
+    variable holds JSON too. Other values stay strings for pydantic to convert. A value that must
+    be JSON and is not is a ConfigError naming the variable.
+    """
+    names = {name.lower(): name for name in environ}
+    env = {low: environ[name] for low, name in names.items()}
+    prefix = ENV_PREFIX.lower()
+    out: dict[str, Any] = {}
+    for name, field in ZocratesConfig.model_fields.items():
+        var = prefix + name
+        value = env.get(var)
+        kind = _json_kind(field.annotation)
+        if kind is None:
+            if value is not None:
+                out[name] = value
+            continue
+        nested = _explode(field, var + ENV_NESTED_DELIMITER, env, names)
+        if value is None:
+            if nested:
+                out[name] = _field_names(field, nested)
+            continue
+        decoded = _json(value, names[var], strict=kind == "strict")
+        if isinstance(decoded, dict):
+            out[name] = _field_names(field, _deep_merge(decoded, nested))
+        elif decoded is not None:  # a JSON null leaves the section to the file (as pydantic-settings did)
+            out[name] = decoded
+    return out
+
+
+def _explode(field: FieldInfo, prefix: str, env: Mapping[str, str], names: Mapping[str, str]) -> dict[str, Any]:
+    """`{prefix}a__b=v` variables as `{"a": {"b": v}}`; a value for a list (or a model) is JSON."""
+    result: dict[str, Any] = {}
+    for var, value in env.items():
+        if not var.startswith(prefix):
+            continue
+        *keys, last = var[len(prefix) :].split(ENV_NESTED_DELIMITER)
+        node: Any = result
+        target: Any = field
+        for key in keys:
+            target = _next_field(target, key)
+            if isinstance(node, dict):
+                node = node.setdefault(key, {})
+        target = _next_field(target, last)
+        parsed: Any = value
+        if isinstance(target, FieldInfo) and value and (kind := _json_kind(target.annotation)):
+            parsed = _json(value, names[var], strict=kind == "strict")
+        if isinstance(node, dict):
+            node[last] = parsed
+    return result
+
+
+def _next_field(field: Any, key: str) -> FieldInfo | None:
+    """The field named `key` (in any case) of the model `field` holds, if it holds one."""
+    if not field:
+        return None
+    annotation = field.annotation if isinstance(field, FieldInfo) else field
+    for arg in get_args(annotation):
+        if found := _next_field(arg, key):
+            return found
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return next((f for n, f in annotation.model_fields.items() if n.lower() == key.lower()), None)
+    return None
+
+
+def _field_names(field: FieldInfo, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with each key that names a field of the section in another case renamed to it."""
+    section = field.annotation
+    if not (isinstance(section, type) and issubclass(section, BaseModel)):
+        return values
+    lower = {n.lower(): n for n in section.model_fields}
+    return {lower.get(key.lower(), key): value for key, value in values.items()}
+
+
+def _json_kind(annotation: Any) -> Literal["strict", "lenient"] | None:
+    """How a variable for a field of this type is read: as JSON ("strict": a model, list, dict, set
+    or tuple), as JSON if it parses ("lenient": a union with one of those, `list[str] | None`), or
+    as the string it is."""
+    if _is_complex(annotation):
+        return "strict"
+    if get_origin(annotation) in (Union, UnionType) and any(_is_complex(arg) for arg in get_args(annotation)):
+        return "lenient"
+    return None
+
+
+def _is_complex(annotation: Any) -> bool:
+    for tp in (annotation, get_origin(annotation)):
+        if isinstance(tp, type) and not issubclass(tp, (str, bytes)):
+            if issubclass(tp, (BaseModel, Mapping, Sequence, Set, tuple)):
+                return True
+    return False
+
+
+def _json(value: str, var: str, *, strict: bool) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        if not strict:
+            return value
+        # pydantic-settings let this escape as a traceback without the variable's name.
+        raise ConfigError(
+            redact_credentials(f"${var}: a section or a list is set as JSON, and this is not JSON: {exc} (got {value!r})")
+        ) from None
+
+
+def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `over`'s keys set on it, merging where both hold an object."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(out.get(key), dict) and isinstance(value, dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _top_level_names(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Flags keyed by field name in any case (pydantic-settings matched its init arguments so)."""
+    lower = {n.lower(): n for n in ZocratesConfig.model_fields}
+    return {lower.get(key.lower(), key): value for key, value in overrides.items()}

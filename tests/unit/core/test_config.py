@@ -1,19 +1,21 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from zocratesd.config import ConfigError, config_path, load_config
+from zocratesd.config import ConfigError, ZocratesConfig, config_path, load_config
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
     for key in list(os.environ):
-        if key.startswith("ZOCRATES_"):
+        if key.upper().startswith("ZOCRATES_"):
             monkeypatch.delenv(key)
 
 
@@ -86,3 +88,95 @@ def test_invalid_env_value_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("ZOCRATES_RPC__MAX_FRAME_BYTES", "tiny")
     with pytest.raises(ConfigError, match="rpc.max_frame_bytes"):
         load_config(tmp_path)
+
+
+# The environment as pydantic-settings read it (config.py used it until issue 22): each case is a
+# behaviour a user's ZOCRATES_* variables may rely on, checked against the old reader when the
+# reader became ours.
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        # names in any case
+        ({"zocrates_max_saved_sessions": "21"}, {"max_saved_sessions": 21}),
+        ({"Zocrates_Compaction__Min_Turns": "7"}, {"compaction.min_turns": 7}),
+        # a section as JSON (its keys in any case), merged under its `__` variables, which win
+        ({"ZOCRATES_COMPACTION": '{"MIN_TURNS": 3, "token_floor": 4}'}, {"compaction.min_turns": 3, "compaction.token_floor": 4}),
+        ({"ZOCRATES_COMPACTION": '{"min_turns": 3}', "ZOCRATES_COMPACTION__MIN_TURNS": "5"}, {"compaction.min_turns": 5}),
+        # a JSON null section leaves the section alone
+        ({"ZOCRATES_COMPACTION": "null"}, {"compaction.min_turns": 4}),
+        # a list is JSON, alone or inside its section
+        ({"ZOCRATES_HTTP__ALLOWED_ORIGINS": '["http://a", "http://b"]'}, {"http.allowed_origins": ["http://a", "http://b"]}),
+        ({"ZOCRATES_HTTP": '{"allowed_origins": ["x"]}'}, {"http.allowed_origins": ["x"]}),
+        # other values are strings that pydantic converts
+        ({"ZOCRATES_HTTP__ENABLED": "false", "ZOCRATES_LIBRARY__LOCAL_API": "0", "ZOCRATES_HTTP__PORT": "1"},
+         {"http.enabled": False, "library.local_api": False, "http.port": 1}),
+        ({"ZOCRATES_COMPACTION__DECISION_THRESHOLD": "0.5", "ZOCRATES_SESSION_RETENTION_DAYS": " 5 "},
+         {"compaction.decision_threshold": 0.5, "session_retention_days": 5}),
+        # a ZOCRATES_ variable that names no key (the test hooks, a typo without `__`) is ignored
+        ({"ZOCRATES_BOGUS": "1", "ZOCRATES_TEST_HOLD_ENGINE_UNTIL": "/x", "ZOCRATES_HTTP_PORT": "1",
+          "ZOCRATES_MAX_SAVED_SESSIONS__X": "1", "ZOCRATES_": "1"}, {"max_saved_sessions": 100, "http.port": None}),
+    ],
+)
+def test_environment_is_read_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: dict[str, Any]) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    c = load_config(tmp_path)
+    for key, value in expected.items():
+        obj: Any = c
+        for part in key.split("."):
+            obj = getattr(obj, part)
+        assert obj == value, key
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        # an unknown key inside a section is an unknown key, as in the file
+        ({"ZOCRATES_COMPACTION__BOGUS": "1"}, "compaction.bogus: unknown key (got '1')"),
+        ({"ZOCRATES_COMPACTION": '{"bogus": 1}'}, "compaction.bogus: unknown key (got 1)"),
+        ({"ZOCRATES_COMPACTION__MIN_TURNS__X": "1"}, "compaction.min_turns: Input should be a valid integer"),
+        ({"ZOCRATES_MAX_SAVED_SESSIONS": "null"}, "max_saved_sessions: Input should be a valid integer"),
+        ({"ZOCRATES_HTTP__PORT": ""}, "http.port: Input should be a valid integer"),
+        ({"ZOCRATES_COMPACTION": "[1]"}, "compaction: Input should be a valid dictionary"),
+        ({"ZOCRATES_HTTP__ALLOWED_ORIGINS": ""}, "http.allowed_origins: Input should be a valid list (got '')"),
+        # a value that must be JSON and is not names its variable (pydantic-settings raised a
+        # SettingsError that named neither, and the daemon died with a traceback)
+        ({"ZOCRATES_COMPACTION": "min_turns=3"}, "$ZOCRATES_COMPACTION: a section or a list is set as JSON, and this is not JSON"),
+        ({"zocrates_http__allowed_origins": "http://a"}, "$zocrates_http__allowed_origins: a section or a list is set as JSON"),
+        # the password in a URL stays out of the message
+        ({"ZOCRATES_MODEL": '{"base_url": "http://u:hunter2@example.com/v1"'}, "$ZOCRATES_MODEL: a section"),
+    ],
+)
+def test_invalid_environment_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path)
+    assert expected in str(info.value)
+    assert "hunter2" not in str(info.value)
+
+
+def test_sources_merge_section_by_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, json.dumps({"compaction": {"min_turns": 6}, "http": {"port": 2, "enabled": False, "allowed_origins": ["b"]}}))
+    monkeypatch.setenv("ZOCRATES_COMPACTION", '{"token_floor": 1}')
+    monkeypatch.setenv("ZOCRATES_HTTP__PORT", "3")
+    monkeypatch.setenv("ZOCRATES_HTTP__ALLOWED_ORIGINS", '["a"]')
+    c = load_config(tmp_path, {"HTTP": {"base_port": 1}})  # a flag's key in any case, as before
+    assert (c.compaction.min_turns, c.compaction.token_floor) == (6, 1)
+    assert (c.http.port, c.http.enabled, c.http.base_port, c.http.allowed_origins) == (3, False, 1, ["a"])  # a list is replaced
+
+
+def test_only_load_config_reads_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZOCRATES_MAX_SAVED_SESSIONS", "3")
+    assert ZocratesConfig().max_saved_sessions == 100  # tests build configs that no variable changes
+    assert load_config(tmp_path).max_saved_sessions == 3
+    with pytest.raises(ConfigError, match="nope: unknown key"):
+        load_config(tmp_path, {"nope": 1})
+
+
+def test_import_stays_cheap() -> None:
+    """Every cold start imports config.py before it can answer; pydantic-settings brought asyncio
+    and dotenv with it (~50 ms of the 300 ms budget of issue 22)."""
+    probe = "import sys, zocratesd.config; print(sorted(m for m in sys.modules if m.split('.')[0] in ('asyncio', 'dotenv', 'pydantic_settings')))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
