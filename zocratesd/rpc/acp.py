@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-from jsonrpcserver import JsonRpcError, Success
 from pydantic import BaseModel, ValidationError
 
 from zocratesd.core import commands
@@ -27,6 +26,7 @@ from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.logtext import escape_for_log
 from zocratesd.rpc import jsonrpc, models
 from zocratesd.rpc.errors import to_rpc_error
+from zocratesd.rpc.jsonrpc import JsonRpcError
 from zocratesd.rpc.peer import MethodTable, Peer, PeerClosed, RemoteError
 from zocratesd.rpc.updates import checkpoint_call_id, config_options, session_info, to_acp
 from zocratesd.updates import ConfigOption, ConfigOptions, MessageChunk
@@ -350,7 +350,7 @@ def prompt_input(blocks: list[dict[str, Any]], meta: dict[str, Any] | None) -> t
 
 
 def adapter(params_model: type[BaseModel]) -> Callable[[Callable[..., Awaitable[Any]]], Handler]:
-    """Wrap `fn(peer, params)` as a jsonrpcserver method `(peer, /, **raw)`: validate, map errors."""
+    """Wrap `fn(peer, params)` as a method `(peer, /, **raw)` (rpc/dispatch.py): validate, map errors."""
 
     def wrap(fn: Callable[..., Awaitable[Any]]) -> Handler:
         async def method(peer: Peer, /, **raw: Any) -> Any:
@@ -359,11 +359,11 @@ def adapter(params_model: type[BaseModel]) -> Callable[[Callable[..., Awaitable[
             except ValidationError as exc:
                 raise _invalid_params(exc) from None
             try:
-                return Success(await fn(peer, params))
+                return await fn(peer, params)
             except ZocratesError as exc:
                 raise to_rpc_error(exc) from None
 
-        # Not functools.wraps: it sets __wrapped__, and jsonrpcserver's arity check would then
+        # Not functools.wraps: it sets __wrapped__, and the dispatcher's arity check would then
         # bind the params against fn's signature instead of this one's **raw.
         method.__name__, method.__doc__ = fn.__name__, fn.__doc__
         return method

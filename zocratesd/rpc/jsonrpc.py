@@ -2,8 +2,8 @@
 
 `parse_frame(frame)` returns a `Request`, `Notification`, `Response` or `Invalid`. `Invalid`
 carries the error response to send: its id is the frame's id whenever that id is readable, so a
-client's pending request never hangs on an `id: null` error (jsonrpcserver would answer
-`id: null` for every envelope problem; that is why the envelope is checked here, before it).
+client's pending request never hangs on an `id: null` error. A handler answers with an error by
+raising `JsonRpcError` (rpc/dispatch.py turns it into the reply).
 """
 
 from __future__ import annotations
@@ -102,17 +102,32 @@ def error_data(code: int, data: Any) -> dict[str, Any]:
     return out
 
 
-def error(code: int, id: Id, message: str | None = None, data: Any = None) -> dict[str, Any]:
-    err = {
+def error_object(code: int, message: str | None = None, data: Any = None) -> dict[str, Any]:
+    """An error response's `error` member: the code's standard message unless given, `data` with its `kind`."""
+    return {
         "code": code,
         "message": message or ERROR_CODES.get(code, _UNKNOWN_CODE).message,
         "data": error_data(code, data),
     }
-    return {"jsonrpc": "2.0", "id": id, "error": err}
+
+
+def error(code: int, id: Id, message: str | None = None, data: Any = None) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id, "error": error_object(code, message, data)}
+
+
+class JsonRpcError(Exception):
+    """Raised by a method handler to answer its request with this error (`data` as `error_data`
+    shapes it: an object keeps its `kind` or gets the code's; a bare value becomes `detail`)."""
+
+    def __init__(self, code: int, message: str | None = None, data: Any = None):
+        super().__init__(code, message, data)
+        self.code = code
+        self.message = message or ERROR_CODES.get(code, _UNKNOWN_CODE).message
+        self.data = data
 
 
 def normalise_error(reply: dict[str, Any]) -> dict[str, Any]:
-    """Give an error reply built elsewhere (jsonrpcserver's) the same `data.kind` shape."""
+    """Give an error reply built elsewhere (a handler's, a client's) the same `data.kind` shape."""
     err = reply.get("error")
     if isinstance(err, dict):
         err["data"] = error_data(err.get("code", INTERNAL_ERROR), err.get("data"))

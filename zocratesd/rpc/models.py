@@ -7,8 +7,8 @@ refuse a newer editor. Results are built as plain dicts on the hot paths (a 5000
 would spend tens of milliseconds in validation); tests validate real results against these models.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would compile and evaluate each of the
+# ~180 annotation strings when the classes are created (half of this module's import time).
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,13 +17,21 @@ from pydantic.alias_generators import to_camel
 from zocratesd.limits import MAX_GUIDANCE_CHARS, MAX_INTERRUPT_ID_CHARS, MAX_TITLE_CHARS, SESSION_ID_PATTERN
 
 
-class Params(BaseModel):
+class Model(BaseModel):
+    """The base of every wire model. A model's validator is built on its first use, not when the
+    module is imported: building all of them took ~24 ms of a cold start whose first reply
+    (`initialize`) needs one (issue 22). Behaviour and generated schemas are the same."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class Params(Model):
     model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
 
     meta: dict[str, Any] | None = Field(None, alias="_meta")
 
 
-class Result(BaseModel):
+class Result(Model):
     model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
 
 
@@ -211,7 +219,7 @@ class RenameSessionParams(Params):
     title: str = Field(min_length=1, max_length=MAX_TITLE_CHARS)
 
 
-class UiMessage(BaseModel):
+class UiMessage(Model):
     """One message of the UI schema (spec 2.2). Field names are the spec's (snake_case)."""
 
     id: str
@@ -223,14 +231,14 @@ class UiMessage(BaseModel):
     invocation_id: str
 
 
-class PendingHitl(BaseModel):
+class PendingHitl(Model):
     invocation_id: str
     interrupt_id: str
     message: str | None
     payload: Any
 
 
-class ResumeAnswer(BaseModel):
+class ResumeAnswer(Model):
     """The user's answer to a research checkpoint."""
 
     model_config = ConfigDict(extra="forbid")
@@ -255,7 +263,7 @@ class ChatResumeResult(Result):
     pending_hitl: PendingHitl | None
 
 
-class SessionSettingsView(BaseModel):
+class SessionSettingsView(Model):
     """A session's settings as the UI session shows them (the config options' current values)."""
 
     scope: str = Field(description='`library`, `papers` or `collection:<KEY>`.')
@@ -264,7 +272,7 @@ class SessionSettingsView(BaseModel):
     compaction: bool
 
 
-class UiSession(BaseModel):
+class UiSession(Model):
     """`_zocrates/session/get`: the spec's UI session object, as the Zotero sidebar renders it."""
 
     id: str
@@ -283,7 +291,7 @@ class RewindParams(Params):
     invocation_id: str = Field(min_length=1, max_length=MAX_INTERRUPT_ID_CHARS, description="The turn to undo, with all after it.")
 
 
-class Restored(BaseModel):
+class Restored(Model):
     """What the rewound turn was asked with, for an inline edit."""
 
     mode: Literal["papers", "collection", "library"]
@@ -293,7 +301,7 @@ class Restored(BaseModel):
     text: str
 
 
-class RewindResult(BaseModel):
+class RewindResult(Model):
     session: UiSession
     restored: Restored
 
@@ -302,7 +310,7 @@ class NoParams(Params):
     """No params (unknown fields are ignored)."""
 
 
-class StorageStatsResult(BaseModel):
+class StorageStatsResult(Model):
     """`_zocrates/storage/stats` (the shim's StorageStatsResponse)."""
 
     db_path: str
@@ -316,7 +324,7 @@ class StorageStatsResult(BaseModel):
     event_count: int
 
 
-class VacuumResult(BaseModel):
+class VacuumResult(Model):
     ran: bool
     skipped_reason: Literal["not_needed", "chat_in_progress", "insufficient_disk", "busy", "error"] | None = Field(
         description="null exactly when VACUUM ran"
@@ -326,7 +334,7 @@ class VacuumResult(BaseModel):
     duration_ms: float
 
 
-class MaintenanceResult(BaseModel):
+class MaintenanceResult(Model):
     """`_zocrates/storage/maintenance` (the shim's MaintenanceResponse)."""
 
     empty_deleted: int
@@ -335,7 +343,7 @@ class MaintenanceResult(BaseModel):
     duration_ms: float
 
 
-class SessionSummary(BaseModel):
+class SessionSummary(Model):
     """A session without its messages (`_zocrates/session/rename` answers it)."""
 
     id: str
@@ -348,7 +356,7 @@ class LibraryStatusParams(Params):
     refresh: bool = Field(False, description="Check Zotero for changes now instead of at the next poll.")
 
 
-class LibraryStatusResult(BaseModel):
+class LibraryStatusResult(Model):
     """`_zocrates/library/status`: the library index (`zocrates-data/library.db`) and its progress."""
 
     state: Literal["starting", "indexing", "ready", "unavailable", "error", "stopped", "disabled"] = Field(
@@ -395,7 +403,7 @@ class LibraryStatusResult(BaseModel):
 # --- notifications ------------------------------------------------------------------------------
 
 
-class SessionUpdateParams(BaseModel):
+class SessionUpdateParams(Model):
     """`session/update` (daemon -> client). `update.sessionUpdate` names the kind; see the README."""
 
     model_config = ConfigDict(extra="allow")
@@ -430,14 +438,14 @@ NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionUpdatePara
 # README's examples, against these models.
 
 
-class PermissionOption(BaseModel):
+class PermissionOption(Model):
     model_config = ConfigDict(extra="allow")
     optionId: str
     name: str
     kind: Literal["allow_once", "allow_always", "reject_once", "reject_always"]
 
 
-class CheckpointToolCall(BaseModel):
+class CheckpointToolCall(Model):
     """The research checkpoint asked about: the `tool_call` the turn streamed just before."""
 
     model_config = ConfigDict(extra="allow")
@@ -448,7 +456,7 @@ class CheckpointToolCall(BaseModel):
     rawInput: Any
 
 
-class RequestPermissionParams(BaseModel):
+class RequestPermissionParams(Model):
     """`session/request_permission`: a research checkpoint, put to the connection that prompted."""
 
     model_config = ConfigDict(extra="allow")
@@ -457,18 +465,18 @@ class RequestPermissionParams(BaseModel):
     options: list[PermissionOption] = Field(min_length=1)
 
 
-class SelectedOutcome(BaseModel):
+class SelectedOutcome(Model):
     model_config = ConfigDict(extra="allow")
     outcome: Literal["selected"]
     optionId: str
 
 
-class CancelledOutcome(BaseModel):
+class CancelledOutcome(Model):
     model_config = ConfigDict(extra="allow")
     outcome: Literal["cancelled"]
 
 
-class RequestPermissionResult(BaseModel):
+class RequestPermissionResult(Model):
     """The client's answer; `_meta.zocrates.guidance` (text) may go with `extend`."""
 
     model_config = ConfigDict(extra="allow")
@@ -476,7 +484,7 @@ class RequestPermissionResult(BaseModel):
     meta: dict[str, Any] | None = Field(None, alias="_meta")
 
 
-class ElicitationParams(BaseModel):
+class ElicitationParams(Model):
     """`elicitation/create` (form mode): a research checkpoint, put to a prompting connection whose
     client advertised `elicitation.form`, instead of `session/request_permission`."""
 
@@ -491,7 +499,7 @@ class ElicitationParams(BaseModel):
     )
 
 
-class ElicitationResult(BaseModel):
+class ElicitationResult(Model):
     """`accept` with `content.action` ("extend" or "synthesize") and optional `content.guidance`;
     `decline` or `cancel` leave the checkpoint pending (the turn ends as cancelled)."""
 

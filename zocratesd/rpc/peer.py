@@ -1,10 +1,9 @@
 """One JSON-RPC connection, both ways: the I/O around `rpc.connection.Connection`.
 
-jsonrpcserver dispatches the requests that come in (method lookup, handler errors); it is
-server-only, so the peer owns what it cannot do (research/protocol.md section 3). The state of it
-(our pending requests and their `"z:<n>"` ids, the client's requests in flight, duplicate ids, the
-in-flight limit, `$/cancel_request`, -32800) is the sans-IO `Connection`, which the Python client
-uses too; this module performs what it decides, with anyio:
+`rpc.dispatch` runs the requests that come in (method lookup, arity, handler errors). The state
+of the connection (our pending requests and their `"z:<n>"` ids, the client's requests in flight,
+duplicate ids, the in-flight limit, `$/cancel_request`, -32800) is the sans-IO `Connection`, which
+the Python client uses too; this module performs what it decides, with anyio:
 
 - each inbound request runs in its own task, so a `session/prompt` that lasts a whole turn never
   blocks the `session/cancel` behind it; `$/cancel_request` cancels that task's scope;
@@ -30,12 +29,9 @@ from typing import Any, Final, assert_never
 
 import anyio
 import anyio.abc
-from jsonrpcserver.async_dispatcher import dispatch_request
-from jsonrpcserver.dispatcher import create_request, to_response
-from jsonrpcserver.response import to_serializable_one
 
 from zocratesd.logtext import escape_for_log
-from zocratesd.rpc import jsonrpc
+from zocratesd.rpc import dispatch, jsonrpc
 from zocratesd.rpc.connection import (
     NEED_DATA,
     CancelRequested,
@@ -63,7 +59,7 @@ READ_CHUNK_BYTES: Final = 256 * 1024
 # replay takes a dozen writes, small enough not to hold one huge buffer per connection.
 WRITE_BATCH_BYTES: Final = 256 * 1024
 
-Handler = Callable[..., Awaitable[Any]]
+Handler = dispatch.Handler
 # What the request being handled (in this task) sends once its answer is written (`after_answer`).
 _AFTER_ANSWER: ContextVar[list[Callable[[], Awaitable[Any]]] | None] = ContextVar("_AFTER_ANSWER", default=None)
 
@@ -100,7 +96,8 @@ class _Waiter:
 
 
 class Peer:
-    """A connection's JSON-RPC endpoint. Handlers are called as `handler(peer, **params)`.
+    """A connection's JSON-RPC endpoint. Handlers are called as `handler(peer, **params)` and
+    return their result, or raise `jsonrpc.JsonRpcError` (rpc/dispatch.py).
 
     Only the methods a `MethodTable` names as notifications (e.g. `session/cancel`) run when sent
     without an id; any other message without an id is ignored, as are unknown notifications.
@@ -356,20 +353,6 @@ class Peer:
             case _:
                 assert_never(event)
 
-    async def _dispatch(self, payload: dict[str, Any]) -> dict[str, Any] | None:
-        """Run one handler through jsonrpcserver (lookup, arity check, error mapping).
-
-        Its single-request `dispatch_request` is used rather than `dispatch`: the latter runs
-        handlers in an `asyncio.gather` child task, which a cancel of ours would abandon
-        mid-cleanup (the cascading `$/cancel_request` would be lost). Here the handler runs in
-        this task, so cancellation reaches it directly and its cleanup finishes before we answer.
-        """
-        request, result = await dispatch_request(self._methods, self, create_request(payload))
-        if "id" not in payload:
-            return None  # a notification: its result or error is dropped, as JSON-RPC says
-        reply = to_serializable_one(to_response(request, result))
-        return reply if isinstance(reply, dict) else None  # one request: always one object
-
     async def _dispatch_request(self, msg: jsonrpc.Request, scope: anyio.CancelScope) -> None:
         reply: dict[str, Any] | None = None
         after: list[Callable[[], Awaitable[Any]]] = []
@@ -377,9 +360,9 @@ class Peer:
         try:
             try:
                 with scope:
-                    reply = await self._dispatch(
-                        {"jsonrpc": "2.0", "id": msg.id, "method": msg.method, "params": msg.params}
-                    )
+                    # In this task: a cancel reaches the handler, and its cleanup (the cascading
+                    # `$/cancel_request`) ends before the request is answered.
+                    reply = dispatch.reply(msg.id, await dispatch.call(self._methods, self, msg.method, msg.params))
             finally:
                 _AFTER_ANSWER.reset(token)
                 self._handlers.pop(msg.id, None)
@@ -393,7 +376,7 @@ class Peer:
             self._answered.set()
 
     async def _dispatch_notification(self, msg: jsonrpc.Notification) -> None:
-        await self._dispatch({"jsonrpc": "2.0", "method": msg.method, "params": msg.params})
+        await dispatch.call(self._methods, self, msg.method, msg.params)  # its outcome is dropped, as JSON-RPC says
 
     def _fail(self, request_ids: list[RequestId]) -> None:
         """Wake the callers of requests the connection failed; request() raises PeerClosed."""

@@ -9,7 +9,6 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
-from jsonrpcserver import Success
 from memstream import pipe
 
 from zocratesd.process import connections as connections_mod
@@ -21,11 +20,11 @@ pytestmark = pytest.mark.anyio
 
 def table() -> MethodTable:
     async def echo(peer: Peer, /, **params: Any) -> Any:
-        return Success(params)
+        return params
 
     async def slow(peer: Peer, /, **params: Any) -> Any:
         await anyio.sleep(params["seconds"])
-        return Success("done")
+        return "done"
 
     return MethodTable({"echo": echo, "slow": slow})
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import anyio
 import pytest
-from jsonrpcserver import JsonRpcError, Success
 from memstream import MemoryByteStream, pipe
 
 from zocratesd.rpc import peer as peer_mod
+from zocratesd.rpc.jsonrpc import JsonRpcError
 from zocratesd.rpc.peer import MethodTable, Peer, PeerClosed, RemoteError
 
 pytestmark = pytest.mark.anyio
@@ -38,7 +38,7 @@ class Client:
 
 def methods(log: list[str]) -> dict[str, Any]:
     async def echo(peer: Peer, /, **params: Any) -> Any:
-        return Success(params)
+        return params
 
     async def slow(peer: Peer, /, **params: Any) -> Any:
         try:
@@ -46,7 +46,7 @@ def methods(log: list[str]) -> dict[str, Any]:
         except anyio.get_cancelled_exc_class():
             log.append("slow cancelled")
             raise
-        return Success("slow done")
+        return "slow done"
 
     async def boom(peer: Peer, /, **params: Any) -> Any:
         raise RuntimeError("kaboom")
@@ -58,11 +58,11 @@ def methods(log: list[str]) -> dict[str, Any]:
         try:
             answer = await peer.request("client/question", {"q": params.get("q")})
         except RemoteError as exc:
-            return Success({"remote_error": exc.code})
+            return {"remote_error": exc.code}
         except PeerClosed:
             log.append("ask: peer closed")
             raise
-        return Success({"answer": answer})
+        return {"answer": answer}
 
     async def note(peer: Peer, /, **params: Any) -> None:
         log.append(f"note {params}")
@@ -246,8 +246,8 @@ async def test_nothing_is_asked_of_a_client_whose_input_has_ended() -> None:
             try:
                 await peer.request("session/request_permission", {"sessionId": "s"})
             except PeerClosed as exc:
-                return Success({"refused": str(exc)})
-        return Success("answered?")
+                return {"refused": str(exc)}
+        return "answered?"
 
     p = Peer(server_end, MethodTable({"ask_later": ask_later}), name="t")
     c = Client(client_end)
@@ -280,11 +280,11 @@ async def test_the_connection_ends_once_every_request_is_answered_after_the_inpu
 
         peer.on_close.append(stop.set)
         peer.start_soon(stream, name="ticks")
-        return Success("watching")
+        return "watching"
 
     async def slow(peer: Peer, /, **params: Any) -> Any:
         await anyio.sleep(0.3)
-        return Success("slow done")
+        return "slow done"
 
     p = Peer(server_end, MethodTable({"watch": watch, "slow": slow}), name="t")
     c = Client(client_end)
