@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 # reads at all; a client that has stopped reading is cut off here rather than growing the daemon's
 # memory for as long as the session keeps talking.
 MAX_QUEUED_UPDATES = 4096
+# A backlog from which `publish` lets the event loop run at every update, woken consumer or not
+# (or a quarter of a smaller limit): the consumer's writes wait on the loop, and a turn that never
+# awaits must not overflow a client that reads. A reading client's backlog is a handful.
+YIELD_BACKLOG = 64
 
 # Called synchronously from `publish` when a subscription goes from idle to having something for
 # its consumer: a first update, or its end by overflow. It must not block (start a task, abort).
@@ -41,11 +45,12 @@ OnReady = Callable[[], None]
 class Subscription:
     """One listener's updates of one session, queued in publish order.
 
-    A consumer either iterates (`async for update in sub`, which ends once the subscription has
-    ended and its queue is empty) or takes what is queued (`take_nowait()`), e.g. from a task it
-    starts when `on_ready` says there is work. An update counts as handled once its consumer comes
-    back for the next one, which is what `drained()` waits for. `close()` (or leaving the `with`
-    block) unsubscribes; what was queued before stays readable.
+    A consumer iterates (`async for update in sub`), or takes everything queued at once: `await
+    take()` waits for it (a long-lived writer: ACP's SessionFeed), `take_nowait()` does not. The
+    iteration ends, and `take()` returns [], once the subscription has ended and its queue is
+    empty. An update counts as handled once its consumer comes back for more, which is what
+    `drained()` waits for. `close()` (or leaving the `with` block) unsubscribes; what was queued
+    before stays readable.
     """
 
     def __init__(
@@ -58,6 +63,7 @@ class Subscription:
     ) -> None:
         self.session_id = session_id
         self.limit = limit
+        self._lagging = max(1, min(YIELD_BACKLOG, limit // 4))  # a backlog that makes publish yield
         self.offered = 0  # updates published to it, queued or dropped
         self.dropped = 0  # updates refused after an overflow
         self._queue: deque[Update] = deque()
@@ -88,14 +94,16 @@ class Subscription:
 
     # --- the publishing side (Watchers.publish) -------------------------------------------------
 
-    def offer(self, update: Update) -> None:
-        """Queue an update without waiting; on overflow, end the subscription instead."""
+    def offer(self, update: Update) -> bool:
+        """Queue an update without waiting; on overflow, end the subscription instead. True when
+        the consumer should run now: it was waiting for updates, `on_ready` was called, or its
+        backlog is long."""
         if self._closed:
-            return
+            return False
         self.offered += 1
         if self._overflowed:
             self.dropped += 1
-            return
+            return False
         idle = not self._queue and not self._handling
         if len(self._queue) >= self.limit:
             self._overflowed = True
@@ -104,18 +112,37 @@ class Subscription:
             self._wake()
             if self._on_ready is not None:
                 self._on_ready()
-            return
+            return True
         self._queue.append(update)
-        self._wake()
+        run_now = self._wake()
         if idle and self._on_ready is not None:
             self._on_ready()
+            run_now = True  # e.g. a task it started
+        return run_now or len(self._queue) >= self._lagging
 
-    def _wake(self) -> None:
-        if self._arrived is not None:
-            self._arrived.set()
-            self._arrived = None
+    def _wake(self) -> bool:
+        if self._arrived is None:
+            return False
+        self._arrived.set()
+        self._arrived = None
+        return True
 
     # --- the consuming side -------------------------------------------------------------------
+
+    async def take(self) -> list[Update]:
+        """Everything queued, once there is something; [] only at the end (ended, queue empty).
+        What was taken before counts as handled."""
+        self._handling = False
+        while not self._queue:
+            self._set_idle()
+            if self.ended:
+                return []
+            self._arrived = arrived = anyio.Event()
+            await arrived.wait()
+        batch = list(self._queue)
+        self._queue.clear()
+        self._handling = True
+        return batch
 
     def take_nowait(self) -> list[Update]:
         """Everything queued, at once ([] when nothing is); what was taken before counts as handled."""
@@ -199,16 +226,21 @@ class Watchers:
     async def publish(self, session_id: str, update: Update) -> None:
         """Queue an update for every subscription of the session; never waits on one.
 
-        Then one checkpoint, so that consumers woken here run now: a model that yields its
-        chunks without awaiting anything would otherwise hold them all until the turn's next I/O.
+        Then one checkpoint if a consumer was waiting for it, so that it runs now (a model that
+        yields its chunks without awaiting anything would otherwise hold them all until the turn's
+        next I/O), or one lags (YIELD_BACKLOG). Otherwise every consumer is busy (writing what it
+        took): it takes this update with those that follow, in one write, and the turn goes on
+        without a trip through the event loop.
         """
         subs = self._by_session.get(session_id)
         if not subs:
             return
+        run_now = False
         for sub in tuple(subs):
             try:
-                sub.offer(update)
+                run_now = sub.offer(update) or run_now
             except Exception:  # an on_ready hook failed: that listener goes, the turn does not
                 log.exception("dropping a listener of %s that failed", session_id)
                 sub.close()
-        await anyio.lowlevel.checkpoint()
+        if run_now:
+            await anyio.lowlevel.checkpoint()

@@ -76,24 +76,26 @@ class SessionFeed:
     """One session's updates to one connection, as `session/update` notifications (`attach`).
 
     They wait in a subscription of this connection's own (core/watchers.py), so a connection that
-    does not read stalls neither the turn nor the session's other watchers. A writer task runs in
-    the connection's task group while updates wait (started by the subscription's `on_ready`, it
-    ends when the queue is empty) and writes what is queued in one go. The connection is aborted,
-    and can resync with `session/load`, when one write takes longer than SLOW_CLIENT_TIMEOUT_S or
-    its subscription overflows (MAX_QUEUED_UPDATES waiting): either way, it has stopped reading.
+    does not read stalls neither the turn nor the session's other watchers. One writer task per
+    feed, in the connection's task group, lives from `attach` until the feed is closed (`detach`,
+    or the connection ends): it waits for updates and writes what is queued in one go. (A task
+    started per burst of updates cost some 8 spawns a turn.) Once the feed is closed nothing more
+    is written: a write in progress is given up, what is still queued is dropped. The connection
+    is aborted, and can resync with `session/load`, when one write takes longer than
+    SLOW_CLIENT_TIMEOUT_S or its subscription overflows (MAX_QUEUED_UPDATES waiting): either way,
+    it has stopped reading.
     """
 
     def __init__(self, peer: Peer, daemon: Daemon, session_id: str) -> None:
         self.peer = peer
         self.session_id = session_id
-        self._writing = False
         self._write_scope: anyio.CancelScope | None = None  # the write in progress
         self.updates: Subscription = daemon.watch(session_id, on_ready=self._ready)
-        if peer.closed:  # gone while the request ran: nothing will close this feed later
-            self.updates.close()
+        if not peer.start_soon(self._write, name=f"{peer.name}: updates of {session_id}"):
+            self.updates.close()  # gone while the request ran: nothing will write or close this feed
 
     def close(self) -> None:
-        """Stop (the connection is over): a write still in progress is given up."""
+        """Stop: the writer gives up a write in progress, drops what is queued and ends."""
         self.updates.close()
         if self._write_scope is not None:
             self._write_scope.cancel()
@@ -104,26 +106,17 @@ class SessionFeed:
         await self.updates.drained()
 
     def _ready(self) -> None:
+        # The subscription's hook: updates for an idle writer (it is waiting for them already),
+        # or the end by overflow, while the writer may be stuck in a write: abort at once.
         if self.updates.overflowed:
             log.warning("%s: %d session/update waiting unread; disconnecting it", self.peer.name, self.updates.limit)
             self.peer.abort()  # closes this feed too (on_close)
-        if self._writing:
-            return
-        if self.peer.start_soon(self._write, name=f"{self.peer.name}: updates of {self.session_id}"):
-            self._writing = True
-        else:  # the connection is over: nothing will write these
-            self._drop()
-
-    def _drop(self) -> None:
-        self.updates.close()
-        while self.updates.take_nowait():
-            pass
 
     async def _write(self) -> None:
         try:
-            while batch := self.updates.take_nowait():
-                if self.peer.closed:
-                    continue  # dropped: the connection is gone
+            while batch := await self.updates.take():
+                if self.updates.closed or self.peer.closed:
+                    continue  # dropped: the feed was closed (detached, or the connection is gone)
                 prompting = self.peer.state.get("prompting") or {}
                 booleans, origin = takes_booleans(self.peer), self.peer.state.get(ORIGIN)
                 messages = [
@@ -138,19 +131,20 @@ class SessionFeed:
                 ]
                 if not messages:
                     continue
-                with anyio.CancelScope() as self._write_scope, anyio.move_on_after(SLOW_CLIENT_TIMEOUT_S) as slow:
+                # One scope: cancelled by close(), or by its deadline (a client that stopped reading).
+                with anyio.CancelScope(deadline=anyio.current_time() + SLOW_CLIENT_TIMEOUT_S) as scope:
+                    self._write_scope = scope
                     await self.peer.send_messages(messages)
                 self._write_scope = None
-                if slow.cancelled_caught:
+                if scope.cancelled_caught and not self.updates.closed:
                     log.warning("%s: not reading its session/update for %.0f s; disconnecting it",
                                 self.peer.name, SLOW_CLIENT_TIMEOUT_S)
                     self.peer.abort()
-        except BaseException:  # cancelled with the connection (or a bug): no one writes the rest
-            self._drop()
-            raise
-        finally:
-            self._writing = False
+        finally:  # closed, cancelled with the connection, or a bug: no one writes the rest
             self._write_scope = None
+            self.updates.close()
+            while self.updates.take_nowait():
+                pass
 
 
 def detach(peer: Peer, session_id: str) -> bool:
@@ -165,16 +159,17 @@ def detach(peer: Peer, session_id: str) -> bool:
 
 def attach(peer: Peer, daemon: Daemon, session_id: str) -> SessionFeed:
     """Send this session's updates to this connection from now on (one feed per session)."""
-    feeds: dict[str, SessionFeed] = peer.state.setdefault("feeds", {})
+    feeds: dict[str, SessionFeed] | None = peer.state.get("feeds")
+    if feeds is None:  # the connection's first: its end closes every feed (their writers end)
+        feeds = peer.state["feeds"] = {}
+
+        def close_all() -> None:
+            for f in feeds.values():
+                f.close()
+
+        peer.on_close.append(close_all)
     feed = feeds.get(session_id)
     if feed is None:
-        if not feeds:
-
-            def close_all() -> None:
-                for f in feeds.values():
-                    f.close()
-
-            peer.on_close.append(close_all)
         feed = feeds[session_id] = SessionFeed(peer, daemon, session_id)
     return feed
 

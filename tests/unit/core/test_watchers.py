@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from zocratesd.core.watchers import Watchers
+from zocratesd.core.watchers import YIELD_BACKLOG, Watchers
 from zocratesd.updates import MessageChunk, Title, Update
 
 pytestmark = pytest.mark.anyio
@@ -142,3 +142,71 @@ async def test_publish_to_a_session_nobody_watches_is_a_no_op() -> None:
     with anyio.fail_after(1):
         await w.publish("nobody", chunk(0))
     assert w.watching("nobody") == 0
+
+
+async def test_take_waits_for_updates_returns_all_queued_and_ends_with_the_subscription() -> None:
+    w = Watchers()
+    sub = w.watch("s1", limit=3)
+    batches: list[list[Update]] = []
+
+    async def writer() -> None:  # as ACP's SessionFeed: one task for the subscription's whole life
+        while batch := await sub.take():
+            batches.append(batch)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer)
+            await anyio.sleep(0.01)
+            assert batches == []  # nothing queued: it waits
+            sub.offer(chunk(0))
+            sub.offer(chunk(1))  # both queued before it runs: one batch
+            await sub.drained()
+            await w.publish("s1", chunk(2))
+            await sub.drained()
+            for n in range(3, 8):  # the writer does not run meanwhile: 3 fit, the 4th overflows
+                sub.offer(chunk(n))
+        # After what fitted, the end by overflow ends the writer (it returned []).
+    assert batches == [[chunk(0), chunk(1)], [chunk(2)], [chunk(3), chunk(4), chunk(5)]]
+    assert sub.overflowed and sub.dropped == 2
+    sub.close()
+    closed = w.watch("s1")
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(closed.take)
+            await anyio.sleep(0.01)
+            closed.close()  # a waiting take() returns [] and its task ends
+    assert await closed.take() == [] and w.watching("s1") == 0
+
+
+async def test_publish_lets_a_waiting_consumer_run_at_once_and_a_busy_one_take_a_batch_later() -> None:
+    w = Watchers()
+    sub = w.watch("s1")
+    heard: list[Update] = []
+
+    async def read() -> None:
+        async for update in sub:
+            heard.append(update)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            await anyio.sleep(0.01)
+            for n in range(3):  # a turn that awaits nothing else: each update is heard as published
+                await w.publish("s1", chunk(n))
+                assert heard == [chunk(k) for k in range(n + 1)]
+            sub.close()
+    # offer() says when the consumer should run now: it waits, or its backlog is long.
+    busy = w.watch("s2")
+    assert busy.take_nowait() == []
+    waiting: list[bool] = []
+
+    async def take() -> None:
+        waiting.append(True)
+        await busy.take()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(take)
+        await anyio.sleep(0.01)
+        assert waiting and busy.offer(chunk(0))  # it was waiting for this
+    # Not waiting now (it took chunk 0 and has not come back): no need to run until the backlog grows.
+    assert [busy.offer(chunk(n)) for n in range(1, YIELD_BACKLOG + 1)] == [False] * (YIELD_BACKLOG - 1) + [True]
