@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import signal
@@ -109,6 +110,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _serve(args: argparse.Namespace, data_dir: Path) -> int:
+    # Off until the engine is up: the objects a start makes live as long as the daemon, and the
+    # collector's passes over them cost a quarter of the engine's import and find almost nothing
+    # (process/lifecycle.py freeze_startup_heap, which turns it on, has the numbers).
+    gc.disable()
+    # pydantic looks for plugins (a scan of every installed package's entry points, ~5 ms) when
+    # it makes its first model; the daemon uses none.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     import anyio
 
     from zocratesd.process.boot import ServeOptions, serve, serve_stdio_standalone
@@ -121,7 +129,10 @@ def _serve(args: argparse.Namespace, data_dir: Path) -> int:
         idle_exit_after=getattr(args, "idle_exit_after", None),
     )
     main = serve_stdio_standalone if args.command == "stdio" else serve
-    return anyio.run(main, opts)
+    try:
+        return anyio.run(main, opts)
+    finally:
+        gc.enable()  # a start that failed before the engine was up left it off
 
 
 def _library_status(socket_path: str) -> dict[str, Any] | str:

@@ -20,8 +20,7 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast, get_args
-from xml.sax.saxutils import escape, quoteattr
+from typing import Any, Final, Literal, cast, get_args
 
 from zocratesd.engine.retrieval import Mode, Scope
 from zocratesd.errors import InvalidInput
@@ -127,6 +126,26 @@ class PromptContext:
             else:
                 out.append(f"<text_snippet{attrs}>{escape(s.text)}</text_snippet>")
         return "\n".join(out)
+
+
+def escape(text: str) -> str:
+    """XML character data: `&`, `<` and `>` escaped (as xml.sax.saxutils.escape, whose import
+    pulls in xml.sax and urllib.request: ~10 ms of the daemon's start)."""
+    return text.replace("&", "&amp;").replace(">", "&gt;").replace("<", "&lt;")
+
+
+_ATTR_ENTITIES: Final = str.maketrans({"\n": "&#10;", "\r": "&#13;", "\t": "&#9;"})
+
+
+def quoteattr(text: str) -> str:
+    """An XML attribute value, quoted, exactly as xml.sax.saxutils.quoteattr makes it: escaped,
+    line breaks and tabs as character references, in single quotes when it holds only `"`."""
+    data = escape(text).translate(_ATTR_ENTITIES)
+    if '"' not in data:
+        return f'"{data}"'
+    if "'" in data:
+        return '"' + data.replace('"', "&quot;") + '"'
+    return f"'{data}'"
 
 
 def strip_keys(xml: str) -> str:

@@ -30,8 +30,6 @@ from zocratesd.engine import SESSION_CONFIG_KEY
 from zocratesd.engine.models import build_model
 from zocratesd.engine.retrieval import InMemoryRetriever, Passage, Retriever
 from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionNotFound
-from zocratesd.library import ZOTERO_DB, Library, disabled_status
-from zocratesd.library.passages import PassagesFile, load_passages
 from zocratesd.limits import (
     MAX_GUIDANCE_CHARS,
     MAX_INTERRUPT_ID_CHARS,
@@ -66,6 +64,7 @@ if TYPE_CHECKING:  # the engine side imports ADK (~1.3 s): `Daemon.load_engine`,
     from zocratesd.compaction import Compactor
     from zocratesd.core.turn_updates import TurnUpdates
     from zocratesd.engine.runner import Engine
+    from zocratesd.library import Library
 
 
 # How long a stop waits for ADK's first-run table creation rather than cancel it half-way
@@ -166,6 +165,8 @@ def check_resume_response(response: Any) -> dict[str, Any]:
 
 def load_library_passages(path: Path) -> list[Passage]:
     """The passages of a `library_passages.jsonl` (library/passages.py: bad lines logged with the field)."""
+    from zocratesd.library.passages import load_passages
+
     return load_passages(path)
 
 
@@ -207,6 +208,7 @@ def import_engine() -> None:
     import zocratesd.compaction
     import zocratesd.core.turn_updates
     import zocratesd.engine.runner
+    import zocratesd.library.passages
     import zocratesd.store.writer  # noqa: F401
     from zocratesd.engine.runner import preload_lazy_imports
 
@@ -238,11 +240,10 @@ class Daemon:
         # The one owner of sessions.db; `reader` is its fast read path, what every view reads.
         self.db = SessionsDb.open(data_dir, load_service=False)
         self.reader = self.db.reader
-        # The Zotero library (zocratesd/library), indexed in the background once the daemon runs.
-        self.library: Library | None = None
-        if retriever is None:
-            retriever = self._library_retriever()
-        self._retriever = retriever
+        # What `search_library` searches: `retriever`, else the Zotero library (zocratesd/library),
+        # made on first use (`_library_source`), its modules not the first reply's to load.
+        self._library_lock = threading.Lock()
+        self._library_made: tuple[Retriever, Library | None] | None = (retriever, None) if retriever is not None else None
         # Each session's settings (scope, model, research budget, compaction): core/session_config.py.
         self.session_config = SessionConfig(
             self.db, self.locks, config, collections=self._collections, publish=self._watchers.publish
@@ -254,6 +255,7 @@ class Daemon:
         self.settings = Settings(config, config_path(data_dir))
         # Set once start() is done (load_engine=False only): writes wait for it (`_started`).
         self._started_event: asyncio.Event | None = None
+        self._waiting_writes = 0  # writes waiting for start() right now
         if load_engine:
             self.load_engine()
         else:
@@ -285,25 +287,60 @@ class Daemon:
             return
         if session_id is not None:
             await self._watchers.publish(session_id, Starting("the daemon is starting; the turn runs once its engine is loaded"))
-        await started.wait()
+        self._waiting_writes += 1
+        try:
+            await started.wait()
+        finally:
+            self._waiting_writes -= 1
 
-    def _library_retriever(self) -> Retriever:
-        """The library index; or, for a data dir with no zotero.sqlite but a library_passages.jsonl
-        (demos, benchmarks), the interim in-memory passages."""
+    @property
+    def writes_waiting(self) -> bool:
+        """Whether a write asked before `start()` finished is still waiting to run (a warm-up turn
+        then would only compete with it: process/lifecycle.py)."""
+        return self._waiting_writes > 0
+
+    @property
+    def _library_source(self) -> tuple[Retriever, Library | None]:
+        """The retriever, and the Library when it is the library index (indexed in the background
+        once the daemon runs); or, for a data dir with no zotero.sqlite but a
+        library_passages.jsonl (demos, benchmarks), the interim passages. Made once, on first use:
+        `start()` makes it in its import thread (a passages file is indexed when it is opened,
+        which may load the dense model: not the event loop's work); a read that needs it earlier
+        (library status, a session's collections) makes it, or waits for that thread to."""
+        made = self._library_made
+        if made is None:
+            with self._library_lock:
+                if self._library_made is None:
+                    self._library_made = self._make_library_source()
+                made = self._library_made
+        return made
+
+    def _make_library_source(self) -> tuple[Retriever, Library | None]:
         from zocratesd import locations
+        from zocratesd.library import ZOTERO_DB, Library
+        from zocratesd.library.passages import PassagesFile
 
         state = locations.state_dir(self.data_dir)
         passages = state / LIBRARY_PASSAGES_FILE
         if passages.exists() and not (self.data_dir / ZOTERO_DB).exists():
-            return PassagesFile(passages)  # reloaded when it changes
+            return PassagesFile(passages), None  # reloaded when it changes
         cfg = self.config.library
         if not cfg.enabled:
-            return InMemoryRetriever([])
-        self.library = Library(
+            return InMemoryRetriever([]), None
+        library = Library(
             self.data_dir, state, local_api_url=cfg.local_api_url if cfg.local_api else None,
             poll_interval_s=cfg.poll_interval_s,
         )
-        return self.library
+        return library, library
+
+    @property
+    def _retriever(self) -> Retriever:
+        return self._library_source[0]
+
+    @property
+    def library(self) -> Library | None:
+        """The Zotero library index; None when the daemon searches something else."""
+        return self._library_source[1]
 
     async def _collections(self) -> list[tuple[str, str, str | None]]:
         """The library's collections `(key, name, parent_key)`: the index's, else (a passages
@@ -341,6 +378,8 @@ class Daemon:
         """`_zocrates/library/status`: the index's state, counts and progress; `refresh` checks
         Zotero for changes now rather than at the next poll."""
         if self.library is None:
+            from zocratesd.library import disabled_status
+
             return disabled_status("this daemon searches a fixed set of passages, not a Zotero library index")
         return self.library.status(refresh)
 
@@ -351,7 +390,12 @@ class Daemon:
         any write: writes wait for this (`_started`), so no turn can collide with it (spec 8.1).
         Then the library index starts (a thread of its own)."""
         if not self.engine_loaded:
-            await in_daemon_thread(importer, "zocratesd engine import")
+
+            def load() -> None:
+                importer()
+                _ = self._library_source  # made here, off the event loop
+
+            await in_daemon_thread(load, "zocratesd engine import")
             self.load_engine()
         # Shielded: ADK's first-run table creation (SQLAlchemy over aiosqlite) cancelled half-way
         # leaves a task of its own behind that never finishes, and asyncio.run() then waits on it
@@ -381,8 +425,9 @@ class Daemon:
         return await self.maintenance.run(startup=False)
 
     async def aclose(self) -> None:
-        if self.library is not None:
-            await self.library.aclose()
+        made = self._library_made  # not made (or being made, left behind by a stop): nothing to close
+        if made is not None and made[1] is not None:
+            await made[1].aclose()
         await self.maintenance.aclose()
         await self.db.aclose()
 

@@ -97,7 +97,7 @@ def _flatten(patch: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def env_keys(environ: Mapping[str, str]) -> dict[str, str]:
-    """The editable keys a ZOCRATES_* variable sets ({key: variable}); pydantic-settings reads the
+    """The editable keys a ZOCRATES_* variable sets ({key: variable}); config.env_values reads the
     variables case-insensitively, nested with `__`, or a whole section as JSON."""
     upper = {name.upper(): name for name in environ}
     out: dict[str, str] = {}

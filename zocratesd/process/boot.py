@@ -21,9 +21,12 @@ Start-up order matters, and each step says why:
    HTTP shim's loopback port bound (zocratesd/shim/), and only then daemon.json is written (with
    the port and a fresh bearer token) and READY=1 sent: a client that finds daemon.json can
    connect at once, and its reads (initialize, session/list, session/load, ...) are answered;
-5. meanwhile the root task group brings the engine up (`lifecycle.bring_up`: ADK imported in a
-   daemon thread, the runner built, the store's tables prepared, start-up maintenance run), and
-   only then any write: a new session or a turn asked for earlier waits for it (`Daemon.start`).
+   the shim's port answers once uvicorn and Starlette are imported (below), a moment later;
+5. meanwhile the root task group brings the engine up (`lifecycle.bring_up`: in a daemon thread,
+   the shim's modules imported, then ADK; the runner built, the store's tables prepared, start-up
+   maintenance run), and only then any write: a new session or a turn asked for earlier waits
+   for it (`Daemon.start`). The garbage collector stays off until then (cli.py;
+   `lifecycle.freeze_startup_heap` says why).
    If that fails, the daemon stops (exit 1). A shutdown meanwhile does not wait for the import
    (seconds on a loaded machine): the thread is a daemon thread, left behind at exit.
 Shutdown (SIGTERM, SIGINT, --idle-exit-after when socket-activated, or stdin closed for stdio)
@@ -150,7 +153,7 @@ async def _run(
         conns = Connections(build_methods(daemon), max_frame_bytes=config.rpc.max_frame_bytes)
         await transport.open(instance, daemon, conns)
         async with anyio.create_task_group() as root:
-            root.start_soon(bring_up, daemon, root.cancel_scope, failed)
+            root.start_soon(bring_up, daemon, root.cancel_scope, failed, transport.preload)
             if notifier.watchdog_interval_s:
                 root.start_soon(watchdog, notifier, notifier.watchdog_interval_s)
             async with anyio.create_task_group() as connections:

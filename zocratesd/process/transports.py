@@ -20,7 +20,7 @@ from zocratesd import locations
 from zocratesd.process.connections import Connections, accept_loop
 from zocratesd.process.fdstream import FdStream
 from zocratesd.process.instance import Instance
-from zocratesd.process.lifecycle import SHUTDOWN_GRACE_S
+from zocratesd.process.lifecycle import SHUTDOWN_GRACE_S, Preload
 from zocratesd.process.logs import PROCESS_LOGGER
 from zocratesd.service_manager.activation import Activation, ActivationError, activated_sockets, check_unix_listener
 
@@ -36,6 +36,8 @@ class Transport(Protocol):
 
     # Appended to "a zocratesd (pid N) already serves this data dir": what the user can do instead.
     already_running_hint: str
+    # Set by `open`: what its listeners still need imported before they serve (lifecycle.Preload).
+    preload: Preload | None
 
     @property
     def restarts_on_demand(self) -> bool:
@@ -80,6 +82,7 @@ class SocketTransport:
         self.activation: Activation | None = None
         self.listeners: list[anyio.abc.SocketListener] = []
         self.http_face: HttpFace | None = None
+        self.preload: Preload | None = None
 
     @property
     def restarts_on_demand(self) -> bool:
@@ -99,6 +102,10 @@ class SocketTransport:
     async def open(self, instance: Instance, daemon: Daemon, conns: Connections) -> None:
         self.listeners = await self._open_listeners(instance)
         self.http_face = self._open_http(daemon, conns)
+        if self.http_face is not None:
+            from zocratesd.shim.server import SERVER_MODULES
+
+            self.preload = Preload(SERVER_MODULES)
 
     async def _open_listeners(self, instance: Instance) -> list[anyio.abc.SocketListener]:
         """The manager's sockets when activated, else our own socket at the path claimed earlier."""
@@ -121,7 +128,8 @@ class SocketTransport:
 
     @staticmethod
     def _open_http(daemon: Daemon, conns: Connections) -> HttpFace | None:
-        """The HTTP shim for the Zotero plugin, bound now so daemon.json can name its port (None: off).
+        """The HTTP shim for the Zotero plugin, bound now so daemon.json can name its port (None: off);
+        it serves once its modules are imported (`preload`), a connection queued until then.
         Its requests and turns count as open connections (idle exit, drain at shutdown)."""
         config = daemon.config.http
         if not config.enabled:
@@ -142,7 +150,7 @@ class SocketTransport:
         self, accepting: anyio.abc.TaskGroup, connections: anyio.abc.TaskGroup, conns: Connections
     ) -> None:
         if self.http_face is not None:
-            connections.start_soon(self.http_face.run)
+            connections.start_soon(self.http_face.run, self.preload.done.wait if self.preload else None)
         for listener in self.listeners:
             accepting.start_soon(accept_loop, listener, conns, connections)
 
@@ -166,6 +174,7 @@ class StdioTransport:
 
     already_running_hint = "drop --standalone to talk to it"
     restarts_on_demand = False
+    preload: Preload | None = None  # no listener of its own
 
     def __init__(self, stream: FdStream):
         self.stream = stream

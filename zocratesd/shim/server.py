@@ -6,6 +6,12 @@ queued connection and schedules a retry for each (CPython 3.11/3.12 `_accept_con
 storm that rotated the whole log away in seconds. Ours waits and retries once, like the Unix
 socket's (process/connections.py). How many connections may be open, and for how long each may
 wait, is protocol.py's business.
+
+Binding is cheap and comes first (daemon.json names the port before the daemon is ready); what
+serves the port (uvicorn, Starlette, the routes: ~50 ms of imports, `SERVER_MODULES`) is imported
+by `run()`, after the Unix socket already answers: the daemon's process layer imports it in its
+background import thread (process/lifecycle.py) and says when. A client that connects meanwhile
+waits in the listen queue a moment; it is never refused.
 """
 
 from __future__ import annotations
@@ -19,22 +25,27 @@ import math
 import resource
 import secrets
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-import uvicorn
 
 from zocratesd.config import HttpConfig
-from zocratesd.core.daemon import Daemon
-from zocratesd.shim.guard import Guard
-from zocratesd.shim.protocol import ConnectionTable, protocol_class
-from zocratesd.shim.routes import build_app
-from zocratesd.shim.webapp import WebApp
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from zocratesd.core.daemon import Daemon
+    from zocratesd.shim.protocol import ConnectionTable
 
 log = logging.getLogger(__name__)
+
+# What serving the port imports (uvicorn, h11, Starlette and our routes on them), in an order that
+# imports each once: `run()` imports them unless the process layer did already (in its background
+# import thread, before ADK: process/lifecycle.py).
+SERVER_MODULES = ("uvicorn", "zocratesd.shim.protocol", "zocratesd.shim.guard", "zocratesd.shim.routes")
 
 LOOPBACK = "127.0.0.1"
 # Two Zotero profiles get two stable ports: base_port + sha256(data dir) mod this span.
@@ -105,17 +116,21 @@ def bind_loopback(config: HttpConfig, data_dir: Path) -> socket.socket:
     raise OSError(f"no free port in {first}-{first + PORT_PROBE_LIMIT - 1} on {LOOPBACK}: {last_error}")
 
 
-class _EmbeddedServer(uvicorn.Server):
+def _embedded_server(config: uvicorn.Config) -> uvicorn.Server:
     """uvicorn without its own signal handlers: the daemon owns SIGTERM/SIGINT and stops us."""
+    import uvicorn
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+    class EmbeddedServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return EmbeddedServer(config)
 
 
 class HttpFace:
     """The shim of one daemon: bind first (so daemon.json can name the port), then `run()` in the
-    daemon's task group until `stop()`."""
+    daemon's task group until `stop()`. What serves the port is built by `run()` (module doc)."""
 
     def __init__(
         self,
@@ -132,15 +147,30 @@ class HttpFace:
         self._sock: socket.socket | None = None
         self._turns: anyio.abc.TaskGroup | None = None
         self._accepting: anyio.CancelScope | None = None
+        self._opened, self._closed, self._grace_s = opened, closed, grace_s
+        self._server: uvicorn.Server | None = None  # built by run(), with `connections`
+        self.connections: ConnectionTable | None = None
+        self._stopped = False
         self.port = 0
+
+    def _build(self) -> None:
+        """The app, its guard and the uvicorn server around them (imports SERVER_MODULES unless done)."""
+        import uvicorn
+
+        from zocratesd.shim.guard import Guard
+        from zocratesd.shim.protocol import ConnectionTable, protocol_class
+        from zocratesd.shim.routes import build_app
+        from zocratesd.shim.webapp import WebApp
+
+        config, opened, closed = self.config, self._opened, self._closed
         self.connections = ConnectionTable(
             connection_cap(config.max_connections), head_timeout_s=config.head_timeout_s, idle_timeout_s=KEEP_ALIVE_S
         )
-        app = build_app(daemon, self._turn_group, opened=opened, closed=closed, web=WebApp(config.allowed_origins))
+        app = build_app(self.daemon, self._turn_group, opened=opened, closed=closed, web=WebApp(config.allowed_origins))
         self._protocol_class = protocol_class(self.connections)
         guarded = Guard(app, port=lambda: self.port, token=self.token, allowed_origins=config.allowed_origins,
                         opened=opened, closed=closed, body_timeout_s=config.body_timeout_s)
-        self._server = _EmbeddedServer(
+        self._server = _embedded_server(
             uvicorn.Config(
                 guarded,
                 http=self._protocol_class,
@@ -151,7 +181,7 @@ class HttpFace:
                 server_header=False,
                 proxy_headers=False,
                 timeout_keep_alive=KEEP_ALIVE_S,
-                timeout_graceful_shutdown=math.ceil(grace_s),
+                timeout_graceful_shutdown=math.ceil(self._grace_s),
             )
         )
 
@@ -167,11 +197,19 @@ class HttpFace:
         self._sock = bind_loopback(self.config, data_dir)
         self.port = self._sock.getsockname()[1]
 
-    async def run(self) -> None:
-        """Serve until `stop()`; then wait for turns still running (the daemon's drain bounds it)."""
+    async def run(self, imported: Callable[[], Awaitable[object]] | None = None) -> None:
+        """Serve until `stop()`; then wait for turns still running (the daemon's drain bounds it).
+        `imported`, when given, returns once SERVER_MODULES are imported (in another thread: the
+        event loop answers the Unix socket meanwhile); without it they are imported here."""
         assert self._sock is not None, "bind() first"
-        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # no per-start chatter
         try:
+            if imported is not None:
+                await imported()
+            if self._stopped:  # stopped while the modules loaded
+                return
+            self._build()
+            assert self._server is not None
+            logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # no per-start chatter
             async with anyio.create_task_group() as tg:
                 self._turns = tg
                 tg.start_soon(self._accept, self._sock)
@@ -183,14 +221,16 @@ class HttpFace:
     async def _accept(self, listener: socket.socket) -> None:
         """Hand each accepted connection to uvicorn (its protocol counts it in or closes it) until stop()."""
         loop = asyncio.get_running_loop()
-        state = self._server.server_state
+        server = self._server
+        assert server is not None
+        state = server.server_state
 
         def factory() -> asyncio.Protocol:
             # What uvicorn's own server would make; app_state is the lifespan's, and lifespan is off.
-            return self._protocol_class(config=self._server.config, server_state=state, app_state={})
+            return self._protocol_class(config=server.config, server_state=state, app_state={})
 
         with anyio.CancelScope() as self._accepting:
-            while not self._server.should_exit:
+            while not server.should_exit:
                 try:
                     conn, _ = await loop.sock_accept(listener)
                 except ConnectionAbortedError:  # the client gave up while it was queued
@@ -208,6 +248,8 @@ class HttpFace:
 
     def stop(self) -> None:
         """Stop accepting; requests in flight (an SSE stream: its turn) may finish."""
-        self._server.should_exit = True
+        self._stopped = True
+        if self._server is not None:
+            self._server.should_exit = True
         if self._accepting is not None:
             self._accepting.cancel()

@@ -68,15 +68,28 @@ async def test_the_serving_side_reads_without_adk(tmp_path: Path) -> None:
 
 def test_the_background_import_covers_a_first_turn() -> None:
     """After `import_engine()` (the worker thread's part of `Daemon.start`), a first turn imports
-    no further ADK module: ADK's lazy imports are all in `runner.LAZY_ADK_MODULES`."""
+    no further ADK module (ADK's lazy imports are all in `runner.LAZY_ADK_MODULES`) and builds no
+    pydantic schema (google.genai's unbuilt ones are in `runner.LAZY_GENAI_MODELS`)."""
     probe = """
         import asyncio, sys
+        import pydantic
         from zocratesd.core.daemon import import_engine
         import_engine()
         before = set(sys.modules)
+        rebuild = pydantic.BaseModel.model_rebuild.__func__
+        built = []
+
+        def spy(cls, *args, **kwargs):
+            built.append("rebuilt:" + cls.__module__ + "." + cls.__qualname__)
+            return rebuild(cls, *args, **kwargs)
+
+        pydantic.BaseModel.model_rebuild = classmethod(spy)
         from zocratesd.engine.runner import warm_up
         asyncio.run(warm_up())
-        print("\\n".join(sorted(set(sys.modules) - before)))
+        print("\\n".join(sorted(set(sys.modules) - before) + built))
     """
-    late = [m for m in _run(probe) if m.startswith(HEAVY)]
+    out = _run(probe)
+    late = [m for m in out if m.startswith(HEAVY)]
     assert not late, f"a first turn still imports {late}: add them to engine/runner.py LAZY_ADK_MODULES"
+    built = [m.removeprefix("rebuilt:") for m in out if m.startswith("rebuilt:")]
+    assert not built, f"a first turn still builds the schema of {built}: add them to engine/runner.py LAZY_GENAI_MODELS"
