@@ -27,6 +27,7 @@ import gc
 import random
 import sqlite3
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from _report import env_info, fmt_ms, markdown_table, summarize, timer, write_js
 from zoterofixture import build_zotero_dir, generate_library, touch_items  # tests/, on sys.path by _paths
 
 from zocratesd.engine.retrieval import Scope, tokens
-from zocratesd.library import INDEX_NAME, Library
+from zocratesd.library import INDEX_NAME, Library, dense
 
 TARGET_BUILD_S = 120.0
 TARGET_REFRESH_S = 1.0
@@ -98,7 +99,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=4)
     ap.add_argument("--out", type=Path, default=OUT_DIR / "bench_library.json")
     ap.add_argument("--keep-data", action="store_true")
+    ap.add_argument("--no-dense", action="store_true", help="BM25 alone, as without the `dense` extra (library/dense.py)")
     args = ap.parse_args()
+    if args.no_dense:
+        dense._loaded[:] = [None]  # as if wordllama were not installed
+    dense_model = dense.model_name() or "off"
+    print(f"dense stage: {dense_model}", file=sys.stderr)
     if args.quick:
         args.items, args.fulltexts, args.pages, args.queries, args.peer_queries = 1000, 200, 5, 100, 20
 
@@ -156,6 +162,7 @@ def main() -> int:
         query_rows: dict[str, dict[str, Any]] = {}
         for name, scope in scopes.items():
             ours: list[float] = []
+            cpu: list[float] = []  # the process's CPU time per search: a proxy that load does not inflate
             peer: list[float] = []
             sql, sargs = peer_scope(scope)
             for i, (q, _) in enumerate(queries):
@@ -163,12 +170,13 @@ def main() -> int:
                 first_peer = i % 2 == 1
                 if first_peer and i < args.peer_queries:
                     t = timer(); like_search(conn, q, sql, sargs); peer.append(timer() - t)  # noqa: E702
-                t = timer()
+                t, c = timer(), time.process_time()
                 loop.run_until_complete(lib.search(q, scope, TOP_K))
                 ours.append(timer() - t)
+                cpu.append(time.process_time() - c)
                 if not first_peer and i < args.peer_queries:
                     t = timer(); like_search(conn, q, sql, sargs); peer.append(timer() - t)  # noqa: E702
-            query_rows[name] = {"ours": summarize(ours), "peer": summarize(peer)}
+            query_rows[name] = {"ours": summarize(ours), "ours_cpu": summarize(cpu), "peer": summarize(peer)}
 
         # --- incremental refresh ------------------------------------------------------------------------
         refresh: list[float] = []
@@ -214,15 +222,17 @@ def main() -> int:
         if name == "library":
             target = f"p50 ≤ {TARGET_QUERY_P50_MS:.0f} ms: {verdict(o['median_ms'] <= TARGET_QUERY_P50_MS)}"
         rows.append([f"query, {name}: p50 (p95)", fmt_ms(o), fmt_ms(p), ratio(p["median_ms"] / o["median_ms"]), target])
+        rows.append([f"query, {name}: CPU time p50 (p95)", fmt_ms(r["ours_cpu"]), "—", "—", "—"])
     title = (f"{args.items:,} items ({len(live):,} outside the trash), {args.fulltexts:,} full texts x {args.pages} pages "
              f"({text_mb:.0f} MB of text), Zotero schema {args.zotero_version}; {st['chunks_indexed']:,} chunks, "
-             f"library.db {index_mb:.0f} MB; {args.queries} queries (peer: first {args.peer_queries}), top {TOP_K}")
+             f"library.db {index_mb:.0f} MB; {args.queries} queries (peer: first {args.peer_queries}), top {TOP_K}; "
+             f"dense stage: {dense_model}")
     table = markdown_table(["", "zocratesd", "peer (naive)", "peer/ours", "target"], rows)
     print(f"\n{title}\n\n{table}\n")
     print(f"known-item recall@{TOP_K}: zocratesd {recall:.2f}, peer {peer_recall:.2f}. "
           f"Generator: {t_gen:.1f} s + {t_write:.1f} s to write the data dir.")
     write_json(args.out, {
-        "env": env_info(), "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "env": env_info(), "dense": dense_model, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "library": {"items": args.items, "live_items": len(live), "fulltexts": args.fulltexts, "pages": args.pages,
                     "text_mb": round(text_mb, 1), "chunks": st["chunks_indexed"], "index_mb": round(index_mb, 1)},
         "generate_s": round(t_gen, 2), "write_s": round(t_write, 2), "build_s": round(t_build, 2),

@@ -54,6 +54,8 @@ from _rpc import INITIALIZE_PARAMS, RpcClient  # noqa: E402
 from _stores import build_chat_sessions, build_store, copy_db  # noqa: E402
 from fake_openai import Behaviour, FakeOpenAI  # noqa: E402  (tests/, on sys.path by _paths)
 
+from zocratesd.library import dense  # noqa: E402
+
 APP, USER = bench_shim.APP, bench_shim.USER
 CHUNKS = 20  # the issue's "20 streamed chunks"
 WORDS_PER_CHUNK = 3  # what tests/fake_openai.py streams per chunk
@@ -68,8 +70,10 @@ AGENT_OFFLINE = textwrap.dedent('''
     from google.adk.agents import LlmAgent
     from zocratesd.engine.models.offline import OfflineLlm
     from zocratesd.engine.tools import build_search_tool
+    from zocratesd.library import dense
     from zocratesd.library.passages import PassagesFile
 
+    dense.set_enabled({dense!r})  # as the daemon's `library.dense` (bench_peers --dense)
     # The daemon's retriever for a passages file (searched through the library index), on a copy
     # of its own: the index is written beside the file.
     _library = Path(__file__).resolve().parent / "library_passages.jsonl"
@@ -105,6 +109,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--peer-journal", choices=("delete", "wal"), default="delete",
                    help="journal mode of the ADK sides' copies (default delete: what ADK makes; it sets no WAL pragma)")
     p.add_argument("--quick", action="store_true", help="smoke run: 200 sessions, sizes 100,500, 2 rounds")
+    p.add_argument("--dense", action="store_true",
+                   help="search with the dense stage (the `dense` extra) on every side; by default it is off"
+                        " everywhere, as in the default install (the extra not installed)")
     p.add_argument("--out", type=Path, default=OUT_DIR / "bench_peers.json")
     a = p.parse_args(argv)
     a.sizes = sorted({int(x) for x in str(a.sizes).split(",") if x.strip()})
@@ -251,6 +258,10 @@ def run(args: argparse.Namespace, tmp: Path, data: dict[str, Any], rec: Recorder
     runtime = tmp / "run"
     runtime.mkdir(mode=0o700)
     env = daemon_env(runtime)
+    # The dense stage, off by default as without the `dense` extra: on every side alike.
+    env["ZOCRATES_LIBRARY__DENSE"] = "true" if args.dense else "false"
+    dense.set_enabled(args.dense)
+    rec.extra["dense"] = args.dense
     copies = {}
     for store in ("big", "small"):
         src = data[store] / "zocrates-data" / "sessions.db"
@@ -286,10 +297,10 @@ def run(args: argparse.Namespace, tmp: Path, data: dict[str, Any], rec: Recorder
         for z in (zbig, zsmall):
             z.start()
             started.append(z)
-        api_big = Api(tmp / "api-big", copies[("big", "api")], AGENT_OFFLINE.format(library=str(data["library"])))
+        api_big = Api(tmp / "api-big", copies[("big", "api")], AGENT_OFFLINE.format(library=str(data["library"]), dense=args.dense))
         started.append(api_big)
         api_small = Api(tmp / "api-small", copies[("small", "api")],
-                        AGENT_CHUNKS.format(library=str(data["library"]), base_url=chunky.base_url))
+                        AGENT_CHUNKS.format(library=str(data["library"]), base_url=chunky.base_url, dense=args.dense))
         started.append(api_small)
         in_big = bench_turns.Peer(copies[("big", "inproc")], data["library"])
         in_small = bench_turns.Peer(copies[("small", "inproc")], data["library"])
@@ -594,7 +605,7 @@ def cold_starts(args: argparse.Namespace, rec: Recorder, env: dict[str, str], tm
     bytecode, page cache), then `--cold-rounds`."""
     log(f"cold starts, {args.cold_rounds} each ...")
     text = bench_turns.QUESTIONS[0]
-    agent = AGENT_OFFLINE.format(library=str(library))
+    agent = AGENT_OFFLINE.format(library=str(library), dense=args.dense)
     for r in range(args.cold_rounds + 1):
         for side in (SIDES if r % 2 == 0 else tuple(reversed(SIDES))):
             if side == "zocratesd":

@@ -14,7 +14,7 @@ Layouts, each a data dir the daemon reads as a user's would be:
   `.zotero-ft-cache` Zotero's PDF worker writes), chunked by the indexer as any PDF is;
 - `passages`: no `zotero.sqlite`, a `zocrates-data/library_passages.jsonl` holding each paper
   (title, text) as one passage, given to whatever retriever the daemon itself picks for such a dir
-  (`Daemon._library_retriever`).
+  (`Daemon._library_source`).
 
 Every query goes through the retriever's `search` (what the `search_library` tool awaits), library
 scope. Its passages are folded into a ranking of papers (each paper at its best passage's rank);
@@ -50,7 +50,7 @@ from _report import env_info, markdown_table, summarize, timer, write_json
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import LIBRARY_PASSAGES_FILE, Daemon
 from zocratesd.engine.retrieval import DEFAULT_TOP_K, Hit, Scope
-from zocratesd.library import Library
+from zocratesd.library import Library, dense
 from zocratesd.library import writer as zw
 
 DATA_DIR = REPO_DIR.parent / "shared" / "data" / "beir" / "scifact"
@@ -132,7 +132,7 @@ def build_zotero(root: Path, corpus: dict[str, tuple[str, str]], keys: dict[str,
 
 def build_passages(root: Path, corpus: dict[str, tuple[str, str]], keys: dict[str, str]) -> tuple[Any, float]:
     """A data dir with only `zocrates-data/library_passages.jsonl`, and the retriever the daemon
-    picks for it (its own `_library_retriever`, run on a stand-in holding just what it reads)."""
+    picks for it (its own `_library_source`, run on a stand-in holding just what it reads)."""
     data_dir = root / "passages"
     state = data_dir / "zocrates-data"
     state.mkdir(parents=True)
@@ -141,7 +141,13 @@ def build_passages(root: Path, corpus: dict[str, tuple[str, str]], keys: dict[st
             f.write(json.dumps({"item_key": keys[did], "title": title or "(untitled)", "text": text or title}) + "\n")
     stand_in = SimpleNamespace(data_dir=data_dir, config=ZocratesConfig(), library=None)
     t0 = timer()
-    retriever = Daemon._library_retriever(stand_in)  # type: ignore[arg-type]
+    # What `Daemon._library_source` makes (the retriever, and the Library if it is one): the
+    # daemon's own code, through its maker method, else the (cached) property's function.
+    make = getattr(Daemon, "_make_library_source", None)
+    if make is None:
+        prop = Daemon.__dict__["_library_source"]
+        make = getattr(prop, "func", None) or prop.fget
+    retriever = make(stand_in)[0]
     if isinstance(retriever, Library):  # an index the daemon builds: build it now, as its indexer would
         retriever.indexer.refresh(None)
     loop = asyncio.new_event_loop()
@@ -242,12 +248,18 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="test split, abstract layout and the reference only")
     ap.add_argument("--out", type=Path, default=OUT_DIR / "bench_retrieval.json")
     ap.add_argument("--keep-data", action="store_true")
+    ap.add_argument("--no-dense", action="store_true",
+                    help="BM25 alone, as a daemon without the `dense` extra (library/dense.py) searches")
     args = ap.parse_args()
     if args.quick:
         args.layouts, args.splits = "abstract", "test"
     if not (args.data / "corpus.jsonl").exists():
         print(f"bench_retrieval: no SciFact data in {args.data} (corpus.jsonl, queries.jsonl, qrels/)", file=sys.stderr)
         return 2
+    if args.no_dense:
+        dense._loaded[:] = [None]  # as if wordllama were not installed
+    dense_model = dense.model_name() or "off"
+    print(f"dense stage: {dense_model}", file=sys.stderr)
     layouts = [x for x in args.layouts.split(",") if x]
     splits = [x for x in args.splits.split(",") if x]
     corpus, queries, qrels = load_scifact(args.data)
@@ -270,7 +282,7 @@ def main() -> int:
             print(f"{layout}: indexed in {build_s:.1f} s ({type(retriever).__name__})", file=sys.stderr)
             kinds: dict[str, int] = {}
             rankings, lat = run_ours(retriever, queries, qids, key_to_id, kinds)
-            results[layout] = {"retriever": type(retriever).__name__, "build_s": round(build_s, 2),
+            results[layout] = {"retriever": type(retriever).__name__, "build_s": round(build_s, 2), "dense": dense_model,
                                "latency": summarize(lat), "top1_kinds": kinds,
                                **{s: evaluate(rankings, qrels[s]) for s in splits}}
             if isinstance(retriever, Library):
@@ -296,12 +308,13 @@ def main() -> int:
         rows.append(row)
     table = markdown_table(headers, rows)
     title = (f"BEIR SciFact: {len(corpus):,} papers; {', '.join(f'{s} {len(qrels[s])} queries' for s in splits)}; "
-             f"p50 = one search at the tool's top_k ({DEFAULT_TOP_K}), library scope")
+             f"p50 = one search at the tool's top_k ({DEFAULT_TOP_K}), library scope; dense stage: {dense_model}")
     print(f"\n{title}\n\n{table}\n")
     for name, r in results.items():
         if r.get("top1_kinds"):
             print(f"{name}: top passage kinds {r['top1_kinds']}")
-    write_json(args.out, {"env": env_info(), "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+    write_json(args.out, {"env": env_info(), "dense": dense_model,
+                          "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                           "results": results, "table": table})
     print(f"(JSON: {args.out})", file=sys.stderr)
     return 0

@@ -192,6 +192,10 @@ class LibraryConfig(_Section):
     # How often the indexer checks Zotero for changes: cheap (a stat, or one small local API
     # request), and 30 s keeps a paper added in Zotero searchable within a minute.
     poll_interval_s: float = Field(default=30.0, gt=0)
+    # Re-rank search with the dense stage when the `dense` extra is installed (library/dense.py):
+    # better answers for claims worded unlike the paper (SciFact nDCG@10 +0.015..0.018), at ~50 MiB
+    # of memory and about twice the indexing time. False: BM25 alone, whatever is installed.
+    dense: bool = True
 
     @field_validator("local_api_url")
     @classmethod

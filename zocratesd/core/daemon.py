@@ -317,8 +317,10 @@ class Daemon:
 
     def _make_library_source(self) -> tuple[Retriever, Library | None]:
         from zocratesd import locations
-        from zocratesd.library import ZOTERO_DB, Library
+        from zocratesd.library import ZOTERO_DB, Library, dense
         from zocratesd.library.passages import PassagesFile
+
+        dense.set_enabled(self.config.library.dense)
 
         state = locations.state_dir(self.data_dir)
         passages = state / LIBRARY_PASSAGES_FILE

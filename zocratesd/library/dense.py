@@ -1,0 +1,160 @@
+"""The optional dense stage: a static word-embedding model that re-ranks the word index's candidates.
+
+BM25 misses a paper that says the claim in other words; an embedding of the passage catches
+some of them. The model is `wordllama`'s (the `dense` extra): static 256-dimensional embeddings of
+Llama 2's token vocabulary, shipped inside the wheel (16 MB), so it runs offline and needs no
+GPU. Its two files are read from the installed package by this module (safetensors by hand, the
+tokenizer with `tokenizers`); nothing is downloaded, and wordllama itself is never imported.
+Without the package (or its files) the stage is off and search is BM25 alone.
+
+A passage's vector is the mean of its tokens' vectors, normalised. Words are tokenized one at a
+time through a cache (Llama's tokenizer starts every word with its own "▁" piece, so a word
+tokenizes alike wherever it stands): a passage costs a few dictionary look-ups instead of a pass
+of the tokenizer, ~10x faster, which keeps indexing cheap. Vectors are stored in the index as
+int8 (256 bytes per chunk) when the chunk is written; a search embeds only the query.
+
+Measured on BEIR SciFact (bench/bench_retrieval.py), the module docstring of library/index.py
+says how it is combined and what it gains.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import itertools
+import json
+import logging
+import struct
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+log = logging.getLogger(__name__)
+
+# What the index records in its meta table: an index whose vectors came from another model (or
+# none) is rebuilt when this one is available, so every chunk has a vector of the same kind.
+MODEL_NAME = "wordllama-0.4 l2_supercat 256"
+DIM = 256
+# The files inside the wordllama 0.4 wheel (its "l2_supercat" model at 256 dimensions).
+WEIGHTS = "weights/l2_supercat_256.safetensors"
+TOKENIZER = "tokenizers/l2_supercat_tokenizer_config.json"
+TENSOR = "embedding.weight"
+# Distinct words whose token ids are kept (a library has ~10^5-10^6 distinct words; each entry
+# is a short tuple of ints, so this bounds the cache near 30 MB).
+WORD_CACHE = 200_000
+# A passage longer than this many words is embedded from its first ones (a chunk is ~1,200
+# characters, ~200 words; this only bounds a pathological one).
+MAX_WORDS = 1000
+
+
+class Embedder:
+    """Text -> unit vector (float32), from a token table and a tokenizer; thread-safe."""
+
+    def __init__(self, tokenizer: Any, table: np.ndarray):
+        import numpy as np
+
+        self._np = np
+        self._tokenizer = tokenizer
+        self._table = table
+        self._ids = functools.lru_cache(maxsize=WORD_CACHE)(self._word_ids)
+
+    def _word_ids(self, word: str) -> tuple[int, ...]:
+        return tuple(self._tokenizer.encode(word, add_special_tokens=False).ids)
+
+    def embed(self, text: str) -> np.ndarray | None:
+        """The normalised mean token vector of `text`; None when it has no words."""
+        np = self._np
+        # map() over the C-implemented cache: no Python loop per word (indexing embeds every chunk).
+        ids = list(itertools.chain.from_iterable(map(self._ids, text.split()[:MAX_WORDS])))
+        if not ids:
+            return None
+        v = self._table[np.fromiter(ids, dtype=np.int64, count=len(ids))].mean(axis=0, dtype=np.float32)
+        norm = float(np.linalg.norm(v))
+        return v / norm if norm > 0 else None
+
+    def pack(self, text: str) -> bytes | None:
+        """`embed(text)` as the index stores it: int8, the unit vector times 127."""
+        v = self.embed(text)
+        if v is None:
+            return None
+        return bytes(self._np.clip(self._np.rint(v * 127.0), -127, 127).astype(self._np.int8).tobytes())
+
+    def scores(self, query: np.ndarray, blobs: list[bytes]) -> np.ndarray:
+        """Cosine similarity of a query vector with stored vectors (int8 blobs of DIM bytes)."""
+        npm = self._np
+        m = npm.frombuffer(b"".join(blobs), dtype=npm.int8).reshape(len(blobs), DIM).astype(npm.float32)
+        out: np.ndarray = (m @ query) / 127.0
+        return out
+
+
+_lock = threading.Lock()
+_loaded: list[Embedder | None] = []  # [] = not tried yet; [None] = unavailable or switched off
+_enabled = [True]
+
+
+def set_enabled(enabled: bool) -> None:
+    """Switch the stage on or off for this process (config `library.dense`), before any index
+    opens: an index records which model its vectors came from and is rebuilt when that changes."""
+    with _lock:
+        if _enabled[0] != enabled:
+            _enabled[0] = enabled
+            _loaded.clear()
+
+
+def _read_table(path: Path) -> np.ndarray:
+    """The token table from a safetensors file (8-byte header length, JSON header, raw data),
+    read directly: wordllama's own loader held the GIL for ~0.4 s, stalling the event loop."""
+    import numpy as np
+
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        t = header[TENSOR]
+        dtype = {"F16": np.float16, "F32": np.float32}[t["dtype"]]
+        start, end = t["data_offsets"]
+        f.seek(8 + n + start)
+        data = np.frombuffer(f.read(end - start), dtype=dtype)
+    # Kept as shipped (float16: 16 MiB instead of 31); a passage's tokens are averaged in float32.
+    return data.reshape(t["shape"])
+
+
+def _load() -> Embedder | None:
+    # wordllama is used for its files only (importing it costs ~1.5 s and brings more with it).
+    spec = importlib.util.find_spec("wordllama")
+    if spec is None or spec.origin is None:
+        return None
+    pkg = Path(spec.origin).parent
+    try:
+        import numpy  # noqa: F401  (the extra's dependency; absent, the stage is off)
+        from tokenizers import Tokenizer
+
+        table = _read_table(pkg / WEIGHTS)
+        tokenizer = Tokenizer.from_file(str(pkg / TOKENIZER))
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+    except Exception as exc:  # a broken install must not break search: BM25 alone
+        log.warning("library: the dense stage (wordllama) could not be loaded, search uses BM25 alone: %s", exc)
+        return None
+    if table.ndim != 2 or table.shape[1] != DIM or table.shape[0] < tokenizer.get_vocab_size():
+        log.warning("library: wordllama's table has shape %s, not (>= %d, %d); the dense stage is off",
+                    table.shape, tokenizer.get_vocab_size(), DIM)
+        return None
+    log.info("library: dense re-ranking on (%s)", MODEL_NAME)
+    return Embedder(tokenizer, table)
+
+
+def embedder() -> Embedder | None:
+    """The process's embedder, loaded on first use (~0.7 s, off the event loop: callers are the
+    indexer thread and search threads); None when the `dense` extra is not installed."""
+    with _lock:
+        if not _loaded:
+            _loaded.append(_load() if _enabled[0] else None)
+        return _loaded[0]
+
+
+def model_name() -> str:
+    """What the index's vectors are (MODEL_NAME, or "" when the dense stage is off)."""
+    return MODEL_NAME if embedder() is not None else ""
