@@ -139,15 +139,13 @@ def build_passages(root: Path, corpus: dict[str, tuple[str, str]], keys: dict[st
     with open(state / LIBRARY_PASSAGES_FILE, "w", encoding="utf-8") as f:
         for did, (title, text) in corpus.items():
             f.write(json.dumps({"item_key": keys[did], "title": title or "(untitled)", "text": text or title}) + "\n")
-    stand_in = SimpleNamespace(data_dir=data_dir, config=ZocratesConfig(), library=None)
+    # `library.dense` as this run has it (--no-dense), which the daemon's code applies.
+    config = ZocratesConfig(library={"dense": bool(dense.model_name())})
+    stand_in = SimpleNamespace(data_dir=data_dir, config=config, library=None)
     t0 = timer()
     # What `Daemon._library_source` makes (the retriever, and the Library if it is one): the
-    # daemon's own code, through its maker method, else the (cached) property's function.
-    make = getattr(Daemon, "_make_library_source", None)
-    if make is None:
-        prop = Daemon.__dict__["_library_source"]
-        make = getattr(prop, "func", None) or prop.fget
-    retriever = make(stand_in)[0]
+    # daemon's own code.
+    retriever = Daemon._make_library_source(stand_in)[0]  # type: ignore[arg-type]
     if isinstance(retriever, Library):  # an index the daemon builds: build it now, as its indexer would
         retriever.indexer.refresh(None)
     loop = asyncio.new_event_loop()
@@ -257,7 +255,7 @@ def main() -> int:
         print(f"bench_retrieval: no SciFact data in {args.data} (corpus.jsonl, queries.jsonl, qrels/)", file=sys.stderr)
         return 2
     if args.no_dense:
-        dense._loaded[:] = [None]  # as if wordllama were not installed
+        dense.set_enabled(False)  # as the daemon with `library.dense = false`, or without the extra
     dense_model = dense.model_name() or "off"
     print(f"dense stage: {dense_model}", file=sys.stderr)
     layouts = [x for x in args.layouts.split(",") if x]
