@@ -9,12 +9,14 @@ Tables:
 - `db_items`: the item uids of the last read of `zotero.sqlite`. A read through Zotero's local
   API never removes these (only a later database read can): the API is the weaker witness.
 - `chunks` (id, uid, item_key, library, kind, source_key, attachment_key, page, page_label) and
-  the FTS5 table `chunks_fts` (title, body) with the same rowid. Kinds: one `metadata` chunk per
-  item (creators, year and tags, then `METADATA_BREAK` and the abstract), `fulltext` chunks of ~1,200 characters of each
+  the FTS5 table `chunks_fts` (title, body) with the same rowid. Kinds: `metadata` chunks of an
+  item (creators, year and tags, then `METADATA_BREAK` and the abstract, which is cut into ~1,200
+  characters as any text is; later parts have no header), `fulltext` chunks of ~1,200 characters of each
   attachment's text (never across a page), `note` chunks (HTML as text), one `annotation`
   chunk per highlight or comment (its text, comment and tags). Every chunk carries the item's
   title in its `title` column, weighted `TITLE_WEIGHT` times the body in BM25 (except a metadata
-  chunk with no abstract when the item has other chunks: it would win on its shortness). Words are folded
+  chunk with no abstract when the item has other chunks: it would win on its shortness; with no
+  creators, year or tags either it has no words and is not written). Words are folded
   (case, diacritics: Lübeck finds Lubeck) and Porter-stemmed, so "retrieved" finds "retrieval".
 - `chunk_vectors` (id, v): each chunk's vector for the optional dense stage (library/dense.py,
   the `dense` extra: wordllama's static embeddings, int8, 256 bytes), written with the chunk;
@@ -35,9 +37,9 @@ Ranking: BM25 over the chunks (title weighted), then, with the dense stage on, t
 DENSE_POOL candidates re-scored as BM25 / the query's best BM25 + DENSE_WEIGHT x cosine(query,
 chunk) (a query with CJK text keeps BM25 and the rank fusion). Only chunks the words found can
 rank: one vector read per candidate, no scan of the library, ~0.1 ms to embed the query. BEIR
-SciFact test nDCG@10 (bench/bench_retrieval.py; weights tuned on train): abstract layout 0.688 ->
-0.706, full text and passages file 0.696 -> 0.711; Recall@100 0.931 -> 0.949, 0.916 -> 0.939; ~3 ms
-more CPU per search (the 200 vectors, a larger candidate sort). Pools of 100 or 50 rank the top 10
+SciFact test nDCG@10 (bench/bench_retrieval.py; weights tuned on train): 0.685 -> 0.716 in each
+layout (abstract field, PDF full text, passages file; train 0.704 -> 0.724), Recall@100 0.924 ->
+0.943; ~3 ms more CPU per search (the 200 vectors, a larger candidate sort). Pools of 100 or 50 rank the top 10
 as well (train), if that time is ever needed.
 
 Scope (spec 2.3 `active_mode`, and optionally one library) is a SQL condition on `chunks.uid`:
@@ -74,8 +76,9 @@ log = logging.getLogger(__name__)
 INDEX_NAME = "library.db"
 # Bumped whenever the tables change; an index of another version is rebuilt from scratch
 # (2: libraries, notes, annotations, page labels, the CJK bigram index; 3: `chunk_vectors`, the
-# dense stage's vectors, and the `dense_model` they were made with).
-INDEX_SCHEMA_VERSION = 3
+# dense stage's vectors, and the `dense_model` they were made with; 4: abstracts chunked, no
+# chunk without words).
+INDEX_SCHEMA_VERSION = 4
 # BM25 column weights (title, body): a title term counts twice a body term, so a matching paper's
 # passages come first without drowning a strong body match (FTS5's bm25() weights). FTS5 fixes
 # k1 = 1.2, but it applies the weights to the term counts before saturation, so their scale acts
@@ -111,6 +114,7 @@ RRF_K = 60
 DENSE_POOL = 200
 DENSE_WEIGHT = 1.0
 _LIBRARY_RE = re.compile(r"^(user|groups/\d{1,12})$")
+_WORD_RE = re.compile(r"\w")
 
 # Added after INDEX_SCHEMA_VERSION 1 shipped: created on open in an older index (no rebuild needed).
 _DB_ITEMS = "CREATE TABLE IF NOT EXISTS db_items (item_key TEXT PRIMARY KEY) WITHOUT ROWID"
@@ -323,10 +327,13 @@ class IndexWriter:
         # (kind, source key, attachment key, page, page label, body)
         rows: list[tuple[str, str | None, str | None, int | None, str | None, str]] = []
         if item.item_type != "note":
-            # The header (creators, year, tags: searchable, never quoted), METADATA_BREAK, the abstract.
+            # The header (creators, year, tags: searchable, never quoted), METADATA_BREAK, the abstract,
+            # cut as any text is: one row the length of two ranked below ~1,200-character chunks
+            # (SciFact, abstract field: 0.706 -> 0.716 test nDCG@10, train 0.721 -> 0.724).
             header = " ".join(" ".join(p for p in ("; ".join(item.creators), str(item.year or ""), " ".join(item.tags)) if p).split())
-            meta_body = f"{header}{METADATA_BREAK}{item.abstract or ''}"
-            rows.append(("metadata", None, None, None, None, meta_body))
+            parts = [part for _, part in split_chunks((item.abstract or "").replace("\f", " "))] or [""]
+            rows += [("metadata", None, None, None, None, f"{header if i == 0 else ''}{METADATA_BREAK}{part}")
+                     for i, part in enumerate(parts)]
         labels: dict[tuple[str, int], str] = {}
         for ann in item.annotations:
             if ann.page_index is not None and ann.page_label:
@@ -354,12 +361,17 @@ class IndexWriter:
         # carry its title, so this one gets none; with no other chunk it keeps it.
         bare_metadata = not (item.abstract or "").strip() and len(rows) > 1
         for kind, source, att_key, page, label, body in rows:
+            title = "" if kind == "metadata" and bare_metadata else item.title
+            if not title and not _WORD_RE.search(body):
+                # Nothing to find (a bare metadata chunk of an item with no creators, year or
+                # tags): as an FTS5 row it would only pull down the average length BM25
+                # normalises by (SciFact's full-text layout: half the rows, -0.008 nDCG@10).
+                continue
             cur = c.execute(
                 "INSERT INTO chunks (uid, item_key, library, kind, source_key, attachment_key, page, page_label) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (item.uid, item.key, item.library, kind, source, att_key, page, label),
             )
-            title = "" if kind == "metadata" and bare_metadata else item.title
             c.execute("INSERT INTO chunks_fts (rowid, title, body) VALUES (?, ?, ?)", (cur.lastrowid, title, body))
             cjk_body = cjk_bigrams(body)
             cjk_title = cjk_bigrams(title)
