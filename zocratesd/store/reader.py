@@ -252,6 +252,24 @@ class SessionReader:
             return apply_rewinds([orjson.loads(r[0]) for r in rows if r[0] is not None])
 
     async def ui_session(self, session_id: str) -> Json:
+        """The UI view (spec 2.2) of one session; raises SessionNotFound. The view reads a dozen
+        keys per event, so the events are decoded only that far (store/slim.py: ~30% less CPU for
+        a 5000-event session); the result equals `live_session(...).ui()` byte for byte."""
         head, rows = await self._rows(session_id)
         with gc_paused():
-            return self._parse(session_id, head, rows).ui()
+            return self._view(session_id, head, rows)
+
+    @staticmethod
+    def _view(session_id: str, head: Any, rows: list[Any]) -> Json:
+        from zocratesd.store import slim  # msgspec: loaded by the first view, not before serving
+
+        try:
+            events = slim.decode_events(rows)
+        except (slim.DecodeError, TypeError):  # not events as ADK writes them: whole, as before
+            return SessionReader._parse(session_id, head, rows).ui()
+        state = orjson.loads(head[0]) if head[0] else {}
+        first = events[0].get("timestamp") if events else None
+        view = ui_view(session_id, state, sql_time_to_epoch(head[1]), apply_rewinds(events), first)
+        if view["pending_hitl"] is not None and slim.has_wide_int(view["pending_hitl"]):
+            return SessionReader._parse(session_id, head, rows).ui()  # orjson's floats for those
+        return view
