@@ -209,6 +209,7 @@ def import_engine() -> None:
     import zocratesd.core.turn_updates
     import zocratesd.engine.runner
     import zocratesd.library.passages
+    import zocratesd.store.slim
     import zocratesd.store.writer  # noqa: F401
     from zocratesd.engine.runner import preload_lazy_imports
 

@@ -117,8 +117,8 @@ class SessionsDb:
 
     - `path`: the file;
     - `gate`: its `StoreGate` (maintenance's own reads pass it too);
-    - `service`: ADK's `DatabaseSessionService` for it (`FastAppendSessionService`), what the
-      engine's Runner writes through;
+    - `service`: ADK's session service for it (`FastAppendSessionService`: sqlite3 for a turn's
+      work, ADK's `DatabaseSessionService` built when needed), what the engine's Runner writes through;
     - `reader`: the fast read path (`SessionReader`).
 
     Connections open lazily; `prepare_tables()` creates ADK's tables (call it at start, so the
@@ -146,7 +146,7 @@ class SessionsDb:
 
     @property
     def service(self) -> FastAppendSessionService:
-        """ADK's `DatabaseSessionService` for the file (RuntimeError before `load_service()`)."""
+        """The session service for the file (RuntimeError before `load_service()`)."""
         if self._service is None:
             raise RuntimeError("sessions.db's session service is not loaded yet (SessionsDb.load_service)")
         return self._service
@@ -156,24 +156,26 @@ class SessionsDb:
         return self._service is not None
 
     def load_service(self) -> None:
-        """Build ADK's service for the file (importing ADK and SQLAlchemy, unless already imported:
-        the daemon imports them in a worker thread first). Idempotent. On the event loop's thread."""
+        """Build the session service for the file (importing ADK unless already imported: the
+        daemon imports it in a worker thread first; SQLAlchemy only when ADK's own service is
+        needed, store/writer.py). Idempotent. On the event loop's thread."""
         if self._service is not None:
             return
-        from sqlalchemy import event as sa_event
-
         from zocratesd.store.writer import FastAppendSessionService
 
-        service = FastAppendSessionService(
-            connect=self.connect,
-            gate=self.gate,
-            db_url=f"sqlite+aiosqlite:///{self.path}",
-            connect_args={"timeout": BUSY_TIMEOUT_S},
-        )
-        sa_event.listen(service.db_engine.sync_engine, "connect", _on_connect)
-        _install_gate(service, self.gate)
-        self._service = service
+        self._service = FastAppendSessionService(connect=self.connect, gate=self.gate, make_adk=self._make_adk)
         self._service_loaded.set()
+
+    def _make_adk(self) -> DatabaseSessionService:
+        """ADK's own service for the file, with the store's pragmas and gate (the writer builds it
+        when something needs it: store/writer.py)."""
+        from google.adk.sessions import DatabaseSessionService
+        from sqlalchemy import event as sa_event
+
+        svc = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{self.path}", connect_args={"timeout": BUSY_TIMEOUT_S})
+        sa_event.listen(svc.db_engine.sync_engine, "connect", _on_connect)
+        _install_gate(svc, self.gate)
+        return svc
 
     def connect(self) -> sqlite3.Connection:
         """A new sqlite3 connection on the file, with the store's pragmas (the caller closes it)."""
@@ -188,7 +190,7 @@ class SessionsDb:
         (`Daemon.start` loads it in the background, and a new file has nothing to read anyway)."""
         if self._tables_ready:
             if self._service is not None:
-                await self._service.prepare_tables()  # ADK's own first-run work, once
+                await self._service.prepare_tables()  # the service checks the file once (or ADK prepares it)
             return
         if self._service is None:
             if await anyio.to_thread.run_sync(self._has_tables):
@@ -250,15 +252,21 @@ class SessionsDb:
     # --- pause and close ----------------------------------------------------------------------
 
     async def _reopen_engine(self) -> str:
-        """Open one pooled connection now (the connect listener re-applies WAL and the pragmas) and
-        return the file's journal mode; the first request after a pause then pays nothing."""
+        """Open one connection now (ADK's pool if it was built: its connect listener re-applies WAL
+        and the pragmas; else the writer's) and return the file's journal mode; the first request
+        after a pause then pays nothing."""
+        adk = self.service.adk_service
+        if adk is None:
+            return await anyio.to_thread.run_sync(self.service.journal_mode)
         from sqlalchemy import text as sa_text
 
-        async with self.service.db_engine.connect() as conn:
+        async with adk.db_engine.connect() as conn:
             return str((await conn.execute(sa_text("PRAGMA journal_mode"))).scalar())
 
     async def _close_connections(self) -> None:
-        await self.service.db_engine.dispose()
+        adk = self.service.adk_service
+        if adk is not None:
+            await adk.db_engine.dispose()
         self.service.close_writer()
         await self.reader.aclose()
 

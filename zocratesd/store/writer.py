@@ -21,17 +21,30 @@ ADK did not load (no update marker) go through ADK's own path unchanged.
 
 The worker thread keeps the event loop free while SQLite waits on a lock (busy timeout), so a
 write held up by another connection of this process can never deadlock it.
+
+ADK's own service (and SQLAlchemy, aiosqlite and the dialects ADK's schema module imports: ~0.3 s
+of CPU, a quarter of the engine's import) is built only when something needs it (`adk()`): making
+the tables of a new file, the first session of a new file, listing or deleting sessions, app or
+user state. A daemon that starts on an existing store and answers a prompt never imports it: the
+first turn after a cold start does not wait for it. The check that a file is as ADK 2.13 prepares it
+(`ADK_TABLES`, `ADK_INDEXES`, `SCHEMA_VERSION`; pinned to ADK's schema by the tests) is three
+sqlite3 queries; anything else (a new file, an older ADK's schema) goes to ADK's `prepare_tables`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import importlib
 import json
 import sqlite3
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from google.adk.errors._stale_session_error import StaleSessionError
@@ -39,16 +52,39 @@ from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events import Event
 from google.adk.platform import time as platform_time
-from google.adk.sessions import DatabaseSessionService, Session, _session_util
-from google.adk.sessions.base_session_service import GetSessionConfig
-from google.adk.sessions.database_session_service import _STALE_SESSION_ERROR_MESSAGE, _merge_state
+from google.adk.sessions import Session, State, _session_util
+from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig, ListSessionsResponse
 
 from zocratesd.store.sqlite import StoreGate, sqlite_datetime
+
+if TYPE_CHECKING:  # imported by `adk()`, when first needed (module doc)
+    from google.adk.sessions import DatabaseSessionService
 
 # How many appended events' JSON the writer keeps for `take_dump`. A turn takes each one right
 # after its append (ADK yields an event once it is stored), so this only needs to cover the turns
 # running at once; what nobody takes (bookkeeping, compaction) falls out, oldest first.
 KEPT_DUMPS: Final = 128
+
+# What ADK 2.13's `prepare_tables` leaves in a file it has prepared (its V1 schema, JSON events):
+# its tables, its index, and the schema version row. tests/unit/store/test_fast_append.py pins
+# these to ADK's own metadata. A file without all of them goes to ADK's `prepare_tables`.
+ADK_TABLES: Final = frozenset({"adk_internal_metadata", "sessions", "events", "app_states", "user_states"})
+ADK_INDEXES: Final = frozenset({"idx_events_app_user_session_ts_id"})
+SCHEMA_VERSION: Final = ("schema_version", "1")  # (key, value) in adk_internal_metadata
+# ADK's message for a stale append (database_session_service._STALE_SESSION_ERROR_MESSAGE, 2.13).
+STALE_SESSION_MESSAGE: Final = (
+    "The session has been modified in storage since it was loaded. "
+    "Please reload the session before appending more events."
+)
+
+
+def merge_state(app_state: dict[str, Any], user_state: dict[str, Any], session_state: dict[str, Any]) -> dict[str, Any]:
+    """A session's state as ADK 2.13 loads it (`_merge_state`): its own keys, then app and user
+    state under their prefixes."""
+    merged = copy.deepcopy(session_state)
+    merged.update({State.APP_PREFIX + k: v for k, v in app_state.items()})
+    merged.update({State.USER_PREFIX + k: v for k, v in user_state.items()})
+    return merged
 
 
 def _marker(stored: str) -> tuple[str, float]:
@@ -57,21 +93,88 @@ def _marker(stored: str) -> tuple[str, float]:
     return dt.isoformat(timespec="microseconds"), dt.replace(tzinfo=UTC).timestamp()
 
 
-class FastAppendSessionService(DatabaseSessionService):
-    """`DatabaseSessionService` whose `append_event` writes with sqlite3 (see the module docstring).
+class FastAppendSessionService(BaseSessionService):
+    """ADK's `DatabaseSessionService` for one file, with sqlite3 doing the work of a turn (see the
+    module docstring).
 
     `connect` opens the sqlite3 connection (autocommit, the store's pragmas applied: SessionsDb's);
-    `gate` is the file's StoreGate, which every request here passes. The rest goes to ADK.
+    `gate` is the file's StoreGate, which every request here passes; `make_adk` builds ADK's
+    service for the file (SessionsDb's: pragmas and gate installed on it), called by `adk()` after
+    its modules are imported in a worker thread. The rest goes to ADK.
     """
 
-    def __init__(self, *, connect: Callable[[], sqlite3.Connection], gate: StoreGate, **kwargs: Any):
-        super().__init__(**kwargs)
+    def __init__(
+        self, *, connect: Callable[[], sqlite3.Connection], gate: StoreGate, make_adk: Callable[[], DatabaseSessionService]
+    ):
         self._connect = connect
         self._conn: sqlite3.Connection | None = None
         self._conn_lock = threading.Lock()  # one writer thread on the connection at a time
         self._writer_limiter = anyio.CapacityLimiter(1)
         self.gate = gate
         self._dumps: OrderedDict[str, dict[str, Any]] = OrderedDict()  # event id -> its stored JSON
+        self._make_adk = make_adk
+        self._adk: DatabaseSessionService | None = None
+        self._adk_lock = asyncio.Lock()
+        self._tables_ready = False
+        # One lock per session for appends (as ADK's `_with_session_lock`); a lock lives while a
+        # task holds or waits on it.
+        self._session_locks: weakref.WeakValueDictionary[tuple[str, str, str], asyncio.Lock] = weakref.WeakValueDictionary()
+
+    # --- ADK's own service, when needed -----------------------------------------------------------
+
+    @property
+    def adk_service(self) -> DatabaseSessionService | None:
+        """ADK's service if it was built (SessionsDb closes and reopens its pool), else None."""
+        return self._adk
+
+    async def adk(self) -> DatabaseSessionService:
+        """ADK's `DatabaseSessionService` for the file, built on first use: its modules (SQLAlchemy
+        and the rest) are imported in a worker thread, so the event loop keeps serving."""
+        if self._adk is None:
+            async with self._adk_lock:
+                if self._adk is None:
+                    await anyio.to_thread.run_sync(importlib.import_module, "google.adk.sessions.database_session_service")
+                    self._adk = self._make_adk()
+        return self._adk
+
+    async def prepare_tables(self) -> None:
+        """Make sure the file is as ADK 2.13 prepares it: checked with sqlite3 (once), else made
+        by ADK's own `prepare_tables`."""
+        if self._tables_ready:
+            return
+        async with self.gate.request():
+            ready = await anyio.to_thread.run_sync(self._prepared, limiter=self._writer_limiter)
+        if not ready:
+            # Not under the gate: ADK's sessions pass it themselves (SessionsDb._install_gate).
+            await (await self.adk()).prepare_tables()
+        self._tables_ready = True
+
+    def _prepared(self) -> bool:
+        with self._conn_lock:
+            conn = self._connection()
+            names = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")}
+            if not (ADK_TABLES <= names and ADK_INDEXES <= names):
+                return False
+            row = conn.execute("SELECT value FROM adk_internal_metadata WHERE key = ?", (SCHEMA_VERSION[0],)).fetchone()
+            return row is not None and row[0] == SCHEMA_VERSION[1]
+
+    @asynccontextmanager
+    async def _session_lock(self, app_name: str, user_id: str, session_id: str) -> AsyncIterator[None]:
+        key = (app_name, user_id, session_id)
+        lock = self._session_locks.get(key)
+        if lock is None:
+            lock = self._session_locks[key] = asyncio.Lock()
+        async with lock:
+            yield
+
+    async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> ListSessionsResponse:
+        return await (await self.adk()).list_sessions(app_name=app_name, user_id=user_id)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        await (await self.adk()).delete_session(app_name=app_name, user_id=user_id, session_id=session_id)
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        return await (await self.adk()).get_user_state(app_name=app_name, user_id=user_id)
 
     def take_dump(self, event_id: str) -> dict[str, Any] | None:
         """The JSON this writer stored for event `event_id` (its `model_dump(exclude_none=True,
@@ -85,6 +188,12 @@ class FastAppendSessionService(DatabaseSessionService):
             self._conn = self._connect()
         return self._conn
 
+    def journal_mode(self) -> str:
+        """The file's journal mode, through the writer's connection (opened if closed: after a
+        pause this reconnects it, as SessionsDb wants)."""
+        with self._conn_lock:
+            return str(self._connection().execute("PRAGMA journal_mode").fetchone()[0])
+
     def close_writer(self) -> None:
         """Close the sqlite3 connection (maintenance swaps the file; the next append reopens)."""
         with self._conn_lock:
@@ -94,7 +203,8 @@ class FastAppendSessionService(DatabaseSessionService):
 
     async def close(self) -> None:
         self.close_writer()
-        await super().close()
+        if self._adk is not None:
+            await self._adk.close()
 
     # --- create -------------------------------------------------------------------------------
 
@@ -106,7 +216,7 @@ class FastAppendSessionService(DatabaseSessionService):
         app and user (whose state rows ADK creates), goes through ADK."""
         deltas = _session_util.extract_json_safe_state_delta(state or {})
         if session_id is None or deltas["app"] or deltas["user"]:
-            return await super().create_session(app_name=app_name, user_id=user_id, state=state, session_id=session_id)
+            return await (await self.adk()).create_session(app_name=app_name, user_id=user_id, state=state, session_id=session_id)
         await self.prepare_tables()
         stored_now = sqlite_datetime(platform_time.get_time())
         async with self.gate.request():
@@ -114,9 +224,9 @@ class FastAppendSessionService(DatabaseSessionService):
                 self._create, app_name, user_id, session_id, deltas["session"], stored_now, limiter=self._writer_limiter
             )
         if found is None:  # no state rows yet: ADK makes them
-            return await super().create_session(app_name=app_name, user_id=user_id, state=state, session_id=session_id)
+            return await (await self.adk()).create_session(app_name=app_name, user_id=user_id, state=state, session_id=session_id)
         app_json, user_json = found
-        merged = _merge_state(json.loads(app_json) if app_json else {}, json.loads(user_json) if user_json else {},
+        merged = merge_state(json.loads(app_json) if app_json else {}, json.loads(user_json) if user_json else {},
                               dict(deltas["session"]))
         marker, last_update = _marker(stored_now)
         session = Session(app_name=app_name, user_id=user_id, id=session_id, state=merged, events=[],
@@ -177,7 +287,7 @@ class FastAppendSessionService(DatabaseSessionService):
             if ts is None:
                 ts = datetime.fromisoformat(stored_time).replace(tzinfo=UTC).timestamp()
             events.append(Event.model_validate({**data, "id": event_id, "invocation_id": invocation_id, "timestamp": ts}))
-        state = _merge_state(
+        state = merge_state(
             json.loads(app_json) if app_json else {},
             json.loads(user_json) if user_json else {},
             json.loads(state_json) if state_json else {},
@@ -231,7 +341,7 @@ class FastAppendSessionService(DatabaseSessionService):
         # Split as ADK splits it; `temp:` keys are in none of the three (they are never stored).
         deltas = _session_util.extract_json_safe_state_delta(delta) if delta else {"app": {}, "user": {}, "session": {}}
         if deltas["app"] or deltas["user"] or session._storage_update_marker is None:
-            return await super().append_event(session, event)
+            return await (await self.adk()).append_event(session, event)
         await self.prepare_tables()
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
@@ -242,7 +352,7 @@ class FastAppendSessionService(DatabaseSessionService):
             event.id, session.app_name, session.user_id, session.id, event.invocation_id, stored_time, json.dumps(data),
         )
         expected = session._storage_update_marker
-        async with self._with_session_lock(app_name=session.app_name, user_id=session.user_id, session_id=session.id):
+        async with self._session_lock(session.app_name, session.user_id, session.id):
             async with self.gate.request():
                 marker, timestamp = await anyio.to_thread.run_sync(
                     self._write, session.app_name, session.user_id, session.id, expected, session_delta, stored_time, row,
@@ -273,7 +383,7 @@ class FastAppendSessionService(DatabaseSessionService):
                     raise SessionNotFoundError(f"Session {session_id} not found.")
                 state_json, update_time = found
                 if _marker(update_time)[0] != expected_marker:
-                    raise StaleSessionError(_STALE_SESSION_ERROR_MESSAGE)
+                    raise StaleSessionError(STALE_SESSION_MESSAGE)
                 if session_delta:
                     state = json.loads(state_json) if state_json else {}
                     state.update(session_delta)

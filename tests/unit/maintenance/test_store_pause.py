@@ -78,7 +78,9 @@ async def test_a_paused_store_has_no_connection_open_and_reopens_in_wal(world: W
     # itself. This test pauses by hand, so it closes that one and checks everything else.
     await world.maintenance.aclose()
     await world.daemon.get_session(sid)  # the reader's connection is open now
-    engine = world.service.db_engine
+    adk = world.service.adk_service  # built when the new file's tables were made
+    assert adk is not None
+    engine = adk.db_engine
     assert engine.pool.checkedin() >= 1
     probe = _Closable()
     async with world.store.paused(probe, drain_timeout_s=1):

@@ -82,7 +82,7 @@ async def test_rows_are_byte_identical_to_adks_own_append(tmp_path: Path) -> Non
         assert again is not None and again.state == {k: v for k, v in a.state.items() if not k.startswith("temp:")}
         assert [e.model_dump() for e in again.events] == [e.model_dump() for e in a.events]
         # ... and ADK's own append continues from a fast one without a stale error.
-        await DatabaseSessionService.append_event(fast, again, Event(author="user", invocation_id="e-2"))
+        await (await fast.adk()).append_event(again, Event(author="user", invocation_id="e-2"))
         await fast.append_event(again, Event(author="user", invocation_id="e-3"))
     finally:
         await plain.close()

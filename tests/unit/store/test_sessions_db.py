@@ -34,7 +34,7 @@ async def db(tmp_path: Path) -> Any:
 
 
 async def test_every_connection_gets_the_same_pragmas(db: SessionsDb) -> None:
-    async with db.service.db_engine.connect() as conn:  # SQLAlchemy's pool: the connect listener
+    async with (await db.service.adk()).db_engine.connect() as conn:  # SQLAlchemy's pool: the connect listener
         pooled = {name: (await conn.execute(sa_text(f"PRAGMA {name}"))).scalar() for name in CHECKED}
     assert pooled == WRITABLE
     writer = await anyio.to_thread.run_sync(lambda: settings(db.service._connection()))
@@ -84,5 +84,5 @@ async def test_aclose_leaves_no_connection_and_a_new_owner_takes_over(tmp_path: 
     async with SessionsDb.open(tmp_path) as again:
         assert again.path == db.path and again.gate is not db.gate
         assert [r.id for r in await again.reader.list_sessions()] == ["s1", "s2"]
-        async with again.service.db_engine.connect() as c:  # the connect listener sets WAL again
+        async with (await again.service.adk()).db_engine.connect() as c:  # the connect listener sets WAL again
             assert (await c.execute(sa_text("PRAGMA journal_mode"))).scalar() == "wal"
