@@ -566,7 +566,9 @@ class Daemon:
             message = types.Content(role="user", parts=[types.Part(text=text)])
             window = _window(state)
             events = self.engine.run_turn(session_id, message, state_delta=delta, window_start=window, abort=abort)
-            return await self._drive(session_id, stream, events, abort, ask, window)
+            # Settings change only under the session lock, which the turn holds: read them now.
+            compaction = self.session_config.from_state(state).compaction
+            return await self._drive(session_id, stream, events, abort, ask, window, compaction)
 
     async def resume(
         self, session_id: str, invocation_id: str, interrupt_id: str, response: Any, *, ask: Ask | None = None,
@@ -613,11 +615,12 @@ class Daemon:
             if started is not None:
                 started()
             events = self.engine.resume_turn(session_id, interrupt_id, answer, window_start=window, abort=abort)
-            return await self._drive(session_id, stream, events, abort, ask, window)
+            compaction = self.session_config.from_state(state).compaction  # as in prompt()
+            return await self._drive(session_id, stream, events, abort, ask, window, compaction)
 
     async def _drive(
         self, session_id: str, stream: TurnUpdates, events: AsyncIterator[Event], abort: asyncio.Event,
-        ask: Ask | None, window: float | None,
+        ask: Ask | None, window: float | None, compaction: bool,
     ) -> TurnResult:
         """Run a turn's events to its end or its next checkpoint; while `ask` answers checkpoints,
         resume in place (the same turn, still under the session lock). Then post-turn compaction."""
@@ -646,9 +649,8 @@ class Daemon:
         # still under the lock. Never fails the turn; its cost goes out as a `usage` update. A
         # turn paused at a checkpoint is not complete: nothing is compacted until it is.
         paused = stream.checkpoint
-        settings = await self.session_config.settings(session_id)
         usage = await self.compactor.after_turn(
-            session_id, stream.usage, cancelled=abort.is_set(), paused=paused is not None, enabled=settings.compaction
+            session_id, stream.usage, cancelled=abort.is_set(), paused=paused is not None, enabled=compaction
         )
         if stream.usage:
             usage = dataclasses.replace(usage, model_tokens=stream.usage)

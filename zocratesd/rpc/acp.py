@@ -79,9 +79,12 @@ class SessionFeed:
     does not read stalls neither the turn nor the session's other watchers. One writer task per
     feed, in the connection's task group, lives from `attach` until the feed is closed (`detach`,
     or the connection ends): it waits for updates and writes what is queued in one go. (A task
-    started per burst of updates cost some 8 spawns a turn.) Once the feed is closed nothing more
-    is written: a write in progress is given up, what is still queued is dropped. The connection
-    is aborted, and can resync with `session/load`, when one write takes longer than
+    started per burst of updates cost some 8 spawns a turn.) The writer queues a batch on the
+    connection (`Peer.queue_messages`) and waits until it is written before it takes the next, so
+    updates pile up in the subscription, not in the connection, while the client reads slowly;
+    `queued()` tells a request that its own answer goes out after them. Once the feed is closed
+    nothing more is written: a write in progress is given up, what is still queued is dropped.
+    The connection is aborted, and can resync with `session/load`, when one write takes longer than
     SLOW_CLIENT_TIMEOUT_S or its subscription overflows (MAX_QUEUED_UPDATES waiting): either way,
     it has stopped reading.
     """
@@ -90,6 +93,8 @@ class SessionFeed:
         self.peer = peer
         self.session_id = session_id
         self._write_scope: anyio.CancelScope | None = None  # the write in progress
+        self._taken = False  # the writer holds a batch it took and has not queued (or dropped) yet
+        self._progress: anyio.Event | None = None  # set when it has; `queued()` waits on it
         self.updates: Subscription = daemon.watch(session_id, on_ready=self._ready)
         if not peer.start_soon(self._write, name=f"{peer.name}: updates of {session_id}"):
             self.updates.close()  # gone while the request ran: nothing will write or close this feed
@@ -100,10 +105,21 @@ class SessionFeed:
         if self._write_scope is not None:
             self._write_scope.cancel()
 
-    async def written(self) -> None:
-        """Return once every update published so far is written to the connection (or dropped
-        because it closed). Bounded: a write that stalls aborts the connection, which ends it."""
-        await self.updates.drained()
+    async def queued(self) -> None:
+        """Return once every update published so far is queued on the connection (or dropped
+        because the feed closed): whatever is sent after this is written after them, often in the
+        same write (a turn's last update and its answer). Bounded: a write that stalls aborts the
+        connection, which ends the feed."""
+        while len(self.updates) or self._taken:
+            if self._progress is None:
+                self._progress = anyio.Event()
+            await self._progress.wait()
+
+    def _batch_queued(self) -> None:
+        self._taken = False
+        if self._progress is not None:
+            self._progress.set()
+            self._progress = None
 
     def _ready(self) -> None:
         # The subscription's hook: updates for an idle writer (it is waiting for them already),
@@ -115,7 +131,9 @@ class SessionFeed:
     async def _write(self) -> None:
         try:
             while batch := await self.updates.take():
+                self._taken = True
                 if self.updates.closed or self.peer.closed:
+                    self._batch_queued()
                     continue  # dropped: the feed was closed (detached, or the connection is gone)
                 prompting = self.peer.state.get("prompting") or {}
                 booleans, origin = takes_booleans(self.peer), self.peer.state.get(ORIGIN)
@@ -130,11 +148,17 @@ class SessionFeed:
                     and not (isinstance(u, ConfigOptions) and u.origin is not None and u.origin == origin)
                 ]
                 if not messages:
+                    self._batch_queued()
                     continue
                 # One scope: cancelled by close(), or by its deadline (a client that stopped reading).
                 with anyio.CancelScope(deadline=anyio.current_time() + SLOW_CLIENT_TIMEOUT_S) as scope:
                     self._write_scope = scope
-                    await self.peer.send_messages(messages)
+                    try:
+                        ticket = await self.peer.queue_messages(messages)
+                    finally:
+                        self._batch_queued()
+                    if ticket is not None:
+                        await self.peer.written(ticket)
                 self._write_scope = None
                 if scope.cancelled_caught and not self.updates.closed:
                     log.warning("%s: not reading its session/update for %.0f s; disconnecting it",
@@ -145,6 +169,7 @@ class SessionFeed:
             self.updates.close()
             while self.updates.take_nowait():
                 pass
+            self._batch_queued()
 
 
 def detach(peer: Peer, session_id: str) -> bool:
@@ -443,7 +468,7 @@ def build_methods(daemon: Daemon) -> MethodTable:
 
         async def ask(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
             asked.append(True)
-            await feed.written()  # the checkpoint's tool_call goes out before the question about it
+            await feed.queued()  # the checkpoint's tool_call goes out before the question about it
             return await ask_checkpoint(peer, p.session_id, checkpoint)
 
         try:
@@ -451,7 +476,7 @@ def build_methods(daemon: Daemon) -> MethodTable:
         finally:
             # The answer (or error) comes after every update of the turn.
             with anyio.CancelScope(shield=True):
-                await feed.written()
+                await feed.queued()
             prompting[p.session_id] -= 1
             if not prompting[p.session_id]:
                 del prompting[p.session_id]
@@ -471,7 +496,7 @@ def build_methods(daemon: Daemon) -> MethodTable:
             )
         finally:
             with anyio.CancelScope(shield=True):  # the answer comes after every update of the turn
-                await feed.written()
+                await feed.queued()
         return {"stopReason": result.stop_reason, "invocationId": result.invocation_id, "pendingHitl": result.pending_hitl}
 
     @adapter(models.CancelParams)

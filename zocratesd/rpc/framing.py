@@ -97,6 +97,66 @@ class FrameDecoder:
             return line
 
 
+class SendQueue:
+    """Bytes waiting for the wire, sans-IO: senders `push` whole frames (one or a batch), one
+    writer `take`s everything queued as one write and reports it `wrote`. Frames leave in the
+    order they were pushed, never interleaved (each push is whole frames).
+
+    A push returns a ticket; its bytes are on the wire once `written` has reached the ticket. A
+    sender waits for that, so the queue holds at most one push per waiting sender, as much as each
+    held when it wrote by itself, and nothing once the connection is closed (`clear`). `withdraw`
+    takes back a push no write has taken yet (its sender gave up).
+    """
+
+    __slots__ = ("_items", "_pushed", "_taken", "written")
+
+    def __init__(self) -> None:
+        self._items: list[tuple[int, bytes]] = []  # (ticket, frames)
+        self._pushed = 0
+        self._taken = 0  # the last ticket a write has taken
+        self.written = 0  # the last ticket whose write ended (completed, or the connection closed)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def busy(self) -> bool:
+        """Something is queued, or a write that took it has not ended yet."""
+        return bool(self._items) or self._taken > self.written
+
+    def push(self, frames: bytes) -> int:
+        self._pushed += 1
+        self._items.append((self._pushed, frames))
+        return self._pushed
+
+    def take(self) -> tuple[bytes, int]:
+        """Everything queued as one write, and the ticket it reaches (call `wrote` with it once
+        written). Only when something is queued."""
+        items = self._items
+        data = items[0][1] if len(items) == 1 else b"".join(frames for _, frames in items)
+        self._taken = items[-1][0]
+        items.clear()
+        return data, self._taken
+
+    def wrote(self, ticket: int) -> None:
+        self.written = max(self.written, ticket)
+
+    def withdraw(self, ticket: int) -> bool:
+        """Drop the push of `ticket` if no write has taken it yet; whether it was dropped."""
+        if ticket <= self._taken:
+            return False
+        for i, (t, _) in enumerate(self._items):
+            if t == ticket:
+                del self._items[i]
+                return True
+        return False
+
+    def clear(self) -> None:
+        """The connection is gone: everything queued is dropped, and every ticket is settled."""
+        self._items.clear()
+        self._taken = self.written = self._pushed
+
+
 def encode_message(message: Any) -> bytes:
     """One message as one line: compact JSON, UTF-8, `\\n`. Compact JSON never holds a raw newline
     (control characters inside strings are always escaped)."""

@@ -10,7 +10,14 @@ the Python client uses too; this module performs what it decides, with anyio:
 - our own requests to the client (`session/request_permission`) wait on an event until the
   connection reports their answer, or fails them because the input ended; once it has ended, none
   is sent (the other side could never answer it);
-- one writer at a time, one frame per message; once the connection is gone, sends are dropped
+- one writer task per connection, the only one to write to its stream: senders queue whole frames
+  (`framing.SendQueue`) and wait until theirs are written; the writer writes everything queued as
+  one write, in order. What several tasks send while the writer is busy or before it runs (an
+  answer and the notice that follows it, a turn's last update and its answer, two sessions'
+  updates) costs one system call (on stdio, one worker thread's write). A sender waits for its
+  frames, so it holds no more than it did when each wrote by itself, and a client that stops
+  reading stops its senders; one that gives up takes back what no write has taken, so a cancelled
+  sender never leaves half a frame on the wire. Once the connection is gone, sends are dropped
   silently (a turn whose client vanished still runs to the end and is persisted).
 
 Concurrency is structured: `run()` owns a task group; every request task lives in it, and the
@@ -45,7 +52,7 @@ from zocratesd.rpc.connection import (
     ResponseReceived,
     UnexpectedResponse,
 )
-from zocratesd.rpc.framing import DEFAULT_MAX_FRAME_BYTES, encode_message
+from zocratesd.rpc.framing import DEFAULT_MAX_FRAME_BYTES, SendQueue, encode_message
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +62,7 @@ log = logging.getLogger(__name__)
 MAX_INFLIGHT_REQUESTS: Final = 256
 
 READ_CHUNK_BYTES: Final = 256 * 1024
-# A replayed history is written in chunks of about this size: large enough that a 5000-event
+# A replayed history is queued in chunks of about this size: large enough that a 5000-event
 # replay takes a dozen writes, small enough not to hold one huge buffer per connection.
 WRITE_BATCH_BYTES: Final = 256 * 1024
 
@@ -116,7 +123,14 @@ class Peer:
         self._stream = stream
         self._methods = methods
         self._notifications: frozenset[str] = getattr(methods, "notifications", frozenset())
-        self._write_lock = anyio.Lock()
+        # Frames waiting for the writer task (`_write_out`): `_queued` wakes it, `_wrote` the
+        # senders after each write.
+        self._sendq = SendQueue()
+        self._queued = anyio.Event()
+        self._wrote = anyio.Event()
+        self._writer = anyio.CancelScope()
+        # A batch of several writes (a long replay) holds this so that no other frame lands inside it.
+        self._batch_lock = anyio.Lock(fast_acquire=True)
         # "z:<n>": our ids can never collide with the client's.
         self._conn = Connection(id_prefix="z:", max_in_flight=max_inflight_requests, max_frame_bytes=max_frame_bytes)
         self._waiters: dict[RequestId, _Waiter] = {}  # our pending requests, by the ids _conn minted
@@ -177,11 +191,8 @@ class Peer:
 
     async def send_message(self, message: dict[str, Any]) -> bool:
         """Write one message; False when the connection is gone (the message is dropped)."""
-        if self._conn.closed:
-            return False
-        data = encode_message(message)
-        async with self._write_lock:
-            return await self._write_locked(data)
+        ticket = await self.queue_messages((message,))
+        return ticket is not None and await self.written(ticket)
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> bool:
         return await self.send_message(jsonrpc.notification(method, params))
@@ -190,12 +201,13 @@ class Peer:
         """Write many messages (a history replay) in few writes, still one message per line.
 
         Frames are joined into writes of about WRITE_BATCH_BYTES: one syscall and one scheduler
-        round trip per 6000 tiny notifications cost more than encoding them. The write lock is
-        held for the whole batch, so nothing interleaves with it.
+        round trip per 6000 tiny notifications cost more than encoding them, and a write of the
+        whole history would hold all of it twice. Nothing else is written between the writes of
+        one batch.
         """
         if self._conn.closed:
             return False
-        async with self._write_lock:
+        async with self._batch_lock:
             batch: list[bytes] = []
             size = 0
             for message in messages:
@@ -203,20 +215,67 @@ class Peer:
                 batch.append(frame)
                 size += len(frame)
                 if size >= WRITE_BATCH_BYTES:
-                    if not await self._write_locked(b"".join(batch)):
+                    if not await self.written(self._push(b"".join(batch))):
                         return False
                     batch, size = [], 0
-            return await self._write_locked(b"".join(batch)) if batch else True
+            return await self.written(self._push(b"".join(batch))) if batch else not self._conn.closed
 
-    async def _write_locked(self, data: bytes) -> bool:
+    async def queue_messages(self, messages: Iterable[dict[str, Any]]) -> int | None:
+        """Queue messages for the writer, after everything queued before them (and after a
+        `send_messages` batch being written, never inside it); their ticket for `written`, or None
+        when the connection is gone. Anything queued after this returns is written after them."""
         if self._conn.closed:
-            return False
+            return None
+        frames = b"".join(encode_message(m) for m in messages)
+        if not frames:
+            return 0  # nothing to write: written at once
+        if not self._batch_lock.locked():
+            return self._push(frames)
+        async with self._batch_lock:
+            return self._push(frames) if not self._conn.closed else None
+
+    async def written(self, ticket: int) -> bool:
+        """Wait until what `ticket` queued is written: True, or False when the connection is gone.
+        A sender that gives up meanwhile takes its frames back unless a write has them already."""
+        sendq = self._sendq
         try:
-            await self._stream.send(data)
+            while sendq.written < ticket:
+                await self._wrote.wait()
+        except BaseException:
+            sendq.withdraw(ticket)
+            raise
+        return not self._conn.closed
+
+    def _push(self, frames: bytes) -> int:
+        if self._conn.closed:  # the writer is gone: dropped, and the ticket counts as settled
+            return 0
+        ticket = self._sendq.push(frames)
+        self._queued.set()
+        return ticket
+
+    async def _write_out(self) -> None:
+        """The connection's writer: everything queued, as one write, until the connection closes."""
+        sendq = self._sendq
+        with self._writer:
+            while not self._conn.closed:
+                if not sendq:
+                    self._queued = anyio.Event()
+                    await self._queued.wait()
+                    continue
+                data, upto = sendq.take()
+                await self._write(data)
+                sendq.wrote(upto)
+                self._wake_senders()
+
+    async def _write(self, data: bytes) -> None:
+        try:
+            await self._stream.send(data)  # waits until the other side reads
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             self._mark_closed()
-            return False
-        return True
+
+    def _wake_senders(self) -> None:
+        wrote, self._wrote = self._wrote, anyio.Event()
+        wrote.set()
 
     async def request(
         self,
@@ -270,6 +329,7 @@ class Peer:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                tg.start_soon(self._write_out, name=f"{self.name}: writer")
                 eof = False
                 with self._reading:
                     while not self._conn.closed:
@@ -367,10 +427,15 @@ class Peer:
                 _AFTER_ANSWER.reset(token)
                 self._handlers.pop(msg.id, None)
                 answer = self._conn.finish_request(msg.id, reply, cancelled=scope.cancelled_caught)
-            await self.send_message(answer)
-            if "result" in answer:
-                for send in after:
-                    await send()
+            # Queued, then what `after` sends joins it in one write; the request counts as unanswered
+            # until its answer is written (MAX_INFLIGHT_REQUESTS bounds what a client that does not
+            # read can make us hold, as before).
+            ticket = await self.queue_messages((answer,))
+            if ticket is not None:
+                if "result" in answer:
+                    for send in after:
+                        await send()
+                await self.written(ticket)
         finally:
             self._unanswered -= 1
             self._answered.set()
@@ -389,6 +454,12 @@ class Peer:
         if self._conn.closed:
             return
         self._fail(self._conn.close())
+        # Nothing more is written: the writer stops (in a write to a client that stopped
+        # reading, too), what is queued is dropped and its senders hear False.
+        self._writer.cancel()
+        self._sendq.clear()
+        self._queued.set()
+        self._wake_senders()
         for cb in self.on_close:
             try:
                 cb()

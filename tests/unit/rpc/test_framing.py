@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from zocratesd.rpc.framing import NEED_DATA, FrameDecoder, FrameTooLarge, encode_message
+from zocratesd.rpc.framing import NEED_DATA, FrameDecoder, FrameTooLarge, SendQueue, encode_message
 
 
 def frames(decoder: FrameDecoder) -> list[object]:
@@ -95,3 +95,42 @@ def test_cap_counts_the_line_not_its_crlf_however_the_bytes_arrive() -> None:
         first = frames(d)
         d.feed(data[split:])
         assert first + frames(d) == [b"0123456789"], split
+
+
+# --- SendQueue: what a connection's writer takes -------------------------------------------------
+
+
+def test_a_write_takes_everything_queued_in_order_and_settles_its_tickets() -> None:
+    q = SendQueue()
+    assert not q.busy
+    tickets = [q.push(b"a\n"), q.push(b"b\nc\n"), q.push(b"d\n")]
+    assert tickets == [1, 2, 3] and len(q) == 3 and q.busy
+    data, upto = q.take()
+    assert data == b"a\nb\nc\nd\n" and upto == 3
+    assert len(q) == 0 and q.busy  # taken, not yet written
+    assert q.push(b"e\n") == 4  # queued while the write is on: the next write
+    q.wrote(upto)
+    assert q.written == 3 and q.busy
+    assert q.take() == (b"e\n", 4)
+    q.wrote(4)
+    assert not q.busy
+
+
+def test_a_push_is_withdrawn_only_until_a_write_takes_it() -> None:
+    q = SendQueue()
+    first, second, third = q.push(b"1\n"), q.push(b"2\n"), q.push(b"3\n")
+    assert q.withdraw(second)
+    assert not q.withdraw(second)  # once
+    assert q.take() == (b"1\n3\n", third)
+    assert not q.withdraw(first)  # on its way: it goes out whole
+    q.wrote(third)
+    assert q.written >= first and not q.busy
+
+
+def test_clear_drops_everything_and_settles_every_ticket() -> None:
+    q = SendQueue()
+    q.push(b"1\n")
+    q.take()
+    last = q.push(b"2\n")
+    q.clear()
+    assert len(q) == 0 and not q.busy and q.written == last

@@ -323,3 +323,82 @@ async def test_a_request_given_up_without_notice_has_its_late_answer_dropped(con
     await c.send({"jsonrpc": "2.0", "id": req["id"], "result": {"outcome": {"outcome": "cancelled"}}})
     await c.send({"jsonrpc": "2.0", "id": 7, "method": "echo"})
     assert await c.recv() == {"jsonrpc": "2.0", "result": {}, "id": 7}  # no $/cancel_request before it
+
+
+# --- writing: one writer per connection ----------------------------------------------------------
+
+
+async def test_what_is_sent_while_a_write_waits_goes_out_in_one_write_in_order() -> None:
+    """Every write is one item of the pipe: the frames queued behind a write that waits for the
+    client are joined into the next one, in the order they were sent, whole."""
+    server_end, client_end = pipe(0)  # each write waits until the client takes it
+    p = Peer(server_end, MethodTable({}), name="t")
+    sent: list[int] = []
+
+    async def tick(n: int) -> None:
+        assert await p.notify("tick", {"n": n})
+        sent.append(n)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(p.run)
+        tg.start_soon(tick, 0)
+        await anyio.wait_all_tasks_blocked()  # tick 0 is being written, to a client not reading
+        for n in range(1, 5):
+            tg.start_soon(tick, n)
+        await anyio.wait_all_tasks_blocked()
+        assert sent == []  # a sender returns once its frames are written, not before
+        writes = [await client_end.receive(), await client_end.receive()]
+        await client_end.send_eof()
+    assert [[json.loads(line)["params"]["n"] for line in w.splitlines()] for w in writes] == [[0], [1, 2, 3, 4]]
+    assert sorted(sent) == [0, 1, 2, 3, 4]
+
+
+async def test_a_sender_that_gives_up_takes_its_frame_back_and_a_close_releases_the_rest() -> None:
+    server_end, client_end = pipe(0)
+    p = Peer(server_end, MethodTable({}), name="t")
+    results: dict[str, bool] = {}
+
+    async def send(name: str, timeout: float | None = None) -> None:
+        with anyio.move_on_after(timeout if timeout is not None else 30):
+            results[name] = await p.notify(name, {})
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(p.run)
+        tg.start_soon(send, "first")
+        await anyio.wait_all_tasks_blocked()  # being written: the client does not read
+        tg.start_soon(send, "impatient", 0.05)
+        tg.start_soon(send, "patient")
+        await anyio.wait_all_tasks_blocked()
+        assert len(p._sendq) == 2  # one push per waiting sender: the queue holds no more
+        await anyio.sleep(0.1)  # the impatient one gives up: its frame never goes out
+        assert len(p._sendq) == 1 and "impatient" not in results
+        got = [json.loads(line)["method"] for _ in range(2) for line in (await client_end.receive()).splitlines()]
+        assert got == ["first", "patient"]
+        tg.start_soon(send, "stuck")
+        await anyio.wait_all_tasks_blocked()
+        p.abort()  # a client that stopped reading is cut off: every sender hears False at once
+        await anyio.wait_all_tasks_blocked()
+        assert results == {"first": True, "patient": True, "stuck": False}
+        assert len(p._sendq) == 0
+
+
+async def test_a_batch_whose_client_goes_away_midway_ends_false_and_holds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(peer_mod, "WRITE_BATCH_BYTES", 64)  # a few notifications per write
+    server_end, client_end = pipe(0)
+    p = Peer(server_end, MethodTable({}), name="t")
+    outcome: list[bool] = []
+
+    async def replay() -> None:
+        outcome.append(await p.send_messages({"jsonrpc": "2.0", "method": "n", "params": {"k": k}} for k in range(20)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(p.run)
+        tg.start_soon(replay)
+        first = await client_end.receive()  # one write arrives, then the client goes away
+        await client_end.aclose()
+        with anyio.fail_after(5):
+            while not outcome:
+                await anyio.sleep(0.01)
+    assert 1 < len(first.splitlines()) < 20  # batched, and cut short
+    assert outcome == [False] and p.closed and len(p._sendq) == 0
+    assert await p.send_messages([{"jsonrpc": "2.0", "method": "late"}]) is False
