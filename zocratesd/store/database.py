@@ -6,9 +6,10 @@ passes. Every connection gets the same pragmas (store/sqlite.py `PRAGMAS`): SQLA
 through a connect listener, the writer's and the reader's through `sqlite.connect`.
 
 Made once by the composition root (`Daemon`), explicitly: `SessionsDb.open(data_dir)`, closed with
-`aclose()`. The reader needs nothing but sqlite3; ADK's service (and with it ADK and SQLAlchemy,
-~1 s of imports) is built by `load_service()`, which the daemon calls in the background after it
-has started serving reads (`open(..., load_service=False)`). There is no registry: maintenance
+`aclose()`. The reader needs nothing but sqlite3; the session service (and with it ADK, ~1 s of
+imports) is built by `load_service()`, which the daemon calls in the background after it has
+started serving reads (`open(..., load_service=False)`); it builds ADK's own
+`DatabaseSessionService` (and imports SQLAlchemy) only when something needs it (store/writer.py). There is no registry: maintenance
 and compaction are handed the instance. A second owner of the same file in one process would have
 its own gate; the VACUUM swap would then find its connections open and refuse (`_swap.SwapBusy`)
 rather than corrupt anything, but nothing of zocratesd makes one.
