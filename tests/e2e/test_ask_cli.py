@@ -28,6 +28,7 @@ import pytest
 from daemonproc import DaemonProc, daemon_env
 from rawrpc import RawConn
 from test_cli import zocrates_command
+from test_library import wait_ready
 
 from zocrates_client import Checkpoint, RpcError, connect
 from zocratesd import demo
@@ -38,7 +39,6 @@ pytestmark = pytest.mark.e2e
 CLI_TIMEOUT_S = 60.0
 PTY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
-READY_TIMEOUT_S = 60.0  # the demo library indexed (~0.2 s quiet; the dense model loads first)
 SIMPLE = "How do hypothetical document embeddings help zero-shot retrieval?"
 # Four parts: one more than the default research budget of three rounds, so the turn pauses.
 FOUR = (
@@ -61,10 +61,7 @@ def shared() -> Iterator[DaemonProc]:
         # The tests ask about the demo's papers: the index must be built first (the daemon serves,
         # and a turn runs, while it indexes; under load that can outlast a test's first turn).
         with RawConn(d.socket_path) as c:
-            deadline = time.monotonic() + READY_TIMEOUT_S
-            while (st := c.result("_zocrates/library/status", {}))["state"] != "ready":
-                assert time.monotonic() < deadline, f"the demo library was not indexed in {READY_TIMEOUT_S} s: {st}"
-                time.sleep(0.05)
+            assert wait_ready(c)["state"] == "ready"
         yield d
     finally:
         d.stop(STOP_TIMEOUT_S)

@@ -48,8 +48,8 @@ class Subscription:
     A consumer iterates (`async for update in sub`), or takes everything queued at once: `await
     take()` waits for it (a long-lived writer: ACP's SessionFeed), `take_nowait()` does not. The
     iteration ends, and `take()` returns [], once the subscription has ended and its queue is
-    empty. An update counts as handled once its consumer comes back for more, which is what
-    `drained()` waits for. `close()` (or leaving the `with` block) unsubscribes; what was queued
+    empty. An update counts as handled once its consumer comes back for more (or says so:
+    `handled()`), which is what `drained()` waits for. `close()` (or leaving the `with` block) unsubscribes; what was queued
     before stays readable.
     """
 
@@ -166,6 +166,13 @@ class Subscription:
             await arrived.wait()
         self._handling = True
         return self._queue.popleft()
+
+    def handled(self) -> None:
+        """The consumer is done with what it took, before it comes back for more (ACP's writer,
+        once its batch is queued on the connection): `drained()` need not wait for it any longer."""
+        self._handling = False
+        if not self._queue:
+            self._set_idle()
 
     async def drained(self) -> None:
         """Return once every update queued so far has been handled (see the class docstring).

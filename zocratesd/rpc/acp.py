@@ -93,8 +93,6 @@ class SessionFeed:
         self.peer = peer
         self.session_id = session_id
         self._write_scope: anyio.CancelScope | None = None  # the write in progress
-        self._taken = False  # the writer holds a batch it took and has not queued (or dropped) yet
-        self._progress: anyio.Event | None = None  # set when it has; `queued()` waits on it
         self.updates: Subscription = daemon.watch(session_id, on_ready=self._ready)
         if not peer.start_soon(self._write, name=f"{peer.name}: updates of {session_id}"):
             self.updates.close()  # gone while the request ran: nothing will write or close this feed
@@ -109,17 +107,8 @@ class SessionFeed:
         """Return once every update published so far is queued on the connection (or dropped
         because the feed closed): whatever is sent after this is written after them, often in the
         same write (a turn's last update and its answer). Bounded: a write that stalls aborts the
-        connection, which ends the feed."""
-        while len(self.updates) or self._taken:
-            if self._progress is None:
-                self._progress = anyio.Event()
-            await self._progress.wait()
-
-    def _batch_queued(self) -> None:
-        self._taken = False
-        if self._progress is not None:
-            self._progress.set()
-            self._progress = None
+        connection, which ends the feed. (The writer calls a batch handled once it is queued.)"""
+        await self.updates.drained()
 
     def _ready(self) -> None:
         # The subscription's hook: updates for an idle writer (it is waiting for them already),
@@ -131,9 +120,7 @@ class SessionFeed:
     async def _write(self) -> None:
         try:
             while batch := await self.updates.take():
-                self._taken = True
                 if self.updates.closed or self.peer.closed:
-                    self._batch_queued()
                     continue  # dropped: the feed was closed (detached, or the connection is gone)
                 prompting = self.peer.state.get("prompting") or {}
                 booleans, origin = takes_booleans(self.peer), self.peer.state.get(ORIGIN)
@@ -148,7 +135,6 @@ class SessionFeed:
                     and not (isinstance(u, ConfigOptions) and u.origin is not None and u.origin == origin)
                 ]
                 if not messages:
-                    self._batch_queued()
                     continue
                 # One scope: cancelled by close(), or by its deadline (a client that stopped reading).
                 with anyio.CancelScope(deadline=anyio.current_time() + SLOW_CLIENT_TIMEOUT_S) as scope:
@@ -156,7 +142,7 @@ class SessionFeed:
                     try:
                         ticket = await self.peer.queue_messages(messages)
                     finally:
-                        self._batch_queued()
+                        self.updates.handled()  # queued: what is sent after it goes out after it
                     if ticket is not None:
                         await self.peer.written(ticket)
                 self._write_scope = None
@@ -169,7 +155,6 @@ class SessionFeed:
             self.updates.close()
             while self.updates.take_nowait():
                 pass
-            self._batch_queued()
 
 
 def detach(peer: Peer, session_id: str) -> bool:

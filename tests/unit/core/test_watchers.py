@@ -116,6 +116,32 @@ async def test_drained_waits_until_the_consumer_comes_back_for_more() -> None:
     await sub.drained()  # nothing queued: returns at once
 
 
+async def test_handled_ends_the_wait_before_the_consumer_comes_back_unless_more_is_queued() -> None:
+    """ACP's writer says a batch is handled once it is queued on the connection, while it still
+    waits for the write: a prompt's answer then goes out after the turn's updates, not after
+    the client read them."""
+    w = Watchers()
+    sub = w.watch("s1")
+    await w.publish("s1", chunk(0))
+    assert sub.take_nowait() == [chunk(0)]
+    drained = anyio.Event()
+
+    async def wait() -> None:
+        await sub.drained()
+        drained.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            await w.publish("s1", chunk(1))  # queued meanwhile: handled() does not cover it
+            sub.handled()
+            await anyio.sleep(0.05)
+            assert not drained.is_set()
+            assert sub.take_nowait() == [chunk(1)]
+            sub.handled()
+            await drained.wait()
+
+
 async def test_on_ready_fires_when_idle_only_and_a_failing_hook_drops_only_its_listener() -> None:
     w = Watchers()
     calls: list[str] = []
