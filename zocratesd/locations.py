@@ -32,9 +32,10 @@ import os
 import stat
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 PROTOCOL_VERSION = 1
 DATA_SUBDIR = "zocrates-data"
@@ -366,8 +367,7 @@ def lock_is_held(path: Path) -> bool:
 # --- daemon.json -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DaemonInfo:
+class DaemonInfo(msgspec.Struct, frozen=True):
     """The parsed daemon.json; `raw` keeps every field, including ones a later version adds."""
 
     pid: int

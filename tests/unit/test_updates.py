@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import typing
 
@@ -62,7 +61,7 @@ def test_every_kind_translates_on_both_faces(update: Update) -> None:
 
 def test_updates_are_frozen_values() -> None:
     title = Title("a")
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         title.title = "b"  # type: ignore[misc]
     assert title == Title("a") and not hasattr(title, "__dict__")  # slots
 

@@ -9,8 +9,9 @@ a compaction, a rewind). Text that starts with `/` but names no command is an or
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from zocratesd.core.session_config import COLLECTION_PREFIX, COMPACTION, LIBRARY, PAPERS, RESEARCH_BUDGET, SCOPE
 from zocratesd.errors import InvalidInput, NotFound
@@ -19,8 +20,7 @@ if TYPE_CHECKING:
     from zocratesd.core.daemon import Daemon
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(msgspec.Struct, frozen=True):
     name: str
     description: str
     hint: str | None = None  # what to type after it, for a command that takes input

@@ -16,11 +16,11 @@ focal snippets (passages or images the user pointed at). They become, on the use
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast, get_args
+
+import msgspec
 
 from zocratesd.engine.retrieval import Mode, Scope
 from zocratesd.errors import InvalidInput
@@ -32,8 +32,7 @@ KEY_ATTR_RE = re.compile(r'\s+key="[^"]*"')
 LIBRARY_RE = re.compile(r"^(user|groups/[1-9][0-9]{0,11})$")
 
 
-@dataclass(frozen=True)
-class Snippet:
+class Snippet(msgspec.Struct, frozen=True):
     kind: Literal["text", "image"]
     item_key: str
     text: str = ""
@@ -42,15 +41,14 @@ class Snippet:
     key: str | None = None  # the annotation's or attachment's key: provenance for retrieval tools
 
     def as_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v not in (None, "")}
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v not in (None, "")}
 
 
-@dataclass(frozen=True)
-class PromptContext:
+class PromptContext(msgspec.Struct, frozen=True):
     mode: Mode = "library"
     items: tuple[tuple[str, str], ...] = ()  # (item_key, title)
     collection: str | None = None
-    snippets: tuple[Snippet, ...] = field(default_factory=tuple)
+    snippets: tuple[Snippet, ...] = ()
     # The prompt named its scope (a mode, or items): False lets the session's `scope` setting
     # choose (core/session_config.py); a "library" setting changes nothing either way.
     scope_given: bool = False
@@ -174,7 +172,7 @@ def _item(value: Any) -> tuple[str, str]:
 
 def _snippet(value: Any) -> Snippet:
     if isinstance(value, Snippet):
-        value = dataclasses.asdict(value)
+        value = msgspec.structs.asdict(value)
     if not isinstance(value, Mapping):
         raise InvalidInput("each snippet is an object")
     kind = value.get("kind", "text")

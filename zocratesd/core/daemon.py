@@ -6,19 +6,18 @@ class; it knows nothing about JSON-RPC or HTTP, and reports problems as `zocrate
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import re
 import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
+import msgspec
 
 from zocratesd import __version__
 from zocratesd.config import ZocratesConfig, config_path
@@ -130,8 +129,7 @@ def title_from_prompt(text: str) -> str:
     return (cut or line[: TITLE_FROM_PROMPT_CHARS - 1]) + "…"
 
 
-@dataclass(frozen=True)
-class TurnResult:
+class TurnResult(msgspec.Struct, frozen=True):
     stop_reason: str  # "end_turn" | "cancelled"
     invocation_id: str | None
     # The research checkpoint the turn stopped at, unanswered ({invocation_id, interrupt_id,
@@ -653,7 +651,7 @@ class Daemon:
             session_id, stream.usage, cancelled=abort.is_set(), paused=paused is not None, enabled=compaction
         )
         if stream.usage:
-            usage = dataclasses.replace(usage, model_tokens=stream.usage)
+            usage = msgspec.structs.replace(usage, model_tokens=stream.usage)
         await self._watchers.publish(session_id, usage)
         pending_hitl = paused.to_json() if paused is not None else None
         return TurnResult("cancelled" if abort.is_set() else "end_turn", stream.invocation_id, pending_hitl)

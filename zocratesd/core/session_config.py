@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
 from typing import Any
+
+import msgspec
+from msgspec.structs import replace
 
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.context import ITEM_KEY_RE, PromptContext
@@ -54,8 +56,7 @@ Collections = Callable[[], Awaitable[list[tuple[str, str, str | None]]]]
 Publish = Callable[[str, Update], Awaitable[None]]
 
 
-@dataclass(frozen=True)
-class SessionSettings:
+class SessionSettings(msgspec.Struct, frozen=True):
     scope: str  # "library" | "papers" | "collection"
     collection: str | None
     model: str

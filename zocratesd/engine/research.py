@@ -20,9 +20,10 @@ Rules:
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from zocratesd.engine.answer.question import split_parts
 from zocratesd.engine.retrieval import Hit, Passage, Scope, tokens
@@ -241,7 +242,7 @@ class Research:
             return None
 
 
-_PASSAGE_FIELDS = frozenset(f.name for f in dataclasses.fields(Passage))
+_PASSAGE_FIELDS = frozenset(f.name for f in msgspec.structs.fields(Passage))
 
 
 def passage_from_json(d: dict[str, Any]) -> Passage:

@@ -11,8 +11,9 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
+
+import msgspec
 
 Mode = Literal["papers", "collection", "library"]
 
@@ -42,8 +43,7 @@ def tokens(text: str) -> list[str]:
 METADATA_BREAK = "\n\n"
 
 
-@dataclass(frozen=True)
-class Passage:
+class Passage(msgspec.Struct, frozen=True):
     """A piece of an item's text, with the provenance an answer cites."""
 
     item_key: str
@@ -75,8 +75,7 @@ class Passage:
         return f"{lead}{self.title}{page}"
 
 
-@dataclass(frozen=True)
-class Scope:
+class Scope(msgspec.Struct, frozen=True):
     """Where to search (spec 2.3 `active_mode`): selected items, one collection, or everything."""
 
     mode: Mode = "library"
@@ -94,13 +93,12 @@ class Scope:
         return True
 
 
-@dataclass(frozen=True)
-class Hit:
+class Hit(msgspec.Struct, frozen=True):
     passage: Passage
     score: float
 
     def as_json(self) -> dict[str, Any]:
-        d = asdict(self.passage)
+        d = msgspec.structs.asdict(self.passage)
         d["creators"] = list(self.passage.creators)
         d["collections"] = list(self.passage.collections)
         d["score"] = round(self.score, 4)
@@ -113,14 +111,12 @@ class Retriever(Protocol):
         ...
 
 
-@dataclass
 class InMemoryRetriever:
     """BM25 over passages kept in memory. Scores with the corpus statistics of the whole library,
     then filters by scope, so a passage scores the same whatever the scope."""
 
-    passages: list[Passage] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
+    def __init__(self, passages: list[Passage] | None = None) -> None:
+        self.passages = [] if passages is None else passages
         self._index()
 
     def add(self, passages: Iterable[Passage]) -> None:

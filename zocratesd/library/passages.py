@@ -19,7 +19,6 @@ index, and 117 ms per query (bench/bench_retrieval.py).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import os
@@ -27,6 +26,8 @@ import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from zocratesd.engine.retrieval import DEFAULT_TOP_K, Hit, Passage, Scope
 from zocratesd.library._records import AttachmentRecord, CollectionRecord, ItemRecord, valid_key
@@ -204,7 +205,7 @@ class PassagesFile:
                 continue
             # The passage as the file gives it; the text is the indexed chunk of it (a long passage is cut).
             text = h.passage.text if h.passage.kind == "fulltext" else given.text
-            out.append(Hit(dataclasses.replace(given, text=text), h.score))
+            out.append(Hit(msgspec.structs.replace(given, text=text), h.score))
         return out
 
     async def search(self, query: str, scope: Scope, top_k: int = DEFAULT_TOP_K) -> list[Hit]:

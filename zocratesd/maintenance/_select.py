@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 import anyio
 import anyio.to_thread
+import msgspec
 
 from zocratesd.store.sqlite import APP_NAME, USER_ID
 
@@ -71,8 +71,7 @@ def julian_day(epoch: float) -> float:
     return epoch / 86400.0 + _UNIX_EPOCH_JULIAN_DAY
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(msgspec.Struct, frozen=True):
     """A session a pass would delete, with what made it one (re-checked under its lock)."""
 
     id: str
@@ -81,8 +80,7 @@ class Candidate:
     cutoff_jd: float | None  # the julian-day cutoff it was selected with (empty, stale)
 
 
-@dataclass(frozen=True, slots=True)
-class Pages:
+class Pages(msgspec.Struct, frozen=True):
     page_size: int
     page_count: int
     freelist_count: int
@@ -92,8 +90,7 @@ class Pages:
         return self.freelist_count / self.page_count if self.page_count else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Survey:
+class Survey(msgspec.Struct, frozen=True):
     empty: list[Candidate]
     stale: list[Candidate]
     total: int

@@ -43,11 +43,11 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 
 from zocratesd import __version__, locations
 from zocratesd.config import ConfigError, ZocratesConfig, load_config
@@ -71,11 +71,10 @@ from zocratesd.service_manager.notify import Notifier
 log = logging.getLogger(PROCESS_LOGGER)
 
 
-@dataclass
-class ServeOptions:
+class ServeOptions(msgspec.Struct):
     data_dir: Path
     socket_path: Path | None = None
-    overrides: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = msgspec.field(default_factory=dict)
     log_level: str = "INFO"
     # Socket-activated only: exit 0 once no connection has been open for this long (the manager
     # keeps the socket and starts a new daemon on the next connection).

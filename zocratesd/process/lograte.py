@@ -22,8 +22,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 # At most this many of one message per window: a real problem shows itself in the first few.
 LOG_BURST: Final = 10
@@ -41,8 +42,7 @@ _DECIDED: Final = "_zocrates_rate_limited"
 _Key = tuple[str, int, str]
 
 
-@dataclass
-class _Window:
+class _Window(msgspec.Struct):
     ends: float
     passed: int = 0
     dropped: int = 0

@@ -39,9 +39,10 @@ from __future__ import annotations
 import enum
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
+
+import msgspec
 
 from zocratesd.rpc import framing, jsonrpc
 from zocratesd.rpc.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameTooLarge
@@ -73,8 +74,7 @@ class ConnectionStateError(RuntimeError):
 # --- what to send -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class OutboundRequest:
+class OutboundRequest(msgspec.Struct, frozen=True):
     """A request of ours, registered as pending: send `message`; its answer will name `id`."""
 
     id: RequestId
@@ -85,37 +85,32 @@ class OutboundRequest:
 # --- events -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class RequestReceived:
+class RequestReceived(msgspec.Struct, frozen=True):
     """A request of the other side, admitted and now in flight: handle it, then `finish_request`."""
 
     request: jsonrpc.Request
 
 
-@dataclass(frozen=True, slots=True)
-class NotificationReceived:
+class NotificationReceived(msgspec.Struct, frozen=True):
     """A notification other than `$/cancel_request` (which the connection handles itself)."""
 
     notification: jsonrpc.Notification
 
 
-@dataclass(frozen=True, slots=True)
-class CancelRequested:
+class CancelRequested(msgspec.Struct, frozen=True):
     """`$/cancel_request` named this request in flight: cancel its handler (it is then answered
     -32800 by `finish_request(..., cancelled=True)`)."""
 
     request_id: RequestId
 
 
-@dataclass(frozen=True, slots=True)
-class ResponseReceived:
+class ResponseReceived(msgspec.Struct, frozen=True):
     """The answer to our pending request `response.id`, which is no longer pending."""
 
     response: jsonrpc.Response
 
 
-@dataclass(frozen=True, slots=True)
-class UnexpectedResponse:
+class UnexpectedResponse(msgspec.Struct, frozen=True):
     """An answer that matches no pending request: `late` when it answers one we cancelled (the
     expected -32800, or a result that lost the race), else an id we never used or already settled.
     Either way it is dropped."""
@@ -124,16 +119,14 @@ class UnexpectedResponse:
     late: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Rejected:
+class Rejected(msgspec.Struct, frozen=True):
     """A frame the connection refused by itself (unreadable, not JSON-RPC, a duplicate id, over the
     in-flight limit): send `reply`."""
 
     reply: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class OversizeFrame:
+class OversizeFrame(msgspec.Struct, frozen=True):
     """A frame over `max_frame_bytes` was dropped. Its id cannot be known: the daemon answers with
     `reply` (id null) and reads on; the client, which cannot match it to its call, gives up."""
 

@@ -20,9 +20,9 @@ Contract of `FrameDecoder`:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 import orjson
 
 # 16 MiB, as in DESIGN.md. Precedents: asyncio's default 64 KiB StreamReader limit crashed ACP
@@ -34,8 +34,7 @@ DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 NEED_DATA: Final = object()
 
 
-@dataclass(frozen=True, slots=True)
-class FrameTooLarge:
+class FrameTooLarge(msgspec.Struct, frozen=True):
     """A line exceeded the cap; `limit` is the cap in bytes. The line itself was dropped."""
 
     limit: int

@@ -9,8 +9,9 @@ raising `JsonRpcError` (rpc/dispatch.py turns it into the reply).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 # Error codes. JSON-RPC reserves -32768..-32000; ACP adds -32002 and -32800 there. Zocrates' own
 # codes are 1000-1999, outside that range (protocol/README.md, "Errors", which lists every one).
@@ -27,8 +28,7 @@ MODEL_ERROR: Final = 1003
 CHECKPOINT_NOT_PENDING: Final = 1004
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorCode:
+class ErrorCode(msgspec.Struct, frozen=True):
     """One error code: its number, its standard `message`, and the `data.kind` it gets when the
     sender names none (a core error names its own: InvalidInput is -32602 with `invalid_input`)."""
 
@@ -59,21 +59,18 @@ _UNKNOWN_CODE = ErrorCode(0, "Error", "error")
 Id = int | str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     id: int | str
     method: str
     params: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Notification:
+class Notification(msgspec.Struct, frozen=True):
     method: str
     params: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(msgspec.Struct, frozen=True):
     """An answer from the other side to one of our own requests."""
 
     id: int | str
@@ -81,8 +78,7 @@ class Response:
     error: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Invalid:
+class Invalid(msgspec.Struct, frozen=True):
     """A frame we cannot act on; `reply` is the error to send (None: say nothing)."""
 
     reply: dict[str, Any] | None

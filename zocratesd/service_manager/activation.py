@@ -28,8 +28,9 @@ import logging
 import os
 import socket
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +57,11 @@ class ActivationError(Exception):
     """The manager passed sockets we cannot serve on; the message says what to check."""
 
 
-@dataclass
-class Activation:
+class Activation(msgspec.Struct):
     """Sockets a service manager passed us, by name (several fds may share one name)."""
 
     manager: str  # "systemd" or "launchd"
-    sockets: dict[str, list[socket.socket]] = field(default_factory=dict)
+    sockets: dict[str, list[socket.socket]] = msgspec.field(default_factory=dict)
 
     def take(self, name: str = SOCKET_NAME) -> list[socket.socket]:
         """Remove and return the sockets of `name` (plus unnamed ones, which can only be ours)."""

@@ -13,12 +13,12 @@ import gc
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+import msgspec
 import orjson
 
 from zocratesd.errors import SessionNotFound
@@ -83,8 +83,7 @@ def gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-@dataclass(frozen=True, slots=True)
-class SessionRow:
+class SessionRow(msgspec.Struct, frozen=True):
     """One line of the session list."""
 
     id: str
@@ -95,8 +94,7 @@ class SessionRow:
     updated_iso: str
 
 
-@dataclass(frozen=True, slots=True)
-class LiveSession:
+class LiveSession(msgspec.Struct, frozen=True):
     """A session's state and its live events (rewinds applied), ready to format or replay."""
 
     id: str
@@ -261,7 +259,7 @@ class SessionReader:
 
     @staticmethod
     def _view(session_id: str, head: Any, rows: list[Any]) -> Json:
-        from zocratesd.store import slim  # msgspec: loaded by the first view, not before serving
+        from zocratesd.store import slim  # its decoder: built by the first view, not before serving
 
         try:
             events = slim.decode_events(rows)
