@@ -435,10 +435,12 @@ class Daemon:
     # --- sessions -----------------------------------------------------------------------------
 
     async def create_session(self, *, title: str | None = None, cwd: str | None = None) -> SessionRow:
-        from google.adk.errors.already_exists_error import AlreadyExistsError
-
         title = clean_title(title) if title is not None else DEFAULT_TITLE
         await self._started()
+        # Only now: asked at a cold start, this import would load ADK on the event loop, in a
+        # race with the engine's import thread, and stall every read until it finished.
+        from google.adk.errors.already_exists_error import AlreadyExistsError
+
         now = time.time()
         for _ in range(3):
             session_id = f"session-{int(now * 1000)}-{secrets.token_hex(3)}"

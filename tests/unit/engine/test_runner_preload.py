@@ -29,8 +29,8 @@ def _run(probe: str, *args: str) -> list[str]:
 @pytest.mark.anyio
 async def test_the_serving_side_reads_without_adk(tmp_path: Path) -> None:
     """What the daemon builds before it serves (the core without its engine, the ACP methods, the
-    HTTP shim) and the reads it then answers (list, view, replay, settings, storage stats) load
-    neither ADK nor SQLAlchemy."""
+    HTTP shim), the reads it then answers (list, view, replay, settings, storage stats) and a
+    `session/new` waiting for the engine load neither ADK nor SQLAlchemy."""
     made = Daemon(tmp_path, ZocratesConfig(), retriever=InMemoryRetriever([Passage("ABCD1234", "RAG", "RAG text.")]))
     await made.start()
     sid = (await made.create_session()).id
@@ -55,6 +55,13 @@ async def test_the_serving_side_reads_without_adk(tmp_path: Path) -> None:
             assert (await daemon.storage_stats())["session_count"] == 1
             await daemon.config_options(sid)
             daemon.get_settings()
+            # A session asked for meanwhile waits for the engine, and loads nothing of it on
+            # the event loop (that would race the engine's import thread and stall every read).
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(daemon.create_session)
+                await anyio.sleep(0.2)
+                assert daemon.writes_waiting
+                tg.cancel_scope.cancel()
             assert not daemon.engine_loaded
             await daemon.aclose()
         anyio.run(reads)
