@@ -120,6 +120,7 @@ def _serve(args: argparse.Namespace, data_dir: Path) -> int:
     import anyio
 
     from zocratesd.process.boot import ServeOptions, serve, serve_stdio_standalone
+    from zocratesd.process.give_way import new_event_loop
 
     opts = ServeOptions(
         data_dir=data_dir,
@@ -130,7 +131,8 @@ def _serve(args: argparse.Namespace, data_dir: Path) -> int:
     )
     main = serve_stdio_standalone if args.command == "stdio" else serve
     try:
-        return anyio.run(main, opts)
+        # A loop that says when it is idle: the engine's import thread gives way to serving (process/give_way.py).
+        return anyio.run(main, opts, backend_options={"loop_factory": new_event_loop})
     finally:
         gc.enable()  # a start that failed before the engine was up left it off
 

@@ -23,7 +23,8 @@ Start-up order matters, and each step says why:
    connect at once, and its reads (initialize, session/list, session/load, ...) are answered;
    the shim's port answers once uvicorn and Starlette are imported (below), a moment later;
 5. meanwhile the root task group brings the engine up (`lifecycle.bring_up`: in a daemon thread,
-   the shim's modules imported, then ADK; the runner built, the store's tables prepared, start-up
+   the shim's modules imported, then ADK, each module only while nothing is served (bounded:
+   process/give_way.py); the runner built, the store's tables prepared, start-up
    maintenance run), and only then any write: a new session or a turn asked for earlier waits
    for it (`Daemon.start`). The garbage collector stays off until then (cli.py;
    `lifecycle.freeze_startup_heap` says why).

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from zocratesd.process.connections import Connections
+from zocratesd.process.give_way import MAX_WAIT_TOTAL_S, giving_way, watch_of
 from zocratesd.process.logs import PROCESS_LOGGER
 from zocratesd.service_manager.notify import Notifier
 
@@ -85,7 +86,15 @@ class Preload:
 
 def _import_engine(preload: Preload | None, loop: asyncio.AbstractEventLoop, timings: dict[str, float]) -> None:
     """The import thread's work: `preload`'s modules (then `done` set), then `import_engine`,
-    first held while a test says so. `timings` gets the CPU-bound parts' durations for the log."""
+    first held while a test says so; each module only while the event loop is idle, within
+    bounds (process/give_way.py). `timings` gets the parts' durations for the log."""
+    with giving_way(watch_of(loop)) as finder:
+        _import_all(preload, loop, timings)
+    if finder is not None:
+        timings["waits for the loop"] = MAX_WAIT_TOTAL_S - finder.left_s
+
+
+def _import_all(preload: Preload | None, loop: asyncio.AbstractEventLoop, timings: dict[str, float]) -> None:
     from zocratesd.core.daemon import import_engine
 
     if preload is not None:

@@ -45,7 +45,10 @@ log = logging.getLogger(__name__)
 # What serving the port imports (uvicorn, h11, Starlette and our routes on them), in an order that
 # imports each once: `run()` imports them unless the process layer did already (in its background
 # import thread, before ADK: process/lifecycle.py).
-SERVER_MODULES = ("uvicorn", "zocratesd.shim.protocol", "zocratesd.shim.guard", "zocratesd.shim.routes")
+# uvicorn's lifespan class too: its Config imports it on the event loop, by name, when serving starts.
+SERVER_MODULES = (
+    "uvicorn", "uvicorn.lifespan.off", "zocratesd.shim.protocol", "zocratesd.shim.guard", "zocratesd.shim.routes"
+)
 
 LOOPBACK = "127.0.0.1"
 # Two Zotero profiles get two stable ports: base_port + sha256(data dir) mod this span.

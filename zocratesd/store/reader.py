@@ -22,6 +22,7 @@ import msgspec
 import orjson
 
 from zocratesd.errors import SessionNotFound
+from zocratesd.foreground import FOREGROUND
 from zocratesd.store.sqlite import APP_NAME, USER_ID, StoreGate, sqlite_datetime
 from zocratesd.store.ui import Json, apply_rewinds, title_of, ui_view
 
@@ -145,7 +146,11 @@ class SessionReader:
                 return empty
             self._tables = None
         async with self._gate.request():
-            return await anyio.to_thread.run_sync(lambda: fn(self._connection()), limiter=self._limiter)
+            return await anyio.to_thread.run_sync(self._serve, fn, limiter=self._limiter)
+
+    def _serve(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with FOREGROUND.work():  # a background thread gives way to it (zocratesd/foreground.py)
+            return fn(self._connection())
 
     async def aclose(self) -> None:
         """Close the connection (reopened on the next read); waits for a read in progress. Not

@@ -1,0 +1,201 @@
+"""The engine's import thread gives way to serving (process/give_way.py, zocratesd/foreground.py):
+on a real asyncio loop made by `new_event_loop`, a module imported under `giving_way` runs only
+once the loop stops working, within its bounds, and a store read in a worker thread counts."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from zocratesd.foreground import FOREGROUND, Foreground
+from zocratesd.process import give_way
+from zocratesd.process.give_way import GiveWay, giving_way, new_event_loop, watch_of
+
+SPIN_S = 0.06  # the loop's busy stretch: well over the switch interval, under MAX_WAIT_EACH_S (0.1 s)
+
+
+@pytest.fixture
+def module_dir(tmp_path: Path) -> Iterator[Path]:
+    sys.path.insert(0, str(tmp_path))
+    importlib.invalidate_caches()
+    try:
+        yield tmp_path
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+@pytest.fixture(autouse=True)
+def short_switch_interval() -> Iterator[None]:
+    # As while the daemon loads (process/lifecycle.py): a thread that wants the GIL gets it
+    # within 0.5 ms, so an import that does not give way runs inside the loop's busy stretch.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
+    yield
+    sys.setswitchinterval(interval)
+
+
+def _module(where: Path, name: str) -> str:
+    """A module whose body records when it ran into `ran` of module `marks`."""
+    (where / f"{name}.py").write_text(f"import time, {__name__} as t\nt.ran['{name}'] = time.monotonic()\n")
+    return name
+
+
+ran: dict[str, float] = {}
+loop_importing = threading.Event()  # set by a module body running on the loop's thread
+
+
+def _spin(seconds: float) -> float:
+    """Python work on the loop's thread that never awaits: the loop is working throughout."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(100))
+    return time.monotonic()
+
+
+def _import_beside_busy_loop(name: str, *, spin_s: float, total_s: float, hand_over: bool = True) -> tuple[float, float]:
+    """On a `new_event_loop` loop: a thread imports `name` under `giving_way` (unless `hand_over`
+    is False: then plainly), while the loop spins `spin_s` from the moment the thread is about
+    to import; returns (when the module ran, when the spin ended)."""
+    loop = new_event_loop()
+    watch = watch_of(loop)
+    assert watch is not None
+    about_to_import = threading.Event()
+    done = threading.Event()
+
+    def importer() -> None:
+        with giving_way(watch if hand_over else None, total_s=total_s):
+            about_to_import.set()
+            importlib.import_module(name)
+        done.set()
+
+    async def main() -> float:
+        threading.Thread(target=importer, daemon=True).start()
+        while not about_to_import.is_set():  # working, never awaiting
+            pass
+        spun = _spin(spin_s)
+        while not done.is_set():  # now the loop waits in select()
+            await asyncio.sleep(0.005)
+        return spun
+
+    try:
+        spun = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    return ran[name], spun
+
+
+def test_an_import_waits_while_the_loop_works(module_dir: Path) -> None:
+    name = _module(module_dir, "zq_gw_waits")
+    module_ran, spin_ended = _import_beside_busy_loop(name, spin_s=SPIN_S, total_s=10)
+    assert module_ran >= spin_ended
+
+
+def test_without_giving_way_the_import_runs_inside_the_busy_stretch(module_dir: Path) -> None:
+    """The control: what the first test rules out does happen when nothing gives way."""
+    name = _module(module_dir, "zq_gw_control")
+    module_ran, spin_ended = _import_beside_busy_loop(name, spin_s=SPIN_S, total_s=10, hand_over=False)
+    assert module_ran < spin_ended
+
+
+def test_the_waits_are_bounded(module_dir: Path) -> None:
+    """A loop that stays busy delays an import by the total budget at most, not by its work."""
+    name = _module(module_dir, "zq_gw_bounded")
+    module_ran, spin_ended = _import_beside_busy_loop(name, spin_s=1.0, total_s=0.02)
+    assert module_ran < spin_ended - 0.5
+
+
+def test_a_read_in_a_worker_thread_counts_as_serving() -> None:
+    fg = Foreground()
+    fg.watch(True)
+    fg.loop_waiting(True)
+    assert fg.idle.is_set()
+    with fg.work():  # the reader's query, in its thread (store/reader.py)
+        assert not fg.idle.is_set()
+        fg.loop_waiting(False)
+        fg.loop_waiting(True)
+        assert not fg.idle.is_set()
+    assert fg.idle.is_set()
+    fg.loop_waiting(False)
+    assert not fg.idle.is_set()
+    fg.watch(False)
+    with fg.work():  # not watched: nothing tracked
+        pass
+    fg.loop_waiting(True)
+    assert not fg.idle.is_set() or not fg.watched
+
+
+def test_the_finder_is_removed_and_tracking_stops() -> None:
+    loop = new_event_loop()
+    try:
+        watch = watch_of(loop)
+        assert watch is not None and watch.foreground is FOREGROUND
+        before = list(sys.meta_path)
+        with giving_way(watch) as finder:
+            assert isinstance(finder, GiveWay) and sys.meta_path[0] is finder
+            assert FOREGROUND.watched
+        assert sys.meta_path == before and not FOREGROUND.watched
+        with giving_way(None) as nothing:  # a loop not made by new_event_loop: nothing changes
+            assert nothing is None and sys.meta_path == before
+    finally:
+        loop.close()
+    assert watch_of(asyncio.new_event_loop()) is None
+
+
+def test_other_threads_never_wait() -> None:
+    fg = Foreground()
+    fg.watch(True)  # the loop is "working" (never reported waiting): the import thread would wait
+    finder = GiveWay(fg, total_s=10)
+    seen: list[float] = []
+
+    def elsewhere() -> None:
+        started = time.monotonic()
+        finder.find_spec("anything", None)
+        seen.append(time.monotonic() - started)
+
+    t = threading.Thread(target=elsewhere)
+    t.start()
+    t.join()
+    assert seen[0] < give_way.MAX_WAIT_EACH_S / 2 and finder.left_s == 10
+
+
+def test_no_wait_while_the_loop_thread_is_importing(module_dir: Path) -> None:
+    """The loop's thread inside an import (uvicorn imports its lifespan class on the loop, say)
+    may need a module lock the import thread holds: the import thread must not wait for it."""
+    ready = threading.Event()
+    loop_importing.clear()
+    (module_dir / "zq_gw_on_loop.py").write_text(
+        f"import time, {__name__} as t\nt.loop_importing.set()\nt._spin({SPIN_S})\nt.ran['zq_gw_on_loop'] = time.monotonic()\n"
+    )
+    name = _module(module_dir, "zq_gw_beside")
+    loop = new_event_loop()
+    watch = watch_of(loop)
+    done = threading.Event()
+
+    def importer() -> None:
+        with giving_way(watch, total_s=10):
+            ready.set()
+            loop_importing.wait(10)
+            importlib.import_module(name)
+        done.set()
+
+    async def main() -> None:
+        threading.Thread(target=importer, daemon=True).start()
+        while not ready.is_set():
+            pass
+        await asyncio.sleep(0.01)  # the loop waits once, and so reports its thread
+        importlib.import_module("zq_gw_on_loop")  # spins SPIN_S inside its import, on the loop
+        while not done.is_set():
+            await asyncio.sleep(0.005)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert ran[name] < ran["zq_gw_on_loop"]
