@@ -34,6 +34,7 @@ from google.adk.telemetry.context import ContentCapturingMode, TelemetryConfig
 from google.genai import types
 
 from zocratesd.config import ModelConfig, ResearchConfig
+from zocratesd.engine import telemetry
 from zocratesd.engine.agent import build_coordinator
 from zocratesd.engine.models import OFFLINE, model_id
 from zocratesd.engine.models.offline import OfflineLlm
@@ -75,6 +76,8 @@ class Engine:
         # turn's answer, under the session lock (spec section 4), never before the first token.
         self.app = App(name=APP_NAME, root_agent=self.agent, events_compaction_config=None)
         self.runner = Runner(app=self.app, session_service=service)
+        # ADK's inference telemetry only if something records it (OTel is set up before this).
+        telemetry.apply()
 
     async def run_turn(
         self,
