@@ -90,7 +90,13 @@ class GiveWay(importlib.abc.MetaPathFinder):
         self._idle = foreground.idle
         self._thread = threading.get_ident()
         self._each_s = each_s
-        self.left_s = total_s  # what is left of the total (the log reports what was used)
+        self._total_s = total_s
+        self.left_s = total_s  # what is left of the total
+
+    @property
+    def waited_s(self) -> float:
+        """How long it has waited so far, all waits together (the log reports it)."""
+        return self._total_s - self.left_s
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from zocratesd.process.connections import Connections
-from zocratesd.process.give_way import MAX_WAIT_TOTAL_S, giving_way, watch_of
+from zocratesd.process.give_way import giving_way, watch_of
 from zocratesd.process.logs import PROCESS_LOGGER
 from zocratesd.service_manager.notify import Notifier
 
@@ -91,7 +91,7 @@ def _import_engine(preload: Preload | None, loop: asyncio.AbstractEventLoop, tim
     with giving_way(watch_of(loop)) as finder:
         _import_all(preload, loop, timings)
     if finder is not None:
-        timings["waits for the loop"] = MAX_WAIT_TOTAL_S - finder.left_s
+        timings["waits for the loop"] = finder.waited_s
 
 
 def _import_all(preload: Preload | None, loop: asyncio.AbstractEventLoop, timings: dict[str, float]) -> None:

@@ -124,11 +124,12 @@ def test_a_read_in_a_worker_thread_counts_as_serving() -> None:
     assert fg.idle.is_set()
     fg.loop_waiting(False)
     assert not fg.idle.is_set()
-    fg.watch(False)
-    with fg.work():  # not watched: nothing tracked
-        pass
     fg.loop_waiting(True)
-    assert not fg.idle.is_set() or not fg.watched
+    fg.watch(False)  # stopped: idle is left clear, and a read changes nothing
+    assert not fg.idle.is_set()
+    with fg.work():
+        assert not fg.idle.is_set() and fg._work == 0
+    assert not fg.idle.is_set() and fg._work == 0
 
 
 def test_the_finder_is_removed_and_tracking_stops() -> None:
@@ -139,7 +140,7 @@ def test_the_finder_is_removed_and_tracking_stops() -> None:
         before = list(sys.meta_path)
         with giving_way(watch) as finder:
             assert isinstance(finder, GiveWay) and sys.meta_path[0] is finder
-            assert FOREGROUND.watched
+            assert FOREGROUND.watched and finder.waited_s == 0
         assert sys.meta_path == before and not FOREGROUND.watched
         with giving_way(None) as nothing:  # a loop not made by new_event_loop: nothing changes
             assert nothing is None and sys.meta_path == before
