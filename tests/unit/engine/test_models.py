@@ -6,7 +6,7 @@ import pytest
 
 from zocratesd.config import ConfigError, load_config
 from zocratesd.engine.models import build_model
-from zocratesd.engine.models.offline import OfflineLlm
+from zocratesd.engine.models.offline import STREAM_MAX_WORDS, OfflineLlm, stream_pieces
 from zocratesd.engine.models.openai import OpenAICompatLlm
 
 
@@ -49,3 +49,22 @@ def test_openai_and_gemini_build_with_their_keys(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("GEMINI_API_KEY", "g-1")
     g = build_model(load_config(tmp_path, {"model": {"provider": "gemini"}}).model)
     assert isinstance(g, Gemini) and g.model == "gemini-2.5-flash"
+
+
+def test_the_offline_answer_streams_a_line_at_a_time() -> None:
+    answer = "Here is what your library says:\n\n- A quote. [1]\n\n## Part two\n- See above [1].\n\n# Cited Sources\n[1] A (2020). T."
+    pieces = stream_pieces(answer)
+    assert "".join(pieces) == answer
+    # Each piece ends a line (blank lines go with it), so markdown never arrives cut inside a heading.
+    assert pieces == [
+        "Here is what your library says:\n\n", "- A quote. [1]\n\n", "## Part two\n", "- See above [1].\n\n",
+        "# Cited Sources\n", "[1] A (2020). T.",
+    ]
+    # A long line is cut between words, and still joins back exactly (spaces, leading blank lines kept).
+    long = " ".join(f"w{i}" for i in range(STREAM_MAX_WORDS * 2 + 3)) + "\n"
+    text = "\n\n" + long + "end"
+    pieces = stream_pieces(text)
+    assert "".join(pieces) == text
+    assert [len(p.split()) for p in pieces] == [0, STREAM_MAX_WORDS, STREAM_MAX_WORDS, 3, 1]
+    assert all(p.endswith((" ", "\n")) for p in pieces[1:-1])
+    assert stream_pieces("") == [] and stream_pieces("one") == ["one"]

@@ -23,16 +23,41 @@ from zocratesd.engine.answer import compose_answer
 
 SEARCH_TOOL = "search_library"
 MAX_QUERY_CHARS = 500
-# Streamed text arrives in chunks of this many words, like a real model's token stream.
-STREAM_CHUNK_WORDS = 4
+# Streamed text arrives a line at a time (blank lines go with the line before), so a client that
+# renders markdown as it arrives never shows half a heading or half a citation; a line longer than
+# this many words is cut between words. The whole answer exists before the first chunk, so smaller
+# chunks show nothing sooner: each one only costs the turn another event through ADK and another
+# session/update (~0.25 ms of the daemon's CPU each, bench/PROFILE.md section 9).
+STREAM_MAX_WORDS = 24
 # A rough, documented token estimate where no tokenizer exists: ~4 characters per token (English).
 CHARS_PER_TOKEN = 4
 
-__all__ = ["CHARS_PER_TOKEN", "SEARCH_TOOL", "OfflineLlm", "compose_answer", "estimate_tokens"]
+__all__ = ["CHARS_PER_TOKEN", "SEARCH_TOOL", "OfflineLlm", "compose_answer", "estimate_tokens", "stream_pieces"]
 
 
 def estimate_tokens(text: str) -> int:
-    return max(1, len(text) // CHARS_PER_TOKEN) if text else 0
+    return _tokens_for(len(text))
+
+
+def _tokens_for(chars: int) -> int:
+    return max(1, chars // CHARS_PER_TOKEN) if chars else 0
+
+
+def stream_pieces(text: str) -> list[str]:
+    """`text` cut into the chunks it is streamed in (see STREAM_MAX_WORDS); they join back to `text`."""
+    lines: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if lines and not line.strip():
+            lines[-1] += line
+        else:
+            lines.append(line)
+    pieces: list[str] = []
+    for line in lines:
+        words = line.split(" ")
+        for i in range(0, len(words), STREAM_MAX_WORDS):
+            piece = " ".join(words[i : i + STREAM_MAX_WORDS])
+            pieces.append(piece + " " if i + STREAM_MAX_WORDS < len(words) else piece)
+    return pieces
 
 
 def _text_of(content: types.Content | None) -> str:
@@ -83,19 +108,15 @@ class OfflineLlm(BaseLlm):
         prompt_chars = sum(len(_text_of(c)) for c in llm_request.contents)
         answer = "".join(p.text or "" for p in parts if not p.thought)
         usage = types.GenerateContentResponseUsageMetadata(
-            prompt_token_count=estimate_tokens("x" * prompt_chars),
+            prompt_token_count=_tokens_for(prompt_chars),
             candidates_token_count=estimate_tokens(answer),
-            total_token_count=estimate_tokens("x" * prompt_chars) + estimate_tokens(answer),
+            total_token_count=_tokens_for(prompt_chars) + estimate_tokens(answer),
         )
         if stream:
             for part in parts:
                 if not part.text:
                     continue
-                words = part.text.split(" ")
-                for i in range(0, len(words), STREAM_CHUNK_WORDS):
-                    chunk = " ".join(words[i : i + STREAM_CHUNK_WORDS])
-                    if i + STREAM_CHUNK_WORDS < len(words):
-                        chunk += " "
+                for chunk in stream_pieces(part.text):
                     yield LlmResponse(
                         content=types.Content(role="model", parts=[types.Part(text=chunk, thought=part.thought)]),
                         partial=True,
