@@ -5,7 +5,7 @@ A turn loads its session once and appends five or six events. ADK's `DatabaseSes
 spends ~12 ms on each append (measured on the 2-core CI machine: an ORM unit of work, three
 SELECTs and ~10 thread hand-offs through aiosqlite) and ~5 ms of ORM on each load before any
 event is validated. This subclass does both with plain `sqlite3`, in one transaction and one hop
-to a worker thread (~1 ms), and changes nothing else: sessions are created, listed, deleted and
+to the connection's own thread (~1 ms; store/thread.py), and changes nothing else: sessions are created, listed, deleted and
 rewound by ADK's own code, which reads back exactly what it would have written
 (`tests/unit/store/test_fast_append.py` compares rows byte for byte and sessions field by field).
 
@@ -19,7 +19,7 @@ What it must keep from ADK 2.13 (`database_session_service.py`, `append_event`):
 App (`app:`) and user (`user:`) state deltas, which Zocrates never writes, and session objects that
 ADK did not load (no update marker) go through ADK's own path unchanged.
 
-The worker thread keeps the event loop free while SQLite waits on a lock (busy timeout), so a
+The connection's thread keeps the event loop free while SQLite waits on a lock (busy timeout), so a
 write held up by another connection of this process can never deadlock it.
 
 ADK's own service (and SQLAlchemy, aiosqlite and the dialects ADK's schema module imports: ~0.3 s
@@ -56,6 +56,7 @@ from google.adk.sessions import Session, State, _session_util
 from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig, ListSessionsResponse
 
 from zocratesd.store.sqlite import StoreGate, sqlite_datetime
+from zocratesd.store.thread import ConnectionThread
 
 if TYPE_CHECKING:  # imported by `adk()`, when first needed (module doc)
     from google.adk.sessions import DatabaseSessionService
@@ -109,7 +110,7 @@ class FastAppendSessionService(BaseSessionService):
         self._connect = connect
         self._conn: sqlite3.Connection | None = None
         self._conn_lock = threading.Lock()  # one writer thread on the connection at a time
-        self._writer_limiter = anyio.CapacityLimiter(1)
+        self._thread = ConnectionThread("zocratesd-store-writer")  # the connection's calls, in order
         self.gate = gate
         self._dumps: OrderedDict[str, dict[str, Any]] = OrderedDict()  # event id -> its stored JSON
         self._make_adk = make_adk
@@ -143,7 +144,7 @@ class FastAppendSessionService(BaseSessionService):
         if self._tables_ready:
             return
         async with self.gate.request():
-            ready = await anyio.to_thread.run_sync(self._prepared, limiter=self._writer_limiter)
+            ready = await self._thread.run(self._prepared)
         if not ready:
             # Not under the gate: ADK's sessions pass it themselves (SessionsDb._install_gate).
             await (await self.adk()).prepare_tables()
@@ -203,6 +204,7 @@ class FastAppendSessionService(BaseSessionService):
 
     async def close(self) -> None:
         self.close_writer()
+        self._thread.close()
         if self._adk is not None:
             await self._adk.close()
 
@@ -220,9 +222,7 @@ class FastAppendSessionService(BaseSessionService):
         await self.prepare_tables()
         stored_now = sqlite_datetime(platform_time.get_time())
         async with self.gate.request():
-            found = await anyio.to_thread.run_sync(
-                self._create, app_name, user_id, session_id, deltas["session"], stored_now, limiter=self._writer_limiter
-            )
+            found = await self._thread.run(self._create, app_name, user_id, session_id, deltas["session"], stored_now)
         if found is None:  # no state rows yet: ADK makes them
             return await (await self.adk()).create_session(app_name=app_name, user_id=user_id, state=state, session_id=session_id)
         app_json, user_json = found
@@ -274,9 +274,7 @@ class FastAppendSessionService(BaseSessionService):
         after = sqlite_datetime(config.after_timestamp) if config and config.after_timestamp else None
         limit = config.num_recent_events if config else None
         async with self.gate.request():
-            found = await anyio.to_thread.run_sync(
-                self._read, app_name, user_id, session_id, after, limit, limiter=self._writer_limiter
-            )
+            found = await self._thread.run(self._read, app_name, user_id, session_id, after, limit)
         if found is None:
             return None
         state_json, update_time, rows, app_json, user_json = found
@@ -354,9 +352,8 @@ class FastAppendSessionService(BaseSessionService):
         expected = session._storage_update_marker
         async with self._session_lock(session.app_name, session.user_id, session.id):
             async with self.gate.request():
-                marker, timestamp = await anyio.to_thread.run_sync(
+                marker, timestamp = await self._thread.run(
                     self._write, session.app_name, session.user_id, session.id, expected, session_delta, stored_time, row,
-                    limiter=self._writer_limiter,
                 )
         session.last_update_time = timestamp
         session._storage_update_marker = marker
