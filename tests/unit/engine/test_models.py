@@ -51,20 +51,26 @@ def test_openai_and_gemini_build_with_their_keys(tmp_path: Path, monkeypatch: py
     assert isinstance(g, Gemini) and g.model == "gemini-2.5-flash"
 
 
-def test_the_offline_answer_streams_a_line_at_a_time() -> None:
-    answer = "Here is what your library says:\n\n- A quote. [1]\n\n## Part two\n- See above [1].\n\n# Cited Sources\n[1] A (2020). T."
+def test_the_offline_answer_streams_a_paragraph_at_a_time() -> None:
+    answer = (
+        "Here is what your library says:\n\n- A quote. [1]\n\n## Part two\n- See above [1].\n- And more [2].\n\n"
+        "# Cited Sources\n[1] A (2020). T.\n[2] B (2021). U."
+    )
     pieces = stream_pieces(answer)
     assert "".join(pieces) == answer
-    # Each piece ends a line (blank lines go with it), so markdown never arrives cut inside a heading.
+    # Each piece is a markdown block with the blank lines after it: never half a heading or item.
     assert pieces == [
-        "Here is what your library says:\n\n", "- A quote. [1]\n\n", "## Part two\n", "- See above [1].\n\n",
-        "# Cited Sources\n", "[1] A (2020). T.",
+        "Here is what your library says:\n\n", "- A quote. [1]\n\n", "## Part two\n- See above [1].\n- And more [2].\n\n",
+        "# Cited Sources\n[1] A (2020). T.\n[2] B (2021). U.",
     ]
-    # A long line is cut between words, and still joins back exactly (spaces, leading blank lines kept).
-    long = " ".join(f"w{i}" for i in range(STREAM_MAX_WORDS * 2 + 3)) + "\n"
-    text = "\n\n" + long + "end"
+    # A long block goes a few whole lines at a time; a long line is cut between words; leading
+    # blank lines go with the first block; everything joins back exactly.
+    line = " ".join(f"w{i}" for i in range(STREAM_MAX_WORDS * 2 + 3)) + "\n"
+    short = "a b c d e\n"
+    text = "\n\n" + short * 4 + line + short + "\n" + "end"
     pieces = stream_pieces(text)
     assert "".join(pieces) == text
-    assert [len(p.split()) for p in pieces] == [0, STREAM_MAX_WORDS, STREAM_MAX_WORDS, 3, 1]
-    assert all(p.endswith((" ", "\n")) for p in pieces[1:-1])
+    assert [len(p.split()) for p in pieces] == [20, STREAM_MAX_WORDS, STREAM_MAX_WORDS, 3 + 5, 1]
+    assert pieces[0].startswith("\n\na b") and pieces[3].endswith("a b c d e\n\n")
+    assert all(len(p.split()) <= STREAM_MAX_WORDS for p in pieces)
     assert stream_pieces("") == [] and stream_pieces("one") == ["one"]

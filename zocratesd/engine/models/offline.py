@@ -23,11 +23,12 @@ from zocratesd.engine.answer import compose_answer
 
 SEARCH_TOOL = "search_library"
 MAX_QUERY_CHARS = 500
-# Streamed text arrives a line at a time (blank lines go with the line before), so a client that
-# renders markdown as it arrives never shows half a heading or half a citation; a line longer than
-# this many words is cut between words. The whole answer exists before the first chunk, so smaller
-# chunks show nothing sooner: each one only costs the turn another event through ADK and another
-# session/update (~0.25 ms of the daemon's CPU each, bench/PROFILE.md section 9).
+# Streamed text arrives a paragraph at a time (a markdown block with the blank lines after it), so a
+# client that renders markdown as it arrives never shows half a heading, list item or citation.
+# A paragraph longer than this many words is sent a few whole lines at a time, and a line longer
+# than that is cut between words. The whole answer exists before the first chunk, so smaller chunks
+# would show nothing sooner: each one only costs the turn another event through ADK and another
+# session/update (~0.4 M instructions each, bench/PROFILE.md section 9).
 STREAM_MAX_WORDS = 24
 # A rough, documented token estimate where no tokenizer exists: ~4 characters per token (English).
 CHARS_PER_TOKEN = 4
@@ -45,18 +46,35 @@ def _tokens_for(chars: int) -> int:
 
 def stream_pieces(text: str) -> list[str]:
     """`text` cut into the chunks it is streamed in (see STREAM_MAX_WORDS); they join back to `text`."""
-    lines: list[str] = []
+    blocks: list[list[str]] = []  # paragraphs as lists of lines; blank lines end the one before them
+    has_text = ended = False
     for line in text.splitlines(keepends=True):
-        if lines and not line.strip():
-            lines[-1] += line
+        blank = not line.strip()
+        if blocks and (blank or not ended):
+            blocks[-1].append(line)
         else:
-            lines.append(line)
+            blocks.append([line])
+            has_text = False
+        has_text = has_text or not blank
+        ended = blank and has_text
     pieces: list[str] = []
-    for line in lines:
-        words = line.split(" ")
-        for i in range(0, len(words), STREAM_MAX_WORDS):
-            piece = " ".join(words[i : i + STREAM_MAX_WORDS])
-            pieces.append(piece + " " if i + STREAM_MAX_WORDS < len(words) else piece)
+    for block in blocks:
+        piece, words = "", 0
+        for line in block:
+            n = len(line.split())
+            if piece and words + n > STREAM_MAX_WORDS:
+                pieces.append(piece)
+                piece, words = "", 0
+            if n <= STREAM_MAX_WORDS:
+                piece, words = piece + line, words + n
+                continue
+            cut = line.split(" ")  # a line longer than a chunk: between words (`piece` is empty here)
+            for i in range(0, len(cut) - STREAM_MAX_WORDS, STREAM_MAX_WORDS):
+                pieces.append(" ".join(cut[i : i + STREAM_MAX_WORDS]) + " ")
+            rest = cut[(len(cut) - 1) // STREAM_MAX_WORDS * STREAM_MAX_WORDS :]
+            piece, words = " ".join(rest), len(" ".join(rest).split())
+        if piece:
+            pieces.append(piece)
     return pieces
 
 
