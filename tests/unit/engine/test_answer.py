@@ -104,6 +104,18 @@ def test_a_passage_sharing_one_common_word_is_not_evidence() -> None:
     assert cited_keys(answer) == ["LIULOST0"] and "coralline" not in answer.casefold()
 
 
+
+def test_a_passage_is_prepared_once_and_answers_stay_the_same() -> None:
+    """A turn prepares its passages for the search's facts and again for the answer, and a library's
+    passages come back turn after turn: the second time costs nothing and changes nothing."""
+    first = prepare([LOST, ALGAE])
+    again = prepare([dict(ALGAE), dict(LOST)])  # equal passages, new objects, another order
+    assert again[1].sentence_stems is first[0].sentence_stems and again[0].stems is first[1].stems
+    assert [s.rank for s in again] == [0, 1] and again[0].passage is not first[1].passage
+    assert all(isinstance(st, frozenset) for src in first for st in (*src.sentence_stems, src.stems, src.title_stems))
+    question = {"scope": "library", "passages": [ALGAE, LOST]}
+    assert compose_answer("What is lost in the middle?", question) == compose_answer("What is lost in the middle?", question)
+
 def test_only_unrelated_passages_is_found_nothing_and_says_why() -> None:
     answer = compose_answer("What is lost in translation of poetry?", {"scope": "library", "passages": [ALGAE],
                                                                       "library": {"state": "ready", "items": 37}})

@@ -17,8 +17,10 @@ all within `MAX_QUOTE_CHARS`.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,10 +55,10 @@ class Source:
 
     rank: int  # its place in the search result (0 first)
     passage: dict[str, Any]
-    sentences: list[str]
-    sentence_stems: list[set[str]]
-    stems: set[str]  # authors and text
-    title_stems: set[str]
+    sentences: Sequence[str]
+    sentence_stems: Sequence[frozenset[str]]
+    stems: frozenset[str]  # authors and text
+    title_stems: frozenset[str]
     focal: bool = False
 
     @property
@@ -90,14 +92,28 @@ def _body(p: dict[str, Any]) -> str:
 def prepare(passages: Sequence[dict[str, Any]]) -> list[Source]:
     out = []
     for rank, p in enumerate(passages):
-        found = [s.text for s in sentences(_body(p))]
-        sent_stems = [word_stems(s) for s in found]
-        stems = set().union(word_stems(" ".join(str(c) for c in p.get("creators") or [])), *sent_stems)
-        out.append(Source(rank, p, found, sent_stems, stems, word_stems(str(p.get("title") or "")), focal=bool(p.get("focal"))))
+        creators = " ".join(str(c) for c in p.get("creators") or [])
+        found, sent_stems, stems, title_stems = _prepared(_body(p), creators, str(p.get("title") or ""))
+        out.append(Source(rank, p, found, sent_stems, stems, title_stems, focal=bool(p.get("focal"))))
     return out
 
 
-def coverage(part: Part, stems: set[str], title: frozenset[str] | set[str] = frozenset()) -> float:
+# A turn prepares its passages two or three times (the search's facts, then the answer), and a
+# library's passages come back turn after turn: the sentences and stems of the last few hundred
+# are kept (each entry holds its texts twice and their stems: a few KB).
+PREPARED_CACHED = 256
+
+
+@functools.lru_cache(maxsize=PREPARED_CACHED)
+def _prepared(
+    body: str, creators: str, title: str
+) -> tuple[tuple[str, ...], tuple[frozenset[str], ...], frozenset[str], frozenset[str]]:
+    found = tuple(s.text for s in sentences(body))
+    sent_stems = tuple(frozenset(word_stems(s)) for s in found)
+    return found, sent_stems, frozenset().union(word_stems(creators), *sent_stems), frozenset(word_stems(title))
+
+
+def coverage(part: Part, stems: AbstractSet[str], title: AbstractSet[str] = frozenset()) -> float:
     """The weighted share of the part's terms in `stems`; a term only in the `title` counts
     `TITLE_SHARE` (a title says what the whole paper is about, not what this passage says)."""
     total = part.weight
@@ -118,7 +134,7 @@ def _title_coverage(part: Part, src: Source) -> float:
     return c if c >= MIN_COVERAGE else 0.0
 
 
-def names_subject(part: Part, stems: set[str]) -> bool:
+def names_subject(part: Part, stems: AbstractSet[str]) -> bool:
     if not part.required:
         return True
     return len(part.required & stems) / len(part.required) >= MIN_REQUIRED
@@ -138,7 +154,7 @@ class Quote:
     terms: set[str] = field(default_factory=set)
 
 
-def _sentence_score(part: Part, stems: set[str]) -> float:
+def _sentence_score(part: Part, stems: AbstractSet[str]) -> float:
     return sum(t.weight for t in part.terms if t.stem in stems) + 0.25 * len(part.required & stems)
 
 
