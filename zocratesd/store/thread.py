@@ -97,7 +97,7 @@ class ConnectionThread:
                 result, exc = fn(*args), None
             except BaseException as raised:  # handed to the caller, as anyio's worker does
                 result, exc = None, raised
-            del job, fn, args
+            del job, fn, args  # nothing of a call is kept while the thread waits for the next
             try:
                 loop.call_soon_threadsafe(_settle, future, result, exc)
             except RuntimeError:  # the caller's loop is closed: nobody waits for this answer

@@ -5,9 +5,10 @@ A turn loads its session once and appends five or six events. ADK's `DatabaseSes
 spends ~12 ms on each append (measured on the 2-core CI machine: an ORM unit of work, three
 SELECTs and ~10 thread hand-offs through aiosqlite) and ~5 ms of ORM on each load before any
 event is validated. This subclass does both with plain `sqlite3`, in one transaction and one hop
-to the connection's own thread (~1 ms; store/thread.py), and changes nothing else: sessions are created, listed, deleted and
-rewound by ADK's own code, which reads back exactly what it would have written
-(`tests/unit/store/test_fast_append.py` compares rows byte for byte and sessions field by field).
+to the connection's own thread (~1 ms; store/thread.py), and changes nothing else: sessions are
+created, listed, deleted and rewound by ADK's own code, which reads back exactly what it would have
+written (`tests/unit/store/test_fast_append.py` compares rows byte for byte and sessions field by
+field).
 
 What it must keep from ADK 2.13 (`database_session_service.py`, `append_event`):
 - temp state applied in memory and trimmed before persisting; partial events never stored;

@@ -103,18 +103,26 @@ async def test_the_thread_ends_when_idle_or_closed_and_no_call_is_stranded(monke
     assert await worker.run(threading.current_thread) is not first  # a new one serves the next call
 
     # close() with calls queued: they run first; calls made right after close() are served too,
-    # by the same thread (which sees them before it ends) or a new one.
+    # by the same thread (which sees them before it ends) or a new one. A stranded call would
+    # never answer (its wait is shielded): the task group would hang until pytest's timeout.
     gate = threading.Event()
+    done: list[str] = []
+
+    def call(name: str) -> None:
+        if name == "queued":
+            gate.wait()
+        done.append(name)
+
     async with anyio.create_task_group() as tg:
         for _ in range(3):
-            tg.start_soon(worker.run, gate.wait)
+            tg.start_soon(worker.run, call, "queued")
         await anyio.sleep(0.02)
         worker.close()
-        tg.start_soon(worker.run, lambda: None)
+        tg.start_soon(worker.run, call, "after close")
         worker.close()
         gate.set()
-        with anyio.fail_after(5):
-            tg.start_soon(worker.run, lambda: None)
+        tg.start_soon(worker.run, call, "after the second close")
+    assert done == ["queued"] * 3 + ["after close", "after the second close"]
     with anyio.fail_after(5):
         while worker.alive:
             await anyio.sleep(0.01)

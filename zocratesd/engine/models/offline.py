@@ -71,8 +71,8 @@ def stream_pieces(text: str) -> list[str]:
             cut = line.split(" ")  # a line longer than a chunk: between words (`piece` is empty here)
             for i in range(0, len(cut) - STREAM_MAX_WORDS, STREAM_MAX_WORDS):
                 pieces.append(" ".join(cut[i : i + STREAM_MAX_WORDS]) + " ")
-            rest = cut[(len(cut) - 1) // STREAM_MAX_WORDS * STREAM_MAX_WORDS :]
-            piece, words = " ".join(rest), len(" ".join(rest).split())
+            piece = " ".join(cut[(len(cut) - 1) // STREAM_MAX_WORDS * STREAM_MAX_WORDS :])
+            words = len(piece.split())
         if piece:
             pieces.append(piece)
     return pieces
