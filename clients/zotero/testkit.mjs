@@ -2,6 +2,7 @@
 // `zocratesd serve` process (start, wait for its daemon.json, stop with SIGTERM) and headless
 // Firefox ESR. Not a test itself: `node --test` runs only files named like *.test.mjs.
 import { spawn } from "node:child_process";
+import net from "node:net";
 import { closeSync, existsSync, openSync, readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
@@ -11,6 +12,8 @@ export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 export const FIREFOX = process.env.ZOCRATES_FIREFOX || "/usr/bin/firefox-esr";
 // A daemon's start (engine import, startup maintenance) on a loaded 2-core machine.
 export const READY_TIMEOUT_MS = 60_000;
+/** One step of a browser test (a page reacting, a pane appearing) on that machine. */
+export const STEP_TIMEOUT_MS = 30_000;
 
 /** The Python that runs zocratesd: $ZOCRATES_TEST_PYTHON, else the repo's venv, else python3. */
 export function python() {
@@ -123,4 +126,89 @@ export async function launchFirefox(options = {}) {
   requireFirefox();
   const { default: puppeteer } = await import("puppeteer-core");
   return puppeteer.launch({ browser: "firefox", executablePath: FIREFOX, headless: true, ...options });
+}
+
+/** A minimal Marionette client (Gecko's own remote protocol, in Firefox and in Zotero alike): the
+ *  only way to run code in a chrome window, where Zotero runs plugins. Frames are `<length>:<json>`. */
+export class Marionette {
+  /** Connect to the Marionette of the Gecko app using `profileDir` (its MarionetteActivePort file),
+   *  and open a session; `timeoutMs` bounds both (NewSession waits for the app's startup to end). */
+  static async connect(profileDir, { timeoutMs = READY_TIMEOUT_MS } = {}) {
+    const portFile = join(profileDir, "MarionetteActivePort");
+    const deadline = Date.now() + timeoutMs;
+    while (!existsSync(portFile)) {
+      if (Date.now() > deadline) throw new Error(`no Marionette port in ${profileDir} after ${timeoutMs} ms`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const port = Number((await readFile(portFile, "utf8")).trim());
+    const m = new Marionette(net.connect(port, "127.0.0.1"));
+    await m._next(); // the server's greeting
+    const timer = setTimeout(() => m.socket.destroy(new Error(`Marionette's NewSession did not answer in ${timeoutMs} ms`)), Math.max(0, deadline - Date.now()));
+    try {
+      await m.command("WebDriver:NewSession", { capabilities: {} });
+    } finally {
+      clearTimeout(timer);
+    }
+    return m;
+  }
+
+  /** @param {net.Socket} socket */
+  constructor(socket) {
+    this.socket = socket;
+    this.buffer = Buffer.alloc(0);
+    this.waiting = [];
+    this.id = 0;
+    socket.on("data", (chunk) => {
+      this.buffer = Buffer.concat([this.buffer, chunk]);
+      for (;;) {
+        const colon = this.buffer.indexOf(":");
+        if (colon < 0) break;
+        const length = Number(this.buffer.subarray(0, colon).toString());
+        if (this.buffer.length < colon + 1 + length) break;
+        const message = JSON.parse(this.buffer.subarray(colon + 1, colon + 1 + length).toString());
+        this.buffer = this.buffer.subarray(colon + 1 + length);
+        this.waiting.shift()?.resolve(message);
+      }
+    });
+    // A closed connection fails every waiting command instead of leaving it hanging.
+    const fail = (/** @type {Error | undefined} */ err) => {
+      for (const w of this.waiting.splice(0)) w.reject(err || new Error("Marionette connection closed"));
+    };
+    socket.on("error", fail);
+    socket.on("close", () => fail(undefined));
+  }
+
+  _next() {
+    return new Promise((resolve, reject) => this.waiting.push({ resolve, reject }));
+  }
+
+  async command(name, params) {
+    const reply = this._next();
+    const body = JSON.stringify([0, ++this.id, name, params]);
+    this.socket.write(`${Buffer.byteLength(body)}:${body}`);
+    const [, , error, result] = await reply;
+    if (error) throw new Error(`${name}: ${error.error}: ${error.message}${error.stacktrace ? `\n${error.stacktrace}` : ""}`);
+    // Most commands answer {value}; a few (GetWindowHandles) answer the value itself.
+    return result && typeof result === "object" && !Array.isArray(result) && "value" in result ? result.value : result;
+  }
+
+  /** Run `body` (a function body; may return a promise) in the current window (chrome after SetContext). */
+  script(body, args = []) {
+    return this.command("WebDriver:ExecuteScript", { script: body, args });
+  }
+
+  /** Poll `body` until it returns something truthy; that value. */
+  async until(body, what, { timeoutMs = STEP_TIMEOUT_MS, args = [] } = {}) {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const value = await this.script(body, args);
+      if (value) return value;
+      if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+
+  close() {
+    this.socket.destroy();
+  }
 }
