@@ -16,11 +16,10 @@ import { dirname, join, resolve } from "node:path";
 import zlib from "node:zlib";
 
 import { buildXpi, crc32 } from "./plugin/build.mjs";
-import { FIREFOX, READY_TIMEOUT_MS, REPO, Zocratesd, daemonEnv, launchFirefox, python, requireFirefox, stopProcess } from "./testkit.mjs";
+import { FIREFOX, Marionette, REPO, STEP_TIMEOUT_MS, Zocratesd, daemonEnv, launchFirefox, python, requireFirefox, stopProcess } from "./testkit.mjs";
 
 const PLUGIN = join(REPO, "clients", "zotero", "plugin");
 const TSC = join(REPO, "node_modules", ".bin", "tsc");
-const STEP_TIMEOUT_MS = 30_000;
 
 describe("type checking", () => {
   test("tsc --checkJs passes against zotero-types", () => {
@@ -212,73 +211,6 @@ window.host = new ZocratesBridge.BridgeHost({ window, container: document.getEle
 window.host.start();
 </script>
 </body></html>`;
-
-/** A minimal Marionette client (Firefox's own remote protocol): the only way to run code in a
- *  chrome window, where Zotero runs plugins. Frames are `<length>:<json>`. */
-class Marionette {
-  static async connect(profileDir) {
-    const portFile = join(profileDir, "MarionetteActivePort");
-    const deadline = Date.now() + READY_TIMEOUT_MS;
-    while (!existsSync(portFile)) {
-      assert.ok(Date.now() < deadline, "Firefox did not start Marionette");
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    const port = Number((await readFile(portFile, "utf8")).trim());
-    const m = new Marionette(net.connect(port, "127.0.0.1"));
-    await m._next(); // the server's greeting
-    await m.command("WebDriver:NewSession", { capabilities: {} });
-    return m;
-  }
-
-  constructor(socket) {
-    this.socket = socket;
-    this.buffer = Buffer.alloc(0);
-    this.waiting = [];
-    this.id = 0;
-    socket.on("data", (chunk) => {
-      this.buffer = Buffer.concat([this.buffer, chunk]);
-      for (;;) {
-        const colon = this.buffer.indexOf(":");
-        if (colon < 0) break;
-        const length = Number(this.buffer.subarray(0, colon).toString());
-        if (this.buffer.length < colon + 1 + length) break;
-        const message = JSON.parse(this.buffer.subarray(colon + 1, colon + 1 + length).toString());
-        this.buffer = this.buffer.subarray(colon + 1 + length);
-        this.waiting.shift()?.(message);
-      }
-    });
-  }
-
-  _next() {
-    return new Promise((resolve) => this.waiting.push(resolve));
-  }
-
-  async command(name, params) {
-    const reply = this._next();
-    const body = JSON.stringify([0, ++this.id, name, params]);
-    this.socket.write(`${Buffer.byteLength(body)}:${body}`);
-    const [, , error, result] = await reply;
-    if (error) throw new Error(`${name}: ${error.error}: ${error.message}`);
-    return result?.value;
-  }
-
-  /** Run `body` (a function body; may return a promise) in the chrome window. */
-  script(body, args = []) {
-    return this.command("WebDriver:ExecuteScript", { script: body, args });
-  }
-
-  async until(body, what) {
-    const deadline = Date.now() + STEP_TIMEOUT_MS;
-    while (!(await this.script(body))) {
-      assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  }
-
-  close() {
-    this.socket.destroy();
-  }
-}
 
 // Runs in Firefox's browser window (chrome), as bootstrap.js runs in Zotero: a system-principal
 // sandbox with the globals Zotero gives a plugin (plugins.js), a recording stand-in for Zotero's
@@ -646,7 +578,10 @@ describe("the bridge host in Gecko, with the real web app", () => {
       const pane = document.getElementById("zocrates-pane");
       const anchor = document.getElementById("appcontent");
       return [zq.before, pane.previousElementSibling.id, pane.parentNode === (anchor ? anchor.parentNode : document.documentElement),
-        pane.hidden, pane.getBoundingClientRect().width];`, [`jar:file://${join(root, "firefox-chrome-profile", "extensions", "zocrates@zocratesd.org.xpi")}!/`]);
+        pane.hidden, pane.getBoundingClientRect().width, document.documentElement.style.minWidth];`, [`jar:file://${join(root, "firefox-chrome-profile", "extensions", "zocrates@zocratesd.org.xpi")}!/`]);
+    // The window's minimum width grows by the narrowest chat, as real Zotero's must (its panes slid
+    // under the chat in a narrow window: clients/zotero/real/).
+    assert.match(added.pop(), /^calc\(max\(var\(--width-of-fixed-components/);
     assert.deepEqual(added, [0, "zocrates-splitter", true, false, 400]);
     // Its host frames the page in a remote browser, which says hello through the actors.
     await marionette.until(`const s = window.__zq.sandbox.ZocratesPlugin.windows.get(window); return !!(s && s.host && s.host.helloed)`,
@@ -657,8 +592,45 @@ describe("the bridge host in Gecko, with the real web app", () => {
       const hidden = document.getElementById("zocrates-pane").hidden;
       const pref = window.__zq.prefs.get("extensions.zocrates.paneOpen");
       plugin.removeFromWindow(window);
-      return [hidden, pref, document.querySelectorAll("[id^='zocrates'], link[href*='zocrates']").length, plugin.windows.size];`);
-    assert.deepEqual(toggled, [true, false, 0, 0]);
+      return [hidden, pref, document.querySelectorAll("[id^='zocrates'], link[href*='zocrates']").length, plugin.windows.size, document.documentElement.style.minWidth];`);
+    assert.deepEqual(toggled, [true, false, 0, 0, ""]);
+  });
+
+  test("in the chrome window: the preferences pane starts as Zotero loads a plugin's pane", async () => {
+    // Zotero 9's preferences window (preferences.js, _loadPane): the pane's scripts run in a sandbox
+    // whose prototype is the window, its markup is parsed as XUL and inserted after them, a `load`
+    // event is dispatched on each top-level element, and its stylesheets are never applied. The real
+    // Zotero showed two things the earlier stand-in hid: an inline onload could not see the pane's
+    // scripts, and without style.css the frame was 0 px high.
+    const markup = await readFile(join(PLUGIN, "preferences.xhtml"), "utf8");
+    const shown = await marionette.script(`
+      const [rootURI, markup] = arguments;
+      const zq = window.__zq;
+      const scope = Cu.Sandbox(window, { sandboxPrototype: window, sandboxName: "zocrates-prefs", sameZoneAs: window });
+      scope.Zotero = zq.sandbox.Zotero; // Zotero's global, which the real preferences window has
+      Services.scriptloader.loadSubScript(rootURI + "bridge.js", scope);
+      Services.scriptloader.loadSubScript(rootURI + "preferences.js", scope);
+      const container = document.createElementNS("http://www.w3.org/1999/xhtml", "div");
+      container.setAttribute("style", "display: flex; flex-direction: column; width: 600px;");
+      document.getElementById("browser").append(container);
+      const fragment = document.importNode(MozXULElement.parseXULToFragment(markup, []), true);
+      container.append(fragment);
+      for (const child of container.children) child.dispatchEvent(new Event("load"));
+      zq.prefs = { scope, container };
+      return true;`, [`jar:file://${join(root, "firefox-chrome-profile", "extensions", "zocrates@zocratesd.org.xpi")}!/`, markup]);
+    assert.equal(shown, true);
+    const frame = await marionette.until(`
+      const b = window.__zq.prefs.container.querySelector("#zocrates-prefs-host browser.zocrates-frame");
+      return b && b.currentURI.spec.includes("/ui/?view=prefs") ? { height: b.getBoundingClientRect().height } : null;`,
+    "the preferences page framed in the pane");
+    assert.ok(frame.height >= 400, `the preferences frame is ${frame.height}px high`);
+    const left = await marionette.script(`
+      const { scope, container } = window.__zq.prefs;
+      scope.ZocratesPrefsPane.destroy();
+      const n = container.querySelectorAll("browser").length;
+      container.remove();
+      return n;`);
+    assert.equal(left, 0);
   });
 
   test("in the chrome window: no daemon.json but a service's socket: the host connects to it to start the daemon", async () => {

@@ -1,5 +1,11 @@
 // preferences.js: loaded by Zotero into the preferences window with bridge.js; frames the page's
 // preferences view in the pane and removes it when the window closes.
+//
+// Zotero loads a plugin pane's scripts into a sandbox of their own (its prototype is the window), and
+// inserts the pane's markup after them: an inline onload="..." in the markup runs in the window's
+// scope, where nothing of this file is defined. So this file listens itself for the `load` event
+// Zotero dispatches on the pane's root element once it is inserted (not bubbling: caught on the way
+// down, in the capture phase, on the document: Gecko never passes an element's load event to the window).
 
 /* exported ZocratesPrefsPane */
 var ZocratesPrefsPane = {
@@ -20,3 +26,13 @@ var ZocratesPrefsPane = {
     this.host = null;
   },
 };
+
+(() => {
+  const onLoad = (/** @type {Event} */ event) => {
+    const target = /** @type {Element | null} */ (event.target);
+    if (!target || target.id !== "zocrates-prefpane") return;
+    document.removeEventListener("load", onLoad, true);
+    ZocratesPrefsPane.init(target);
+  };
+  document.addEventListener("load", onLoad, true);
+})();

@@ -21,6 +21,13 @@ var ZocratesPlugin = {
   /** Pane widths outside this are a stray drag; the page is laid out for a narrow sidebar. */
   MIN_WIDTH: 280,
   MAX_WIDTH: 1200,
+  /** Zotero's layout minimums (Zotero 7-10: abstracts/_variables.scss, $min-width-items-pane and
+   *  $min-width-tabs-deck; and its side-by-side minimum, windowAutoStackMinWidth in zoteroPane.js):
+   *  Zotero sizes its window for them and knows nothing of the chat beside them. */
+  ZOTERO_ITEMS_MIN_WIDTH: 370,
+  ZOTERO_TABS_MIN_WIDTH: 570,
+  ZOTERO_SIDE_BY_SIDE_MIN_WIDTH: 930,
+  SPLITTER_WIDTH: 5,
 
   /** @param {{id: string, version: string, rootURI: string}} data */
   init({ id, version, rootURI }) {
@@ -59,8 +66,8 @@ var ZocratesPlugin = {
     if (this.windows.has(win)) return;
     const doc = win.document;
     const added = [];
-    /** @type {{added: Element[], host: any, pane: any, splitter: any, button: any, menuitem: any, onResize: null | (() => void)}} */
-    const state = { added, host: null, pane: null, splitter: null, button: null, menuitem: null, onResize: null };
+    /** @type {{added: Element[], host: any, pane: any, splitter: any, button: any, menuitem: any, onResize: null | (() => void), onWindowResize: null | (() => void), rootMinWidth: string | null}} */
+    const state = { added, host: null, pane: null, splitter: null, button: null, menuitem: null, onResize: null, onWindowResize: null, rootMinWidth: null };
     this.windows.set(win, state);
 
     const link = (/** @type {string} */ rel, /** @type {string} */ href) => {
@@ -101,6 +108,9 @@ var ZocratesPlugin = {
       if (w >= this.MIN_WIDTH && w <= this.MAX_WIDTH) this.setPref("paneWidth", w);
     };
     splitter.addEventListener("mouseup", state.onResize);
+    // After Zotero's own resize handler (registered at its load), which may just have changed its layout.
+    state.onWindowResize = () => this.fit(win);
+    win.addEventListener("resize", state.onWindowResize);
 
     const button = doc.createXULElement("toolbarbutton");
     button.id = "zocrates-tb-toggle";
@@ -137,7 +147,49 @@ var ZocratesPlugin = {
     this.windows.delete(win);
     if (state.host) state.host.destroy();
     if (state.onResize) state.splitter.removeEventListener("mouseup", state.onResize);
+    if (state.onWindowResize) win.removeEventListener("resize", state.onWindowResize);
     for (const el of state.added) el.remove();
+    this.giveBackLayout(win, state);
+  },
+
+  /**
+   * Keep Zotero's own panes clear of the chat. Zotero gives its window a minimum width (#main-window's
+   * CSS min-width: its fixed panes plus the item list), computed for the whole window; the chat takes
+   * part of that width, so while the pane shows, the window's minimum grows by the narrowest chat
+   * (Gecko then keeps the window at least that wide), and the pane takes its preferred width (the
+   * user's drag) or what Zotero leaves, down to MIN_WIDTH.
+   * @param {_ZoteroTypes.MainWindow} win
+   */
+  fit(win) {
+    const state = this.windows.get(win);
+    if (!state || state.pane.hidden) return;
+    const root = win.document.documentElement;
+    const zoteroMin = this.zoteroMinWidth(win);
+    if (state.rootMinWidth === null) state.rootMinWidth = root.style.minWidth;
+    // Zotero's own rule, plus the chat: live, as Zotero updates its variable when its layout changes.
+    root.style.minWidth = `calc(max(var(--width-of-fixed-components, ${this.ZOTERO_SIDE_BY_SIDE_MIN_WIDTH - this.ZOTERO_ITEMS_MIN_WIDTH}px) + ${this.ZOTERO_ITEMS_MIN_WIDTH}px, ${this.ZOTERO_TABS_MIN_WIDTH}px) + ${this.SPLITTER_WIDTH + this.MIN_WIDTH}px)`;
+    const preferred = Math.min(this.MAX_WIDTH, Math.max(this.MIN_WIDTH, Number(this.pref("paneWidth")) || 380));
+    const room = win.innerWidth - this.SPLITTER_WIDTH - zoteroMin;
+    state.pane.style.width = `${Math.min(preferred, Math.max(this.MIN_WIDTH, room))}px`;
+  },
+
+  /**
+   * The width Zotero's own layout needs, as Zotero computes its window's minimum (zoteroPane.js,
+   * updateLayoutConstraints, and _mainWindow.scss): the fixed panes (collections, item pane, side
+   * navigation: Zotero's --width-of-fixed-components, 0 in the stacked layout) plus the item list's
+   * minimum, and never less than the tab deck's minimum (the reader's).
+   * @param {_ZoteroTypes.MainWindow} win
+   */
+  zoteroMinWidth(win) {
+    const fixed = parseFloat(win.document.documentElement.style.getPropertyValue("--width-of-fixed-components"));
+    return Math.max(Number.isFinite(fixed) ? fixed + this.ZOTERO_ITEMS_MIN_WIDTH : this.ZOTERO_SIDE_BY_SIDE_MIN_WIDTH, this.ZOTERO_TABS_MIN_WIDTH);
+  },
+
+  /** The pane no longer takes room: the window's minimum is Zotero's own again. */
+  giveBackLayout(win, state) {
+    if (state.rootMinWidth === null) return;
+    win.document.documentElement.style.minWidth = state.rootMinWidth;
+    state.rootMinWidth = null;
   },
 
   /** @param {_ZoteroTypes.MainWindow} win */
@@ -155,6 +207,8 @@ var ZocratesPlugin = {
     if (!state) return;
     state.pane.hidden = !open;
     state.splitter.hidden = !open;
+    if (open) this.fit(win);
+    else this.giveBackLayout(win, state);
     if (state.button) state.button.checked = open;
     if (state.menuitem) state.menuitem.setAttribute("checked", String(open));
     if (open && !state.host) {
