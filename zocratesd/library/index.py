@@ -64,10 +64,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zocratesd.engine.retrieval import METADATA_BREAK, Hit, Passage, Scope, tokens
 from zocratesd.library import dense
 from zocratesd.library._records import CollectionRecord, ItemRecord, LibrarySnapshot, library_path, valid_key
 from zocratesd.library.fulltext import chunks as split_chunks
+from zocratesd.library.retrieval import METADATA_BREAK, Hit, Passage, Scope, tokens
 from zocratesd.library.zotero_db import db_uri
 from zocratesd.textnorm import CJK_RUN_RE, cjk_bigrams
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from zocratesd.engine.answer.question import Part, word_stems
 from zocratesd.engine.answer.segment import sentences
-from zocratesd.engine.retrieval import METADATA_BREAK
+from zocratesd.library.retrieval import METADATA_BREAK
 
 # Measured on bench/bench_answers.py --sweep (97 cases): at 0.5 passages sharing one of two words
 # come back (precision 0.90, abstention 0.85), at 0.55 some still do (0.97, 0.93); 0.6 and 0.65
@@ -68,7 +68,7 @@ class Source:
 
 def _body(p: dict[str, Any]) -> str:
     """The passage's text; for an item's metadata chunk, only the abstract after the header of
-    creators, year and tags (`METADATA_BREAK`, engine/retrieval.py): a quote starts at the
+    creators, year and tags (`METADATA_BREAK`, library/retrieval.py): a quote starts at the
     abstract's first word. A passage the user pointed at that has no abstract keeps its header
     (something to show). An index written before the break existed: the header's leading
     "Author; Author 2020" is cut as before."""

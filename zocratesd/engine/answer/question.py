@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 
 from zocratesd.engine.answer.segment import split_sentences
-from zocratesd.engine.retrieval import STOPWORDS
+from zocratesd.library.retrieval import STOPWORDS
 from zocratesd.textnorm import CJK_CHARS, CJK_RUN_RE, cjk_grams, fold
 
 # Words that ask rather than say what is asked about.
