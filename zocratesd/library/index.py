@@ -10,7 +10,7 @@ Tables:
   API never removes these (only a later database read can): the API is the weaker witness.
 - `chunks` (id, uid, item_key, library, kind, source_key, attachment_key, page, page_label) and
   the FTS5 table `chunks_fts` (title, body) with the same rowid. Kinds: `metadata` chunks of an
-  item (creators, year and tags, then `METADATA_BREAK` and the abstract, which is cut into ~1,200
+  item (creators, with a German name's other spelling, "Ströhle" and "Stroehle", year and tags, then `METADATA_BREAK` and the abstract, which is cut into ~1,200
   characters as any text is; later parts have no header), `fulltext` chunks of ~1,200 characters of each
   attachment's text (never across a page), `note` chunks (HTML as text), one `annotation`
   chunk per highlight or comment (its text, comment and tags). Every chunk carries the item's
@@ -69,7 +69,7 @@ from zocratesd.library._records import CollectionRecord, ItemRecord, LibrarySnap
 from zocratesd.library.fulltext import chunks as split_chunks
 from zocratesd.library.retrieval import METADATA_BREAK, Hit, Passage, Scope, tokens
 from zocratesd.library.zotero_db import db_uri
-from zocratesd.textnorm import CJK_RUN_RE, cjk_bigrams
+from zocratesd.textnorm import CJK_RUN_RE, cjk_bigrams, name_variants
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,9 @@ INDEX_NAME = "library.db"
 # Bumped whenever the tables change; an index of another version is rebuilt from scratch
 # (2: libraries, notes, annotations, page labels, the CJK bigram index; 3: `chunk_vectors`, the
 # dense stage's vectors, and the `dense_model` they were made with; 4: abstracts chunked, no
-# chunk without words).
-INDEX_SCHEMA_VERSION = 4
+# chunk without words; 5: German names' other spellings in the metadata header, heading lines kept
+# apart in text chunks).
+INDEX_SCHEMA_VERSION = 5
 # BM25 column weights (title, body): a title term counts twice a body term, so a matching paper's
 # passages come first without drowning a strong body match (FTS5's bm25() weights). FTS5 fixes
 # k1 = 1.2, but it applies the weights to the term counts before saturation, so their scale acts
@@ -115,6 +116,7 @@ DENSE_POOL = 200
 DENSE_WEIGHT = 1.0
 _LIBRARY_RE = re.compile(r"^(user|groups/\d{1,12})$")
 _WORD_RE = re.compile(r"\w")
+_NAME_RE = re.compile(r"[^\W\d_]+")
 
 # Added after INDEX_SCHEMA_VERSION 1 shipped: created on open in an older index (no rebuild needed).
 _DB_ITEMS = "CREATE TABLE IF NOT EXISTS db_items (item_key TEXT PRIMARY KEY) WITHOUT ROWID"
@@ -330,7 +332,10 @@ class IndexWriter:
             # The header (creators, year, tags: searchable, never quoted), METADATA_BREAK, the abstract,
             # cut as any text is: one row the length of two ranked below ~1,200-character chunks
             # (SciFact, abstract field: 0.706 -> 0.716 test nDCG@10, train 0.721 -> 0.724).
-            header = " ".join(" ".join(p for p in ("; ".join(item.creators), str(item.year or ""), " ".join(item.tags)) if p).split())
+            # A German name is searchable as it is typed either way ("Ströhle", "Stroehle": textnorm).
+            variants = " ".join(dict.fromkeys(v for c in item.creators for w in _NAME_RE.findall(c) for v in name_variants(w)))
+            header = " ".join(" ".join(p for p in ("; ".join(item.creators), variants, str(item.year or ""), " ".join(item.tags))
+                                       if p).split())
             parts = [part for _, part in split_chunks((item.abstract or "").replace("\f", " "))] or [""]
             rows += [("metadata", None, None, None, None, f"{header if i == 0 else ''}{METADATA_BREAK}{part}")
                      for i, part in enumerate(parts)]

@@ -155,6 +155,9 @@ class Part:
     terms: tuple[Term, ...]
     required: frozenset[str]  # stems evidence must name (anchors, or a compared subject's own words)
     topic: str  # the part's words from its first content word to its last, as written
+    # The authors the part names, when it names some (authors.py): then `terms` are its topic only,
+    # and its evidence is among those authors' passages.
+    authors: frozenset[str] = frozenset()
 
     @property
     def weight(self) -> float:
