@@ -10,9 +10,10 @@ Tables:
   API never removes these (only a later database read can): the API is the weaker witness.
 - `chunks` (id, uid, item_key, library, kind, source_key, attachment_key, page, page_label) and
   the FTS5 table `chunks_fts` (title, body) with the same rowid. Kinds: `metadata` chunks of an
-  item (creators, with a German name's other spelling, "Ströhle" and "Stroehle", year and tags, then `METADATA_BREAK` and the abstract, which is cut into ~1,200
-  characters as any text is; later parts have no header), `fulltext` chunks of ~1,200 characters of each
-  attachment's text (never across a page), `note` chunks (HTML as text), one `annotation`
+  item (creators, with a German name's other spelling, "Ströhle" and "Stroehle", year and tags,
+  then `METADATA_BREAK` and the abstract, which is cut into ~1,200 characters as any text is;
+  later parts have no header), `fulltext` chunks of ~1,200 characters of each attachment's text
+  (never across a page; a heading line kept apart), `note` chunks (HTML as text), one `annotation`
   chunk per highlight or comment (its text, comment and tags). Every chunk carries the item's
   title in its `title` column, weighted `TITLE_WEIGHT` times the body in BM25 (except a metadata
   chunk with no abstract when the item has other chunks: it would win on its shortness; with no
@@ -29,7 +30,8 @@ Tables:
   for its other words, the two rankings fused by rank).
 
 Pages: a chunk of a PDF's text has its page number from the cache's form feeds, and the page
-label a reader sees when an annotation on that page names it; an annotation has its own label.
+label a reader sees: the PDF's own (/PageLabels, library/pdflabels.py), else the one an annotation
+on that page recorded; an annotation has its own label.
 Each passage links to where it is (`zotero://open-pdf/.../items/<attachmentKey>?page=N`, or
 `zotero://select/...` for notes and metadata).
 
@@ -78,7 +80,7 @@ INDEX_NAME = "library.db"
 # (2: libraries, notes, annotations, page labels, the CJK bigram index; 3: `chunk_vectors`, the
 # dense stage's vectors, and the `dense_model` they were made with; 4: abstracts chunked, no
 # chunk without words; 5: German names' other spellings in the metadata header, heading lines kept
-# apart in text chunks).
+# apart in text chunks, page labels from the PDFs themselves).
 INDEX_SCHEMA_VERSION = 5
 # BM25 column weights (title, body): a title term counts twice a body term, so a matching paper's
 # passages come first without drowning a strong body match (FTS5's bm25() weights). FTS5 fixes
@@ -296,12 +298,13 @@ class IndexWriter:
             for uid in uids:
                 self._delete_item(uid)
 
-    def write_items(self, batch: Sequence[tuple[ItemRecord, dict[str, str]]]) -> None:
-        """(item, {attachment key: text}) pairs, in one transaction."""
+    def write_items(self, batch: Sequence[tuple[ItemRecord, dict[str, str]]], labels: dict[str, list[str]] | None = None) -> None:
+        """(item, {attachment key: text}) pairs, in one transaction; `labels`: {attachment key: the
+        labels of its PDF's pages} where the PDF has them (library/pdflabels.py)."""
         with self.transaction():
             for item, texts in batch:
                 self._delete_item(item.uid)
-                self._insert_item(item, texts)
+                self._insert_item(item, texts, labels or {})
 
     def _delete_item(self, uid: str) -> None:
         c = self.conn
@@ -312,7 +315,7 @@ class IndexWriter:
         c.execute("DELETE FROM item_collections WHERE uid = ?", (uid,))
         c.execute("DELETE FROM items WHERE uid = ?", (uid,))
 
-    def _insert_item(self, item: ItemRecord, texts: dict[str, str]) -> None:
+    def _insert_item(self, item: ItemRecord, texts: dict[str, str], pdf_labels: dict[str, list[str]]) -> None:
         c = self.conn
         c.execute(
             "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -339,7 +342,10 @@ class IndexWriter:
             parts = [part for _, part in split_chunks((item.abstract or "").replace("\f", " "))] or [""]
             rows += [("metadata", None, None, None, None, f"{header if i == 0 else ''}{METADATA_BREAK}{part}")
                      for i, part in enumerate(parts)]
-        labels: dict[tuple[str, int], str] = {}
+        # A page's label: the PDF's own (/PageLabels), else one an annotation on that page recorded.
+        labels: dict[tuple[str, int], str] = {
+            (att_key, n): label for att_key, found in pdf_labels.items() for n, label in enumerate(found, start=1) if label
+        }
         for ann in item.annotations:
             if ann.page_index is not None and ann.page_label:
                 labels.setdefault((ann.attachment_key, ann.page_index + 1), ann.page_label)

@@ -20,7 +20,7 @@ from zocratesd.engine.research import MAX_ASPECTS, Research
 from zocratesd.engine.tools import _numbered
 from zocratesd.library import Library
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Scope
-from zocratesd.library.writer import Attachment, Item, write
+from zocratesd.library.writer import Annotation, Attachment, Item, pdf_file, write
 from zocratesd.library.writer import Library as ZoteroLibrary
 
 STROHLE = Item(
@@ -144,3 +144,132 @@ def test_the_index_keeps_a_heading_line_apart(tmp_path: Path) -> None:
 
     [(page, text)] = chunks("Introduction\nDrought is a major\nstress.")
     assert (page, text) == (None, "Introduction\n\nDrought is a major stress.")
+
+
+# A book chapter: the PDF's third page is page 127 of the book, as Zotero's reader shows it.
+CHAPTER = Item(
+    "CHAPTER1", "Coral reef recovery after bleaching", item_type="bookSection", creators=[("Terry", "Hughes")], date="2018",
+    attachments=[Attachment("CHAPPDF1", pages=[
+        "Title page of the chapter.", "Reefs are diverse ecosystems.",
+        "Reefs need about a decade to recover from mass coral bleaching, if nothing else disturbs them.",
+        "Ocean acidification slows calcification of coral skeletons."],
+        annotations=[Annotation("CHAPANN1", text="Reefs need about a decade to recover from mass coral bleaching",
+                                comment="recovery time", page_label="127", page_index=2)])],
+)
+
+
+@pytest.fixture(scope="module")
+def chapter(tmp_path_factory: pytest.TempPathFactory) -> Library:
+    d = tmp_path_factory.mktemp("labels")
+    write(d, ZoteroLibrary(items=[CHAPTER, *OTHERS]))
+    library = Library(d, d / "zocrates-data", local_api_url=None)
+    library.indexer.refresh(None)
+    return library
+
+
+def test_a_page_is_cited_by_the_label_the_reader_shows(chapter: Library) -> None:
+    answer = ask(chapter, "How long do reefs need to recover from mass coral bleaching?")
+    assert cited(answer) == ["CHAPTER1"], answer
+    assert "Hughes (2018). Coral reef recovery after bleaching. p. 127." in answer, answer
+    assert "p. 3" not in answer
+    # Two pages: each quote names its label, the entry lists them in the PDF's order; the page
+    # without a label is cited by its number.
+    answer = ask(chapter, "How long do reefs need to recover from mass coral bleaching, and what slows calcification of coral skeletons?")
+    assert "[1, p. 127]" in answer and "[1, p. 4]" in answer and "pp. 127, 4." in answer, answer
+
+
+async def _passages(lib: Library, question: str) -> list[dict[str, Any]]:
+    return _numbered([(h.passage, h.score) for h in await lib.search(question, Scope(), DEFAULT_TOP_K)])
+
+
+def test_the_link_keeps_the_pdf_page(chapter: Library) -> None:
+    hit = next(p for p in asyncio.run(_passages(chapter, "decade recover bleaching")) if p["kind"] == "annotation")
+    assert (hit["page"], hit["page_label"]) == (3, "127")
+    assert hit["link"] == "zotero://open-pdf/library/items/CHAPPDF1?page=3&annotation=CHAPANN1"
+
+
+def test_cited_page_falls_back_to_the_number() -> None:
+    from zocratesd.engine.answer.sources import cited_page
+
+    assert cited_page({"page": 3, "page_label": "127"}) == "127"
+    assert cited_page({"page": 3, "page_label": None}) == "3"
+    assert cited_page({"page": 3, "page_label": "x" * 40}) == "3"  # not a label a reader cites
+    assert cited_page({"page": None, "page_label": "127"}) is None
+
+
+# The same chapter with its PDF on disk: the PDF's own labels (i, ii, then 125...) name every page,
+# annotated or not.
+BOOK = Item(
+    "BOOKCHAP", "Kelp forest decline", item_type="bookSection", creators=[("Kim", "Wernberg")], date="2019",
+    attachments=[Attachment("BOOKPDF1", pages=[
+        "Preface of the volume.", "Contents.", "Kelp forests declined by half along the coast after the marine heatwave.",
+        "Urchin barrens replaced the kelp where predators were fished out."],
+        file_bytes=pdf_file(4, ((0, "r", "", 1), (2, "D", "", 125))))],
+)
+# Its PDF is damaged: no labels, its pages cited by number, nothing fails.
+BROKEN = Item(
+    "BROKENPD", "Seagrass meadows as carbon sinks", creators=[("Carlos", "Duarte")], date="2013",
+    attachments=[Attachment("BROKPDF1", pages=["Cover.", "Seagrass meadows bury carbon forty times faster than forests."],
+                            file_bytes=pdf_file(2, ((0, "D", "", 300),))[:200])],
+)
+
+
+@pytest.fixture(scope="module")
+def books(tmp_path_factory: pytest.TempPathFactory) -> Library:
+    d = tmp_path_factory.mktemp("books")
+    write(d, ZoteroLibrary(items=[BOOK, BROKEN, *OTHERS]))
+    library = Library(d, d / "zocrates-data", local_api_url=None)
+    library.indexer.refresh(None)
+    return library
+
+
+def test_full_text_is_cited_by_the_pdfs_own_page_labels(books: Library) -> None:
+    answer = ask(books, "How much did kelp forests decline after the marine heatwave?")
+    assert cited(answer) == ["BOOKCHAP"] and "Wernberg (2019). Kelp forest decline. p. 125." in answer, answer
+    hit = next(p for p in asyncio.run(_passages(books, "kelp forests declined heatwave")) if p["item_key"] == "BOOKCHAP")
+    assert (hit["page"], hit["page_label"]) == (3, "125")
+    assert hit["link"] == "zotero://open-pdf/library/items/BOOKPDF1?page=3"  # the PDF's page index
+    roman = next(p for p in asyncio.run(_passages(books, "preface volume")) if p["item_key"] == "BOOKCHAP")
+    assert (roman["page"], roman["page_label"]) == (1, "i")
+
+
+def test_a_damaged_pdf_is_cited_by_page_number(books: Library) -> None:
+    answer = ask(books, "How fast do seagrass meadows bury carbon?")
+    assert cited(answer) == ["BROKENPD"], answer
+    assert re.search(r"forty times faster than forests\. \[1(, p\. 2)?\]", answer) and "300" not in answer, answer
+    assert re.search(r"Seagrass meadows as carbon sinks\. pp?\. (1, )?2\.", answer), answer
+    assert books.status()["state"] == "ready"
+
+
+def test_page_labels_read_from_pdfs(tmp_path: Path) -> None:
+    import io
+
+    import pypdf
+
+    from zocratesd.library.pdflabels import page_labels
+
+    def put(key: str, data: bytes, name: str = "paper.pdf") -> None:
+        (tmp_path / "storage" / key).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "storage" / key / name).write_bytes(data)
+
+    put("LABELS01", pdf_file(5, ((0, "r", "", 1), (2, "D", "", 125), (4, "A", "App-", 1))))
+    assert page_labels(tmp_path, "LABELS01") == ["i", "ii", "125", "126", "App-A"]
+    # The same labels behind a compressed cross-reference stream and object streams (what most
+    # producers write today).
+    w = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(pdf_file(3, ((0, "D", "", 41),)))))
+    w.compress_identical_objects()
+    buf = io.BytesIO()
+    w.write(buf)
+    put("LABELS02", buf.getvalue())
+    assert page_labels(tmp_path, "LABELS02") == ["41", "42", "43"]
+    put("NOLABELS", pdf_file(2))
+    assert page_labels(tmp_path, "NOLABELS") is None  # no /PageLabels: cited by number
+    put("NOTAPDF1", b"<html>not a pdf</html>")
+    assert page_labels(tmp_path, "NOTAPDF1") is None
+    assert page_labels(tmp_path, "MISSING1") is None and page_labels(tmp_path, "../../etc") is None
+    # A symlink out of storage/ is not Zotero's file.
+    outside = tmp_path / "outside.pdf"
+    outside.write_bytes(pdf_file(1, ((0, "D", "", 9),)))
+    (tmp_path / "storage" / "SYMLINK1").mkdir()
+    (tmp_path / "storage" / "SYMLINK1" / "paper.pdf").symlink_to(outside)
+    assert page_labels(tmp_path, "SYMLINK1") is None
