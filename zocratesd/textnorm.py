@@ -96,10 +96,18 @@ _HEADING_LINE = re.compile(rf"^\s*(?:{_NUMBER}?(?:{SECTION_NAMES})\s*[.:]?|{_NUM
 _LONG_LOWER_WORD = re.compile(r"(?<![\w-])[a-z][a-z]{3,}")
 
 
+# A heading line is short: longer lines are prose, and are not matched at all (the indexer asks
+# about every line of every page).
+MAX_HEADING_CHARS = 72
+
+
 def is_heading_line(line: str) -> bool:
-    m = _HEADING_LINE.match(line)
+    if len(line) > MAX_HEADING_CHARS:
+        return False
     first = next((c for c in line if c.isalpha()), "")
-    if m is None or not first.isupper():  # "model" alone on a line is a wrapped sentence's word
+    if not first.isupper():  # "model" alone on a line is a wrapped sentence's word
+        return False
+    if _HEADING_LINE.match(line) is None:
         return False
     if _HEADING_SENTENCE.match(line.strip()):
         return True

@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 
 from zocratesd.library._records import valid_key
-from zocratesd.textnorm import is_heading_line
+from zocratesd.textnorm import MAX_HEADING_CHARS, is_heading_line
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,9 @@ _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
 _SPACE_RE = re.compile(r"[ \t\r\u00a0]+")
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
 _PARAGRAPH_RE = re.compile(r" ?\n\n[\s]*")
+# The lines that may be headings (short, a capital or a section number first): found in C, so the
+# lines of prose (most of a page) never reach is_heading_line.
+_SHORT_LINE_RE = re.compile(rf"^[ \t]*[A-Z0-9][^\n]{{0,{MAX_HEADING_CHARS}}}$", re.M)
 
 
 def cache_path(data_dir: Path, attachment_key: str, name: str = CACHE_NAME) -> Path | None:
@@ -153,10 +156,12 @@ def chunks(text: str, size: int = CHUNK_CHARS) -> list[tuple[int | None, str]]:
     start of the sentence after it (textnorm.is_heading_line)."""
     out: list[tuple[int | None, str]] = []
     for page, body in pages(text):
-        if "\n" in body:
-            body = " ".join(f"\n\n{line.strip()}\n\n" if is_heading_line(line) else line for line in body.split("\n"))
-        body = _SPACE_RE.sub(" ", body)
-        body = _PARAGRAPH_RE.sub("\n\n", body).strip()
+        heads = {m.group(0) for m in _SHORT_LINE_RE.finditer(body) if is_heading_line(m.group(0))} if "\n" in body else None
+        if heads:
+            body = " ".join(f"\n\n{line.strip()}\n\n" if line in heads else line for line in body.split("\n"))
+            body = _PARAGRAPH_RE.sub("\n\n", _SPACE_RE.sub(" ", body)).strip()
+        else:
+            body = _SPACE_RE.sub(" ", body.replace("\n", " ")).strip()
         if not body:
             continue
         current = ""

@@ -575,6 +575,7 @@ def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | N
         "SELECT rowid, body FROM chunks_fts WHERE rowid IN (SELECT value FROM json_each(?))",
         (json.dumps([r[0] for r in chosen]),),
     ))
+    chosen = _with_text(conn, chosen, where_of, bodies)
     meta = _item_meta(conn, {where_of[r][0] for r, _ in chosen})
     hits = []
     for rowid, score in chosen:
@@ -588,6 +589,34 @@ def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | N
         )
         hits.append(Hit(passage, -float(score)))
     return hits
+
+
+def _with_text(conn: sqlite3.Connection, chosen: list[tuple[int, float]], where_of: dict[int, tuple[Any, ...]],
+               bodies: dict[int, str]) -> list[tuple[int, float]]:
+    """A hit on an item's header alone (creators, year, tags; no abstract: "What did Zetsche
+    find?" matches only there) has nothing to read or quote: it stands for the item's first text
+    chunk instead, at the same score, unless that chunk is a hit already. `where_of` and `bodies`
+    get the new rows."""
+    bare = [r for r, _ in chosen if where_of[r][3] == "metadata" and not bodies.get(r, "").partition(METADATA_BREAK)[2].strip()]
+    if not bare:
+        return chosen
+    have = {r for r, _ in chosen}
+    first: dict[str, int] = {}
+    for row in conn.execute(
+        "SELECT id, uid, item_key, library, kind, source_key, attachment_key, page, page_label FROM chunks "
+        "WHERE uid IN (SELECT value FROM json_each(?)) AND kind IN ('fulltext', 'note') ORDER BY kind = 'note', id",
+        (json.dumps(sorted({where_of[r][0] for r in bare})),),
+    ):
+        if row[1] not in first:
+            first[row[1]] = row[0]
+            where_of[row[0]] = row[1:]
+    swap = {r: first[where_of[r][0]] for r in bare if where_of[r][0] in first and first[where_of[r][0]] not in have}
+    if not swap:
+        return chosen
+    bodies.update(conn.execute(
+        "SELECT rowid, body FROM chunks_fts WHERE rowid IN (SELECT value FROM json_each(?))", (json.dumps(list(swap.values())),)
+    ))
+    return [(swap.get(r, r), sc) for r, sc in chosen]
 
 
 def _link(library: str, kind: str, item_key: str, source: str | None, att_key: str | None, page: int | None) -> str:

@@ -50,6 +50,10 @@ BLOOM_T = Item("BLOOMFLT", "Bloom filters for genome assembly", creators=[("Raya
                fields={"abstractNote": "Bloom filters store k-mers of a de Bruijn graph in little memory."})
 BLOOM_A = Item("BLOOMAUT", "Space/time trade-offs in hash coding", creators=[("Burton", "Bloom")], date="1970",
                fields={"abstractNote": "Hash coding with allowable errors trades space for time in lookups."})
+# No abstract: the name matches only the item's header; its full text says what it found.
+FROHLICH = Item("FROHLICH", "Glacier mass balance in the Alps", creators=[("Wolfgang", "Fröhlich")], date="2011",
+                attachments=[Attachment("FROHPDF1", pages=["Alpine glaciers lost 2% of their ice mass per year since 2000.",
+                                                           "Methods are described in the supplement."])])
 # Enough other papers that a name's rarity makes it rank, as in a real library.
 OTHERS = [Item(f"OTHER{i:03d}", f"Grassland study {i}", creators=[("Sam", f"Author{i}")], date="2015",
                fields={"abstractNote": f"We find that grazing changed plant cover in plot {i}."}) for i in range(12)]
@@ -58,7 +62,7 @@ OTHERS = [Item(f"OTHER{i:03d}", f"Grassland study {i}", creators=[("Sam", f"Auth
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory) -> Library:
     d = tmp_path_factory.mktemp("names")
-    write(d, ZoteroLibrary(items=[STROHLE, KUHN, LEWIS20, LEWIS21, MULLER, GARCIA, BLOOM_T, BLOOM_A, *OTHERS]))
+    write(d, ZoteroLibrary(items=[STROHLE, KUHN, LEWIS20, LEWIS21, MULLER, GARCIA, BLOOM_T, BLOOM_A, FROHLICH, *OTHERS]))
     library = Library(d, d / "zocrates-data", local_api_url=None)
     library.indexer.refresh(None)
     return library
@@ -105,6 +109,12 @@ def test_et_al_and_a_hyphenated_name_typed_without_accents(lib: Library) -> None
     assert cited(ask(lib, "What did Mueller et al. say?")) == ["MULLER01"]
     answer = ask(lib, "What did Garcia-Marquez say about memory?")
     assert cited(answer) == ["GARCIA01"] and "time is circular" in answer, answer
+
+
+def test_an_author_of_a_paper_without_abstract_is_answered_from_its_text(lib: Library) -> None:
+    answer = ask(lib, "What did Froehlich find?")
+    assert cited(answer) == ["FROHLICH"] and "lost 2% of their ice mass" in answer, answer
+    assert "Fröhlich (2011). Glacier mass balance in the Alps. p. 1." in answer
 
 
 def test_a_year_narrows_an_author(lib: Library) -> None:
