@@ -54,6 +54,11 @@ BLOOM_A = Item("BLOOMAUT", "Space/time trade-offs in hash coding", creators=[("B
 FROHLICH = Item("FROHLICH", "Glacier mass balance in the Alps", creators=[("Wolfgang", "Fröhlich")], date="2011",
                 attachments=[Attachment("FROHPDF1", pages=["Alpine glaciers lost 2% of their ice mass per year since 2000.",
                                                            "Methods are described in the supplement."])])
+# A name that is also a word: "young mice" is a topic, whoever Young is.
+YOUNG_A = Item("YOUNGAUT", "Gut microbiota after antibiotics", creators=[("Vincent", "Young")], date="2014",
+               fields={"abstractNote": "Antibiotics shifted the gut microbiome of adult mice for weeks."})
+YOUNG_T = Item("YOUNGMIC", "Recovery of juvenile rodents", creators=[("Ana", "Silva")], date="2016",
+               fields={"abstractNote": "Young mice recovered their gut microbiome within days after antibiotics."})
 # Enough other papers that a name's rarity makes it rank, as in a real library.
 OTHERS = [Item(f"OTHER{i:03d}", f"Grassland study {i}", creators=[("Sam", f"Author{i}")], date="2015",
                fields={"abstractNote": f"We find that grazing changed plant cover in plot {i}."}) for i in range(12)]
@@ -62,7 +67,8 @@ OTHERS = [Item(f"OTHER{i:03d}", f"Grassland study {i}", creators=[("Sam", f"Auth
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory) -> Library:
     d = tmp_path_factory.mktemp("names")
-    write(d, ZoteroLibrary(items=[STROHLE, KUHN, LEWIS20, LEWIS21, MULLER, GARCIA, BLOOM_T, BLOOM_A, FROHLICH, *OTHERS]))
+    write(d, ZoteroLibrary(items=[STROHLE, KUHN, LEWIS20, LEWIS21, MULLER, GARCIA, BLOOM_T, BLOOM_A, FROHLICH, YOUNG_A, YOUNG_T,
+                                  *OTHERS]))
     library = Library(d, d / "zocrates-data", local_api_url=None)
     library.indexer.refresh(None)
     return library
@@ -128,8 +134,11 @@ def test_a_year_narrows_an_author(lib: Library) -> None:
 def test_an_author_and_a_topic_quotes_that_author_on_it(lib: Library) -> None:
     answer = ask(lib, "What did Stroehle find about fungal biomass?")
     assert cited(answer) == ["STROHLE1"] and "fungal biomass fell" in answer, answer
-    # A word in a title is a topic, even when someone of that name wrote a paper.
+    # A word in a title is a topic, even when someone of that name wrote a paper; so is a word
+    # another paper's text uses.
     assert cited(ask(lib, "How do Bloom filters store k-mers?")) == ["BLOOMFLT"]
+    assert "YOUNGMIC" in cited(ask(lib, "How fast do young mice recover their gut microbiome after antibiotics?"))
+    assert cited(ask(lib, "What did Young find?")) == ["YOUNGAUT"]
 
 
 def test_quotes_leave_section_headings_out(lib: Library) -> None:

@@ -24,6 +24,9 @@ from zocratesd.engine.answer.question import Part, stem
 from zocratesd.textnorm import fold, untransliterate
 
 _NAME_WORD = re.compile(r"[^\W\d_]+")
+# Title stems are passed marked with this prefix beside the text's (a title word is a topic even
+# in the author's own paper: "Bloom filters" by Bloom).
+TITLE_MARK = "title:"
 # A year a question names: four digits from 1800 to 2099.
 _YEAR = re.compile(r"^(?:18|19|20)\d\d$")
 
@@ -46,13 +49,25 @@ class AuthorFocus:
     year: int | None
 
 
-def author_focus(part: Part, creators: Sequence[Iterable[object]], titles: Iterable[frozenset[str]]) -> AuthorFocus | None:
-    """The part's authors, given the creators and title stems of the retrieved passages; None
-    when the part names no author of them."""
-    known = frozenset().union(*(name_keys(c) for c in creators)) if creators else frozenset()
-    in_titles = frozenset().union(*titles)
-    names = {t.stem: name_key(t.surface) for t in part.terms
-             if not t.surface.isdigit() and name_key(t.surface) in known and t.stem not in in_titles}
+def author_focus(part: Part, creators: Sequence[Iterable[object]], texts: Sequence[frozenset[str]]) -> AuthorFocus | None:
+    """The part's authors, given the creators and the title and text stems of the retrieved
+    passages; None when the part names no author of them. A word is a name only when no title has
+    it, when it is capitalised inside the question or no text of someone else's has it ("How do
+    young mice ..." is about mice, whoever Young is), and when it is not a word that frames a claim
+    ("long", "new": GENERIC_WORDS)."""
+    keys_of = [name_keys(c) for c in creators]
+    known = frozenset().union(*keys_of) if keys_of else frozenset()
+    names: dict[str, str] = {}
+    for t in part.terms:
+        key = name_key(t.surface)
+        if t.surface.isdigit() or t.weight < 1.0 or key not in known:
+            continue
+        # A capitalised word inside the question ("What did Young find?") is a name even where
+        # others' texts use the word; one written in lower case or first is only when they do not.
+        if any(_in_title(t.stem, text) or (not t.anchor and t.stem in text and key not in mine)
+               for mine, text in zip(keys_of, texts, strict=True)):
+            continue
+        names[t.stem] = key
     if not names:
         return None
     years = [int(t.surface) for t in part.terms if _YEAR.match(t.surface)]
@@ -61,6 +76,10 @@ def author_focus(part: Part, creators: Sequence[Iterable[object]], titles: Itera
     keys = frozenset(names.values())
     rest = replace(part, terms=topic, required=frozenset(part.required - dropped), authors=keys)
     return AuthorFocus(rest, keys, years[0] if len(years) == 1 else None)
+
+
+def _in_title(stem: str, text: frozenset[str]) -> bool:
+    return (TITLE_MARK + stem) in text
 
 
 def by_authors(focus: AuthorFocus, creators: Sequence[Iterable[object]], years: Sequence[object]) -> list[int]:

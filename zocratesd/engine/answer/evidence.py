@@ -28,7 +28,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from zocratesd.engine.answer.authors import author_focus, by_authors
+from zocratesd.engine.answer.authors import TITLE_MARK, author_focus, by_authors
 from zocratesd.engine.answer.question import Part, word_stems
 from zocratesd.engine.answer.segment import sentences
 from zocratesd.library.retrieval import METADATA_BREAK
@@ -162,7 +162,8 @@ def narrow(part: Part, sources: Sequence[Source]) -> tuple[Part, list[Source]]:
     """The part and the passages that may answer it: for a part that names authors (authors.py),
     its topic and those authors' passages; else the part and all of them."""
     creators = [list(s.passage.get("creators") or []) for s in sources]
-    focus = author_focus(part, creators, [s.title_stems for s in sources])
+    texts = [frozenset().union(*s.sentence_stems, {TITLE_MARK + t for t in s.title_stems}) for s in sources]
+    focus = author_focus(part, creators, texts)
     if focus is None:
         return part, list(sources)
     chosen = by_authors(focus, creators, [s.passage.get("year") for s in sources])
