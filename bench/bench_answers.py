@@ -45,7 +45,7 @@ from _report import env_info, markdown_table, timer, write_json
 
 from zocratesd.engine.models.offline import compose_answer
 from zocratesd.engine.research import MAX_ASPECTS, Research
-from zocratesd.engine.retrieval import DEFAULT_TOP_K, InMemoryRetriever, Passage, Retriever, Scope
+from zocratesd.library.retrieval import DEFAULT_TOP_K, InMemoryRetriever, Passage, Retriever, Scope
 
 CASES = BENCH_DIR / "answers_cases.json"
 TARGETS = {"precision": 0.95, "abstention": 0.95, "parts_addressed": 0.9}
@@ -140,7 +140,7 @@ async def answer(retriever: Retriever, question: str) -> tuple[str, dict[str, An
     result: dict[str, Any] = {"query": question, "scope": scope.mode, "passages": passages, "research": research.report()}
     facts = getattr(tools, "search_facts", None)  # the causes of "found nothing" (issue 21), when present
     if facts is not None:
-        result["library"] = await facts(retriever, research, passages)
+        result["library"] = await facts(retriever, research.scope, research.query, research.aspects, passages)
     return COMPOSE(question, result), result
 
 

@@ -74,8 +74,8 @@ async def run(tmp: Path, rounds: int, chats: dict[str, Any], build_s: float, lib
     from zocratesd.config import ZocratesConfig
     from zocratesd.core.daemon import Daemon, load_library_passages
     from zocratesd.engine.models.offline import OfflineLlm
-    from zocratesd.engine.retrieval import InMemoryRetriever
     from zocratesd.engine.tools import build_search_tool
+    from zocratesd.library.retrieval import InMemoryRetriever
     from zocratesd.store import APP_NAME, USER_ID
     from zocratesd.updates import Usage
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from zocratesd.core import Daemon
-from zocratesd.engine.retrieval import Hit, Scope
+from zocratesd.library.retrieval import Hit, Scope
 
 
 class Gate:

@@ -6,6 +6,10 @@ The index (library/index.py) lets FTS5 fold case and diacritics (`unicode61 remo
 bigrams too). The offline answerer (engine/answer/) must match a question's words to a passage's
 the same way, or it finds nothing in the passages the index retrieved: both take these helpers
 from here, so the two cannot drift apart.
+
+Section headings ("Introduction", "2.1 Training Details") are known to both the same way: the
+index keeps a heading line apart from the text it heads (library/fulltext.py), and the answerer
+never quotes one (engine/answer/segment.py).
 """
 
 from __future__ import annotations
@@ -47,3 +51,69 @@ def fold(text: str) -> str:
     if not text.isascii():
         text = _NON_ASCII.sub(lambda m: _fold_char(m.group(0)), text)
     return text.casefold()
+
+
+# German names are typed either way: "Ströhle" or "Stroehle", "Kühn" or "Kuehn". "ae", "oe",
+# "ue" inside a word stand for ä, ö, ü; at a word's end they are English ("Blue", "Poe").
+_UMLAUT_PAIR = re.compile(r"(?<=[a-z])([aou])e(?=[a-z])")
+_UMLAUTS = str.maketrans({"ä": "ae", "ö": "oe", "ü": "ue", "Ä": "Ae", "Ö": "Oe", "Ü": "Ue"})
+
+
+def untransliterate(folded: str) -> str:
+    """A folded word with German transliterations undone ("stroehle" -> "strohle"), so "Stroehle"
+    and "Ströhle" (folded "strohle") compare equal; for names, where a false meeting is rare."""
+    return _UMLAUT_PAIR.sub(r"\1", folded)
+
+
+def name_variants(word: str) -> list[str]:
+    """The other spellings of a word of a person's name, folded: "Ströhle" -> ["stroehle"],
+    "Stroehle" -> ["strohle"]. The index adds them to an item's searchable header (FTS5 folds "ö"
+    to "o", never to "oe"), so a name is found however it was typed, there or in the question."""
+    out = []
+    if word != (tr := word.translate(_UMLAUTS)):
+        out.append(tr.casefold())
+    if (un := untransliterate(fold(word))) != fold(word):
+        out.append(un)
+    return out
+
+
+# The section names papers use, and a section number before one ("2.", "2.1", "III.", "A.").
+SECTION_NAMES = (
+    "abstract|introduction|background|related work|related works|prior work|preliminaries|method|methods|methodology|"
+    "materials and methods|methods and materials|approach|model|models|data|dataset|datasets|experiments|experiment|"
+    "experimental setup|experimental results|setup|evaluation|results|results and discussion|discussion|analysis|"
+    "conclusion|conclusions|conclusions and future work|summary|limitations|future work|acknowledgements|"
+    "acknowledgments|references|bibliography|appendix|supplementary material|keywords|highlights|significance"
+)
+_NUMBER = r"(?:(?:\d{1,2}(?:\.\d{1,2})*|[IVX]{1,5}|[A-H])\.?\s+)"
+# A sentence that is only a heading: "Introduction.", "2 Methods:", "RESULTS".
+_HEADING_SENTENCE = re.compile(rf"^{_NUMBER}?(?:{SECTION_NAMES})\s*[.:]?$", re.I)
+# A line that is only a heading: a section name, or a numbered short line in title case ("2.1
+# Training Details"); never a line that ends a sentence or goes on in lower case.
+_HEADING_LINE = re.compile(rf"^\s*(?:{_NUMBER}?(?:{SECTION_NAMES})\s*[.:]?|{_NUMBER}[A-Z][\w-]*(?:\s+[\w-]+){{0,6}})\s*$", re.I)
+# A numbered title-case line must be title case: its long words capitalised (else it is a wrapped
+# sentence that starts with a number: "3 of the 12 patients\nrelapsed").
+_LONG_LOWER_WORD = re.compile(r"(?<![\w-])[a-z][a-z]{3,}")
+
+
+# A heading line is short: longer lines are prose, and are not matched at all (the indexer asks
+# about every line of every page).
+MAX_HEADING_CHARS = 72
+
+
+def is_heading_line(line: str) -> bool:
+    if len(line) > MAX_HEADING_CHARS:
+        return False
+    first = next((c for c in line if c.isalpha()), "")
+    if not first.isupper():  # "model" alone on a line is a wrapped sentence's word
+        return False
+    if _HEADING_LINE.match(line) is None:
+        return False
+    if _HEADING_SENTENCE.match(line.strip()):
+        return True
+    return not _LONG_LOWER_WORD.search(line)
+
+
+def is_heading(sentence: str) -> bool:
+    """A section heading ("Introduction.", "2.1 Training Details"), not a sentence of prose."""
+    return bool(_HEADING_SENTENCE.match(sentence)) or ("." not in sentence[-1:] and is_heading_line(sentence))

@@ -192,6 +192,12 @@ before(async () => {
     slow.start(),
   ]);
   page = await newPage();
+  // The questions below need the fixture library indexed: the daemon indexes in the background,
+  // and on a loaded machine the first question could otherwise find "still being indexed (0%)".
+  for (const t0 = Date.now(); (await library.client.libraryStatus()).library?.state !== "ready";) {
+    if (Date.now() - t0 > 60_000) throw new Error("the fixture library was not indexed within 60 s");
+    await new Promise((r) => setTimeout(r, 200));
+  }
 });
 
 after(async () => {
@@ -347,6 +353,23 @@ describe("the sidebar web app in Firefox", () => {
     const sources = await page.$$eval(".msg.assistant .answer .source", (ds) => ds.map((d) => ({ n: d.dataset.source, href: d.querySelector("a").getAttribute("href"), title: d.querySelector("a").textContent })));
     for (const c of cites) assert.equal(sources.find((s) => s.n === c.n)?.href, c.href);
     assert.ok(sources.some((s) => s.href.endsWith("/LEWIS202") && /Retrieval-Augmented Generation/.test(s.title)));
+    // "Open the PDF at" lists the pages the answer cites (an entry's "p. 2.", a "[1, p. 2]"), no
+    // other page the search saw; each opens the PDF at its page. No quote starts with a heading.
+    const answerText = await page.$eval(".msg.assistant .answer", (e) => e.textContent);
+    const citedPages = new Map();
+    for (const m of answerText.matchAll(/\[(\d+), pp?\. ([\w-]+)\]/g)) citedPages.set(`${m[1]} ${m[2]}`, true);
+    for (const s of sources) {
+      const listed = /\bpp?\. ([\w-]+(?:, [\w-]+)*)\.$/.exec(s.title);
+      for (const p of listed ? listed[1].split(", ") : []) citedPages.set(`${s.n} ${p}`, true);
+    }
+    const pdfLinks = await page.$$eval(".msg.assistant .page-links a.pdf-link", (as) => as.map((a) => ({ text: a.textContent, href: a.getAttribute("href") })));
+    assert.ok(pdfLinks.length >= 1, "the cited pages of LEWISPDF are listed");
+    for (const l of pdfLinks) {
+      const [, n, p] = /^\[(\d+)\] p\. ([\w-]+)$/.exec(l.text);
+      assert.ok(citedPages.has(`${n} ${p}`), `${l.text} is not cited in: ${answerText}`);
+      assert.match(l.href, /^zotero:\/\/open-pdf\/library\/items\/[A-Z0-9]{8}\?page=\d+$/);
+    }
+    assert.doesNotMatch(answerText, /Introduction\. Language models/);
     // Nothing of the answer went in as markup: the answer holds only the renderer's elements.
     const tags = await page.$$eval(".msg.assistant .answer *", (els) => [...new Set(els.map((e) => e.tagName.toLowerCase()))]);
     for (const t of tags) assert.ok(["p", "br", "ul", "ol", "li", "a", "span", "div", "strong", "em", "code", "pre", "h3", "h4", "blockquote", "hr"].includes(t), t);
@@ -388,6 +411,20 @@ describe("the sidebar web app in Firefox", () => {
     assert.match(out.text, /<img src=x onerror=/);
     assert.match(out.text, /<script>/);
     assert.match(out.text, /<b>code<\/b>/);
+  });
+
+  test("a page is cited by its label and opens the PDF at its page index", async () => {
+    const out = await page.evaluate(async () => {
+      const { parseSources, renderMarkdown } = await import("/ui/markdown.js");
+      const text = "- Reefs recover in a decade [1, p. 127], slowly [1, p. xi].\n\n# Cited Sources\n"
+        + "[1] Terry Hughes (2018). Coral reefs. pp. xi, 127. (zotero://select/library/items/CHAPTER1)";
+      const sources = parseSources(text);
+      sources.get(1).pdfs = new Map([["127", "zotero://open-pdf/library/items/CHAPPDF1?page=3"], ["xi", "zotero://open-pdf/library/items/CHAPPDF1?page=1"]]);
+      const div = document.createElement("div");
+      div.append(renderMarkdown(text, { sources }));
+      return [...div.querySelectorAll("a.cite-page")].map((a) => [a.textContent, a.getAttribute("href")]);
+    });
+    assert.deepEqual(out, [["p. 127", "zotero://open-pdf/library/items/CHAPPDF1?page=3"], ["p. xi", "zotero://open-pdf/library/items/CHAPPDF1?page=1"]]);
   });
 
   test("hosted by Zotero: selection chips, citations open through the bridge, save as note, edit restores the chips", async () => {

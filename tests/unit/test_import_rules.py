@@ -2,7 +2,10 @@
 
 - the core (every package but the faces and the process layer) imports no face and no process code;
 - a face (`rpc`, `shim`) never imports the other face;
-- no two packages of zocratesd import each other, directly or around a cycle;
+- no two packages of zocratesd import each other, directly or around a cycle; nor, inside a
+  package, do two of its modules or subpackages (`engine.answer` and `engine.research`);
+- the library (Zotero's data, our index, the retrieval types) imports nothing of the engine: the
+  engine (ADK, the agent, the answerer) imports the types from the library;
 - `zocratesd stdio` (an editor starts one per chat panel) never loads ADK, SQLAlchemy or pydantic.
 
 Every import counts, at module level or inside a function, `TYPE_CHECKING` blocks included: a
@@ -61,12 +64,13 @@ def _imports(path: Path) -> Iterator[tuple[int, str]]:
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            if mod == "zocratesd":  # `from zocratesd import locations`: the names are modules or the root's
-                for alias in node.names:
-                    sub = PACKAGE / alias.name
-                    if sub.is_dir() or sub.with_suffix(".py").exists():
-                        yield node.lineno, f"zocratesd.{alias.name}"
-            else:
+            # `from zocratesd import locations`, `from zocratesd.engine import telemetry`: a name that
+            # is a module of the package is that module; any other name is the package's own.
+            pkg_dir = PACKAGE.parent.joinpath(*mod.split("."))
+            subs = [a.name for a in node.names if (pkg_dir / a.name).is_dir() or (pkg_dir / f"{a.name}.py").exists()]
+            for name in subs:
+                yield node.lineno, f"{mod}.{name}"
+            if len(subs) < len(node.names) and mod != "zocratesd":
                 yield node.lineno, mod
 
 
@@ -100,6 +104,15 @@ def test_the_core_imports_no_face_and_no_process_code() -> None:
 def test_a_face_never_imports_the_other_face() -> None:
     bad = [where for src, dst, where in _edges() if src in FACES and dst in FACES]
     assert not bad, "faces are independent adapters over the core:\n" + "\n".join(bad)
+
+
+def test_the_library_imports_nothing_of_the_engine() -> None:
+    """The retrieval types are made where passages are made (library/retrieval.py); the engine
+    imports them from there, never the other way round."""
+    edges = _edges()
+    bad = [where for src, dst, where in edges if src == "library" and dst == "engine"]
+    assert not bad, "the library must not depend on the engine:\n" + "\n".join(bad)
+    assert ("engine", "library") in {(a, b) for a, b, _ in edges}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -144,18 +157,57 @@ def test_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_package_import_cycle() -> None:
+def _packages() -> list[str]:
+    """Every package of zocratesd, dotted: "zocratesd", "zocratesd.engine", "zocratesd.engine.answer", ..."""
+    return sorted(_module_name(p.parent / "__init__.py") for p in PACKAGE.rglob("__init__.py"))
+
+
+def _member(package: str, module: str) -> str | None:
+    """The direct child of `package` (a module or subpackage) that `module` is or lies in; None
+    for the package itself (its __init__: a package's face re-exports its children, and every child
+    is loaded after it anyway) and for modules outside it."""
+    if not module.startswith(package + "."):
+        return None
+    return module[len(package) + 1:].split(".")[0]
+
+
+def _package_cycles(package: str) -> tuple[list[list[str]], list[str]]:
+    """Import cycles among the direct children of `package`, each child standing for everything
+    under it, and the imports that make them."""
     graph: dict[str, set[str]] = {}
     where: dict[tuple[str, str], str] = {}
-    for src, dst, w in _edges():
-        graph.setdefault(src, set()).add(dst)
-        where.setdefault((src, dst), w)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        src = _member(package, _module_name(path))
+        if src is None:
+            continue
+        for line, mod in _imports(path):
+            dst = _member(package, mod)
+            if dst is not None and dst != src:
+                graph.setdefault(src, set()).add(dst)
+                where.setdefault((src, dst), f"{path.relative_to(PACKAGE.parent)}:{line} imports {mod}")
     cycles = _cycles(graph)
     detail = []
     for comp in cycles:
         members = set(comp)
         detail += [w for (a, b), w in where.items() if a in members and b in members]
-    assert not cycles, f"package import cycles {cycles}:\n" + "\n".join(sorted(detail))
+    return cycles, sorted(detail)
+
+
+def test_the_rules_see_every_package() -> None:
+    assert {"zocratesd", "zocratesd.engine", "zocratesd.engine.answer", "zocratesd.library"} <= set(_packages())
+
+
+def test_no_package_import_cycle() -> None:
+    cycles, detail = _package_cycles("zocratesd")
+    assert not cycles, f"package import cycles {cycles}:\n" + "\n".join(detail)
+
+
+@pytest.mark.parametrize("package", [p for p in _packages() if p != "zocratesd"])
+def test_no_import_cycle_inside_a_package(package: str) -> None:
+    """The modules of one package, too: a cycle there makes the import order decide which of the
+    two sees the other half-made, and the two cannot be understood apart."""
+    cycles, detail = _package_cycles(package)
+    assert not cycles, f"import cycles in {package}: {cycles}:\n" + "\n".join(detail)
 
 
 def test_stdio_loads_no_adk_sqlalchemy_or_pydantic(tmp_path: Path) -> None:
@@ -209,9 +261,11 @@ def test_stdio_modules_import_nothing_heavy_even_lazily(module: str) -> None:
 
 # What `zocratesd serve` may not load before its first reply (issue 22: first reply <= 300 ms): the
 # HTTP shim's server stack (imported after the socket serves, process/lifecycle.py Preload), the
-# library index (made on first use, core/daemon.py), and xml.sax (core/context.py escapes by itself).
-FIRST_REPLY_FORBIDDEN = (*STDIO_FORBIDDEN[:3], "uvicorn", "starlette", "h11", "click", "zocratesd.library",
+# library index (made on first use, core/daemon.py; the library's light package and its retrieval
+# types are allowed), and xml.sax (core/context.py escapes by itself).
+FIRST_REPLY_FORBIDDEN = (*STDIO_FORBIDDEN[:3], "uvicorn", "starlette", "h11", "click", "zocratesd.library.",
                          "zocratesd.shim.routes", "xml.sax")
+FIRST_REPLY_ALLOWED = frozenset({"zocratesd.library.retrieval"})
 
 
 def test_the_first_reply_loads_no_shim_server_or_library_index(tmp_path: Path) -> None:
@@ -248,5 +302,5 @@ def test_the_first_reply_loads_no_shim_server_or_library_index(tmp_path: Path) -
     assert out.returncode == 0, out.stderr
     loaded = out.stdout.split()
     assert "zocratesd.shim.server" in loaded and "zocratesd.rpc.acp" in loaded
-    early = [m for m in loaded if m.startswith(FIRST_REPLY_FORBIDDEN)]
+    early = [m for m in loaded if m.startswith(FIRST_REPLY_FORBIDDEN) and m not in FIRST_REPLY_ALLOWED]
     assert not early, f"the daemon loads {early[:10]} before its first reply"

@@ -36,7 +36,7 @@ import httpx
 
 from zocratesd.config import MODEL_MAX_LINE_BYTES
 from zocratesd.engine.models.openai import split_credentials
-from zocratesd.engine.retrieval import tokens as terms
+from zocratesd.library.retrieval import tokens as terms
 from zocratesd.logtext import escape_for_log, redact_credentials
 
 log = logging.getLogger(__name__)

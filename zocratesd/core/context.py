@@ -22,8 +22,8 @@ from typing import Any, Final, Literal, cast, get_args
 
 import msgspec
 
-from zocratesd.engine.retrieval import Mode, Scope
 from zocratesd.errors import InvalidInput
+from zocratesd.library.retrieval import Mode, Scope
 from zocratesd.limits import MAX_ACTIVE_ITEMS, MAX_ITEM_TITLE_CHARS, MAX_SNIPPET_CHARS, MAX_SNIPPETS
 
 ITEM_KEY_RE = re.compile(r"^[A-Z0-9]{8}$")  # Zotero item and collection keys: 8 chars of [23456789A-Z]

@@ -27,8 +27,8 @@ from zocratesd.core.settings import Settings
 from zocratesd.core.watchers import MAX_QUEUED_UPDATES, OnReady, Subscription, Watchers
 from zocratesd.engine import SESSION_CONFIG_KEY
 from zocratesd.engine.models import build_model
-from zocratesd.engine.retrieval import InMemoryRetriever, Passage, Retriever
 from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionNotFound
+from zocratesd.library.retrieval import InMemoryRetriever, Passage, Retriever
 from zocratesd.limits import (
     MAX_GUIDANCE_CHARS,
     MAX_INTERRUPT_ID_CHARS,

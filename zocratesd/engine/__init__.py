@@ -1,5 +1,5 @@
 """The engine: ADK's Runner with the coordinator agent, its model and its tools, in-process
-(engine/runner.py), and the parts the rest of the daemon uses without ADK (retrieval.py).
+(engine/runner.py); the retrieval types it uses are the library's (library/retrieval.py).
 
 This package's own import stays light: ADK is imported only with `engine.runner` (and agent.py,
 tools.py, research.py, models/offline.py and models/openai.py, which the runner imports), so the

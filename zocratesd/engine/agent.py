@@ -11,8 +11,8 @@ from pydantic import PrivateAttr
 
 from zocratesd.config import ResearchConfig
 from zocratesd.engine import SESSION_CONFIG_KEY
-from zocratesd.engine.retrieval import Retriever
 from zocratesd.engine.tools import build_search_tool
+from zocratesd.library.retrieval import Retriever
 
 COORDINATOR = "coordinator"
 

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from zocratesd.engine.answer.question import split_parts
-from zocratesd.engine.retrieval import Hit, Passage, Scope, tokens
+from zocratesd.library.retrieval import Hit, Passage, Scope, tokens
 from zocratesd.limits import MAX_GUIDANCE_CHARS
 
 SNAPSHOT_KEY = "hitl_snapshot"

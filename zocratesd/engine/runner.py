@@ -38,8 +38,8 @@ from zocratesd.engine import telemetry
 from zocratesd.engine.agent import build_coordinator
 from zocratesd.engine.models import OFFLINE, model_id
 from zocratesd.engine.models.offline import OfflineLlm
-from zocratesd.engine.retrieval import InMemoryRetriever, Passage, Retriever
 from zocratesd.errors import ModelError
+from zocratesd.library.retrieval import InMemoryRetriever, Passage, Retriever
 from zocratesd.store import APP_NAME, USER_ID
 from zocratesd.store.ui import REQUEST_INPUT_CALL
 

@@ -20,7 +20,7 @@ from google.genai import types
 from zocratesd.config import ResearchConfig
 from zocratesd.engine.answer.causes import search_facts
 from zocratesd.engine.research import SNAPSHOT_KEY, Research, Round
-from zocratesd.engine.retrieval import DEFAULT_TOP_K, Hit, Passage, Retriever, Scope
+from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Passage, Retriever, Scope
 
 TOOL_NAME = "search_library"
 # spec 2.3: retrieved_evidence keeps the last 5 turns' queries, chunks and citations.
@@ -162,6 +162,6 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
         passages = _numbered(ranked)
         record_evidence(state, invocation_id, [r.aspect for r in research.rounds] or [query], passages)
         yield {"query": query, "scope": research.scope.mode, "passages": passages, "research": research.report(),
-               "library": await search_facts(retriever, research, passages)}
+               "library": await search_facts(retriever, research.scope, research.query, research.aspects, passages)}
 
     return FunctionTool(search_library)

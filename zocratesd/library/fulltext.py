@@ -18,6 +18,7 @@ import stat
 from pathlib import Path
 
 from zocratesd.library._records import valid_key
+from zocratesd.textnorm import MAX_HEADING_CHARS, is_heading_line
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,10 @@ MAX_CONTROL_SHARE = 0.10
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
 _SPACE_RE = re.compile(r"[ \t\r\u00a0]+")
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
+_PARAGRAPH_RE = re.compile(r" ?\n\n[\s]*")
+# The lines that may be headings (short, a capital or a section number first): found in C, so the
+# lines of prose (most of a page) never reach is_heading_line.
+_SHORT_LINE_RE = re.compile(rf"^[ \t]*[A-Z0-9][^\n]{{0,{MAX_HEADING_CHARS}}}$", re.M)
 
 
 def cache_path(data_dir: Path, attachment_key: str, name: str = CACHE_NAME) -> Path | None:
@@ -145,10 +150,18 @@ def pages(text: str) -> list[tuple[int | None, str]]:
 
 def chunks(text: str, size: int = CHUNK_CHARS) -> list[tuple[int | None, str]]:
     """[(page, chunk text)]: each page cut into ~`size`-character chunks at sentence ends, never
-    across a page; whitespace collapsed, paragraph breaks kept as single spaces."""
+    across a page; whitespace collapsed, paragraph breaks kept as single spaces, except around a
+    line that is only a section heading ("Introduction", "2.1 Training Details"): it stays a
+    paragraph of its own ("\\n\\n" before and after), so the answerer never quotes it as the
+    start of the sentence after it (textnorm.is_heading_line)."""
     out: list[tuple[int | None, str]] = []
     for page, body in pages(text):
-        body = _SPACE_RE.sub(" ", body.replace("\n", " ")).strip()
+        heads = {m.group(0) for m in _SHORT_LINE_RE.finditer(body) if is_heading_line(m.group(0))} if "\n" in body else None
+        if heads:
+            body = " ".join(f"\n\n{line.strip()}\n\n" if line in heads else line for line in body.split("\n"))
+            body = _PARAGRAPH_RE.sub("\n\n", _SPACE_RE.sub(" ", body)).strip()
+        else:
+            body = _SPACE_RE.sub(" ", body.replace("\n", " ")).strip()
         if not body:
             continue
         current = ""

@@ -10,9 +10,10 @@ Tables:
   API never removes these (only a later database read can): the API is the weaker witness.
 - `chunks` (id, uid, item_key, library, kind, source_key, attachment_key, page, page_label) and
   the FTS5 table `chunks_fts` (title, body) with the same rowid. Kinds: `metadata` chunks of an
-  item (creators, year and tags, then `METADATA_BREAK` and the abstract, which is cut into ~1,200
-  characters as any text is; later parts have no header), `fulltext` chunks of ~1,200 characters of each
-  attachment's text (never across a page), `note` chunks (HTML as text), one `annotation`
+  item (creators, with a German name's other spelling, "Ströhle" and "Stroehle", year and tags,
+  then `METADATA_BREAK` and the abstract, which is cut into ~1,200 characters as any text is;
+  later parts have no header), `fulltext` chunks of ~1,200 characters of each attachment's text
+  (never across a page; a heading line kept apart), `note` chunks (HTML as text), one `annotation`
   chunk per highlight or comment (its text, comment and tags). Every chunk carries the item's
   title in its `title` column, weighted `TITLE_WEIGHT` times the body in BM25 (except a metadata
   chunk with no abstract when the item has other chunks: it would win on its shortness; with no
@@ -29,7 +30,8 @@ Tables:
   for its other words, the two rankings fused by rank).
 
 Pages: a chunk of a PDF's text has its page number from the cache's form feeds, and the page
-label a reader sees when an annotation on that page names it; an annotation has its own label.
+label a reader sees: the PDF's own (/PageLabels, library/pdflabels.py), else the one an annotation
+on that page recorded; an annotation has its own label.
 Each passage links to where it is (`zotero://open-pdf/.../items/<attachmentKey>?page=N`, or
 `zotero://select/...` for notes and metadata).
 
@@ -64,12 +66,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zocratesd.engine.retrieval import METADATA_BREAK, Hit, Passage, Scope, tokens
 from zocratesd.library import dense
 from zocratesd.library._records import CollectionRecord, ItemRecord, LibrarySnapshot, library_path, valid_key
 from zocratesd.library.fulltext import chunks as split_chunks
+from zocratesd.library.retrieval import METADATA_BREAK, Hit, Passage, Scope, tokens
 from zocratesd.library.zotero_db import db_uri
-from zocratesd.textnorm import CJK_RUN_RE, cjk_bigrams
+from zocratesd.textnorm import CJK_RUN_RE, cjk_bigrams, name_variants
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +79,9 @@ INDEX_NAME = "library.db"
 # Bumped whenever the tables change; an index of another version is rebuilt from scratch
 # (2: libraries, notes, annotations, page labels, the CJK bigram index; 3: `chunk_vectors`, the
 # dense stage's vectors, and the `dense_model` they were made with; 4: abstracts chunked, no
-# chunk without words).
-INDEX_SCHEMA_VERSION = 4
+# chunk without words; 5: German names' other spellings in the metadata header, heading lines kept
+# apart in text chunks, page labels from the PDFs themselves).
+INDEX_SCHEMA_VERSION = 5
 # BM25 column weights (title, body): a title term counts twice a body term, so a matching paper's
 # passages come first without drowning a strong body match (FTS5's bm25() weights). FTS5 fixes
 # k1 = 1.2, but it applies the weights to the term counts before saturation, so their scale acts
@@ -115,6 +118,7 @@ DENSE_POOL = 200
 DENSE_WEIGHT = 1.0
 _LIBRARY_RE = re.compile(r"^(user|groups/\d{1,12})$")
 _WORD_RE = re.compile(r"\w")
+_NAME_RE = re.compile(r"[^\W\d_]+")
 
 # Added after INDEX_SCHEMA_VERSION 1 shipped: created on open in an older index (no rebuild needed).
 _DB_ITEMS = "CREATE TABLE IF NOT EXISTS db_items (item_key TEXT PRIMARY KEY) WITHOUT ROWID"
@@ -294,12 +298,13 @@ class IndexWriter:
             for uid in uids:
                 self._delete_item(uid)
 
-    def write_items(self, batch: Sequence[tuple[ItemRecord, dict[str, str]]]) -> None:
-        """(item, {attachment key: text}) pairs, in one transaction."""
+    def write_items(self, batch: Sequence[tuple[ItemRecord, dict[str, str]]], labels: dict[str, list[str]] | None = None) -> None:
+        """(item, {attachment key: text}) pairs, in one transaction; `labels`: {attachment key: the
+        labels of its PDF's pages} where the PDF has them (library/pdflabels.py)."""
         with self.transaction():
             for item, texts in batch:
                 self._delete_item(item.uid)
-                self._insert_item(item, texts)
+                self._insert_item(item, texts, labels or {})
 
     def _delete_item(self, uid: str) -> None:
         c = self.conn
@@ -310,7 +315,7 @@ class IndexWriter:
         c.execute("DELETE FROM item_collections WHERE uid = ?", (uid,))
         c.execute("DELETE FROM items WHERE uid = ?", (uid,))
 
-    def _insert_item(self, item: ItemRecord, texts: dict[str, str]) -> None:
+    def _insert_item(self, item: ItemRecord, texts: dict[str, str], pdf_labels: dict[str, list[str]]) -> None:
         c = self.conn
         c.execute(
             "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -330,11 +335,17 @@ class IndexWriter:
             # The header (creators, year, tags: searchable, never quoted), METADATA_BREAK, the abstract,
             # cut as any text is: one row the length of two ranked below ~1,200-character chunks
             # (SciFact, abstract field: 0.706 -> 0.716 test nDCG@10, train 0.721 -> 0.724).
-            header = " ".join(" ".join(p for p in ("; ".join(item.creators), str(item.year or ""), " ".join(item.tags)) if p).split())
+            # A German name is searchable as it is typed either way ("Ströhle", "Stroehle": textnorm).
+            variants = " ".join(dict.fromkeys(v for c in item.creators for w in _NAME_RE.findall(c) for v in name_variants(w)))
+            header = " ".join(" ".join(p for p in ("; ".join(item.creators), variants, str(item.year or ""), " ".join(item.tags))
+                                       if p).split())
             parts = [part for _, part in split_chunks((item.abstract or "").replace("\f", " "))] or [""]
             rows += [("metadata", None, None, None, None, f"{header if i == 0 else ''}{METADATA_BREAK}{part}")
                      for i, part in enumerate(parts)]
-        labels: dict[tuple[str, int], str] = {}
+        # A page's label: the PDF's own (/PageLabels), else one an annotation on that page recorded.
+        labels: dict[tuple[str, int], str] = {
+            (att_key, n): label for att_key, found in pdf_labels.items() for n, label in enumerate(found, start=1) if label
+        }
         for ann in item.annotations:
             if ann.page_index is not None and ann.page_label:
                 labels.setdefault((ann.attachment_key, ann.page_index + 1), ann.page_label)
@@ -564,6 +575,7 @@ def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | N
         "SELECT rowid, body FROM chunks_fts WHERE rowid IN (SELECT value FROM json_each(?))",
         (json.dumps([r[0] for r in chosen]),),
     ))
+    chosen = _with_text(conn, chosen, where_of, bodies)
     meta = _item_meta(conn, {where_of[r][0] for r, _ in chosen})
     hits = []
     for rowid, score in chosen:
@@ -577,6 +589,34 @@ def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | N
         )
         hits.append(Hit(passage, -float(score)))
     return hits
+
+
+def _with_text(conn: sqlite3.Connection, chosen: list[tuple[int, float]], where_of: dict[int, tuple[Any, ...]],
+               bodies: dict[int, str]) -> list[tuple[int, float]]:
+    """A hit on an item's header alone (creators, year, tags; no abstract: "What did Zetsche
+    find?" matches only there) has nothing to read or quote: it stands for the item's first text
+    chunk instead, at the same score, unless that chunk is a hit already. `where_of` and `bodies`
+    get the new rows."""
+    bare = [r for r, _ in chosen if where_of[r][3] == "metadata" and not bodies.get(r, "").partition(METADATA_BREAK)[2].strip()]
+    if not bare:
+        return chosen
+    have = {r for r, _ in chosen}
+    first: dict[str, int] = {}
+    for row in conn.execute(
+        "SELECT id, uid, item_key, library, kind, source_key, attachment_key, page, page_label FROM chunks "
+        "WHERE uid IN (SELECT value FROM json_each(?)) AND kind IN ('fulltext', 'note') ORDER BY kind = 'note', id",
+        (json.dumps(sorted({where_of[r][0] for r in bare})),),
+    ):
+        if row[1] not in first:
+            first[row[1]] = row[0]
+            where_of[row[0]] = row[1:]
+    swap = {r: first[where_of[r][0]] for r in bare if where_of[r][0] in first and first[where_of[r][0]] not in have}
+    if not swap:
+        return chosen
+    bodies.update(conn.execute(
+        "SELECT rowid, body FROM chunks_fts WHERE rowid IN (SELECT value FROM json_each(?))", (json.dumps(list(swap.values())),)
+    ))
+    return [(swap.get(r, r), sc) for r, sc in chosen]
 
 
 def _link(library: str, kind: str, item_key: str, source: str | None, att_key: str | None, page: int | None) -> str:

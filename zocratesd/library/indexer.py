@@ -34,6 +34,7 @@ from zocratesd.library._records import USER_LIBRARY, ItemRecord, LibrarySnapshot
 from zocratesd.library.fulltext import read_cache
 from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, open_index, remove_index
 from zocratesd.library.local_api import ListenerChanged, LocalApi, LocalApiError
+from zocratesd.library.pdflabels import page_labels
 from zocratesd.library.zotero_db import (
     ZOTERO_DB,
     ZoteroDbError,
@@ -307,12 +308,16 @@ class Indexer:
                 log.info("library: indexing stopped at %d/%d items; it continues at the next start", done, total)
                 return
             batch: list[tuple[ItemRecord, dict[str, str]]] = []
+            labels: dict[str, list[str]] = {}
             for item in changed[start : start + BATCH_ITEMS]:
                 texts = {}
                 for att in item.attachments:
                     text = read_text(att.key)
                     if text:
                         texts[att.key] = text
+                        # The page labels a reader shows, from the stored PDF (pdflabels.py).
+                        if att.content_type == "application/pdf" and (found := page_labels(self.opts.data_dir, att.key)):
+                            labels[att.key] = found
                 batch.append((item, texts))
             try:
                 if snap.source == "local_api" and api is not None:
@@ -322,7 +327,7 @@ class Indexer:
                 log.warning("library: indexing stopped at %d/%d items: %s", done, total, msg)
                 self._set(state="error", message=msg, **_counts(writer))
                 return
-            writer.write_items(batch)
+            writer.write_items(batch, labels)
             done += len(batch)
             pct = round(100.0 * done / total, 1)
             self._set(items_done=done, percent=pct)

@@ -29,10 +29,10 @@ from typing import Any
 
 import msgspec
 
-from zocratesd.engine.retrieval import DEFAULT_TOP_K, Hit, Passage, Scope
 from zocratesd.library._records import AttachmentRecord, CollectionRecord, ItemRecord, valid_key
 from zocratesd.library.index import IndexCorrupt, IndexWriter, open_index, remove_index
 from zocratesd.library.index import search as index_search
+from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Passage, Scope
 from zocratesd.logtext import escape_for_log
 
 log = logging.getLogger(__name__)

@@ -375,6 +375,9 @@ class Attachment(_ChildOrStandalone):
     cache_bytes: bytes | None = None
     unprocessed: bool = False
     annotations: Sequence[Annotation] = ()
+    # The file itself, written to storage/<key>/<filename> for a stored file (`pdf_file` makes a
+    # PDF with page labels); None: no file, as after a sync that skipped files.
+    file_bytes: bytes | None = None
 
 
 @dataclass
@@ -1045,6 +1048,10 @@ class _Writer:
             self.annotation(lib, kind, ann, aid)
 
     def _full_text(self, aid: int, att: Attachment) -> None:
+        if att.file_bytes is not None and LINK_MODES[att.link_mode] in (0, 1):
+            folder = self.data_dir / "storage" / att.key
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / att.filename).write_bytes(att.file_bytes)
         if att.cache_bytes is None and att.pages is None and att.text is None:
             return
         if att.cache_bytes is not None:
@@ -1084,3 +1091,36 @@ class _Writer:
         row += (ann.color, ann.page_label, sort_index(ann.page_index, 0, 800 - top), position, 0)
         self.add("itemAnnotations", row)
         self._tags(nid, ann.tags)
+
+
+def pdf_file(pages: int, labels: Sequence[tuple[int, str | None, str, int]] = ()) -> bytes:
+    """A valid PDF of `pages` blank pages; `labels` its page labels as the catalog's /PageLabels
+    number tree (PDF 32000-1:2008, 12.4.2): (first page index, style "D" | "R" | "r" | "A" | "a" or
+    None for a prefix alone, prefix, first number). E.g. ((0, "r", "", 1), (2, "D", "", 125)): i, ii,
+    125, 126, ... A classic cross-reference table, as most producers write one."""
+    nums = []
+    for index, style, prefix, start in labels:
+        entry = "/Type /PageLabel" + (f" /S /{style}" if style else "")
+        if prefix:
+            entry += " /P (" + prefix.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ")"
+        if start != 1:
+            entry += f" /St {start}"
+        nums.append(f"{index} << {entry} >>")
+    kids = " ".join(f"{4 + i} 0 R" for i in range(pages))
+    page_labels = f" /PageLabels << /Nums [{' '.join(nums)}] >>" if labels else ""
+    objects = [
+        f"<< /Type /Catalog /Pages 2 0 R{page_labels} >>",
+        f"<< /Type /Pages /Kids [{kids}] /Count {pages} >>",
+        "<< /Producer (zocratesd writer) >>",
+        *("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>" for _ in range(pages)),
+    ]
+    out = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for n, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{n} 0 obj\n{body}\nendobj\n".encode("latin-1")
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R /Info 3 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return bytes(out)

@@ -464,7 +464,7 @@ function assistantMessage(m) {
   const el = h("div", { class: "msg assistant", data: { invocation: m.invocation_id || "" } });
   if (m.thought) el.append(thoughtBlock(m.thought, false));
   if (m.text) {
-    const sources = withPages(parseSources(m.text), app.passages.get(m.invocation_id));
+    const sources = withPages(parseSources(m.text), app.passages.get(m.invocation_id), m.text);
     el.append(h("div", { class: "answer" }, renderMarkdown(m.text, { sources })));
     const links = pageLinks(sources);
     if (links) el.append(links); // append(null) would show the word "null"
@@ -482,17 +482,29 @@ function thoughtBlock(text, open) {
     h("div", { class: "thought-text", text }));
 }
 
-/** The sources with the PDF pages their item was found on, when this page saw the search (the
- *  stream's `tool_result` passages: item, attachment, page): `pdfs` maps page -> open-pdf URI. */
-function withPages(sources, passages) {
+/** The sources with the PDF pages the answer cites, when this page saw the search (the stream's
+ *  `tool_result` passages: item, attachment, page, page label): `pdfs` maps the page as cited (its
+ *  label, "127", else its number) -> the open-pdf URI at the PDF's page index. A page is cited when
+ *  the source's entry lists it ("... p. 127.") or a citation names it ("[2, p. 127]"). */
+function withPages(sources, passages, text) {
   if (!passages?.length) return sources;
+  const inline = new Map();
+  for (const m of String(text || "").matchAll(/\[(\d{1,4}),\s*pp?\.\s*([0-9A-Za-z-]{1,16})\]/g)) {
+    if (!inline.has(Number(m[1]))) inline.set(Number(m[1]), new Set());
+    inline.get(Number(m[1])).add(m[2]);
+  }
+  const ordered = [...passages].sort((a, b) => (a.page ?? 0) - (b.page ?? 0));
   for (const s of sources.values()) {
     const key = /\/items\/([A-Z0-9]{8})$/.exec(s.uri || "")?.[1];
     if (!key) continue;
-    for (const p of passages) {
+    const listed = /\bpp?\. ([0-9A-Za-z-]{1,16}(?:, [0-9A-Za-z-]{1,16})*)\.$/.exec(s.title || "");
+    const cited = new Set([...(listed ? listed[1].split(", ") : []), ...(inline.get(s.n) || [])]);
+    for (const p of ordered) {
       if (p.item_key === key && p.attachment_key && Number.isInteger(p.page)) {
+        const label = p.page_label || String(p.page);
+        if (!cited.has(label)) continue;
         s.pdfs ??= new Map();
-        if (!s.pdfs.has(p.page)) s.pdfs.set(p.page, `zotero://open-pdf/library/items/${encodeURIComponent(p.attachment_key)}?page=${p.page}`);
+        if (!s.pdfs.has(label)) s.pdfs.set(label, `zotero://open-pdf/library/items/${encodeURIComponent(p.attachment_key)}?page=${p.page}`);
       }
     }
   }
@@ -502,7 +514,7 @@ function withPages(sources, passages) {
 function pageLinks(sources) {
   const links = [];
   for (const s of sources.values()) {
-    for (const [page, href] of [...(s.pdfs || new Map())].sort((a, b) => a[0] - b[0])) {
+    for (const [page, href] of s.pdfs || new Map()) {
       links.push(h("a", { href, class: "pdf-link", title: s.title, text: `[${s.n}] p. ${page}` }));
     }
   }
@@ -545,7 +557,7 @@ function renderLive(turn) {
     parts.thought.querySelector(".thought-text").textContent = v.thought;
   }
   parts.progress.replaceChildren(...v.progress.map((line) => h("li", { text: line })));
-  if (v.answer) parts.answer.replaceChildren(renderMarkdown(v.answer, { sources: withPages(parseSources(v.answer), v.passages) }));
+  if (v.answer) parts.answer.replaceChildren(renderMarkdown(v.answer, { sources: withPages(parseSources(v.answer), v.passages, v.answer) }));
   parts.status.textContent = turn.stopping ? "Stopping…" : v.answer ? "" : v.progress.length ? "Searching…" : "Working…";
   parts.status.hidden = !parts.status.textContent;
   // How the throttle behaved, for whoever inspects the page (the browser tests do).

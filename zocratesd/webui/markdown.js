@@ -10,7 +10,8 @@
 // > quotes, ``` code blocks, `code`, **bold**, *italic*, [text](url) links, bare URLs, and numbered
 // citations [1] / [1, 2] / [1-3] / [2, p. 4] linked to the answer's "# Cited Sources" entries
 // ("[n] Author (Year). Title. (zotero://select/library/items/KEY)"); a page links to the PDF at
-// that page when the caller knows the item's attachment (`sources.get(n).pdfs`: page -> URI).
+// that page when the caller knows the item's attachment (`sources.get(n).pdfs`: page label -> URI of
+// the PDF at its page index).
 
 const LINK_SCHEMES = new Set(["http:", "https:", "zotero:"]);
 // A source entry: "[n] what it is (uri)"; the uri is what the number's links open.
@@ -19,13 +20,14 @@ const SOURCE_RE = /^\s*\[(\d{1,4})\]\s+(.+?)\s*\(((?:zotero|https?):\/\/[^\s()<>
 // number before it ("[2, p. 4]", "[1, pp. 3-5]").
 const CITE_NUMBER_RE = /^(\d{1,4})$/;
 const CITE_RANGE_RE = /^(\d{1,4})\s*[\u2013-]\s*(\d{1,4})$/;
-const CITE_PAGE_RE = /^pp?\.\s*(\d{1,5})(?:\s*[\u2013-]\s*\d{1,5})?$/;
+// A page is cited by its label, as the reader shows it: "127", "xi", "A-3".
+const CITE_PAGE_RE = /^pp?\.\s*([A-Za-z]{1,3}-\d{1,5}|[0-9A-Za-z]{1,16})(?:\s*[\u2013-]\s*[0-9A-Za-z]{1,16})?$/;
 // Inline tokens, tried at each position in this order of the alternation (first match wins).
 const INLINE_RE = new RegExp(
   [
     "(`+)([^`]|[^`][\\s\\S]*?[^`])\\1(?!`)", // 1,2: code span
     "\\[([^\\]\\n]+)\\]\\(([^()\\s]+)\\)", // 3,4: [text](url)
-    "\\[(\\d{1,4}(?:\\s*[,;\\u2013-]\\s*(?:\\d{1,5}|pp?\\.\\s*\\d{1,5}))*)\\]", // 5: citations
+    "\\[(\\d{1,4}(?:\\s*[,;\\u2013-]\\s*(?:\\d{1,5}|pp?\\.\\s*[0-9A-Za-z][0-9A-Za-z\\u2013-]{0,32}))*)\\]", // 5: citations
     "\\*\\*(?=\\S)([^*\\n]*?\\S)\\*\\*", // 6: bold
     "__(?=\\S)([^_\\n]*?\\S)__", // 7: bold
     "\\*(?=[^\\s*])([^*\\n]*?[^\\s*])\\*", // 8: italic
@@ -76,7 +78,7 @@ export function parseCitationGroup(group) {
       }
       last = Number(m[2]);
     } else if ((m = CITE_PAGE_RE.exec(t)) && last !== null) {
-      pieces.push({ page: Number(m[1]), text: t, of: last });
+      pieces.push({ page: m[1], text: t, of: last });
     } else {
       return null;
     }

@@ -21,7 +21,7 @@ from zocratesd.compaction.turns import latest_compaction, split_turns
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
 from zocratesd.engine import Engine
-from zocratesd.engine.retrieval import InMemoryRetriever, Passage
+from zocratesd.library.retrieval import InMemoryRetriever, Passage
 from zocratesd.rpc.updates import to_acp
 from zocratesd.updates import Usage, history_updates
 

@@ -14,7 +14,7 @@ from zocratesd.engine.answer.evidence import MIN_COVERAGE, coverage, is_evidence
 from zocratesd.engine.answer.question import parse_question
 from zocratesd.engine.answer.sources import entry
 from zocratesd.engine.research import Research, plan_aspects
-from zocratesd.engine.retrieval import InMemoryRetriever, Passage, Scope
+from zocratesd.library.retrieval import InMemoryRetriever, Passage, Scope
 
 pytestmark = pytest.mark.anyio
 
@@ -229,7 +229,7 @@ async def facts_for(retriever: InMemoryRetriever, query: str, scope: Scope) -> d
         hits = await retriever.search(aspect, scope)
         research.record_round(aspect, hits)
     passages = [h.as_json() for h in hits]
-    return await search_facts(retriever, research, passages)
+    return await search_facts(retriever, research.scope, research.query, research.aspects, passages)
 
 
 async def test_search_facts_come_from_the_retrievers_status_and_a_library_wide_search() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
-from zocratesd.engine.retrieval import InMemoryRetriever, Passage
+from zocratesd.library.retrieval import InMemoryRetriever, Passage
 from zocratesd.logtext import MAX_LOG_TEXT_CHARS
 
 pytestmark = pytest.mark.anyio

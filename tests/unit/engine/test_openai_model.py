@@ -21,8 +21,8 @@ from google.genai import types
 from zocratesd.config import ConfigError, ZocratesConfig, load_config
 from zocratesd.core.daemon import Daemon
 from zocratesd.engine.models import openai as openai_model
-from zocratesd.engine.retrieval import InMemoryRetriever, Passage
 from zocratesd.errors import ZocratesError
+from zocratesd.library.retrieval import InMemoryRetriever, Passage
 from zocratesd.updates import MessageChunk, ThoughtChunk, Title, ToolCall, ToolResult, Update
 
 pytestmark = pytest.mark.anyio

@@ -12,9 +12,9 @@ import pytest
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
 from zocratesd.engine.research import Research, plan_aspects
-from zocratesd.engine.retrieval import Hit, InMemoryRetriever, Passage, Scope
 from zocratesd.engine.tools import ROUND_METADATA_KEY
 from zocratesd.errors import CheckpointNotPending, InvalidInput, SessionBusy
+from zocratesd.library.retrieval import Hit, InMemoryRetriever, Passage, Scope
 from zocratesd.store import APP_NAME, USER_ID
 from zocratesd.updates import Checkpoint, ToolProgress
 

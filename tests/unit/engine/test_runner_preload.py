@@ -15,7 +15,7 @@ import pytest
 
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
-from zocratesd.engine.retrieval import InMemoryRetriever, Passage
+from zocratesd.library.retrieval import InMemoryRetriever, Passage
 
 HEAVY = ("google.adk", "google.genai", "sqlalchemy", "aiosqlite")
 

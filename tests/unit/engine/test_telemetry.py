@@ -23,8 +23,8 @@ from google.genai import types
 
 from zocratesd.engine import telemetry
 from zocratesd.engine.models.offline import OfflineLlm
-from zocratesd.engine.retrieval import InMemoryRetriever, Passage
 from zocratesd.engine.runner import Engine
+from zocratesd.library.retrieval import InMemoryRetriever, Passage
 from zocratesd.store import APP_NAME, USER_ID
 
 # ADK's functions that only the skipped path enters: none may run in a quiet turn.
@@ -133,7 +133,7 @@ RECORDING_PROBE = """
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from zocratesd.engine import telemetry
     from zocratesd.engine.models.offline import OfflineLlm
-    from zocratesd.engine.retrieval import InMemoryRetriever, Passage
+    from zocratesd.library.retrieval import InMemoryRetriever, Passage
     from zocratesd.engine.runner import Engine
     from zocratesd.store import APP_NAME, USER_ID
 

@@ -22,7 +22,7 @@ from pydantic import PrivateAttr
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
 from zocratesd.engine import Engine
-from zocratesd.engine.retrieval import InMemoryRetriever, Passage
+from zocratesd.library.retrieval import InMemoryRetriever, Passage
 from zocratesd.store import APP_NAME, USER_ID
 
 pytestmark = pytest.mark.anyio

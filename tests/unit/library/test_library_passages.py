@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from zocratesd.engine.retrieval import Scope
 from zocratesd.library.passages import PassagesFile
+from zocratesd.library.retrieval import Scope
 
 
 def lines(*objs: object) -> str:

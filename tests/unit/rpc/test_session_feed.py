@@ -17,7 +17,7 @@ from memstream import MemoryByteStream, pipe
 
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
-from zocratesd.engine.retrieval import InMemoryRetriever, Passage
+from zocratesd.library.retrieval import InMemoryRetriever, Passage
 from zocratesd.rpc import acp
 from zocratesd.rpc.acp import build_methods
 from zocratesd.rpc.peer import MethodTable, Peer

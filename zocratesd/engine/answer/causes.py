@@ -7,7 +7,8 @@ so the offline composer (and a real model) can say the real cause.
   for "papers" with nothing selected, from the scope itself;
 - when nothing in the scope is evidence (evidence.py), how many passages of the whole library are:
   one more search per aspect, on that path only.
-Duck-typed: the engine never imports the library package (the library imports the engine).
+Duck-typed: `status()` and `scope_size()` are not part of the `Retriever` protocol (a model's own
+retriever may lack them).
 """
 
 from __future__ import annotations
@@ -17,16 +18,18 @@ from typing import Any
 
 from zocratesd.engine.answer.evidence import evidence_items, has_evidence
 from zocratesd.engine.answer.question import parse_question
-from zocratesd.engine.research import Research
-from zocratesd.engine.retrieval import DEFAULT_TOP_K, Hit, Retriever, Scope
+from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Retriever, Scope
 
 # The library-wide search behind "matches elsewhere" covers at most this many aspects: it runs only
 # when the scoped search found nothing, and a count does not need every round again.
 MAX_ELSEWHERE_ASPECTS = 3
 
 
-async def search_facts(retriever: Retriever, research: Research, passages: list[dict[str, Any]]) -> dict[str, Any]:
-    scope = research.scope
+async def search_facts(retriever: Retriever, scope: Scope, query: str, aspects: list[str],
+                       passages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The facts for a search of `query` in `scope` (its `aspects` as searched) that found `passages`.
+    Takes the search's parts, not engine/research.py's `Research`: the answerer is what research
+    uses (question.py), never the other way round."""
     facts: dict[str, Any] = {"scope": scope.mode}
     status = getattr(retriever, "status", None)
     st = status() if callable(status) else None
@@ -41,10 +44,10 @@ async def search_facts(retriever: Retriever, research: Research, passages: list[
             n = size(scope)
             facts["scope_items"] = await n if inspect.isawaitable(n) else n
     if scope.mode != "library" and facts.get("scope_items") != 0:
-        q = parse_question(research.query)
+        q = parse_question(query)
         if not has_evidence(q.parts, passages):
             hits: list[Hit] = []
-            for aspect in (research.aspects or [research.query])[:MAX_ELSEWHERE_ASPECTS]:
+            for aspect in (aspects or [query])[:MAX_ELSEWHERE_ASPECTS]:
                 hits += await retriever.search(aspect, Scope(), DEFAULT_TOP_K)
             found = [h.as_json() for h in hits]
             keys = evidence_items(q.parts, found)

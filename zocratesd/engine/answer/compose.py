@@ -16,7 +16,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from zocratesd.engine.answer.evidence import Quote, Source, coverage, is_evidence, prepare, quote, select, source_coverage
+from zocratesd.engine.answer.evidence import (
+    Quote,
+    Source,
+    coverage,
+    is_evidence,
+    narrow,
+    prepare,
+    quote,
+    select,
+    source_coverage,
+)
 from zocratesd.engine.answer.question import Part, Question, parse_question
 from zocratesd.engine.answer.sources import CITED_HEADER, Citations
 
@@ -50,6 +60,7 @@ def _quoted(text: str) -> str:
 def _section(part: Part, sources: list[Source], limit: int, used: dict[int, set[int]], *, need_subject: bool = False,
              heading: str | None = None) -> Section:
     sec = Section(heading)
+    part, sources = narrow(part, sources)  # a part that names authors: their passages, its topic
     for src in select(part, sources, limit):
         q = quote(part, src, frozenset(used.get(src.rank, set())), need=part.required if need_subject else None)
         if q is None:
@@ -156,7 +167,7 @@ def compose_answer(question: str, result: dict[str, Any]) -> str:
         lines += sec.notes
         lines.append("")
     if len(q.parts) == 1:
-        missing = _missing_names(q.parts[0], sections[0].quotes)
+        missing = _missing_names(narrow(q.parts[0], sources)[0], sections[0].quotes)
         if missing:
             lines += [f"None of these passages mentions {', '.join(_quoted(m) for m in missing)}: "
                       f"{where} may answer this question only in part.", ""]

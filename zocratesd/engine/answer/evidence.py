@@ -13,6 +13,10 @@ The quote is the passage's best sentence for the part (most term weight, earlies
 - the sentence after it when that one carries the comparison ("..., by contrast, ...");
 - a second sentence that covers terms the first lacks, joined with " … " when not adjacent;
 all within `MAX_QUOTE_CHARS`.
+
+A part that names authors (authors.py) is answered from their passages only (`narrow`); when it
+asks nothing besides the names ("What did Strohle and Kuhn find?"), every passage of theirs is
+evidence, their abstracts first, and the quote is what the passage reports (`_findings`).
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from zocratesd.engine.answer.authors import TITLE_MARK, author_focus, by_authors
 from zocratesd.engine.answer.question import Part, word_stems
 from zocratesd.engine.answer.segment import sentences
-from zocratesd.engine.retrieval import METADATA_BREAK
+from zocratesd.library.retrieval import METADATA_BREAK
 
 # Measured on bench/bench_answers.py --sweep (97 cases): at 0.5 passages sharing one of two words
 # come back (precision 0.90, abstention 0.85), at 0.55 some still do (0.97, 0.93); 0.6 and 0.65
@@ -44,6 +49,13 @@ MAX_QUOTE_CHARS = 480
 _OPENS_BACK = re.compile(
     r"^(?:this|these|that|those|it|its|they|their|such|both|the latter|the former|here|thus|however|"
     r"in contrast|by contrast|conversely|similarly|likewise|in comparison|by comparison|in addition|moreover)\b",
+    re.I,
+)
+# A sentence that reports a finding ("We find that ...", "Results show ...", "... dropped by 40%").
+_FINDING = re.compile(
+    r"\b(?:we|our|this study|this paper|results?|data|analyses|experiments?)\b.{0,40}?\b(?:find|found|show|shows|showed|"
+    r"shown|demonstrate|demonstrates|demonstrated|report|reports|reveal|reveals|revealed|indicate|indicates|suggest|"
+    r"suggests|observe|observed|conclude)\b|\b(?:increased|decreased|reduced|improved|dropped|rose|fell|outperform\w*)\b|\d\s?%",
     re.I,
 )
 _CARRIES_COMPARISON = re.compile(r"\b(?:by contrast|in contrast|by comparison|in comparison|whereas|conversely)\b", re.I)
@@ -68,7 +80,7 @@ class Source:
 
 def _body(p: dict[str, Any]) -> str:
     """The passage's text; for an item's metadata chunk, only the abstract after the header of
-    creators, year and tags (`METADATA_BREAK`, engine/retrieval.py): a quote starts at the
+    creators, year and tags (`METADATA_BREAK`, library/retrieval.py): a quote starts at the
     abstract's first word. A passage the user pointed at that has no abstract keeps its header
     (something to show). An index written before the break existed: the header's leading
     "Author; Author 2020" is cut as before."""
@@ -141,7 +153,21 @@ def names_subject(part: Part, stems: AbstractSet[str]) -> bool:
 
 
 def is_evidence(part: Part, src: Source) -> bool:
+    if part.authors and not part.terms:  # "What did Strohle and Kuhn find?": among their passages, all
+        return True
     return source_coverage(part, src) >= MIN_COVERAGE and names_subject(part, src.stems | src.title_stems)
+
+
+def narrow(part: Part, sources: Sequence[Source]) -> tuple[Part, list[Source]]:
+    """The part and the passages that may answer it: for a part that names authors (authors.py),
+    its topic and those authors' passages; else the part and all of them."""
+    creators = [list(s.passage.get("creators") or []) for s in sources]
+    texts = [frozenset().union(*s.sentence_stems, {TITLE_MARK + t for t in s.title_stems}) for s in sources]
+    focus = author_focus(part, creators, texts)
+    if focus is None:
+        return part, list(sources)
+    chosen = by_authors(focus, creators, [s.passage.get("year") for s in sources])
+    return focus.part, [sources[i] for i in chosen]
 
 
 @dataclass
@@ -176,6 +202,8 @@ def quote(part: Part, src: Source, avoid: frozenset[int] = frozenset(), *, need:
     """The passage's quote for `part` (see the module docstring); None when no sentence of it
     names any of the part's terms (and it is not a passage the user pointed at). `avoid`: sentences
     already quoted under another part; `need`: stems the main sentence must contain (one of)."""
+    if part.authors and not part.terms:
+        return _findings(src, avoid)
     scores = [_sentence_score(part, st) for st in src.sentence_stems]
     candidates = [i for i in range(len(scores)) if scores[i] > 0 and (need is None or need & src.sentence_stems[i])]
     if not candidates:
@@ -214,6 +242,22 @@ def quote(part: Part, src: Source, avoid: frozenset[int] = frozenset(), *, need:
     return Quote(src, text, tuple(sorted(chosen)), scores[best], new=bool(fresh), terms=terms)
 
 
+def _findings(src: Source, avoid: frozenset[int]) -> Quote | None:
+    """What a passage of the named authors reports: its sentences that state a finding, in order,
+    within MAX_QUOTE_CHARS; else its opening sentences."""
+    pool = [i for i in range(len(src.sentences)) if i not in avoid]
+    if not pool:
+        return None
+    chosen = [i for i in pool if _FINDING.search(src.sentences[i])][:2] or pool[:1]
+    for i in pool:  # context up to the limit: the sentence after the last one chosen
+        if i > max(chosen) and _fits(src, [*chosen, i]):
+            chosen.append(i)
+            break
+    while len(chosen) > 1 and not _fits(src, chosen):
+        chosen.pop()
+    return Quote(src, _cut(_join(src, chosen)), tuple(sorted(chosen)), 1.0, new=True)
+
+
 def _cut(text: str) -> str:
     if len(text) <= MAX_QUOTE_CHARS:
         return text
@@ -224,7 +268,10 @@ def select(part: Part, sources: Sequence[Source], limit: int) -> list[Source]:
     """The part's evidence, best first: the passages the user pointed at, then by coverage, then
     by search rank; at most `limit`, and at most two passages of one item."""
     chosen = [s for s in sources if s.focal or is_evidence(part, s)]
-    chosen.sort(key=lambda s: (not s.focal, -source_coverage(part, s), s.rank))
+    # An abstract says what a paper found; for a question that names only authors, it comes first.
+    abstract_first = bool(part.authors) and not part.terms
+    chosen.sort(key=lambda s: (not s.focal, abstract_first and s.passage.get("kind") != "metadata",
+                               -source_coverage(part, s), s.rank))
     out: list[Source] = []
     per_item: dict[str, int] = {}
     for s in chosen:
@@ -240,11 +287,12 @@ def select(part: Part, sources: Sequence[Source], limit: int) -> list[Source]:
 def has_evidence(parts: Sequence[Part], passages: Sequence[dict[str, Any]]) -> bool:
     """Does any passage answer any part? (What "found nothing" means, for the search's facts.)"""
     sources = prepare(passages)
-    return any(s.focal or is_evidence(p, s) for p in parts for s in sources)
+    return any(s.focal or is_evidence(p, s) for part in parts for p, mine in [narrow(part, sources)] for s in mine)
 
 
 def evidence_items(parts: Sequence[Part], passages: Sequence[dict[str, Any]]) -> list[str]:
     """The item keys of the passages that answer some part, in order, once each."""
     sources = prepare(passages)
-    keys = [s.item_key for s in sources if any(is_evidence(p, s) for p in parts)]
+    narrowed = [(p, {id(s) for s in mine}) for p, mine in (narrow(part, sources) for part in parts)]
+    keys = [s.item_key for s in sources if any(id(s) in mine and is_evidence(p, s) for p, mine in narrowed)]
     return list(dict.fromkeys(keys))

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 
 from zocratesd.engine.answer.segment import split_sentences
-from zocratesd.engine.retrieval import STOPWORDS
+from zocratesd.library.retrieval import STOPWORDS
 from zocratesd.textnorm import CJK_CHARS, CJK_RUN_RE, cjk_grams, fold
 
 # Words that ask rather than say what is asked about.
@@ -155,6 +155,9 @@ class Part:
     terms: tuple[Term, ...]
     required: frozenset[str]  # stems evidence must name (anchors, or a compared subject's own words)
     topic: str  # the part's words from its first content word to its last, as written
+    # The authors the part names, when it names some (authors.py): then `terms` are its topic only,
+    # and its evidence is among those authors' passages.
+    authors: frozenset[str] = frozenset()
 
     @property
     def weight(self) -> float:

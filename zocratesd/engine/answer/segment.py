@@ -17,6 +17,10 @@ a wrong one (issue 21: "...after antibiotics allowed C. [5]").
 Chinese and Japanese sentences end at "。", "！" or "？" (with any closing brackets), with or
 without white space after: those scripts put none between sentences.
 
+Section headings are not sentences: a line that is only a heading ("Introduction", "2.1 Training
+details", "RESULTS", "III. METHODS") is a paragraph of its own, and a heading sentence ("Introduction."
+before the text it heads, "Abstract:") is left out, so no quote starts with one.
+
 A blank line (a paragraph break) always ends a sentence. Hyphens that PDF extraction left at line
 ends ("diffi-\\ncile") are joined. Everything here is precompiled; segmenting a 1,200-character
 passage takes tens of microseconds.
@@ -26,6 +30,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from zocratesd.textnorm import is_heading, is_heading_line
 
 # Abbreviations that never end a sentence when a capital or a number follows, as they are written
 # (case matters: "No." is "number", "no." ends a sentence).
@@ -48,6 +54,7 @@ _DOTTED = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$")  # U.S, e.g, Ph.D (the last p
 _CJK_END = re.compile(r"[。！？]+[」』”’）】〕]*\s*")
 _PARAGRAPH = re.compile(r"\n\s*\n")
 _HYPHEN_BREAK = re.compile(r"(\w)-\n(\w)")
+
 _SPACE = re.compile(r"\s+")
 
 
@@ -59,8 +66,11 @@ class Sentence:
 
 
 def normalise(text: str) -> str:
-    """White space collapsed, line-end hyphens joined; paragraph breaks kept as "\\n\\n"."""
+    """White space collapsed, line-end hyphens joined; paragraph breaks kept as "\\n\\n"; a
+    line that is only a section heading made a paragraph of its own."""
     text = _HYPHEN_BREAK.sub(r"\1\2", text)
+    if "\n" in text:
+        text = "\n".join(f"\n\n{line}\n\n" if is_heading_line(line) else line for line in text.split("\n"))
     paragraphs = [_SPACE.sub(" ", p).strip() for p in _PARAGRAPH.split(text)]
     return "\n\n".join(p for p in paragraphs if p)
 
@@ -109,12 +119,12 @@ def _split_latin(p: str, offset: int) -> list[Sentence]:
 
 
 def sentences(text: str) -> list[Sentence]:
-    """The sentences of `text` (normalised first: see `normalise`), in order."""
+    """The sentences of `text` (normalised first: see `normalise`), in order; headings left out."""
     norm = normalise(text)
     out: list[Sentence] = []
     offset = 0
     for p in norm.split("\n\n"):
-        out += _split_paragraph(p, offset)
+        out += [s for s in _split_paragraph(p, offset) if not is_heading(s.text)]
         offset += len(p) + 2
     return out
 

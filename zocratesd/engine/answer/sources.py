@@ -4,7 +4,12 @@ Numbers go to items, not passages, in the order the answer first cites them, so 
 same paper everywhere in the text. An item cited on several pages is listed once with all of
 them; in the text its quotes then name their page ("[2, p. 4]"), otherwise the list says it.
 An entry reads like CSL's author-date styles: "Author, Author & Author (Year). Title. p. 4."
-then the item's zotero link. Zotero gives us names as written ("Patrick Lewis", or one field for
+then the item's zotero link.
+
+A page is cited as the reader shows it and a researcher cites it: the page label ("127" on the
+PDF's third page, "xi" in a preface: the annotation's `pageLabel`, or the label the index knows for
+a page of full text), the page number only where there is no label. The passage keeps its link to
+the PDF's page (`page`, `link`), which is where a client opens it. Zotero gives us names as written ("Patrick Lewis", or one field for
 an institution), so names are kept whole rather than guessed into "Lewis, P.".
 """
 
@@ -24,7 +29,8 @@ class Cited:
     n: int
     item_key: str
     meta: dict[str, Any]  # title, creators, year: from the first passage of the item that has them
-    pages: list[int] = field(default_factory=list)
+    pages: list[str] = field(default_factory=list)  # as cited: labels, else page numbers
+    order: dict[str, int] = field(default_factory=dict)  # a cited page's place in the PDF (its page number)
 
 
 class Citations:
@@ -38,22 +44,40 @@ class Citations:
             c = self.items[key] = Cited(len(self.items) + 1, key, dict(passage))
         elif not c.meta.get("creators") and passage.get("creators"):
             c.meta = dict(passage)  # a focal snippet knows only its key; a search hit knows the rest
-        page = passage.get("page")
-        if isinstance(page, int) and page not in c.pages:
+        page = cited_page(passage)
+        if page is not None and page not in c.pages:
             c.pages.append(page)
+            c.order[page] = int(passage["page"])
         return c
 
     def marker(self, passage: dict[str, Any]) -> str:
         """"[n]", or "[n, p. X]" when the item is cited on more than one page."""
         c = self.items[str(passage.get("item_key") or "")]
-        page = passage.get("page")
-        if len(c.pages) > 1 and isinstance(page, int):
+        page = cited_page(passage)
+        if len(c.pages) > 1 and page is not None:
             return f"[{c.n}, p. {page}]"
         return f"[{c.n}]"
 
     def lines(self) -> list[str]:
-        return [f"[{c.n}] {entry(c.meta, c.pages)} ({select_link(c.item_key, c.meta.get('library'))})"
-                for c in self.items.values()]
+        return [f"[{c.n}] {entry(c.meta, sorted(c.pages, key=lambda p: c.order.get(p, 0)))} "
+                f"({select_link(c.item_key, c.meta.get('library'))})" for c in self.items.values()]
+
+
+# A page label as shown in a citation: Zotero's are short ("127", "xi", "A-3"); longer ones are
+# not labels a reader cites.
+MAX_LABEL_CHARS = 16
+
+
+def cited_page(passage: dict[str, Any]) -> str | None:
+    """The page a citation names: the passage's page label, else its page number; None for text
+    with no page (an abstract, a note)."""
+    page = passage.get("page")
+    if not isinstance(page, int) or isinstance(page, bool):
+        return None
+    label = passage.get("page_label")
+    if isinstance(label, str) and (label := " ".join(label.split())) and len(label) <= MAX_LABEL_CHARS:
+        return label
+    return str(page)
 
 
 def select_link(item_key: str, library: object = None) -> str:
@@ -78,7 +102,7 @@ def _sentence(text: str) -> str:
     return text if not text or text[-1] in ".?!" else text + "."
 
 
-def entry(meta: dict[str, Any], pages: list[int]) -> str:
+def entry(meta: dict[str, Any], pages: list[str] | list[int]) -> str:
     """"Author (Year). Title. pp. 2, 5." (no author: "Title (Year).")"""
     who = authors(list(meta.get("creators") or []))
     year = meta.get("year")
@@ -86,6 +110,7 @@ def entry(meta: dict[str, Any], pages: list[int]) -> str:
     title = _sentence(str(meta.get("title") or meta.get("item_key") or "(untitled)"))
     head = f"{who} {when}. {title}" if who else f"{title[:-1] if title.endswith('.') else title} {when}."
     if pages:
-        ps = sorted(pages)
+        # Page numbers sort by value; labels come in the order given (the PDF's: see `lines`).
+        ps = sorted(pages) if all(isinstance(p, int) for p in pages) else [str(p) for p in pages]
         head += f" p. {ps[0]}." if len(ps) == 1 else f" pp. {', '.join(str(p) for p in ps)}."
     return head

@@ -1,8 +1,10 @@
 """What `search_library` retrieves from: passages of the user's library, within a scope.
 
-`Retriever` is the interface the search pipeline calls. The library issue provides the real one
-(Zotero's data + a full-text index); `InMemoryRetriever` is a complete BM25 retriever over passages
-held in memory, used by tests and by a daemon that has no library index yet.
+`Retriever` is the interface the search pipeline (engine/research.py, engine/tools.py) calls.
+`Library` (library/_library.py: Zotero's data + a full-text index) is the real one;
+`InMemoryRetriever` is a complete BM25 retriever over passages held in memory, used by tests and by
+a daemon that has no library index yet. The types live here, where passages are made: the library
+knows nothing of the engine (or ADK), and the engine imports them from here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
+from zocratesd.textnorm import fold, name_variants
+
 Mode = Literal["papers", "collection", "library"]
 
 # BM25 constants as in Robertson & Zaragoza (2009), the defaults of Lucene and SQLite FTS5.
@@ -25,6 +29,7 @@ BM25_B = 0.75
 DEFAULT_TOP_K = 6
 
 _TOKEN_RE = re.compile(r"[^\W_]+", re.UNICODE)
+_NAME_RE = re.compile(r"[^\W\d_]+")
 # Words that carry no topic; dropping them keeps "what is X" from matching every passage with "is".
 STOPWORDS = frozenset(
     "a an and are as at be by can do does for from has have how i in is it its me my of on or our "
@@ -34,7 +39,9 @@ STOPWORDS = frozenset(
 
 
 def tokens(text: str) -> list[str]:
-    return [t for t in (m.group(0).casefold() for m in _TOKEN_RE.finditer(text)) if t not in STOPWORDS]
+    """The words of `text` a search matches: folded as the library index folds them (case and
+    diacritics: "Lübeck" is "lubeck"), stop words left out."""
+    return [t for t in (fold(m.group(0)) for m in _TOKEN_RE.finditer(text)) if t not in STOPWORDS]
 
 
 # A `metadata` passage's text is a header (creators, year, tags: searchable, not prose), this
@@ -111,6 +118,15 @@ class Retriever(Protocol):
         ...
 
 
+def _header(p: Passage) -> str:
+    """What the library index's metadata header makes searchable besides the text: the creators
+    (a German name both ways: textnorm.name_variants) and the year, so "What did Kuehn find?" or
+    "Lewis 2020" find a paper here too."""
+    names = " ".join(p.creators)
+    variants = " ".join(v for w in _NAME_RE.findall(names) for v in name_variants(w))
+    return f"{names} {variants} {p.year or ''}"
+
+
 class InMemoryRetriever:
     """BM25 over passages kept in memory. Scores with the corpus statistics of the whole library,
     then filters by scope, so a passage scores the same whatever the scope."""
@@ -124,7 +140,7 @@ class InMemoryRetriever:
         self._index()
 
     def _index(self) -> None:
-        self._tf = [Counter(tokens(f"{p.title} {p.text}")) for p in self.passages]
+        self._tf = [Counter(tokens(f"{p.title} {p.text} {_header(p)}")) for p in self.passages]
         self._len = [sum(tf.values()) for tf in self._tf]
         self._avg = (sum(self._len) / len(self._len)) if self._len else 0.0
         df: Counter[str] = Counter()

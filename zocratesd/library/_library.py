@@ -1,0 +1,90 @@
+"""`Library`, the retriever `search_library` uses over the user's Zotero library (package
+docstring: zocratesd/library/__init__.py).
+
+`Library` is the one public surface: `start()` starts the background indexer (never delaying the
+daemon's readiness), `search()` is the engine's `Retriever`, `status()` answers
+`_zocrates/library/status`, `aclose()` stops the indexer. Until the first build finishes, search
+answers from what is already indexed (batches commit as they go), so early questions find less,
+never fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from zocratesd.library.index import INDEX_NAME, IndexReader, search
+from zocratesd.library.indexer import Indexer, IndexerOptions
+from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Scope
+
+log = logging.getLogger(__name__)
+
+def disabled_status(message: str) -> dict[str, Any]:
+    """The status of a daemon that has no library index (library.enabled false, or the interim
+    passages file), in the shape of `Indexer.status()`."""
+    return {
+        "state": "disabled", "source": None, "zotero_schema_version": None, "items_total": 0, "items_to_index": 0,
+        "items_done": 0, "percent": 0.0, "items_indexed": 0, "chunks_indexed": 0, "attachments_with_text": 0,
+        "collections": 0, "last_refresh": None, "last_refresh_ms": None, "refreshes": 0, "message": message,
+        "warnings": [], "index_path": None, "notes_indexed": 0, "annotations_indexed": 0, "libraries": [],
+        "kinds": {"items": 0, "notes": 0, "annotations": 0, "texts": 0}, "data_dir": None, "summary": message,
+    }
+
+
+class Library:
+    def __init__(self, data_dir: Path, work_dir: Path, *, local_api_url: str | None, poll_interval_s: float = 30.0):
+        self.reader = IndexReader(work_dir / INDEX_NAME)
+        self.indexer = Indexer(
+            IndexerOptions(data_dir=data_dir, work_dir=work_dir, local_api_url=local_api_url, poll_interval_s=poll_interval_s),
+            self.reader,
+        )
+
+    def start(self) -> None:
+        self.indexer.start()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.indexer.stop)
+        self.reader.close()
+
+    def status(self, refresh: bool = False) -> dict[str, Any]:
+        if refresh:
+            self.indexer.request_refresh()
+        return self.indexer.status()
+
+    async def collections(self) -> list[tuple[str, str, str | None]]:
+        """The library's collections as indexed, `(key, name, parent_key)`; [] before the first
+        build (or with a damaged index: the search path notices and rebuilds it)."""
+        return await asyncio.to_thread(self._collections)
+
+    def _collections(self) -> list[tuple[str, str, str | None]]:
+        try:
+            conn = self.reader.connection()
+            if conn is None:
+                return []
+            return [(str(k), str(n), p) for k, n, p in conn.execute("SELECT key, name, parent_key FROM collections")]
+        except sqlite3.Error as exc:
+            log.info("library: reading collections failed (%s)", exc)
+            return []
+
+    async def search(self, query: str, scope: Scope, top_k: int = DEFAULT_TOP_K) -> list[Hit]:
+        """The Retriever interface: best chunks within `scope`; [] while nothing is indexed."""
+        return await asyncio.to_thread(self._search, query, scope, top_k)
+
+    def _search(self, query: str, scope: Scope, top_k: int) -> list[Hit]:
+        try:
+            conn = self.reader.connection()
+            if conn is None:
+                return []
+            return search(conn, query, scope, top_k)
+        except sqlite3.DatabaseError as exc:
+            # A damaged index must not fail the turn: answer "nothing found" and rebuild it.
+            log.warning("library: search failed (%s); rebuilding the index", exc)
+            self.reader.invalidate()
+            self.indexer.request_refresh(rebuild=True)
+            return []
+        except sqlite3.Error as exc:  # e.g. a connection closed under us at shutdown
+            log.info("library: search failed (%s)", exc)
+            return []
