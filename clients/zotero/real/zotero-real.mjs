@@ -228,6 +228,7 @@ describe("Zocrates in a real Zotero", { timeout: 30 * 60_000 }, () => {
       return { hidden: p.hidden, button: b.checked, menu: m.getAttribute("checked") === "true", pref: Zotero.Prefs.get("extensions.zocrates.paneOpen", true),
         buttonInToolbar: !!b.closest("toolbar, #zotero-tabs-toolbar, hbox"), menuInView: m.parentNode.id };`;
     const open = await zotero.run(state);
+    // open.pref: the default from the plugin's prefs.js, which Zotero read at install.
     assert.deepEqual([open.hidden, open.button, open.menu, open.pref, open.menuInView], [false, true, true, true, "menu_viewPopup"]);
     await zotero.run(`document.getElementById("zocrates-tb-toggle").click(); return true;`);
     const closed = await zotero.run(state);
@@ -244,6 +245,10 @@ describe("Zocrates in a real Zotero", { timeout: 30 * 60_000 }, () => {
       await hidden;
       return true;`);
     const reopened = await zotero.run(state);
+    // Zotero's Fluent translated the plugin's strings (locale/en-US/zocrates.ftl, registered by Zotero).
+    const labels = await zotero.run(`return [document.getElementById("zocrates-menuitem-toggle").getAttribute("label"),
+      document.getElementById("zocrates-tb-toggle").getAttribute("tooltiptext")];`);
+    assert.deepEqual(labels, ["Zocrates Chat", "Zocrates Chat"]);
     assert.deepEqual([reopened.hidden, reopened.button, reopened.menu, reopened.pref], [false, true, true, true]);
     await inPage(`!!document.getElementById("prompt")`, { wait: true, what: "the chat page, kept while hidden" });
   });
