@@ -131,6 +131,11 @@ const FOREIGN_HTML = `<!doctype html><meta charset="utf-8"><title>foreign</title
   await attempt("settings", () => fetch(api + "/settings", { method: "PATCH", headers: { Authorization: "Bearer " + token, "Content-Type": "application/json" }, body: '{"max_saved_sessions":1}' }));
   await attempt("page", () => fetch(api + "/ui/"));
   await attempt("health", () => fetch(api + "/health"));
+  // no-cors: the browser hands back an opaque answer unless the daemon says it is not for other sites.
+  await attempt("probe-health", () => fetch(api + "/health", { mode: "no-cors" }));
+  await attempt("probe-refused", () => fetch(api + "/sessions", { mode: "no-cors" }));
+  await attempt("probe-missing", () => fetch(api + "/no-such-route", { mode: "no-cors" }));
+  await attempt("probe-page", () => fetch(api + "/ui/app.js", { mode: "no-cors" }));
   window.__results = results;
 })();
 </script>`;
@@ -630,9 +635,14 @@ describe("the sidebar web app in Firefox", () => {
     assert.equal(results.settings.fetched, false, JSON.stringify(results.settings));
     assert.equal(results.page.fetched, false, JSON.stringify(results.page));
     assert.equal(results.health.fetched, false, JSON.stringify(results.health));
-    // A "simple" no-cors POST goes out, but its answer is opaque and the daemon refused it.
-    assert.equal(results.create.type, "opaque");
-    assert.equal(results.create.body, "");
+    // Not even whether the daemon is there: a no-cors probe fails as if nothing listened, refusals
+    // included (Cross-Origin-Resource-Policy: same-origin on every answer).
+    for (const probe of ["probe-health", "probe-refused", "probe-missing", "probe-page"]) {
+      assert.equal(results[probe].fetched, false, `${probe}: ${JSON.stringify(results[probe])}`);
+    }
+    // A "simple" no-cors POST goes out, but the daemon refused it, and the page does not even get
+    // an opaque answer.
+    assert.equal(results.create.fetched, false, JSON.stringify(results.create));
     assert.equal((await library.client.listSessions()).sessions.length, before);
     assert.notEqual((await library.client.getSettings()).settings.max_saved_sessions, 1);
     await p.close();

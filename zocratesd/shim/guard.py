@@ -17,6 +17,10 @@ section 5: Ollama, Jupyter and the MCP SDKs were all open to DNS rebinding). In 
 5. the body is read here, at most `MAX_BODY_BYTES` (413 beyond; a larger Content-Length is refused
    before reading) and within `body_timeout_s` (408: a client with the token that trickles its body
    would otherwise hold a connection forever), and replayed to the route.
+Every response, the refusals above included, says `X-Content-Type-Options: nosniff` and
+`Cross-Origin-Resource-Policy: same-origin` (`SECURITY_HEADERS`): without them a page of another
+site learns that the daemon is there from an opaque no-cors response (a browser now fails that
+fetch instead), and could sniff a JSON body as script or style.
 How long a request head may take, and how many connections may be open, is protocol.py's business.
 Each request also counts as an open connection of the daemon (idle exit, drain at shutdown).
 """
@@ -27,6 +31,7 @@ import hmac
 from collections.abc import Callable
 
 import anyio
+from starlette.datastructures import MutableHeaders
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -39,6 +44,8 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 # fraction of a second on loopback, so only a stalled or hostile client ever meets it.
 BODY_TIMEOUT_S = 30.0
 PUBLIC_PATHS = frozenset({"/health"})
+# Sent with every response (module doc); a route's own value of either is kept.
+SECURITY_HEADERS = (("X-Content-Type-Options", "nosniff"), ("Cross-Origin-Resource-Policy", "same-origin"))
 # The web app's files (routes.py serves them): public for GET and HEAD only.
 STATIC_PATHS = frozenset({"/", "/ui"})
 STATIC_PREFIX = "/ui/"
@@ -85,15 +92,31 @@ class Guard:
                 await send({"type": "websocket.close", "code": 1008})
             return
         self.opened()
+        started = False
+
+        async def send_secured(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS:
+                    headers.setdefault(name, value)
+            await send(message)
+
         try:
             refusal = self._refusal(scope)
             if refusal is not None:
-                await refusal(scope, receive, send)
+                await refusal(scope, receive, send_secured)
                 return
-            body = await self._read_body(scope, receive, send)
+            body = await self._read_body(scope, receive, send_secured)
             if body is None:
                 return
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, _replay(body, receive), send_secured)
+        except Exception:
+            # uvicorn's own 500 would lack the headers (Starlette answers a route's exception itself).
+            if not started:
+                await error_response(500, "internal", "internal error")(scope, receive, send_secured)
+            raise
         finally:
             self.closed()
 

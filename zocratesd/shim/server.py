@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 # import thread, before ADK: process/lifecycle.py).
 # uvicorn's lifespan class too: its Config imports it on the event loop, by name, when serving starts.
 SERVER_MODULES = (
-    "uvicorn", "uvicorn.lifespan.off", "zocratesd.shim.protocol", "zocratesd.shim.guard", "zocratesd.shim.routes"
+    "uvicorn", "uvicorn.lifespan.off", "zocratesd.shim.guard", "zocratesd.shim.protocol", "zocratesd.shim.routes"
 )
 
 LOOPBACK = "127.0.0.1"
