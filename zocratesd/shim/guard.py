@@ -11,8 +11,10 @@ section 5: Ollama, Jupyter and the MCP SDKs were all open to DNS rebinding). In 
    origin can read an answer;
 3. every route needs `Authorization: Bearer <token>` (the token is in daemon.json, 0600), compared
    in constant time, 401 otherwise; except `GET /health` and the web app's static files
-   (`GET`/`HEAD` of `/`, `/ui`, `/ui/...`), which hold no data: the page gets the token in its URL
-   fragment, which no request carries;
+   (`GET`/`HEAD` of `/`, `/ui`, `/ui/...`), which hold no data, and `POST /auth/exchange`, whose
+   one-time code is its credential (shim/codes.py; it still passes every other rule here): the
+   page gets a code (or, from the Zotero plugin, the token) in its URL fragment, which no request
+   carries;
 4. a POST with a body must say `Content-Type: application/json` (415): a cross-site form cannot;
 5. the body is read here, at most `MAX_BODY_BYTES` (413 beyond; a larger Content-Length is refused
    before reading) and within `body_timeout_s` (408: a client with the token that trickles its body
@@ -44,6 +46,8 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 # fraction of a second on loopback, so only a stalled or hostile client ever meets it.
 BODY_TIMEOUT_S = 30.0
 PUBLIC_PATHS = frozenset({"/health"})
+# A one-time code instead of the token (shim/codes.py): POST only.
+CODE_PATHS = frozenset({"/auth/exchange"})
 # Sent with every response (module doc); a route's own value of either is kept.
 SECURITY_HEADERS = (("X-Content-Type-Options", "nosniff"), ("Cross-Origin-Resource-Policy", "same-origin"))
 # The web app's files (routes.py serves them): public for GET and HEAD only.
@@ -52,7 +56,7 @@ STATIC_PREFIX = "/ui/"
 
 
 def is_public(method: str, path: str) -> bool:
-    if path in PUBLIC_PATHS:
+    if path in PUBLIC_PATHS or method == "POST" and path in CODE_PATHS:
         return True
     return method in ("GET", "HEAD") and (path in STATIC_PATHS or path.startswith(STATIC_PREFIX))
 

@@ -161,26 +161,52 @@ function showFatal(err, retry) {
 }
 
 // --- the token (handed over in the URL fragment, kept in sessionStorage) ---------------------------
+//
+// `zocrates open` puts a one-time code in the fragment (`#code=`), which the page exchanges for
+// the token (POST /auth/exchange): the browser's history keeps the address, and so only a spent
+// code. The Zotero plugin's pane, whose browser keeps no history, hands the token itself
+// (`#token=`). Either leaves the address at once (history.replaceState).
 
 let memoryToken = null; // where the token lives when sessionStorage is refused
 
-function takeToken() {
-  const m = /(?:^#|&)token=([^&]*)/.exec(location.hash);
-  if (m) {
-    memoryToken = decodeURIComponent(m[1]) || null;
-    try {
-      if (memoryToken) sessionStorage.setItem(TOKEN_KEY, memoryToken);
-    } catch {
-      /* private mode or a sandbox: keep it in memory for this page's life */
-    }
-    // The token leaves the address at once: not in history, bookmarks or a screen share.
-    history.replaceState(history.state, "", location.pathname + location.search);
+function keepToken(token) {
+  memoryToken = token || null;
+  try {
+    if (memoryToken) sessionStorage.setItem(TOKEN_KEY, memoryToken);
+  } catch {
+    /* private mode or a sandbox: keep it in memory for this page's life */
   }
+}
+
+/** What the fragment hands over, `{token}` or `{code}` (or {} for neither); it leaves the address. */
+function takeFragment() {
+  const token = /(?:^#|&)token=([^&]*)/.exec(location.hash);
+  const code = /(?:^#|&)code=([^&]*)/.exec(location.hash);
+  if (!token && !code) return {};
+  // Out of the address at once: not in a bookmark, a screen share or this entry of the history.
+  history.replaceState(history.state, "", location.pathname + location.search);
+  const value = (m) => { try { return decodeURIComponent(m[1]); } catch { return ""; } };
+  return token ? { token: value(token) } : { code: value(code) };
+}
+
+function storedToken() {
   try {
     return sessionStorage.getItem(TOKEN_KEY) || memoryToken;
   } catch {
     return memoryToken;
   }
+}
+
+/** The token: handed over in the fragment (as it is, or for a code), else the one this tab kept.
+ *  Null when there is none; throws the exchange's error for a code that was refused. */
+async function takeToken() {
+  const handed = takeFragment();
+  if (handed.token) keepToken(handed.token);
+  else if (handed.code !== undefined) {
+    const answer = await new ZocratesClient({ baseUrl: location.origin, token: null }).exchangeCode(handed.code);
+    keepToken(answer.token);
+  }
+  return storedToken();
 }
 
 function forgetToken() {
@@ -190,6 +216,19 @@ function forgetToken() {
   } catch {
     /* nothing kept */
   }
+}
+
+/** A link of `zocrates open` that was opened before (from the history, a second tab) or too late. */
+function showSpentLink() {
+  forgetToken();
+  stopLibraryPoll();
+  document.documentElement.dataset.view = "spent-link";
+  document.getElementById("root").replaceChildren(
+    h("div", { class: "help", id: "spent-link", role: "alert" },
+      h("h1", { text: "Zocrates" }),
+      h("p", { text: "This link has been used already, or it has expired. A link from zocrates open opens the page once, within two minutes, so that a copy in your browser's history is worthless." }),
+      h("p", {}, "Run ", h("code", { text: "zocrates open" }), " (or ", h("code", { text: "zocratesd open" }), ") again for a new one.")),
+  );
 }
 
 function showHelp({ refused = false } = {}) {
@@ -206,8 +245,8 @@ function showHelp({ refused = false } = {}) {
       h("ul", {},
         h("li", {}, "In Zotero: open the Zocrates pane (the Zocrates plugin opens this page with a fresh token)."),
         h("li", {}, "In a browser: run ", h("code", { text: "zocrates open" }), " (or ", h("code", { text: "zocratesd open" }),
-          ") in a terminal. It prints this page's address with a token and opens it.")),
-      h("p", { class: "muted", text: "The token changes each time zocratesd starts. It stays in this tab only and leaves the address as soon as the page has it." })),
+          ") in a terminal. It prints this page's address with a one-time code and opens it.")),
+      h("p", { class: "muted", text: "The page trades the code for an access token, which changes each time zocratesd starts and stays in this tab only." })),
   );
 }
 
@@ -1131,7 +1170,14 @@ async function bootPrefs() {
 }
 
 async function boot() {
-  const token = takeToken();
+  let token;
+  try {
+    token = await takeToken();
+  } catch (err) {
+    if (err instanceof ZocratesHttpError && err.code === "code_refused") showSpentLink();
+    else showFatal(err, () => location.reload());
+    return;
+  }
   if (!token) {
     showHelp();
     return;
@@ -1150,12 +1196,14 @@ async function boot() {
 }
 
 document.documentElement.dataset.ready = "1";
-// An address with a new token pasted into this tab is a same-document navigation: take the token
-// and start afresh with it.
+// An address with a new token or code pasted into this tab is a same-document navigation: take
+// the token and start afresh with it.
 window.addEventListener("hashchange", () => {
-  if (/(?:^#|&)token=/.test(location.hash)) {
-    takeToken();
-    location.reload();
+  if (/(?:^#|&)(?:token|code)=/.test(location.hash)) {
+    takeToken().then(() => location.reload(), (err) => {
+      if (err instanceof ZocratesHttpError && err.code === "code_refused") showSpentLink();
+      else showError(err);
+    });
   }
 });
 document.addEventListener("keydown", onGlobalKey);

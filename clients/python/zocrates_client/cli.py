@@ -706,7 +706,13 @@ def _open(args: argparse.Namespace) -> int:
             f"zocratesd (pid {live.pid}) runs without its web face (--no-http); restart it with "
             f"`zocratesd stop --zotero-data-dir {_q(data_dir)} && zocratesd serve --zotero-data-dir {_q(data_dir)}`"
         )
-    url = f"http://127.0.0.1:{int(http['port'])}/ui/#token={token}"
+    from zocratesd.weblink import WebLinkError, web_app_link
+
+    try:
+        url = web_app_link(live.raw)
+    except WebLinkError as exc:
+        raise CliError(str(exc)) from None
+    assert url is not None  # http and token were checked above
     print(url)
     if not args.print_only:
         import webbrowser
