@@ -140,6 +140,17 @@ const FOREIGN_HTML = `<!doctype html><meta charset="utf-8"><title>foreign</title
 })();
 </script>`;
 
+// The fixture library, and a paper whose text has a link whose label hides where it goes.
+const LIBRARY_SCRIPT = [
+  "import sys",
+  "from pathlib import Path",
+  "from tests.zoterofixture import FixtureItem, build_zotero_dir, sample_library",
+  "items, collections = sample_library()",
+  "items.append(FixtureItem('PHISHNOT', 'Membership of the Amateur Astronomers Guild', date='2024', abstract="
+    + "'Members renew their guild subscription at [the guild members page](https://attacker.example/renew) every spring.'))",
+  "build_zotero_dir(Path(sys.argv[1]), items, collections)",
+].join("\n");
+
 let root, library, slow, fake, browser, page, helper, helperPort;
 
 async function startFakeModel() {
@@ -179,8 +190,7 @@ before(async () => {
   library = new Daemon(root, "zotero", { port: libPort, env: isolatedEnv(root) });
   const [fakeModel] = await Promise.all([
     startFakeModel(),
-    runPython(["-c", "import sys; from pathlib import Path; from tests.zoterofixture import build_zotero_dir, sample_library; "
-      + "i, c = sample_library(); build_zotero_dir(Path(sys.argv[1]), i, c)", library.dataDir], { ...process.env, PYTHONPATH: REPO }),
+    runPython(["-c", LIBRARY_SCRIPT, library.dataDir], { ...process.env, PYTHONPATH: REPO }),
   ]);
   fake = fakeModel;
   await mkdir(library.stateDir, { recursive: true });
@@ -361,6 +371,54 @@ describe("the sidebar web app in Firefox", () => {
     assert.deepEqual(page.errors, []);
   });
 
+  test("a link of zocrates open works once: the page trades its code for the token; a spent one says what to do", async () => {
+    const { code } = await library.client.mintCode();
+    const url = `${library.base}/ui/#code=${code}`;
+    const p = await newPage();
+    await open(p, url);
+    await until(p, () => document.documentElement.dataset.view === "chat");
+    // The code left the address; the tab holds the token it was traded for.
+    assert.equal(await p.evaluate(() => location.href), `${library.base}/ui/`);
+    assert.equal(await p.evaluate(() => sessionStorage.getItem("zocrates.token")), library.token);
+    await p.reload(); // a reload keeps the tab's token
+    await until(p, () => document.documentElement.dataset.view === "chat");
+    await p.close();
+    // The same address again (from the history, in a new tab): spent.
+    const again = await newPage();
+    await open(again, url);
+    await present(again, "#spent-link");
+    const said = await again.$eval("#spent-link", (e) => e.textContent);
+    assert.match(said, /used already, or it has expired/);
+    assert.match(said, /zocrates open/);
+    assert.equal(await again.evaluate(() => sessionStorage.getItem("zocrates.token")), null);
+    assert.equal(await again.evaluate(() => location.hash), "");
+    // A code pasted into an open tab is taken too (a same-document navigation).
+    const { code: fresh } = await library.client.mintCode();
+    await again.evaluate((c) => { location.hash = `code=${c}`; }, fresh);
+    await until(again, () => document.documentElement.dataset.view === "chat");
+    assert.equal(await again.evaluate(() => sessionStorage.getItem("zocrates.token")), library.token);
+    assert.deepEqual(again.errors, []);
+    await again.close();
+  });
+
+  test("a link whose label hides its target shows its host", async () => {
+    const out = await page.evaluate(async () => {
+      const { renderMarkdown } = await import("/ui/markdown.js");
+      const div = document.createElement("div");
+      div.append(renderMarkdown([
+        "Renew at [the bank](https://attacker.example/login) or [https://example.org/a](https://example.org/a) or [example.org](https://www.example.org/) or [paypal.com](https://xn--pypal-4ve.com/) or https://bare.example/x.",
+        "# Cited Sources",
+        "[1] A paper (https://elsewhere.example/p)",
+        "[2] Ours (zotero://select/library/items/ABCD2345)",
+      ].join("\n")));
+      return { text: div.textContent, hosts: [...div.querySelectorAll(".link-host")].map((e) => e.textContent),
+        outside: [...div.querySelectorAll(".link-host")].every((e) => !e.closest("a")) };
+    });
+    assert.deepEqual(out.hosts, ["(attacker.example)", "(xn--pypal-4ve.com)", "(elsewhere.example)"]);
+    assert.ok(out.outside, "the host is beside the link, not part of its label");
+    assert.match(out.text, /the bank \(attacker\.example\) or https:\/\/example\.org\/a or example\.org or paypal\.com \(xn--pypal-4ve\.com\)/);
+  });
+
   test("the Markdown renderer lets no markup or script through", async () => {
     const out = await page.evaluate(async () => {
       const { renderMarkdown } = await import("/ui/markdown.js");
@@ -426,11 +484,29 @@ describe("the sidebar web app in Firefox", () => {
     assert.ok(note.citations.length >= 1);
     assert.ok(!JSON.stringify(await host.evaluate(() => window.__messages)).includes(library.token), "the token never crosses the bridge");
 
+    // A paper whose text has a link whose label hides its target: the answer quotes it with its
+    // host beside it, and the saved note keeps the host.
+    await host.evaluate(() => window.sendSelection({ items: [{ key: "PHISHNOT", title: "Membership of the Amateur Astronomers Guild", uri: "zotero://select/library/items/PHISHNOT" }] }));
+    await until(frame, () => [...document.querySelectorAll(".chip.paper")].some((c) => /Astronomers/.test(c.textContent)));
+    await ask(frame, "How do members renew their guild subscription?");
+    await until(frame, () => document.querySelectorAll(".msg.assistant:not(.live) .answer").length === 2);
+    await turnEnded(frame);
+    const quoted = await frame.evaluate(() => {
+      const answer = [...document.querySelectorAll(".msg.assistant .answer")].at(-1);
+      const a = [...answer.querySelectorAll("a")].find((x) => x.getAttribute("href") === "https://attacker.example/renew");
+      return a ? { label: a.textContent, next: a.nextSibling?.textContent + a.nextElementSibling?.textContent } : null;
+    });
+    assert.deepEqual(quoted, { label: "the guild members page", next: " (attacker.example)" });
+    await frame.evaluate(() => [...document.querySelectorAll(".msg.assistant .save-note")].at(-1).click());
+    await until(host, () => window.__messages.filter((m) => m.type === "save-note").length === 2);
+    const phish = await host.evaluate(() => window.__messages.filter((m) => m.type === "save-note")[1].html);
+    assert.match(phish, /<a href="https:\/\/attacker\.example\/renew"[^>]*>the guild members page<\/a> <span class="link-host">\(attacker\.example\)<\/span>/);
+
     // The selection changes to nothing (the whole library); a second question goes there.
     await host.evaluate(() => window.sendSelection({ items: [], collection: null }));
     await present(frame, ".chip.library");
     await ask(frame, "What is HyDE?");
-    await until(frame, () => document.querySelectorAll(".msg.assistant:not(.live) .answer").length === 2);
+    await until(frame, () => document.querySelectorAll(".msg.assistant:not(.live) .answer").length === 3);
     await turnEnded(frame);
     // Edit the first question: the turn is rewound and asked again with its own chips.
     await click(frame, ".msg.user .edit");
