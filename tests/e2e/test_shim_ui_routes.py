@@ -144,6 +144,41 @@ def test_library_status_is_the_json_rpc_object(shim: Shim, module_daemon: Daemon
     assert httpx.get(f"{shim.base}/library/status").status_code == 401
 
 
+def test_library_suggestions_are_the_json_rpc_answer_and_follow_the_library(shim: Shim, module_daemon: DaemonProc,
+                                                                              daemon_factory: Any) -> None:
+    # No Zotero library index (this daemon reads library_passages.jsonl): no suggestions.
+    assert shim.ok("GET", "/library/suggestions") == {"status": "success", "suggestions": []}
+    with RawConn(module_daemon.socket_path) as c:
+        assert c.result("_zocrates/library/suggestions", {}) == {"suggestions": []}
+    # A real Zotero library: once indexed, both faces answer the same questions.
+    from zoterofixture import build_zotero_dir, sample_library
+
+    d = daemon_factory(args=["--http-port", "0"])
+    build_zotero_dir(d.data_dir, *sample_library())
+    d.start()
+    with Shim(d.info) as real, RawConn(d.socket_path) as c:
+        deadline = time.monotonic() + 60
+        while real.ok("GET", "/library/status")["library"]["state"] != "ready" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        got = real.ok("GET", "/library/suggestions")["suggestions"]
+        assert [s["kind"] for s in got] == ["paper", "collection", "tag", "paper"]
+        assert got == c.result("_zocrates/library/suggestions", {})["suggestions"]
+        assert got[:2] == real.ok("GET", "/library/suggestions?limit=2")["suggestions"]
+        assert got[:2] == c.result("_zocrates/library/suggestions", {"limit": 2})["suggestions"]
+        for bad in ("0", "9", "-1", "two", "1.5", "99999"):
+            r = real.request("GET", f"/library/suggestions?limit={bad}")
+            assert r.status_code == 422 and r.json()["error"]["field"] == "limit", (bad, r.text)
+        for bad_param in (0, 9, "2", None):
+            assert "error" in c.call("_zocrates/library/suggestions", {"limit": bad_param}), bad_param
+        assert httpx.get(f"{real.base}/library/suggestions").status_code == 401
+        # Asked as suggested, a paper's question answers from that paper.
+        paper = got[0]
+        sid = real.ok("POST", "/sessions")["session"]["id"]
+        events = real.chat(sid, paper["text"], mode=paper["mode"], active_items=paper["items"])
+        answer = "".join(p["text"] for e in events if e["type"] == "parts" for p in e["parts"] if not p["thought"])
+        assert "# Cited Sources\n[1] " in answer and f"items/{paper['items'][0]['item_key']})" in answer, answer
+
+
 def test_cancel_without_a_running_turn_and_of_an_unknown_session(shim: Shim) -> None:
     sid = shim.ok("POST", "/sessions")["session"]["id"]
     assert shim.ok("POST", f"/sessions/{sid}/cancel")["cancelled"] is False

@@ -39,6 +39,7 @@ CAPABILITIES: Json = {
     "rename": True,
     "cancel": True,
     "library_status": True,
+    "library_suggestions": True,
     "settings": True,
     "web_app": True,
     "one_time_codes": True,
@@ -134,6 +135,12 @@ def build_app(
         if refresh not in ("true", "false", "1", "0"):
             raise InvalidInput("refresh is true or false", field="refresh")
         return success(library=daemon.library_status(refresh=refresh in ("true", "1")))
+
+    async def library_suggestions(request: Request) -> Response:
+        raw = request.query_params.get("limit")
+        if raw is not None and not (raw.isascii() and raw.isdigit() and len(raw) <= 3):
+            raise InvalidInput("limit is a whole number", field="limit")
+        return success(**await daemon.library_suggestions(None if raw is None else int(raw)))
 
     async def get_settings(request: Request) -> Response:
         return success(**daemon.get_settings())
@@ -234,6 +241,7 @@ def build_app(
         Route("/chat", chat, methods=["POST"]),
         Route("/chat/resume", chat_resume, methods=["POST"]),
         Route("/library/status", library_status, methods=["GET"]),
+        Route("/library/suggestions", library_suggestions, methods=["GET"]),
         Route("/settings", get_settings, methods=["GET"]),
         Route("/settings", patch_settings, methods=["PATCH"]),
     ]
