@@ -371,6 +371,105 @@ describe("the sidebar web app in Firefox", () => {
     assert.deepEqual(page.errors, []);
   });
 
+  test("the first screen: the library's counts and questions drawn from it, one click away", async () => {
+    await open(page, library.url());
+    await click(page, "#new-chat");
+    await present(page, "#welcome .suggestion");
+    const { library: status } = await library.client.libraryStatus();
+    const { suggestions } = await library.client.librarySuggestions();
+    assert.ok(suggestions.length >= 3, JSON.stringify(suggestions));
+    // The questions are the daemon's, drawn from this library, in its order.
+    assert.deepEqual(await texts(page, "#welcome .suggestion"), suggestions.map((sg) => sg.text));
+    assert.deepEqual(await attrs(page, "#welcome .suggestion", "data-kind"), suggestions.map((sg) => sg.kind));
+    const k = status.kinds;
+    const plural = (n, one) => `${n} ${one}${n === 1 ? "" : "s"}`;
+    assert.equal(await page.$eval("#library-summary", (e) => e.textContent),
+      `Your library: ${plural(k.items, "paper")}, ${plural(k.notes, "note")} and ${plural(k.annotations, "annotation")} indexed, ${plural(k.texts, "full text")}.`);
+    assert.ok(await fitsWidth(page), "nothing wider than the sidebar");
+    // One click asks it, in its scope: a paper's question is asked of that paper.
+    const paper = suggestions.find((sg) => sg.kind === "paper");
+    await click(page, `#welcome .suggestion[data-kind="paper"]`);
+    await present(page, ".msg.assistant:not(.live) .answer a.cite");
+    await turnEnded(page);
+    assert.deepEqual(await texts(page, ".msg.user .bubble"), [paper.text]);
+    assert.equal(await page.$("#welcome"), null);
+    assert.deepEqual(await texts(page, ".chip .chip-label"), [paper.items[0].title]);
+    const hrefs = await attrs(page, ".msg.assistant .answer a.cite", "href");
+    assert.ok(hrefs.length && hrefs.every((href) => href === `zotero://select/library/items/${paper.items[0].item_key}`), hrefs.join());
+    assert.deepEqual(page.errors, []);
+  });
+
+  test("the first screen while the library is indexed: counts as they grow, then its questions, without a reload", async () => {
+    const big = new Daemon(root, "big", { port: await freePort(), env: isolatedEnv(root) });
+    // Two thousand papers, some with full text: indexed for several seconds after the start.
+    await runPython(["-c", "import sys; from pathlib import Path; from tests.zoterofixture import build_zotero_dir, generate_library; "
+      + "g = generate_library(n_items=2000, n_fulltexts=300, pages=5); build_zotero_dir(Path(sys.argv[1]), g.items, g.collections)",
+    big.dataDir], { ...process.env, PYTHONPATH: REPO });
+    await big.start();
+    const p = await newPage();
+    try {
+      await open(p, big.url());
+      await p.evaluate(() => {
+        window.__summaries = [document.querySelector("#library-summary")?.textContent];
+        new MutationObserver(() => {
+          const line = document.querySelector("#library-summary")?.textContent;
+          if (line && window.__summaries.at(-1) !== line) window.__summaries.push(line);
+        }).observe(document.body, { subtree: true, childList: true, characterData: true });
+      });
+      await until(p, () => /^Your library: [\d,]+ papers/.test(document.querySelector("#library-summary")?.textContent || "")
+        && document.querySelectorAll("#welcome .suggestion").length >= 3);
+      const seen = await p.evaluate(() => window.__summaries);
+      const indexing = seen.filter((line) => /^Indexing is under way: [\d,]+ papers, [\d,]+ notes? and [\d,]+ annotations? so far \(\d+%\)/.test(line || ""));
+      assert.ok(indexing.length >= 1, `indexing was shown as it went: ${JSON.stringify(seen)}`);
+      const { library: status } = await big.client.libraryStatus();
+      assert.match(await p.$eval("#library-summary", (e) => e.textContent), new RegExp(`^Your library: ${status.kinds.items.toLocaleString("en")} papers`));
+      const { suggestions } = await big.client.librarySuggestions();
+      assert.deepEqual(await texts(p, "#welcome .suggestion"), suggestions.map((sg) => sg.text));
+      // No tags in this library: papers and a collection.
+      assert.deepEqual([...new Set(suggestions.map((sg) => sg.kind))].sort(), ["collection", "paper"]);
+      assert.deepEqual(p.errors, []);
+    } finally {
+      await p.close();
+      await big.stop();
+    }
+  });
+
+  test("the first screen of an empty library says so, and follows it live when papers arrive", async () => {
+    const growing = new Daemon(root, "growing", { port: await freePort(), env: isolatedEnv(root) });
+    await mkdir(growing.stateDir, { recursive: true });
+    // The daemon looks at Zotero every second here (30 s by default), and without the dense stage
+    // (its model's load makes the first refresh slow, and the next waits 20 times as long).
+    await writeFile(join(growing.stateDir, "zocrates_config.json"), JSON.stringify({ library: { poll_interval_s: 1, dense: false } }));
+    await runPython(["-c", "import sys; from pathlib import Path; from tests.zoterofixture import build_zotero_dir; "
+      + "build_zotero_dir(Path(sys.argv[1]), [], [])", growing.dataDir], { ...process.env, PYTHONPATH: REPO });
+    await growing.start();
+    const p = await newPage();
+    try {
+      await open(p, growing.url());
+      await until(p, () => /Your Zotero library is empty/.test(document.querySelector("#library-summary")?.textContent || ""));
+      assert.equal(await p.$("#welcome .suggestion"), null);
+      // Papers arrive: the demo library (`zocratesd demo`), written aside, then moved in as a
+      // whole, as a sync would leave it.
+      const aside = join(root, "growing-aside");
+      await runPython(["-m", "zocratesd", "demo", "--dir", aside], { ...process.env, PYTHONPATH: REPO });
+      await runPython(["-c", "import os, sys; from pathlib import Path; "
+        + "os.rename(Path(sys.argv[1]) / 'storage', Path(sys.argv[2]) / 'storage'); "
+        + "os.replace(Path(sys.argv[1]) / 'zotero.sqlite', Path(sys.argv[2]) / 'zotero.sqlite')", aside, growing.dataDir],
+      { ...process.env, PYTHONPATH: REPO });
+      await until(p, () => /^Your library: 30 papers/.test(document.querySelector("#library-summary")?.textContent || "")
+        && document.querySelectorAll("#welcome .suggestion").length === 4);
+      const { suggestions } = await growing.client.librarySuggestions();
+      assert.deepEqual(await texts(p, "#welcome .suggestion"), suggestions.map((sg) => sg.text));
+      assert.deepEqual(suggestions.map((sg) => sg.kind), ["paper", "collection", "tag", "paper"]);
+      assert.ok(await fitsWidth(p), "nothing wider than the sidebar");
+      await shot(p, "first-screen.png");
+      assert.deepEqual(p.errors, []);
+    } finally {
+      await p.close();
+      await growing.stop();
+    }
+  });
+
   test("a link of zocrates open works once: the page trades its code for the token; a spent one says what to do", async () => {
     const { code } = await library.client.mintCode();
     const url = `${library.base}/ui/#code=${code}`;
@@ -644,6 +743,9 @@ describe("the sidebar web app in Firefox", () => {
     const banner = await p.$eval("#library-status", (e) => e.textContent);
     assert.match(banner, /No Zotero library found/);
     assert.match(banner, /--zotero-data-dir/);
+    // The first screen says there is nothing to search yet, and suggests nothing.
+    await until(p, () => /No library to search yet/.test(document.querySelector("#library-summary")?.textContent || ""));
+    assert.equal(await p.$("#welcome .suggestion"), null);
     for (const how of ["button", "escape"]) {
       await ask(p, `Tell me slowly, please (${how})`);
       await present(p, "#stop:not([hidden])");

@@ -294,6 +294,12 @@ export class ZocratesClient {
     return this._json("GET", refresh ? "/library/status?refresh=true" : "/library/status", undefined, options);
   }
 
+  /** `{suggestions: [{text, kind, mode, library, items: [{item_key, title}], collection}]}`: a few
+   *  questions drawn from the library (its papers, collections, tags), each with its scope. */
+  librarySuggestions({ limit } = {}, options) {
+    return this._json("GET", limit ? `/library/suggestions?limit=${Number(limit)}` : "/library/suggestions", undefined, options);
+  }
+
   /** `{settings: {session_retention_days, max_saved_sessions, compaction, research}, applies,
    *  restart_needed, environment, config_path}`. */
   getSettings(options) {
