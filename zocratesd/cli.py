@@ -189,7 +189,7 @@ def _open(args: argparse.Namespace, data_dir: Path) -> int:
         print(f"zocratesd is not running for {data_dir}; start it with `zocratesd serve` "
               "(or `zocratesd service install`)", file=sys.stderr)
         return EXIT_NOT_RUNNING
-    from zocratesd.weblink import WebLinkError, web_app_link
+    from zocratesd.weblink import CODE_TTL_WORDS, WebLinkError, web_app_link
 
     try:
         url = web_app_link(live.raw)
@@ -204,7 +204,10 @@ def _open(args: argparse.Namespace, data_dir: Path) -> int:
         import webbrowser
 
         if not webbrowser.open(url):
-            print("no browser could be started; open the URL above yourself", file=sys.stderr)
+            print(f"no browser could be started; open the URL above yourself (it works once, within {CODE_TTL_WORDS})",
+                  file=sys.stderr)
+    else:
+        print(f"the URL opens the web app once, within {CODE_TTL_WORDS}", file=sys.stderr)
     return 0
 
 

@@ -14,6 +14,9 @@ from typing import Any
 
 # The daemon answers a code from memory; this only bounds a daemon that hangs.
 MINT_TIMEOUT_S = 10.0
+# How long a code lives (shim/codes.py's CODE_TTL_S, not imported: that module's package loads the
+# HTTP server), said to a user who opens the address by hand.
+CODE_TTL_WORDS = "2 minutes"
 
 
 class WebLinkError(Exception):

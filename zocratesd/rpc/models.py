@@ -418,7 +418,7 @@ class LibrarySuggestion(Model):
     text: str = Field(description="The question, ready to ask.")
     kind: Literal["paper", "collection", "tag"] = Field(description="What of the library it was drawn from.")
     mode: Literal["papers", "collection", "library"] = Field(
-        description="The scope to ask it in (`_meta.zocrates.activeMode`): the `items`, the `collection`, or the whole library."
+        description="The scope to ask it in (`_meta.zocrates.mode`): the `items`, the `collection`, or the whole library."
     )
     library: str | None = Field(description='`"user"`, `"groups/<groupID>"`, or null for every library.')
     items: list[SuggestedItem] = Field(description='The papers of a `"papers"` question (else empty).')

@@ -48,3 +48,9 @@ def test_codes_never_pile_up() -> None:
     assert not codes.redeem(minted[0])  # the oldest went first
     assert codes.redeem(minted[-1])
     assert len(set(minted)) == len(minted)
+
+
+def test_the_commands_say_how_long_a_code_lives() -> None:
+    from zocratesd.weblink import CODE_TTL_WORDS
+
+    assert CODE_TTL_WORDS == f"{CODE_TTL_S / 60:g} minutes"
