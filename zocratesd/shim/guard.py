@@ -22,7 +22,12 @@ section 5: Ollama, Jupyter and the MCP SDKs were all open to DNS rebinding). In 
 Every response, the refusals above included, says `X-Content-Type-Options: nosniff` and
 `Cross-Origin-Resource-Policy: same-origin` (`SECURITY_HEADERS`): without them a page of another
 site learns that the daemon is there from an opaque no-cors response (a browser now fails that
-fetch instead), and could sniff a JSON body as script or style.
+fetch instead), and could sniff a JSON body as script or style. One exception, for a configured
+trust only: when `http.allowed_origins` names a page on the loopback host (`http://127.0.0.1:N`,
+as the plugin's test stand-in for Zotero's window), `GET /health` says `same-site` instead, so
+that page can tell whether the daemon runs; CORP cannot name one origin, and a same-site page is
+one on this host, never another site. Zotero's own window needs no exception: Gecko does not
+apply CORP to a load of the system principal.
 How long a request head may take, and how many connections may be open, is protocol.py's business.
 Each request also counts as an open connection of the daemon (idle exit, drain at shutdown).
 """
@@ -30,6 +35,7 @@ Each request also counts as an open connection of the daemon (idle exit, drain a
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Callable
 
 import anyio
@@ -50,6 +56,8 @@ PUBLIC_PATHS = frozenset({"/health"})
 CODE_PATHS = frozenset({"/auth/exchange"})
 # Sent with every response (module doc); a route's own value of either is kept.
 SECURITY_HEADERS = (("X-Content-Type-Options", "nosniff"), ("Cross-Origin-Resource-Policy", "same-origin"))
+# An allowed origin on the loopback host: its pages may probe /health (module doc).
+_LOOPBACK_ORIGIN = re.compile(r"http://(127\.0\.0\.1|localhost):\d{1,5}")
 # The web app's files (routes.py serves them): public for GET and HEAD only.
 STATIC_PATHS = frozenset({"/", "/ui"})
 STATIC_PREFIX = "/ui/"
@@ -86,6 +94,7 @@ class Guard:
         self.port = port
         self.token = token.encode()
         self.allowed_origins = frozenset(allowed_origins)
+        self.health_corp = "same-site" if any(_LOOPBACK_ORIGIN.fullmatch(o) for o in allowed_origins) else "same-origin"
         self.opened, self.closed = opened, closed
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
@@ -97,6 +106,7 @@ class Guard:
             return
         self.opened()
         started = False
+        corp = self.health_corp if scope["path"] == "/health" else "same-origin"
 
         async def send_secured(message: Message) -> None:
             nonlocal started
@@ -104,7 +114,7 @@ class Guard:
                 started = True
                 headers = MutableHeaders(scope=message)
                 for name, value in SECURITY_HEADERS:
-                    headers.setdefault(name, value)
+                    headers.setdefault(name, corp if name == "Cross-Origin-Resource-Policy" else value)
             await send(message)
 
         try:
