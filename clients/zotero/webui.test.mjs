@@ -207,6 +207,13 @@ before(async () => {
     slow.start(),
   ]);
   page = await newPage();
+  // The fixture library is indexed before the first question (on a loaded machine the index may
+  // still be building when the browser is up, and a question would find nothing yet).
+  const deadline = Date.now() + 60_000;
+  while ((await library.client.libraryStatus()).library.state !== "ready") {
+    if (Date.now() > deadline) throw new Error("the fixture library was not indexed within 60 s");
+    await new Promise((r) => setTimeout(r, 100));
+  }
 });
 
 after(async () => {
@@ -242,8 +249,13 @@ async function ask(p, text) {
 
 /** Wait until `fn` (run in the page, with `args`) is truthy; its value. puppeteer's own
  *  waitForFunction compiles with Function(), which the page's CSP (rightly) refuses. */
-async function until(p, fn, ...args) {
-  const deadline = Date.now() + STEP_TIMEOUT_MS;
+function until(p, fn, ...args) {
+  return untilWithin(STEP_TIMEOUT_MS, p, fn, ...args);
+}
+
+/** `until`, with a timeout of its own (a library being indexed on a loaded machine). */
+async function untilWithin(timeoutMs, p, fn, ...args) {
+  const deadline = Date.now() + timeoutMs;
   let last;
   for (;;) {
     try {
@@ -362,6 +374,7 @@ describe("the sidebar web app in Firefox", () => {
     const sources = await page.$$eval(".msg.assistant .answer .source", (ds) => ds.map((d) => ({ n: d.dataset.source, href: d.querySelector("a").getAttribute("href"), title: d.querySelector("a").textContent })));
     for (const c of cites) assert.equal(sources.find((s) => s.n === c.n)?.href, c.href);
     assert.ok(sources.some((s) => s.href.endsWith("/LEWIS202") && /Retrieval-Augmented Generation/.test(s.title)));
+    assert.doesNotMatch(await page.$eval(".msg.assistant:not(.live)", (e) => e.textContent), /null/, "nothing shows as null");
     // Nothing of the answer went in as markup: the answer holds only the renderer's elements.
     const tags = await page.$$eval(".msg.assistant .answer *", (els) => [...new Set(els.map((e) => e.tagName.toLowerCase()))]);
     for (const t of tags) assert.ok(["p", "br", "ul", "ol", "li", "a", "span", "div", "strong", "em", "code", "pre", "h3", "h4", "blockquote", "hr"].includes(t), t);
@@ -401,9 +414,9 @@ describe("the sidebar web app in Firefox", () => {
 
   test("the first screen while the library is indexed: counts as they grow, then its questions, without a reload", async () => {
     const big = new Daemon(root, "big", { port: await freePort(), env: isolatedEnv(root) });
-    // Two thousand papers, some with full text: indexed for several seconds after the start.
+    // Fifteen hundred papers, some with full text: indexed for several seconds after the start.
     await runPython(["-c", "import sys; from pathlib import Path; from tests.zoterofixture import build_zotero_dir, generate_library; "
-      + "g = generate_library(n_items=2000, n_fulltexts=300, pages=5); build_zotero_dir(Path(sys.argv[1]), g.items, g.collections)",
+      + "g = generate_library(n_items=1500, n_fulltexts=200, pages=5); build_zotero_dir(Path(sys.argv[1]), g.items, g.collections)",
     big.dataDir], { ...process.env, PYTHONPATH: REPO });
     await big.start();
     const p = await newPage();
@@ -416,7 +429,7 @@ describe("the sidebar web app in Firefox", () => {
           if (line && window.__summaries.at(-1) !== line) window.__summaries.push(line);
         }).observe(document.body, { subtree: true, childList: true, characterData: true });
       });
-      await until(p, () => /^Your library: [\d,]+ papers/.test(document.querySelector("#library-summary")?.textContent || "")
+      await untilWithin(120_000, p, () => /^Your library: [\d,]+ papers/.test(document.querySelector("#library-summary")?.textContent || "")
         && document.querySelectorAll("#welcome .suggestion").length >= 3);
       const seen = await p.evaluate(() => window.__summaries);
       const indexing = seen.filter((line) => /^Indexing is under way: [\d,]+ papers, [\d,]+ notes? and [\d,]+ annotations? so far \(\d+%\)/.test(line || ""));

@@ -611,7 +611,8 @@ function assistantMessage(m) {
   if (m.text) {
     const sources = withPages(parseSources(m.text), app.passages.get(m.invocation_id));
     el.append(h("div", { class: "answer" }, renderMarkdown(m.text, { sources })));
-    el.append(pageLinks(sources));
+    const links = pageLinks(sources);
+    if (links) el.append(links); // append(null) would show "null"
     if (app.bridge?.can("save-note")) {
       const save = h("button", { type: "button", class: "link-button save-note", text: "Save as note", on: { click: () => saveNote(m, save) } });
       el.append(h("div", { class: "msg-actions" }, save));
