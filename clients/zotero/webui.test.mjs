@@ -414,9 +414,9 @@ describe("the sidebar web app in Firefox", () => {
 
   test("the first screen while the library is indexed: counts as they grow, then its questions, without a reload", async () => {
     const big = new Daemon(root, "big", { port: await freePort(), env: isolatedEnv(root) });
-    // Fifteen hundred papers, some with full text: indexed for several seconds after the start.
+    // A thousand papers, some with full text: indexed for a few seconds after the start.
     await runPython(["-c", "import sys; from pathlib import Path; from tests.zoterofixture import build_zotero_dir, generate_library; "
-      + "g = generate_library(n_items=1500, n_fulltexts=200, pages=5); build_zotero_dir(Path(sys.argv[1]), g.items, g.collections)",
+      + "g = generate_library(n_items=1000, n_fulltexts=120, pages=5); build_zotero_dir(Path(sys.argv[1]), g.items, g.collections)",
     big.dataDir], { ...process.env, PYTHONPATH: REPO });
     await big.start();
     const p = await newPage();
