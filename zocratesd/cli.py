@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="write a small demo Zotero library to try Zocrates on")
     demo.add_argument("--dir", metavar="D", help="where (default: ~/Zotero-demo); never an existing Zotero library")
 
-    open_ = sub.add_parser("open", help="print (and open in a browser) the sidebar web app's URL, token included")
+    open_ = sub.add_parser("open", help="print (and open in a browser) the sidebar web app's URL, with a one-time code")
     data_dir_arg(open_)
     open_.add_argument("--no-browser", action="store_true", help="only print the URL")
 
@@ -175,15 +175,6 @@ def _status(args: argparse.Namespace, data_dir: Path) -> int:
     return 0 if live is not None else EXIT_NOT_RUNNING
 
 
-def web_app_url(info: dict[str, Any]) -> str | None:
-    """The running daemon's web app, with its per-start token in the fragment (which a browser
-    never sends: the page moves it to sessionStorage), or None when the shim is off."""
-    http, token = info.get("http"), info.get("token")
-    if not isinstance(http, dict) or not token:
-        return None
-    return f"http://127.0.0.1:{http['port']}/ui/#token={token}"
-
-
 def _has_display() -> bool:
     """Whether a graphical browser can open here; without one, `webbrowser` would start a text
     browser in this terminal (lynx, w3m) or fail."""
@@ -198,7 +189,13 @@ def _open(args: argparse.Namespace, data_dir: Path) -> int:
         print(f"zocratesd is not running for {data_dir}; start it with `zocratesd serve` "
               "(or `zocratesd service install`)", file=sys.stderr)
         return EXIT_NOT_RUNNING
-    url = web_app_url(live.raw)
+    from zocratesd.weblink import CODE_TTL_WORDS, WebLinkError, web_app_link
+
+    try:
+        url = web_app_link(live.raw)
+    except WebLinkError as exc:
+        print(f"zocratesd open: {exc}", file=sys.stderr)
+        return 1
     if url is None:
         print("this daemon serves no HTTP (started with --no-http or http.enabled false)", file=sys.stderr)
         return 1
@@ -207,7 +204,10 @@ def _open(args: argparse.Namespace, data_dir: Path) -> int:
         import webbrowser
 
         if not webbrowser.open(url):
-            print("no browser could be started; open the URL above yourself", file=sys.stderr)
+            print(f"no browser could be started; open the URL above yourself (it works once, within {CODE_TTL_WORDS})",
+                  file=sys.stderr)
+    else:
+        print(f"the URL opens the web app once, within {CODE_TTL_WORDS}", file=sys.stderr)
     return 0
 
 

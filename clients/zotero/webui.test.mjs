@@ -131,9 +131,25 @@ const FOREIGN_HTML = `<!doctype html><meta charset="utf-8"><title>foreign</title
   await attempt("settings", () => fetch(api + "/settings", { method: "PATCH", headers: { Authorization: "Bearer " + token, "Content-Type": "application/json" }, body: '{"max_saved_sessions":1}' }));
   await attempt("page", () => fetch(api + "/ui/"));
   await attempt("health", () => fetch(api + "/health"));
+  // no-cors: the browser hands back an opaque answer unless the daemon says it is not for other sites.
+  await attempt("probe-health", () => fetch(api + "/health", { mode: "no-cors" }));
+  await attempt("probe-refused", () => fetch(api + "/sessions", { mode: "no-cors" }));
+  await attempt("probe-missing", () => fetch(api + "/no-such-route", { mode: "no-cors" }));
+  await attempt("probe-page", () => fetch(api + "/ui/app.js", { mode: "no-cors" }));
   window.__results = results;
 })();
 </script>`;
+
+// The fixture library, and a paper whose text has a link whose label hides where it goes.
+const LIBRARY_SCRIPT = [
+  "import sys",
+  "from pathlib import Path",
+  "from tests.zoterofixture import FixtureItem, build_zotero_dir, sample_library",
+  "items, collections = sample_library()",
+  "items.append(FixtureItem('PHISHNOT', 'Membership of the Amateur Astronomers Guild', date='2024', abstract="
+    + "'Members renew their guild subscription at [the guild members page](https://attacker.example/renew) every spring.'))",
+  "build_zotero_dir(Path(sys.argv[1]), items, collections)",
+].join("\n");
 
 let root, library, slow, fake, browser, page, helper, helperPort;
 
@@ -174,8 +190,7 @@ before(async () => {
   library = new Daemon(root, "zotero", { port: libPort, env: isolatedEnv(root) });
   const [fakeModel] = await Promise.all([
     startFakeModel(),
-    runPython(["-c", "import sys; from pathlib import Path; from tests.zoterofixture import build_zotero_dir, sample_library; "
-      + "i, c = sample_library(); build_zotero_dir(Path(sys.argv[1]), i, c)", library.dataDir], { ...process.env, PYTHONPATH: REPO }),
+    runPython(["-c", LIBRARY_SCRIPT, library.dataDir], { ...process.env, PYTHONPATH: REPO }),
   ]);
   fake = fakeModel;
   await mkdir(library.stateDir, { recursive: true });
@@ -233,8 +248,13 @@ async function ask(p, text) {
 
 /** Wait until `fn` (run in the page, with `args`) is truthy; its value. puppeteer's own
  *  waitForFunction compiles with Function(), which the page's CSP (rightly) refuses. */
-async function until(p, fn, ...args) {
-  const deadline = Date.now() + STEP_TIMEOUT_MS;
+function until(p, fn, ...args) {
+  return untilWithin(STEP_TIMEOUT_MS, p, fn, ...args);
+}
+
+/** `until`, with a timeout of its own (a library being indexed on a loaded machine). */
+async function untilWithin(timeoutMs, p, fn, ...args) {
+  const deadline = Date.now() + timeoutMs;
   let last;
   for (;;) {
     try {
@@ -370,6 +390,7 @@ describe("the sidebar web app in Firefox", () => {
       assert.match(l.href, /^zotero:\/\/open-pdf\/library\/items\/[A-Z0-9]{8}\?page=\d+$/);
     }
     assert.doesNotMatch(answerText, /Introduction\. Language models/);
+    assert.doesNotMatch(await page.$eval(".msg.assistant:not(.live)", (e) => e.textContent), /null/, "nothing shows as null");
     // Nothing of the answer went in as markup: the answer holds only the renderer's elements.
     const tags = await page.$$eval(".msg.assistant .answer *", (els) => [...new Set(els.map((e) => e.tagName.toLowerCase()))]);
     for (const t of tags) assert.ok(["p", "br", "ul", "ol", "li", "a", "span", "div", "strong", "em", "code", "pre", "h3", "h4", "blockquote", "hr"].includes(t), t);
@@ -377,6 +398,153 @@ describe("the sidebar web app in Firefox", () => {
     assert.ok(await fitsWidth(page), "nothing wider than the sidebar");
     await shot(page, "answer-with-citations.png");
     assert.deepEqual(page.errors, []);
+  });
+
+  test("the first screen: the library's counts and questions drawn from it, one click away", async () => {
+    await open(page, library.url());
+    await click(page, "#new-chat");
+    await present(page, "#welcome .suggestion");
+    const { library: status } = await library.client.libraryStatus();
+    const { suggestions } = await library.client.librarySuggestions();
+    assert.ok(suggestions.length >= 3, JSON.stringify(suggestions));
+    // The questions are the daemon's, drawn from this library, in its order.
+    assert.deepEqual(await texts(page, "#welcome .suggestion"), suggestions.map((sg) => sg.text));
+    assert.deepEqual(await attrs(page, "#welcome .suggestion", "data-kind"), suggestions.map((sg) => sg.kind));
+    const k = status.kinds;
+    const plural = (n, one) => `${n} ${one}${n === 1 ? "" : "s"}`;
+    assert.equal(await page.$eval("#library-summary", (e) => e.textContent),
+      `Your library: ${plural(k.items, "paper")}, ${plural(k.notes, "note")} and ${plural(k.annotations, "annotation")} indexed, ${plural(k.texts, "full text")}.`);
+    assert.ok(await fitsWidth(page), "nothing wider than the sidebar");
+    // One click asks it, in its scope: a paper's question is asked of that paper.
+    const paper = suggestions.find((sg) => sg.kind === "paper");
+    await click(page, `#welcome .suggestion[data-kind="paper"]`);
+    await present(page, ".msg.assistant:not(.live) .answer a.cite");
+    await turnEnded(page);
+    assert.deepEqual(await texts(page, ".msg.user .bubble"), [paper.text]);
+    assert.equal(await page.$("#welcome"), null);
+    assert.deepEqual(await texts(page, ".chip .chip-label"), [paper.items[0].title]);
+    const hrefs = await attrs(page, ".msg.assistant .answer a.cite", "href");
+    assert.ok(hrefs.length && hrefs.every((href) => href === `zotero://select/library/items/${paper.items[0].item_key}`), hrefs.join());
+    assert.deepEqual(page.errors, []);
+  });
+
+  test("the first screen while the library is indexed: counts as they grow, then its questions, without a reload", async () => {
+    const big = new Daemon(root, "big", { port: await freePort(), env: isolatedEnv(root) });
+    // A thousand papers, some with full text: indexed for a few seconds after the start.
+    await runPython(["-c", "import sys; from pathlib import Path; from tests.zoterofixture import build_zotero_dir, generate_library; "
+      + "g = generate_library(n_items=1000, n_fulltexts=120, pages=5); build_zotero_dir(Path(sys.argv[1]), g.items, g.collections)",
+    big.dataDir], { ...process.env, PYTHONPATH: REPO });
+    await big.start();
+    const p = await newPage();
+    try {
+      await open(p, big.url());
+      await p.evaluate(() => {
+        window.__summaries = [document.querySelector("#library-summary")?.textContent];
+        new MutationObserver(() => {
+          const line = document.querySelector("#library-summary")?.textContent;
+          if (line && window.__summaries.at(-1) !== line) window.__summaries.push(line);
+        }).observe(document.body, { subtree: true, childList: true, characterData: true });
+      });
+      await untilWithin(120_000, p, () => /^Your library: [\d,]+ papers/.test(document.querySelector("#library-summary")?.textContent || "")
+        && document.querySelectorAll("#welcome .suggestion").length >= 3);
+      const seen = await p.evaluate(() => window.__summaries);
+      const indexing = seen.filter((line) => /^Indexing is under way: [\d,]+ papers, [\d,]+ notes? and [\d,]+ annotations? so far \(\d+%\)/.test(line || ""));
+      assert.ok(indexing.length >= 1, `indexing was shown as it went: ${JSON.stringify(seen)}`);
+      const { library: status } = await big.client.libraryStatus();
+      assert.match(await p.$eval("#library-summary", (e) => e.textContent), new RegExp(`^Your library: ${status.kinds.items.toLocaleString("en")} papers`));
+      const { suggestions } = await big.client.librarySuggestions();
+      assert.deepEqual(await texts(p, "#welcome .suggestion"), suggestions.map((sg) => sg.text));
+      // No tags in this library: papers and a collection.
+      assert.deepEqual([...new Set(suggestions.map((sg) => sg.kind))].sort(), ["collection", "paper"]);
+      assert.deepEqual(p.errors, []);
+    } finally {
+      await p.close();
+      await big.stop();
+    }
+  });
+
+  test("the first screen of an empty library says so, and follows it live when papers arrive", async () => {
+    const growing = new Daemon(root, "growing", { port: await freePort(), env: isolatedEnv(root) });
+    await mkdir(growing.stateDir, { recursive: true });
+    // The daemon looks at Zotero every second here (30 s by default), and without the dense stage
+    // (its model's load makes the first refresh slow, and the next waits 20 times as long).
+    await writeFile(join(growing.stateDir, "zocrates_config.json"), JSON.stringify({ library: { poll_interval_s: 1, dense: false } }));
+    await runPython(["-c", "import sys; from pathlib import Path; from tests.zoterofixture import build_zotero_dir; "
+      + "build_zotero_dir(Path(sys.argv[1]), [], [])", growing.dataDir], { ...process.env, PYTHONPATH: REPO });
+    await growing.start();
+    const p = await newPage();
+    try {
+      await open(p, growing.url());
+      await until(p, () => /Your Zotero library is empty/.test(document.querySelector("#library-summary")?.textContent || ""));
+      assert.equal(await p.$("#welcome .suggestion"), null);
+      // Papers arrive: the demo library (`zocratesd demo`), written aside, then moved in as a
+      // whole, as a sync would leave it.
+      const aside = join(root, "growing-aside");
+      await runPython(["-m", "zocratesd", "demo", "--dir", aside], { ...process.env, PYTHONPATH: REPO });
+      await runPython(["-c", "import os, sys; from pathlib import Path; "
+        + "os.rename(Path(sys.argv[1]) / 'storage', Path(sys.argv[2]) / 'storage'); "
+        + "os.replace(Path(sys.argv[1]) / 'zotero.sqlite', Path(sys.argv[2]) / 'zotero.sqlite')", aside, growing.dataDir],
+      { ...process.env, PYTHONPATH: REPO });
+      await until(p, () => /^Your library: 30 papers/.test(document.querySelector("#library-summary")?.textContent || "")
+        && document.querySelectorAll("#welcome .suggestion").length === 4);
+      const { suggestions } = await growing.client.librarySuggestions();
+      assert.deepEqual(await texts(p, "#welcome .suggestion"), suggestions.map((sg) => sg.text));
+      assert.deepEqual(suggestions.map((sg) => sg.kind), ["paper", "collection", "tag", "paper"]);
+      assert.ok(await fitsWidth(p), "nothing wider than the sidebar");
+      await shot(p, "first-screen.png");
+      assert.deepEqual(p.errors, []);
+    } finally {
+      await p.close();
+      await growing.stop();
+    }
+  });
+
+  test("a link of zocrates open works once: the page trades its code for the token; a spent one says what to do", async () => {
+    const { code } = await library.client.mintCode();
+    const url = `${library.base}/ui/#code=${code}`;
+    const p = await newPage();
+    await open(p, url);
+    await until(p, () => document.documentElement.dataset.view === "chat");
+    // The code left the address; the tab holds the token it was traded for.
+    assert.equal(await p.evaluate(() => location.href), `${library.base}/ui/`);
+    assert.equal(await p.evaluate(() => sessionStorage.getItem("zocrates.token")), library.token);
+    await p.reload(); // a reload keeps the tab's token
+    await until(p, () => document.documentElement.dataset.view === "chat");
+    await p.close();
+    // The same address again (from the history, in a new tab): spent.
+    const again = await newPage();
+    await open(again, url);
+    await present(again, "#spent-link");
+    const said = await again.$eval("#spent-link", (e) => e.textContent);
+    assert.match(said, /used already, or it has expired/);
+    assert.match(said, /zocrates open/);
+    assert.equal(await again.evaluate(() => sessionStorage.getItem("zocrates.token")), null);
+    assert.equal(await again.evaluate(() => location.hash), "");
+    // A code pasted into an open tab is taken too (a same-document navigation).
+    const { code: fresh } = await library.client.mintCode();
+    await again.evaluate((c) => { location.hash = `code=${c}`; }, fresh);
+    await until(again, () => document.documentElement.dataset.view === "chat");
+    assert.equal(await again.evaluate(() => sessionStorage.getItem("zocrates.token")), library.token);
+    assert.deepEqual(again.errors, []);
+    await again.close();
+  });
+
+  test("a link whose label hides its target shows its host", async () => {
+    const out = await page.evaluate(async () => {
+      const { renderMarkdown } = await import("/ui/markdown.js");
+      const div = document.createElement("div");
+      div.append(renderMarkdown([
+        "Renew at [the bank](https://attacker.example/login) or [https://example.org/a](https://example.org/a) or [example.org](https://www.example.org/) or [paypal.com](https://xn--pypal-4ve.com/) or https://bare.example/x.",
+        "# Cited Sources",
+        "[1] A paper (https://elsewhere.example/p)",
+        "[2] Ours (zotero://select/library/items/ABCD2345)",
+      ].join("\n")));
+      return { text: div.textContent, hosts: [...div.querySelectorAll(".link-host")].map((e) => e.textContent),
+        outside: [...div.querySelectorAll(".link-host")].every((e) => !e.closest("a")) };
+    });
+    assert.deepEqual(out.hosts, ["(attacker.example)", "(xn--pypal-4ve.com)", "(elsewhere.example)"]);
+    assert.ok(out.outside, "the host is beside the link, not part of its label");
+    assert.match(out.text, /the bank \(attacker\.example\) or https:\/\/example\.org\/a or example\.org or paypal\.com \(xn--pypal-4ve\.com\)/);
   });
 
   test("the Markdown renderer lets no markup or script through", async () => {
@@ -458,11 +626,29 @@ describe("the sidebar web app in Firefox", () => {
     assert.ok(note.citations.length >= 1);
     assert.ok(!JSON.stringify(await host.evaluate(() => window.__messages)).includes(library.token), "the token never crosses the bridge");
 
+    // A paper whose text has a link whose label hides its target: the answer quotes it with its
+    // host beside it, and the saved note keeps the host.
+    await host.evaluate(() => window.sendSelection({ items: [{ key: "PHISHNOT", title: "Membership of the Amateur Astronomers Guild", uri: "zotero://select/library/items/PHISHNOT" }] }));
+    await until(frame, () => [...document.querySelectorAll(".chip.paper")].some((c) => /Astronomers/.test(c.textContent)));
+    await ask(frame, "How do members renew their guild subscription?");
+    await until(frame, () => document.querySelectorAll(".msg.assistant:not(.live) .answer").length === 2);
+    await turnEnded(frame);
+    const quoted = await frame.evaluate(() => {
+      const answer = [...document.querySelectorAll(".msg.assistant .answer")].at(-1);
+      const a = [...answer.querySelectorAll("a")].find((x) => x.getAttribute("href") === "https://attacker.example/renew");
+      return a ? { label: a.textContent, next: a.nextSibling?.textContent + a.nextElementSibling?.textContent } : null;
+    });
+    assert.deepEqual(quoted, { label: "the guild members page", next: " (attacker.example)" });
+    await frame.evaluate(() => [...document.querySelectorAll(".msg.assistant .save-note")].at(-1).click());
+    await until(host, () => window.__messages.filter((m) => m.type === "save-note").length === 2);
+    const phish = await host.evaluate(() => window.__messages.filter((m) => m.type === "save-note")[1].html);
+    assert.match(phish, /<a href="https:\/\/attacker\.example\/renew"[^>]*>the guild members page<\/a> <span class="link-host">\(attacker\.example\)<\/span>/);
+
     // The selection changes to nothing (the whole library); a second question goes there.
     await host.evaluate(() => window.sendSelection({ items: [], collection: null }));
     await present(frame, ".chip.library");
     await ask(frame, "What is HyDE?");
-    await until(frame, () => document.querySelectorAll(".msg.assistant:not(.live) .answer").length === 2);
+    await until(frame, () => document.querySelectorAll(".msg.assistant:not(.live) .answer").length === 3);
     await turnEnded(frame);
     // Edit the first question: the turn is rewound and asked again with its own chips.
     await click(frame, ".msg.user .edit");
@@ -600,6 +786,9 @@ describe("the sidebar web app in Firefox", () => {
     const banner = await p.$eval("#library-status", (e) => e.textContent);
     assert.match(banner, /No Zotero library found/);
     assert.match(banner, /--zotero-data-dir/);
+    // The first screen says there is nothing to search yet, and suggests nothing.
+    await until(p, () => /No library to search yet/.test(document.querySelector("#library-summary")?.textContent || ""));
+    assert.equal(await p.$("#welcome .suggestion"), null);
     for (const how of ["button", "escape"]) {
       await ask(p, `Tell me slowly, please (${how})`);
       await present(p, "#stop:not([hidden])");
@@ -667,9 +856,14 @@ describe("the sidebar web app in Firefox", () => {
     assert.equal(results.settings.fetched, false, JSON.stringify(results.settings));
     assert.equal(results.page.fetched, false, JSON.stringify(results.page));
     assert.equal(results.health.fetched, false, JSON.stringify(results.health));
-    // A "simple" no-cors POST goes out, but its answer is opaque and the daemon refused it.
-    assert.equal(results.create.type, "opaque");
-    assert.equal(results.create.body, "");
+    // Not even whether the daemon is there: a no-cors probe fails as if nothing listened, refusals
+    // included (Cross-Origin-Resource-Policy: same-origin on every answer).
+    for (const probe of ["probe-health", "probe-refused", "probe-missing", "probe-page"]) {
+      assert.equal(results[probe].fetched, false, `${probe}: ${JSON.stringify(results[probe])}`);
+    }
+    // A "simple" no-cors POST goes out, but the daemon refused it, and the page does not even get
+    // an opaque answer.
+    assert.equal(results.create.fetched, false, JSON.stringify(results.create));
     assert.equal((await library.client.listSessions()).sessions.length, before);
     assert.notEqual((await library.client.getSettings()).settings.max_saved_sessions, 1);
     await p.close();

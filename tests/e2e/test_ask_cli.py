@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from daemonproc import DaemonProc, daemon_env
 from rawrpc import RawConn
@@ -230,7 +231,13 @@ def test_library_status_and_open(shared: DaemonProc) -> None:
     url = zocrates(shared, "open", "--print")
     info = shared.info
     assert url.returncode == 0, url.stderr
-    assert url.stdout.strip() == f"http://127.0.0.1:{info['http']['port']}/ui/#token={info['token']}"
+    # A one-time code, not the token (which a browser's history would keep); the page trades it once.
+    prefix = f"http://127.0.0.1:{info['http']['port']}/ui/#code="
+    assert url.stdout.startswith(prefix) and info["token"] not in url.stdout, url.stdout
+    code = url.stdout.strip()[len(prefix):]
+    exchange = f"http://127.0.0.1:{info['http']['port']}/auth/exchange"
+    assert httpx.post(exchange, json={"code": code}, timeout=10).json()["token"] == info["token"]
+    assert httpx.post(exchange, json={"code": code}, timeout=10).status_code == 403
 
 
 # --- in a terminal -----------------------------------------------------------------------------------

@@ -198,3 +198,57 @@ def test_session_ids_in_paths_are_validated(shim: Shim) -> None:
         r = shim.request("GET", f"/sessions/{sid}")
         assert r.status_code in (404, 422), (sid, r.status_code)
         assert r.json()["status"] == "error"
+
+
+# --- what every answer says: nosniff, and not for other sites' pages -------------------------------
+
+
+def _secured(headers: Any, what: object) -> None:
+    assert headers.get("x-content-type-options") == "nosniff", what
+    assert headers.get("cross-origin-resource-policy") == "same-origin", what
+
+
+def test_every_answer_forbids_sniffing_and_other_sites_even_refusals(shim: Shim) -> None:
+    """Without Cross-Origin-Resource-Policy a page of another site could tell the daemon is there
+    from an opaque no-cors answer (a refusal as much as a success); a browser now fails the fetch."""
+    bare = httpx.Client(base_url=shim.base, timeout=10)
+    sid = shim.ok("POST", "/sessions", json={"title": "headers"})["session"]["id"]
+    try:
+        cases: list[tuple[str, httpx.Response, int]] = [
+            ("health", bare.get("/health"), 200),
+            ("no token", bare.get("/sessions"), 401),
+            ("wrong method", shim.request("PUT", "/sessions"), 405),
+            ("unknown path", shim.request("GET", "/nope"), 404),
+            ("rebound host", shim.request("GET", "/health", headers={"Host": "attacker.example"}), 403),
+            ("foreign origin", bare.get("/health", headers={"Origin": "http://attacker.example"}), 403),
+            ("preflight", shim.request("OPTIONS", "/sessions"), 403),
+            ("form post", shim.request("POST", "/sessions", content=b"a=b",
+                                       headers={"Content-Type": "application/x-www-form-urlencoded"}), 415),
+            ("bad json", shim.request("POST", "/sessions", content=b"{", headers={"Content-Type": "application/json"}), 400),
+            ("core refusal", shim.request("POST", "/sessions", json={"title": 5}), 422),
+            ("no session", shim.request("GET", "/sessions/session-1-aaaaaa"), 404),
+            ("api", shim.request("GET", "/sessions"), 200),
+            ("library", shim.request("GET", "/library/status"), 200),
+            ("page", bare.get("/ui/"), 200),
+            ("redirect", bare.get("/ui", follow_redirects=False), 308),
+            ("missing file", bare.get("/ui/nope.js"), 404),
+        ]
+        with shim.client.stream("POST", "/chat", json={"session_id": sid, "prompt": "What is BM25?", "mode": "library",
+                                                       "active_items": []}) as r:
+            r.read()
+            cases.append(("sse", r, 200))
+        for what, r, status in cases:
+            assert r.status_code == status, (what, r.status_code, r.text)
+            _secured(r.headers, what)
+            assert r.headers.get_list("cross-origin-resource-policy") == ["same-origin"], what  # said once
+    finally:
+        shim.ok("DELETE", f"/sessions/{sid}")
+        bare.close()
+    # What uvicorn answers itself, before any app sees the request: bytes h11 cannot parse.
+    status, data = raw(shim.port, (f"POST /sessions HTTP/1.1\r\nHost: 127.0.0.1:{shim.port}\r\n"
+                                   "Content-Length: abc\r\n\r\n").encode())
+    assert status == 400
+    head = data.split(b"\r\n\r\n", 1)[0].lower()
+    assert b"\r\nx-content-type-options: nosniff" in head and b"\r\ncross-origin-resource-policy: same-origin" in head, head
+    status, data = raw(shim.port, b"NOT HTTP AT ALL\r\n\r\n")
+    assert status == 400 and b"cross-origin-resource-policy: same-origin" in data.lower()

@@ -144,6 +144,41 @@ def test_library_status_is_the_json_rpc_object(shim: Shim, module_daemon: Daemon
     assert httpx.get(f"{shim.base}/library/status").status_code == 401
 
 
+def test_library_suggestions_are_the_json_rpc_answer_and_follow_the_library(shim: Shim, module_daemon: DaemonProc,
+                                                                              daemon_factory: Any) -> None:
+    # No Zotero library index (this daemon reads library_passages.jsonl): no suggestions.
+    assert shim.ok("GET", "/library/suggestions") == {"status": "success", "suggestions": []}
+    with RawConn(module_daemon.socket_path) as c:
+        assert c.result("_zocrates/library/suggestions", {}) == {"suggestions": []}
+    # A real Zotero library: once indexed, both faces answer the same questions.
+    from zoterofixture import build_zotero_dir, sample_library
+
+    d = daemon_factory(args=["--http-port", "0"])
+    build_zotero_dir(d.data_dir, *sample_library())
+    d.start()
+    with Shim(d.info) as real, RawConn(d.socket_path) as c:
+        deadline = time.monotonic() + 60
+        while real.ok("GET", "/library/status")["library"]["state"] != "ready" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        got = real.ok("GET", "/library/suggestions")["suggestions"]
+        assert [s["kind"] for s in got] == ["paper", "collection", "tag", "paper"]
+        assert got == c.result("_zocrates/library/suggestions", {})["suggestions"]
+        assert got[:2] == real.ok("GET", "/library/suggestions?limit=2")["suggestions"]
+        assert got[:2] == c.result("_zocrates/library/suggestions", {"limit": 2})["suggestions"]
+        for bad in ("0", "9", "-1", "two", "1.5", "99999"):
+            r = real.request("GET", f"/library/suggestions?limit={bad}")
+            assert r.status_code == 422 and r.json()["error"]["field"] == "limit", (bad, r.text)
+        for bad_param in (0, 9, "2", None):
+            assert "error" in c.call("_zocrates/library/suggestions", {"limit": bad_param}), bad_param
+        assert httpx.get(f"{real.base}/library/suggestions").status_code == 401
+        # Asked as suggested, a paper's question answers from that paper.
+        paper = got[0]
+        sid = real.ok("POST", "/sessions")["session"]["id"]
+        events = real.chat(sid, paper["text"], mode=paper["mode"], active_items=paper["items"])
+        answer = "".join(p["text"] for e in events if e["type"] == "parts" for p in e["parts"] if not p["thought"])
+        assert "# Cited Sources\n[1] " in answer and f"items/{paper['items'][0]['item_key']})" in answer, answer
+
+
 def test_cancel_without_a_running_turn_and_of_an_unknown_session(shim: Shim) -> None:
     sid = shim.ok("POST", "/sessions")["session"]["id"]
     assert shim.ok("POST", f"/sessions/{sid}/cancel")["cancelled"] is False
@@ -304,33 +339,90 @@ def _zocratesd(d: DaemonProc, *args: str, env: dict[str, str] | None = None) -> 
                           env=env or d.env, capture_output=True, text=True, timeout=60)
 
 
-def test_zocratesd_open_prints_and_opens_the_url_with_the_token(module_daemon: DaemonProc, tmp_path: Path) -> None:
+CODE_URL = re.compile(r"^http://127\.0\.0\.1:(\d+)/ui/#code=([A-Za-z0-9_-]{40,})$")
+
+
+def _exchange(port: int, code: str, **headers: str) -> httpx.Response:
+    return httpx.post(f"http://127.0.0.1:{port}/auth/exchange", json={"code": code}, headers=headers, timeout=10)
+
+
+def test_zocratesd_open_prints_and_opens_a_one_time_address(module_daemon: DaemonProc, tmp_path: Path) -> None:
     info = module_daemon.info
-    url = f"http://127.0.0.1:{info['http']['port']}/ui/#token={info['token']}"
+    port = info["http"]["port"]
     done = _zocratesd(module_daemon, "open", "--no-browser")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == url
+    url = done.stdout.strip()
+    m = CODE_URL.match(url)
+    assert m and int(m[1]) == port, url
+    assert info["token"] not in url  # the address a browser saves in its history holds no token
     assert httpx.get(url.split("#")[0]).status_code == 200  # the page is there, without the token
+    # The page trades the code for the token, once.
+    r = _exchange(port, m[2], Origin=f"http://127.0.0.1:{port}")
+    assert r.status_code == 200 and r.json()["token"] == info["token"], r.text
+    assert r.headers["cache-control"] == "no-store"
+    again = _exchange(port, m[2], Origin=f"http://127.0.0.1:{port}")
+    assert again.status_code == 403 and again.json()["error"]["code"] == "code_refused"
+    assert "zocrates open" in again.json()["error"]["message"]
+    assert info["token"] not in again.text
 
-    # With a display, it opens the URL in the browser $BROWSER names (here a script that records it).
+    # With a display, it opens the address in the browser $BROWSER names (here a script that records it).
     seen = tmp_path / "seen"
     browser = tmp_path / "browser"
     browser.write_text(f"#!/bin/sh\nprintf '%s' \"$1\" > {seen}\n")
     browser.chmod(browser.stat().st_mode | stat.S_IXUSR)
     env = {**module_daemon.env, "BROWSER": str(browser), "DISPLAY": ":99"}
     done = _zocratesd(module_daemon, "open", env=env)
-    assert done.returncode == 0 and done.stdout.strip() == url, done.stderr
+    assert done.returncode == 0 and CODE_URL.match(done.stdout.strip()), done.stderr
     deadline = time.monotonic() + 10
     while not seen.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert seen.read_text() == url
+    assert seen.read_text() == done.stdout.strip()  # a fresh code each time
+    assert seen.read_text() != url
     # Without a display nothing is started (a text browser would take over the terminal).
     seen.unlink()
     env = {k: v for k, v in env.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     done = _zocratesd(module_daemon, "open", env=env)
-    assert done.returncode == 0 and done.stdout.strip() == url
+    assert done.returncode == 0 and CODE_URL.match(done.stdout.strip())
     time.sleep(0.5)
     assert not seen.exists()
+
+
+def test_one_time_codes_are_minted_only_for_the_token_and_exchanged_only_by_the_page(shim: Shim) -> None:
+    bare = httpx.Client(base_url=shim.base, timeout=10)
+    try:
+        # Minting needs the token.
+        assert bare.post("/auth/code", json={}).status_code == 401
+        assert bare.post("/auth/code", json={}, headers={"Authorization": "Bearer nope"}).status_code == 401
+        minted = shim.ok("POST", "/auth/code", json={})
+        code = minted["code"]
+        assert minted["expires_in_s"] == 120
+        # The guard's other rules hold for the exchange: another site's page, a rebound name, a
+        # form, a preflight are refused, and the code is not spent by them.
+        refused = [
+            bare.post("/auth/exchange", json={"code": code}, headers={"Origin": "http://attacker.example"}),
+            bare.post("/auth/exchange", json={"code": code}, headers={"Host": f"attacker.example:{shim.port}"}),
+            bare.post("/auth/exchange", content=f"code={code}".encode(),
+                      headers={"Content-Type": "application/x-www-form-urlencoded"}),
+            bare.options("/auth/exchange", headers={"Origin": "http://attacker.example"}),
+            bare.get("/auth/exchange"),  # GET: not public, and not a route
+        ]
+        assert [r.status_code for r in refused] == [403, 403, 415, 403, 401]
+        for r in refused:
+            no_cors(r)
+            assert shim.token not in r.text
+        for wrong in ["", code[:-1], code + "A", 5, None, ["x"]]:
+            r = bare.post("/auth/exchange", json={"code": wrong})
+            assert r.status_code == 403 and r.json()["error"]["code"] == "code_refused", (wrong, r.text)
+        assert bare.post("/auth/exchange", content=b"{", headers={"Content-Type": "application/json"}).status_code == 400
+        # Still good after all that, once.
+        r = bare.post("/auth/exchange", json={"code": code}, headers={"Origin": shim.base})
+        assert r.status_code == 200 and r.json() == {"status": "success", "token": shim.token}
+        assert bare.post("/auth/exchange", json={"code": code}).status_code == 403
+        # A code is no token.
+        other = shim.ok("POST", "/auth/code", json={})["code"]
+        assert bare.get("/sessions", headers={"Authorization": f"Bearer {other}"}).status_code == 401
+    finally:
+        bare.close()
 
 
 def test_zocratesd_open_without_a_daemon_says_so(tmp_path: Path) -> None:

@@ -384,6 +384,20 @@ class Daemon:
             return disabled_status("this daemon searches a fixed set of passages, not a Zotero library index")
         return self.library.status(refresh)
 
+    async def library_suggestions(self, limit: int | None = None) -> dict[str, Any]:
+        """`_zocrates/library/suggestions`: a few questions drawn from the library's titles,
+        collections and tags, each with the scope to ask it in (library/suggestions.py); none
+        without a Zotero library index, or before anything is indexed."""
+        from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, MAX_SUGGESTIONS
+
+        if limit is None:
+            limit = DEFAULT_SUGGESTIONS
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SUGGESTIONS:
+            raise InvalidInput(f"limit is a whole number from 1 to {MAX_SUGGESTIONS}", field="limit")
+        if self.library is None:
+            return {"suggestions": []}
+        return {"suggestions": [s.to_json() for s in await self.library.suggestions(limit)]}
+
     async def start(self, *, importer: Callable[[], None] = import_engine) -> None:
         """Load the engine if it was deferred (ADK imported by `importer` in a daemon thread, the
         event loop serving reads meanwhile; cancelling the start does not wait for the import),

@@ -3,7 +3,8 @@ docstring: zocratesd/library/__init__.py).
 
 `Library` is the one public surface: `start()` starts the background indexer (never delaying the
 daemon's readiness), `search()` is the engine's `Retriever`, `status()` answers
-`_zocrates/library/status`, `aclose()` stops the indexer. Until the first build finishes, search
+`_zocrates/library/status`, `suggestions()` questions drawn from the library (suggestions.py),
+`aclose()` stops the indexer. Until the first build finishes, search
 answers from what is already indexed (batches commit as they go), so early questions find less,
 never fail.
 """
@@ -19,6 +20,7 @@ from typing import Any
 from zocratesd.library.index import INDEX_NAME, IndexReader, search
 from zocratesd.library.indexer import Indexer, IndexerOptions
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Scope
+from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, Suggestion, suggest
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,18 @@ class Library:
             return [(str(k), str(n), p) for k, n, p in conn.execute("SELECT key, name, parent_key FROM collections")]
         except sqlite3.Error as exc:
             log.info("library: reading collections failed (%s)", exc)
+            return []
+
+    async def suggestions(self, limit: int = DEFAULT_SUGGESTIONS) -> list[Suggestion]:
+        """Questions drawn from what is indexed so far (suggestions.py); [] before the first batch."""
+        return await asyncio.to_thread(self._suggestions, limit)
+
+    def _suggestions(self, limit: int) -> list[Suggestion]:
+        try:
+            conn = self.reader.connection()
+            return [] if conn is None else suggest(conn, limit)
+        except sqlite3.Error as exc:  # damaged, or replaced under us: the search path rebuilds it
+            log.info("library: reading suggestions failed (%s)", exc)
             return []
 
     async def search(self, query: str, scope: Scope, top_k: int = DEFAULT_TOP_K) -> list[Hit]:

@@ -574,6 +574,10 @@ def build_methods(daemon: Daemon) -> MethodTable:
     async def zocrates_library_status(peer: Peer, p: models.LibraryStatusParams) -> dict[str, Any]:
         return daemon.library_status(refresh=p.refresh)
 
+    @adapter(models.LibrarySuggestionsParams)
+    async def zocrates_library_suggestions(peer: Peer, p: models.LibrarySuggestionsParams) -> dict[str, Any]:
+        return await daemon.library_suggestions(p.limit)
+
     table: dict[str, Handler] = {
         "initialize": initialize,
         "session/new": session_new,
@@ -592,6 +596,7 @@ def build_methods(daemon: Daemon) -> MethodTable:
         "_zocrates/storage/stats": zocrates_storage_stats,
         "_zocrates/storage/maintenance": zocrates_storage_maintenance,
         "_zocrates/library/status": zocrates_library_status,
+        "_zocrates/library/suggestions": zocrates_library_suggestions,
     }
     extensions = sorted(name for name in table if name.startswith("_zocrates/"))
     return MethodTable(table, notifications=("session/cancel",))

@@ -400,6 +400,39 @@ class LibraryStatusResult(Model):
     )
 
 
+class LibrarySuggestionsParams(Params):
+    limit: int = Field(4, ge=1, le=8, strict=True, description="How many questions, at most (default 4).")
+
+
+class SuggestedItem(Model):
+    item_key: str
+    title: str
+
+
+class SuggestedCollection(Model):
+    key: str
+    name: str
+
+
+class LibrarySuggestion(Model):
+    text: str = Field(description="The question, ready to ask.")
+    kind: Literal["paper", "collection", "tag"] = Field(description="What of the library it was drawn from.")
+    mode: Literal["papers", "collection", "library"] = Field(
+        description="The scope to ask it in (`_meta.zocrates.mode`): the `items`, the `collection`, or the whole library."
+    )
+    library: str | None = Field(description='`"user"`, `"groups/<groupID>"`, or null for every library.')
+    items: list[SuggestedItem] = Field(description='The papers of a `"papers"` question (else empty).')
+    collection: SuggestedCollection | None = Field(description='The collection of a `"collection"` question (else null).')
+
+
+class LibrarySuggestionsResult(Model):
+    """`_zocrates/library/suggestions`: questions drawn from the user's own library (its most worked-on
+    papers, largest collection, most used tag), for a client's first screen; empty without a library
+    or before anything is indexed."""
+
+    suggestions: list[LibrarySuggestion]
+
+
 # --- notifications ------------------------------------------------------------------------------
 
 
@@ -428,6 +461,7 @@ METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "_zocrates/storage/stats": (NoParams, StorageStatsResult),
     "_zocrates/storage/maintenance": (NoParams, MaintenanceResult),
     "_zocrates/library/status": (LibraryStatusParams, LibraryStatusResult),
+    "_zocrates/library/suggestions": (LibrarySuggestionsParams, LibrarySuggestionsResult),
 }
 NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionUpdateParams, "session/cancel": CancelParams}
 

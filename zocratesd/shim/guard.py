@@ -11,12 +11,23 @@ section 5: Ollama, Jupyter and the MCP SDKs were all open to DNS rebinding). In 
    origin can read an answer;
 3. every route needs `Authorization: Bearer <token>` (the token is in daemon.json, 0600), compared
    in constant time, 401 otherwise; except `GET /health` and the web app's static files
-   (`GET`/`HEAD` of `/`, `/ui`, `/ui/...`), which hold no data: the page gets the token in its URL
-   fragment, which no request carries;
+   (`GET`/`HEAD` of `/`, `/ui`, `/ui/...`), which hold no data, and `POST /auth/exchange`, whose
+   one-time code is its credential (shim/codes.py; it still passes every other rule here): the
+   page gets a code (or, from the Zotero plugin, the token) in its URL fragment, which no request
+   carries;
 4. a POST with a body must say `Content-Type: application/json` (415): a cross-site form cannot;
 5. the body is read here, at most `MAX_BODY_BYTES` (413 beyond; a larger Content-Length is refused
    before reading) and within `body_timeout_s` (408: a client with the token that trickles its body
    would otherwise hold a connection forever), and replayed to the route.
+Every response, the refusals above included, says `X-Content-Type-Options: nosniff` and
+`Cross-Origin-Resource-Policy: same-origin` (`SECURITY_HEADERS`): without them a page of another
+site learns that the daemon is there from an opaque no-cors response (a browser now fails that
+fetch instead), and could sniff a JSON body as script or style. One exception, for a configured
+trust only: when `http.allowed_origins` names a page on the loopback host (`http://127.0.0.1:N`,
+as the plugin's test stand-in for Zotero's window), `GET /health` says `same-site` instead, so
+that page can tell whether the daemon runs; CORP cannot name one origin, and a same-site page is
+one on this host, never another site. Zotero's own window needs no exception: Gecko does not
+apply CORP to a load of the system principal.
 How long a request head may take, and how many connections may be open, is protocol.py's business.
 Each request also counts as an open connection of the daemon (idle exit, drain at shutdown).
 """
@@ -24,9 +35,11 @@ Each request also counts as an open connection of the daemon (idle exit, drain a
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Callable
 
 import anyio
+from starlette.datastructures import MutableHeaders
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -39,13 +52,19 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 # fraction of a second on loopback, so only a stalled or hostile client ever meets it.
 BODY_TIMEOUT_S = 30.0
 PUBLIC_PATHS = frozenset({"/health"})
+# A one-time code instead of the token (shim/codes.py): POST only.
+CODE_PATHS = frozenset({"/auth/exchange"})
+# Sent with every response (module doc); a route's own value of either is kept.
+SECURITY_HEADERS = (("X-Content-Type-Options", "nosniff"), ("Cross-Origin-Resource-Policy", "same-origin"))
+# An allowed origin on the loopback host: its pages may probe /health (module doc).
+_LOOPBACK_ORIGIN = re.compile(r"http://(127\.0\.0\.1|localhost):\d{1,5}")
 # The web app's files (routes.py serves them): public for GET and HEAD only.
 STATIC_PATHS = frozenset({"/", "/ui"})
 STATIC_PREFIX = "/ui/"
 
 
 def is_public(method: str, path: str) -> bool:
-    if path in PUBLIC_PATHS:
+    if path in PUBLIC_PATHS or method == "POST" and path in CODE_PATHS:
         return True
     return method in ("GET", "HEAD") and (path in STATIC_PATHS or path.startswith(STATIC_PREFIX))
 
@@ -75,6 +94,7 @@ class Guard:
         self.port = port
         self.token = token.encode()
         self.allowed_origins = frozenset(allowed_origins)
+        self.health_corp = "same-site" if any(_LOOPBACK_ORIGIN.fullmatch(o) for o in allowed_origins) else "same-origin"
         self.opened, self.closed = opened, closed
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
@@ -85,15 +105,32 @@ class Guard:
                 await send({"type": "websocket.close", "code": 1008})
             return
         self.opened()
+        started = False
+        corp = self.health_corp if scope["path"] == "/health" else "same-origin"
+
+        async def send_secured(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS:
+                    headers.setdefault(name, corp if name == "Cross-Origin-Resource-Policy" else value)
+            await send(message)
+
         try:
             refusal = self._refusal(scope)
             if refusal is not None:
-                await refusal(scope, receive, send)
+                await refusal(scope, receive, send_secured)
                 return
-            body = await self._read_body(scope, receive, send)
+            body = await self._read_body(scope, receive, send_secured)
             if body is None:
                 return
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, _replay(body, receive), send_secured)
+        except Exception:
+            # uvicorn's own 500 would lack the headers (Starlette answers a route's exception itself).
+            if not started:
+                await error_response(500, "internal", "internal error")(scope, receive, send_secured)
+            raise
         finally:
             self.closed()
 

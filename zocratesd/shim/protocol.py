@@ -27,7 +27,10 @@ import enum
 import logging
 from typing import ClassVar
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from zocratesd.shim.guard import SECURITY_HEADERS
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +138,16 @@ class LimitedH11Protocol(H11Protocol):
         # The shim serves no WebSocket: an Upgrade header is ignored, the request served as plain
         # HTTP (and refused by the guard or the router). An upgraded connection would leave the table.
         return False
+
+    def send_400_response(self, msg: str) -> None:
+        """The answer to bytes h11 cannot parse, which uvicorn writes itself (no app sees them):
+        uvicorn's 400, with the headers every answer of the shim carries (guard.py)."""
+        headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close"),
+                   *((name.lower().encode(), value.encode()) for name, value in SECURITY_HEADERS)]
+        for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                      h11.Data(data=msg.encode("ascii")), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
 
     def close(self, *, abort: bool) -> None:
         """Close now: a deadline passed (abort: the client had its time), or room is needed (close:

@@ -22,6 +22,7 @@ from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import Daemon, TurnResult, check_resume_response, check_session_id
 from zocratesd.errors import InvalidInput, ZocratesError
 from zocratesd.locations import PROTOCOL_VERSION
+from zocratesd.shim.codes import OneTimeCodes
 from zocratesd.shim.errors import HttpError, JSONResponse, core_error_response, error_response
 from zocratesd.shim.turns import start_turn
 from zocratesd.shim.webapp import WebApp
@@ -38,8 +39,10 @@ CAPABILITIES: Json = {
     "rename": True,
     "cancel": True,
     "library_status": True,
+    "library_suggestions": True,
     "settings": True,
     "web_app": True,
+    "one_time_codes": True,
     "sse_types": ["parts", "progress", "request_input", "done", "error"],
 }
 
@@ -83,9 +86,13 @@ def build_app(
     opened: Callable[[], None],
     closed: Callable[[], None],
     web: WebApp | None = None,
+    token: str = "",
+    codes: OneTimeCodes | None = None,
 ) -> Starlette:
-    """The routes of one daemon; `turns()` is the task group turns run in (they outlive requests)."""
+    """The routes of one daemon; `turns()` is the task group turns run in (they outlive requests).
+    `codes` are exchanged for `token` (shim/codes.py); without a token no code is ever minted."""
     web = web or WebApp([])
+    codes = codes or OneTimeCodes()
 
     async def health(request: Request) -> Response:
         return success()
@@ -129,11 +136,31 @@ def build_app(
             raise InvalidInput("refresh is true or false", field="refresh")
         return success(library=daemon.library_status(refresh=refresh in ("true", "1")))
 
+    async def library_suggestions(request: Request) -> Response:
+        raw = request.query_params.get("limit")
+        if raw is not None and not (raw.isascii() and raw.isdigit() and len(raw) <= 3):
+            raise InvalidInput("limit is a whole number", field="limit")
+        return success(**await daemon.library_suggestions(None if raw is None else int(raw)))
+
     async def get_settings(request: Request) -> Response:
         return success(**daemon.get_settings())
 
     async def patch_settings(request: Request) -> Response:
         return success(**await daemon.update_settings(await json_body(request)))
+
+    async def mint_code(request: Request) -> Response:
+        await json_body(request, required=False)
+        if not token:
+            raise HttpError(404, "not_found", "this shim hands out no codes")
+        return success(code=codes.mint(), expires_in_s=codes.ttl_s)
+
+    async def exchange_code(request: Request) -> Response:
+        # No bearer token here (the guard lets it through): the code is the credential.
+        given = (await json_body(request)).get("code")
+        if not token or not isinstance(given, str) or not codes.redeem(given):
+            raise HttpError(403, "code_refused", "this link was used already or has expired (a link of `zocrates open` "
+                            "opens the page once, within two minutes); run `zocrates open` again for a new one")
+        return JSONResponse({"status": "success", "token": token}, headers={"Cache-Control": "no-store"})
 
     async def to_webapp(request: Request) -> Response:
         return RedirectResponse("/ui/", status_code=308)
@@ -200,6 +227,8 @@ def build_app(
         Route("/ui", to_webapp, methods=["GET"]),
         Route("/ui/{path:path}", webapp_file, methods=["GET"]),
         Route("/register", register, methods=["POST"]),
+        Route("/auth/code", mint_code, methods=["POST"]),
+        Route("/auth/exchange", exchange_code, methods=["POST"]),
         Route("/sessions", list_sessions, methods=["GET"]),
         Route("/sessions", create_session, methods=["POST"]),
         Route("/sessions/storage_stats", storage_stats, methods=["GET"]),
@@ -212,6 +241,7 @@ def build_app(
         Route("/chat", chat, methods=["POST"]),
         Route("/chat/resume", chat_resume, methods=["POST"]),
         Route("/library/status", library_status, methods=["GET"]),
+        Route("/library/suggestions", library_suggestions, methods=["GET"]),
         Route("/settings", get_settings, methods=["GET"]),
         Route("/settings", patch_settings, methods=["PATCH"]),
     ]

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 # import thread, before ADK: process/lifecycle.py).
 # uvicorn's lifespan class too: its Config imports it on the event loop, by name, when serving starts.
 SERVER_MODULES = (
-    "uvicorn", "uvicorn.lifespan.off", "zocratesd.shim.protocol", "zocratesd.shim.guard", "zocratesd.shim.routes"
+    "uvicorn", "uvicorn.lifespan.off", "zocratesd.shim.guard", "zocratesd.shim.protocol", "zocratesd.shim.routes"
 )
 
 LOOPBACK = "127.0.0.1"
@@ -160,6 +160,7 @@ class HttpFace:
         """The app, its guard and the uvicorn server around them (imports SERVER_MODULES unless done)."""
         import uvicorn
 
+        from zocratesd.shim.codes import OneTimeCodes
         from zocratesd.shim.guard import Guard
         from zocratesd.shim.protocol import ConnectionTable, protocol_class
         from zocratesd.shim.routes import build_app
@@ -169,7 +170,8 @@ class HttpFace:
         self.connections = ConnectionTable(
             connection_cap(config.max_connections), head_timeout_s=config.head_timeout_s, idle_timeout_s=KEEP_ALIVE_S
         )
-        app = build_app(self.daemon, self._turn_group, opened=opened, closed=closed, web=WebApp(config.allowed_origins))
+        app = build_app(self.daemon, self._turn_group, opened=opened, closed=closed, web=WebApp(config.allowed_origins),
+                        token=self.token, codes=OneTimeCodes())
         self._protocol_class = protocol_class(self.connections)
         guarded = Guard(app, port=lambda: self.port, token=self.token, allowed_origins=config.allowed_origins,
                         opened=opened, closed=closed, body_timeout_s=config.body_timeout_s)

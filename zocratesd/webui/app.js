@@ -19,6 +19,12 @@ const SESSION_KEY = "zocrates.session";
 const RENDER_INTERVAL_MS = 50;
 // How often the library status is asked while it changes (indexing), and while it is missing.
 const LIBRARY_POLL_MS = { starting: 1000, indexing: 1000, unavailable: 15_000, error: 15_000 };
+// A ready but empty library is asked again this often (the daemon looks at Zotero every 30 s):
+// the first screen notices the first papers.
+const EMPTY_LIBRARY_POLL_MS = 5000;
+// While the library is indexed, the first screen's questions are asked for again at most this
+// often (they come from what is indexed so far).
+const SUGGESTIONS_REFRESH_MS = 5000;
 // After Stop, how long the stream may take to end before the page stops listening to it.
 const STOP_GRACE_MS = 15_000;
 const CANCEL_RETRIES = 8; // a turn that just started may not be cancellable for a few ms
@@ -37,6 +43,8 @@ const app = {
   deleting: null, // {id, at}: a chat whose delete button was clicked once
   notice: null, // {sessionId, text}: a line under the messages ("Stopped.")
   libraryTimer: null,
+  library: null, // the last library status
+  suggestions: { key: null, at: 0, list: [], loading: false }, // the first screen's questions (from the daemon)
   els: {},
 };
 
@@ -161,26 +169,52 @@ function showFatal(err, retry) {
 }
 
 // --- the token (handed over in the URL fragment, kept in sessionStorage) ---------------------------
+//
+// `zocrates open` puts a one-time code in the fragment (`#code=`), which the page exchanges for
+// the token (POST /auth/exchange): the browser's history keeps the address, and so only a spent
+// code. The Zotero plugin's pane, whose browser keeps no history, hands the token itself
+// (`#token=`). Either leaves the address at once (history.replaceState).
 
 let memoryToken = null; // where the token lives when sessionStorage is refused
 
-function takeToken() {
-  const m = /(?:^#|&)token=([^&]*)/.exec(location.hash);
-  if (m) {
-    memoryToken = decodeURIComponent(m[1]) || null;
-    try {
-      if (memoryToken) sessionStorage.setItem(TOKEN_KEY, memoryToken);
-    } catch {
-      /* private mode or a sandbox: keep it in memory for this page's life */
-    }
-    // The token leaves the address at once: not in history, bookmarks or a screen share.
-    history.replaceState(history.state, "", location.pathname + location.search);
+function keepToken(token) {
+  memoryToken = token || null;
+  try {
+    if (memoryToken) sessionStorage.setItem(TOKEN_KEY, memoryToken);
+  } catch {
+    /* private mode or a sandbox: keep it in memory for this page's life */
   }
+}
+
+/** What the fragment hands over, `{token}` or `{code}` (or {} for neither); it leaves the address. */
+function takeFragment() {
+  const token = /(?:^#|&)token=([^&]*)/.exec(location.hash);
+  const code = /(?:^#|&)code=([^&]*)/.exec(location.hash);
+  if (!token && !code) return {};
+  // Out of the address at once: not in a bookmark, a screen share or this entry of the history.
+  history.replaceState(history.state, "", location.pathname + location.search);
+  const value = (m) => { try { return decodeURIComponent(m[1]); } catch { return ""; } };
+  return token ? { token: value(token) } : { code: value(code) };
+}
+
+function storedToken() {
   try {
     return sessionStorage.getItem(TOKEN_KEY) || memoryToken;
   } catch {
     return memoryToken;
   }
+}
+
+/** The token: handed over in the fragment (as it is, or for a code), else the one this tab kept.
+ *  Null when there is none; throws the exchange's error for a code that was refused. */
+async function takeToken() {
+  const handed = takeFragment();
+  if (handed.token) keepToken(handed.token);
+  else if (handed.code !== undefined) {
+    const answer = await new ZocratesClient({ baseUrl: location.origin, token: null }).exchangeCode(handed.code);
+    keepToken(answer.token);
+  }
+  return storedToken();
 }
 
 function forgetToken() {
@@ -190,6 +224,19 @@ function forgetToken() {
   } catch {
     /* nothing kept */
   }
+}
+
+/** A link of `zocrates open` that was opened before (from the history, a second tab) or too late. */
+function showSpentLink() {
+  forgetToken();
+  stopLibraryPoll();
+  document.documentElement.dataset.view = "spent-link";
+  document.getElementById("root").replaceChildren(
+    h("div", { class: "help", id: "spent-link", role: "alert" },
+      h("h1", { text: "Zocrates" }),
+      h("p", { text: "This link has been used already, or it has expired. A link from zocrates open opens the page once, within two minutes, so that a copy in your browser's history is worthless." }),
+      h("p", {}, "Run ", h("code", { text: "zocrates open" }), " (or ", h("code", { text: "zocratesd open" }), ") again for a new one.")),
+  );
 }
 
 function showHelp({ refused = false } = {}) {
@@ -206,8 +253,8 @@ function showHelp({ refused = false } = {}) {
       h("ul", {},
         h("li", {}, "In Zotero: open the Zocrates pane (the Zocrates plugin opens this page with a fresh token)."),
         h("li", {}, "In a browser: run ", h("code", { text: "zocrates open" }), " (or ", h("code", { text: "zocratesd open" }),
-          ") in a terminal. It prints this page's address with a token and opens it.")),
-      h("p", { class: "muted", text: "The token changes each time zocratesd starts. It stays in this tab only and leaves the address as soon as the page has it." })),
+          ") in a terminal. It prints this page's address with a one-time code and opens it.")),
+      h("p", { class: "muted", text: "The page trades the code for an access token, which changes each time zocratesd starts and stays in this tab only." })),
   );
 }
 
@@ -431,13 +478,7 @@ function renderMessages() {
   box.replaceChildren();
   if (!s) return;
   const turn = app.turns.get(s.id);
-  if (!s.messages.length && !turn) {
-    box.append(h("div", { class: "welcome" },
-      h("p", { text: "Ask a question about your papers. The answer quotes your library and cites it." }),
-      h("p", { class: "muted", text: app.bridge?.hosted
-        ? "Papers or a collection selected in Zotero become the question's context."
-        : "The whole library is searched; in Zotero, the selected papers become the context." })));
-  }
+  if (!s.messages.length && !turn) box.append(welcome());
   for (const m of s.messages) box.append(m.role === "user" ? userMessage(m, !!turn) : assistantMessage(m));
   if (turn) {
     box.append(turn.el);
@@ -447,6 +488,110 @@ function renderMessages() {
   }
   if (app.notice?.sessionId === s.id) box.append(h("p", { class: "notice", text: app.notice.text }));
   box.scrollTop = box.scrollHeight;
+}
+
+// --- the first screen: the library's state and questions drawn from it -------------------------------
+
+function welcome() {
+  const box = h("div", { class: "welcome", id: "welcome" });
+  fillWelcome(box);
+  queueMicrotask(loadSuggestions); // once the box is in the page (a new chat after the library settled)
+  return box;
+}
+
+function refreshWelcome() {
+  const box = document.getElementById("welcome");
+  if (box) fillWelcome(box);
+  loadSuggestions();
+}
+
+function count(n, one, many) {
+  const v = Number.isFinite(n) ? n : 0;
+  return `${v.toLocaleString("en")} ${v === 1 ? one : many}`;
+}
+
+/** What the library holds, in words (its kinds: items, notes, annotations, full texts). */
+function holdings(lib) {
+  const k = lib.kinds || {};
+  const papers = k.items ?? lib.items_indexed ?? 0;
+  const parts = [count(papers, "paper", "papers"), count(k.notes ?? lib.notes_indexed ?? 0, "note", "notes"),
+    count(k.annotations ?? lib.annotations_indexed ?? 0, "annotation", "annotations")];
+  return `${parts[0]}, ${parts[1]} and ${parts[2]}`;
+}
+
+function librarySummary(lib) {
+  if (!lib) return "Looking at your library…";
+  switch (lib.state) {
+    case "starting":
+      return "Opening your Zotero library…";
+    case "indexing":
+      return `Indexing is under way: ${holdings(lib)} so far (${Math.floor(Math.max(0, Math.min(100, Number(lib.percent) || 0)))}%). `
+        + "You can ask already; answers search what is indexed.";
+    case "ready":
+      if (!(lib.kinds?.items ?? lib.items_indexed)) {
+        return "Your Zotero library is empty. Papers you add in Zotero are indexed within half a minute, and questions about them appear here.";
+      }
+      return `Your library: ${holdings(lib)} indexed${lib.kinds?.texts ? `, ${count(lib.kinds.texts, "full text", "full texts")}` : ""}.`;
+    case "unavailable":
+    case "error":
+      return "No library to search yet: see above for what to do.";
+    case "disabled":
+      return lib.message || "This daemon has no Zotero library index.";
+    default:
+      return lib.summary || lib.state;
+  }
+}
+
+function fillWelcome(box) {
+  const lib = app.library;
+  const list = app.suggestions.list;
+  box.dataset.state = lib?.state || "unknown";
+  fill(box,
+    h("p", { class: "welcome-lead", text: "Ask a question about your papers. The answer quotes your library and cites it." }),
+    h("p", { id: "library-summary", class: "library-summary", text: librarySummary(lib) }),
+    list.length ? h("div", { class: "suggestions", role: "group", "aria-label": "Questions to ask" },
+      h("p", { class: "suggestions-label muted", text: lib?.state === "indexing" ? "Try asking (from what is indexed so far):" : "Try asking:" }),
+      list.map((sg) => h("button", { type: "button", class: "suggestion", data: { kind: sg.kind }, title: scopeOf(sg),
+        disabled: !app.session || app.turns.has(app.session.id), on: { click: () => askSuggestion(sg) } }, sg.text))) : null,
+    h("p", { class: "muted", text: app.bridge?.hosted
+      ? "Papers or a collection selected in Zotero become the question's context."
+      : "The whole library is searched; in Zotero, the selected papers become the context." }));
+}
+
+function scopeOf(sg) {
+  if (sg.mode === "papers") return `Asked about ${sg.items.map((it) => it.title).join(", ")}`;
+  if (sg.mode === "collection" && sg.collection) return `Asked in the collection ${sg.collection.name} and its subcollections`;
+  return "Asked of your whole library";
+}
+
+/** Ask the daemon for the first screen's questions when the library changed since (at most every
+ *  SUGGESTIONS_REFRESH_MS while it is indexed). */
+function loadSuggestions() {
+  const lib = app.library;
+  const state = app.suggestions;
+  if (!lib || !app.client || state.loading || !document.getElementById("welcome")) return;
+  const key = `${lib.state}:${lib.items_indexed}:${lib.collections}:${lib.last_refresh}`;
+  if (key === state.key || (lib.state === "indexing" && Date.now() - state.at < SUGGESTIONS_REFRESH_MS && state.key !== null)) return;
+  state.loading = true;
+  app.client.librarySuggestions().then(({ suggestions }) => {
+    state.list = Array.isArray(suggestions) ? suggestions.filter((sg) => sg && typeof sg.text === "string") : [];
+    state.key = key;
+  }, () => { /* kept as they were: the library poll tries again */ }).finally(() => {
+    state.loading = false;
+    state.at = Date.now();
+    const box = document.getElementById("welcome");
+    if (box) fillWelcome(box);
+  });
+}
+
+function askSuggestion(sg) {
+  if (!app.session || app.turns.has(app.session.id)) return;
+  const items = Array.isArray(sg.items) ? sg.items.filter((it) => it && it.item_key).map((it) => ({ item_key: it.item_key, title: it.title || it.item_key })) : [];
+  if (sg.mode === "papers" && items.length) app.context = { mode: "papers", items, collection: null, snippets: app.context.snippets };
+  else if (sg.mode === "collection" && sg.collection?.key) app.context = { mode: "collection", items: [], collection: { key: sg.collection.key, name: sg.collection.name || sg.collection.key }, snippets: app.context.snippets };
+  else app.context = { mode: "library", items: [], collection: null, snippets: app.context.snippets };
+  renderChips();
+  sendPrompt(sg.text).catch(showError);
 }
 
 function userMessage(m, busy) {
@@ -881,7 +1026,10 @@ async function pollLibrary({ refresh = false } = {}) {
     return;
   }
   renderLibrary(library);
-  const wait = LIBRARY_POLL_MS[library?.state];
+  app.library = library;
+  refreshWelcome();
+  const empty = library?.state === "ready" && !(library.kinds?.items ?? library.items_indexed);
+  const wait = LIBRARY_POLL_MS[library?.state] ?? (empty ? EMPTY_LIBRARY_POLL_MS : 0);
   if (wait) app.libraryTimer = setTimeout(pollLibrary, wait);
 }
 
@@ -1144,7 +1292,14 @@ async function bootPrefs() {
 }
 
 async function boot() {
-  const token = takeToken();
+  let token;
+  try {
+    token = await takeToken();
+  } catch (err) {
+    if (err instanceof ZocratesHttpError && err.code === "code_refused") showSpentLink();
+    else showFatal(err, () => location.reload());
+    return;
+  }
   if (!token) {
     showHelp();
     return;
@@ -1163,12 +1318,14 @@ async function boot() {
 }
 
 document.documentElement.dataset.ready = "1";
-// An address with a new token pasted into this tab is a same-document navigation: take the token
-// and start afresh with it.
+// An address with a new token or code pasted into this tab is a same-document navigation: take
+// the token and start afresh with it.
 window.addEventListener("hashchange", () => {
-  if (/(?:^#|&)token=/.test(location.hash)) {
-    takeToken();
-    location.reload();
+  if (/(?:^#|&)(?:token|code)=/.test(location.hash)) {
+    takeToken().then(() => location.reload(), (err) => {
+      if (err instanceof ZocratesHttpError && err.code === "code_refused") showSpentLink();
+      else showError(err);
+    });
   }
 });
 document.addEventListener("keydown", onGlobalKey);

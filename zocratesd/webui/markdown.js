@@ -12,6 +12,10 @@
 // ("[n] Author (Year). Title. (zotero://select/library/items/KEY)"); a page links to the PDF at
 // that page when the caller knows the item's attachment (`sources.get(n).pdfs`: page label -> URI of
 // the PDF at its page index).
+//
+// A link's label is text from the library or the model, and may name another place than it goes
+// ("[your bank](https://attacker.example)"): an http(s) link whose label is not its URL is
+// followed by its host, as text (" (attacker.example)"), here and so in a note saved from it.
 
 const LINK_SCHEMES = new Set(["http:", "https:", "zotero:"]);
 // A source entry: "[n] what it is (uri)"; the uri is what the number's links open.
@@ -45,6 +49,28 @@ export function safeUrl(text) {
   } catch {
     return null;
   }
+}
+
+/** What a URL is written as, for comparing a label with it: no scheme, no "www.", no trailing
+ *  slash, lower case. */
+function bareUrl(text) {
+  return String(text).trim().toLowerCase().replace(/^[a-z][a-z0-9+.-]*:\/\//, "").replace(/^www\./, "").replace(/\/+$/, "");
+}
+
+/** The host to show beside a link's label, or null: a zotero: link (ours), or a label that is the
+ *  URL itself. `host` is the URL parser's (an international name shows as its xn-- form, so a
+ *  look-alike letter cannot pass for another). */
+export function hiddenHost(href, label) {
+  let url;
+  try {
+    url = new URL(href);
+  } catch {
+    return null;
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") return null;
+  const shown = bareUrl(label);
+  if (shown === bareUrl(href) || shown === bareUrl(url.host)) return null;
+  return url.host;
 }
 
 /** The answer's numbered sources: Map n -> {n, title, uri}. */
@@ -109,6 +135,15 @@ class Renderer {
     return a;
   }
 
+  /** The link `a` with its host after it when its label hides where it goes (module comment). */
+  labelled(a) {
+    const host = hiddenHost(a.getAttribute("href"), a.textContent);
+    if (!host) return a;
+    const frag = this.doc.createDocumentFragment();
+    frag.append(a, " ", this.el("span", "link-host", `(${host})`));
+    return frag;
+  }
+
   citation(n) {
     const source = this.sources.get(n);
     if (!source) return this.doc.createTextNode(String(n));
@@ -144,7 +179,7 @@ class Renderer {
         if (href) {
           const a = this.link(href);
           this.inline(a, m[3]);
-          parent.append(a);
+          parent.append(this.labelled(a));
         } else {
           parent.append(this.doc.createTextNode(m[0]));
         }
@@ -191,7 +226,7 @@ class Renderer {
     const div = this.el("div", "source");
     div.dataset.source = String(n);
     div.append(this.el("span", "source-n", `[${n}]`), " ");
-    div.append(this.link(safeUrl(m[3]), m[2]));
+    div.append(this.labelled(this.link(safeUrl(m[3]), m[2])));
     return div;
   }
 

@@ -201,7 +201,8 @@ export class ZocratesClient {
   }
 
   async _send(method, path, body, { signal, accept = "application/json" } = {}) {
-    const headers = { Authorization: `Bearer ${this.token}`, Accept: accept };
+    const headers = { Accept: accept };
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
     const init = { method, headers, signal };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
@@ -276,10 +277,27 @@ export class ZocratesClient {
     return this._json("POST", `/sessions/${encodeURIComponent(sessionId)}/cancel`, undefined, options);
   }
 
+  /** A one-time code for the web app's address (`/ui/#code=...`): `{code, expires_in_s}`. */
+  mintCode(options) {
+    return this._json("POST", "/auth/code", {}, options);
+  }
+
+  /** The token for a one-time code (needs no token: a client made with `token: null` may ask):
+   *  `{token}`; a code used already or expired is a ZocratesHttpError with code `code_refused`. */
+  exchangeCode(code, options) {
+    return this._json("POST", "/auth/exchange", { code }, options);
+  }
+
   /** `{library: {state, percent, items_done, items_to_index, message, ...}}`: the library index;
    *  `refresh` asks the daemon to check Zotero for changes now. */
   libraryStatus({ refresh = false } = {}, options) {
     return this._json("GET", refresh ? "/library/status?refresh=true" : "/library/status", undefined, options);
+  }
+
+  /** `{suggestions: [{text, kind, mode, library, items: [{item_key, title}], collection}]}`: a few
+   *  questions drawn from the library (its papers, collections, tags), each with its scope. */
+  librarySuggestions({ limit } = {}, options) {
+    return this._json("GET", limit ? `/library/suggestions?limit=${Number(limit)}` : "/library/suggestions", undefined, options);
   }
 
   /** `{settings: {session_retention_days, max_saved_sessions, compaction, research}, applies,

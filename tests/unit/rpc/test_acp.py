@@ -44,6 +44,7 @@ TWO = "What does RAG combine? How does HyDE retrieve?"  # two aspects, one round
 EXTENSIONS = [
     "_zocrates/chat/resume",
     "_zocrates/library/status",
+    "_zocrates/library/suggestions",
     "_zocrates/session/get",
     "_zocrates/session/rename",
     "_zocrates/session/rewind",

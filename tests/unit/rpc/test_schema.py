@@ -469,6 +469,8 @@ async def test_real_answers_match_the_schemas_and_models(live: Any, schemas: dic
     assert report["empty_deleted"] == 0  # the remaining session is younger than 24 h
     library, _ = await ok("_zocrates/library/status", {"refresh": True})
     assert library["state"] in ("disabled", "starting", "unavailable", "ready")
+    suggested, _ = await ok("_zocrates/library/suggestions", {"limit": 2})
+    assert isinstance(suggested["suggestions"], list) and len(suggested["suggestions"]) <= 2
     assert set(results) == set(METHODS), "every method must be exercised here"
 
     readme_errors = readme_errors_section()
