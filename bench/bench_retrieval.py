@@ -247,7 +247,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=OUT_DIR / "bench_retrieval.json")
     ap.add_argument("--keep-data", action="store_true")
     ap.add_argument("--no-dense", action="store_true",
-                    help="BM25 alone, as a daemon without the `dense` extra (library/dense.py) searches")
+                    help="BM25 alone, as a daemon with `library.dense = false` (library/dense.py) searches")
     args = ap.parse_args()
     if args.quick:
         args.layouts, args.splits = "abstract", "test"
@@ -255,7 +255,7 @@ def main() -> int:
         print(f"bench_retrieval: no SciFact data in {args.data} (corpus.jsonl, queries.jsonl, qrels/)", file=sys.stderr)
         return 2
     if args.no_dense:
-        dense.set_enabled(False)  # as the daemon with `library.dense = false`, or without the extra
+        dense.set_enabled(False)  # as the daemon with `library.dense = false`
     dense_model = dense.model_name() or "off"
     print(f"dense stage: {dense_model}", file=sys.stderr)
     layouts = [x for x in args.layouts.split(",") if x]

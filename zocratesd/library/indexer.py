@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from zocratesd.library import dense
 from zocratesd.library._records import USER_LIBRARY, ItemRecord, LibrarySnapshot, library_counts
 from zocratesd.library.fulltext import read_cache
 from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, open_index, remove_index
@@ -238,6 +239,7 @@ class Indexer:
                 self._refresh_with(IndexWriter(conn), api, t0, api_checked)
         finally:
             conn.close()
+            dense.release()  # what this pass loaded to embed chunks, unless a search uses it
 
     def _read(
         self, api: LocalApi | None, known: dict[str, str], api_checked: bool = False
