@@ -99,7 +99,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=4)
     ap.add_argument("--out", type=Path, default=OUT_DIR / "bench_library.json")
     ap.add_argument("--keep-data", action="store_true")
-    ap.add_argument("--no-dense", action="store_true", help="BM25 alone, as without the `dense` extra (library/dense.py)")
+    ap.add_argument("--no-dense", action="store_true", help="BM25 alone, as with `library.dense = false` (library/dense.py)")
     args = ap.parse_args()
     if args.no_dense:
         dense._loaded[:] = [None]  # as if wordllama were not installed

@@ -109,14 +109,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--peer-journal", choices=("delete", "wal"), default="delete",
                    help="journal mode of the ADK sides' copies (default delete: what ADK makes; it sets no WAL pragma)")
     p.add_argument("--quick", action="store_true", help="smoke run: 200 sessions, sizes 100,500, 2 rounds")
-    p.add_argument("--dense", action="store_true",
-                   help="search with the dense stage (the `dense` extra) on every side; by default it is off"
-                        " everywhere, as in the default install (the extra not installed)")
+    p.add_argument("--no-dense", dest="dense", action="store_false",
+                   help="search with BM25 alone on every side (`library.dense = false`); by default the dense stage"
+                        " is on everywhere, as in the default install")
+    p.add_argument("--library-items", type=int, default=2000,
+                   help="items of the Zotero library whose idle RSS is read indexed and being indexed (default 2000)")
     p.add_argument("--out", type=Path, default=OUT_DIR / "bench_peers.json")
     a = p.parse_args(argv)
     a.sizes = sorted({int(x) for x in str(a.sizes).split(",") if x.strip()})
     if a.quick:
         a.rounds, a.history_rounds, a.conc_rounds, a.cold_rounds, a.sessions = 2, 2, 1, 1, 200
+        a.library_items = 300
         a.sizes = [100, 500]
     return a
 
@@ -258,7 +261,7 @@ def run(args: argparse.Namespace, tmp: Path, data: dict[str, Any], rec: Recorder
     runtime = tmp / "run"
     runtime.mkdir(mode=0o700)
     env = daemon_env(runtime)
-    # The dense stage, off by default as without the `dense` extra: on every side alike.
+    # The dense stage, on by default as in the default install (--no-dense: off): on every side alike.
     env["ZOCRATES_LIBRARY__DENSE"] = "true" if args.dense else "false"
     dense.set_enabled(args.dense)
     rec.extra["dense"] = args.dense
@@ -316,6 +319,13 @@ def run(args: argparse.Namespace, tmp: Path, data: dict[str, Any], rec: Recorder
         api_big.new_session()
         api_big.http.get(f"/apps/{APP}/users/{USER}/sessions")
         rec.extra["rss_idle_mib"] = {"zocratesd": rss_mib(zbig.proc.pid)["rss"], "adk_api_server": rss_mib(api_big.proc.pid)["rss"]}
+        # The same after one turn, whose search loads the dense model (issue 31: it is not loaded at start).
+        text = bench_turns.QUESTIONS[0]
+        bench_turns.z_turn(zc_big, bench_turns.z_new_session(zc_big), text)
+        api_turn(api_big.base, api_big.new_session(), text)
+        time.sleep(IDLE_SETTLE_S / 4)
+        rec.extra["rss_searched_mib"] = {"zocratesd": rss_mib(zbig.proc.pid)["rss"],
+                                         "adk_api_server": rss_mib(api_big.proc.pid)["rss"]}
         measure(args, rec, data, zc_big, zc_small, zbig, in_big, in_small, api_big, api_small, env, tmp)
         rec.extra["rss_peak_mib"] = {"zocratesd": rss_mib(zbig.proc.pid)["peak"], "adk_api_server": rss_mib(api_big.proc.pid)["peak"]}
         for c in (zc_big, zc_small):
@@ -330,6 +340,48 @@ def run(args: argparse.Namespace, tmp: Path, data: dict[str, Any], rec: Recorder
                 s.close()
         chunky.close()
     cold_starts(args, rec, env, tmp, cold_dir, data["library"], copies[("big", "cold-api")])
+    library_rss(args, rec, env, tmp)
+
+
+def library_rss(args: argparse.Namespace, rec: Recorder, env: dict[str, str], tmp: Path) -> None:
+    """Idle RSS of `zocratesd serve` on a Zotero library (`--library-items`, a tenth with full
+    text), what a user runs: started on it unindexed (the daemon indexes it in the background,
+    embedding its chunks: read when the index is ready, and the peak while indexing), then
+    started again on it indexed (read once ready, before any search, and after one search)."""
+    from zoterofixture import build_zotero_dir, generate_library
+
+    data_dir = tmp / "zotero-rss"
+    gen = generate_library(args.library_items, max(1, args.library_items // 10), pages=5, seed=11)
+    build_zotero_dir(data_dir, gen.items, gen.collections)
+    (data_dir / "zocrates-data").mkdir(exist_ok=True)
+    (data_dir / "zocrates-data" / "zocrates_config.json").write_text(json.dumps({"library": {"local_api": False}}))
+    out: dict[str, float] = {}
+    for phase in ("indexing", "indexed"):
+        d = DaemonProc(data_dir=data_dir, runtime_dir=tmp / "run", env=env)
+        d.start()
+        try:
+            with RpcClient(d.socket_path) as c:
+                c.call("initialize", INITIALIZE_PARAMS)
+                deadline = timer() + 600
+                while c.call("_zocrates/library/status", {})[0]["state"] != "ready":
+                    if timer() > deadline:
+                        raise RuntimeError("the library was not indexed in 600 s")
+                    time.sleep(0.2)
+                sid = bench_turns.z_new_session(c)
+                time.sleep(IDLE_SETTLE_S)
+                mem = rss_mib(d.proc.pid)
+                if phase == "indexing":
+                    out["indexed at start: idle after indexing"] = mem["rss"]
+                    out["indexed at start: peak while indexing"] = mem["peak"]
+                else:
+                    out["already indexed: idle before a search"] = mem["rss"]
+                    bench_turns.z_turn(c, sid, bench_turns.QUESTIONS[0])
+                    time.sleep(IDLE_SETTLE_S / 4)
+                    out["already indexed: after the first search"] = rss_mib(d.proc.pid)["rss"]
+        finally:
+            d.stop()
+    rec.extra["rss_library_mib"] = out
+    log("library RSS (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in out.items()))
 
 
 def measure(args: argparse.Namespace, rec: Recorder, data: dict[str, Any], zc: RpcClient, zc_small: RpcClient,
@@ -523,15 +575,26 @@ def api_concurrent(api: Api, sids: list[str], texts: list[str]) -> tuple[float, 
 # The cold-start rows (issue 22): seconds from spawning the server to each milestone, asked one
 # after the other on one connection, as a client that just started it would.
 COLD_ROWS = ("cold start: to first reply", "cold start: to first session list", "cold start: to first completed turn")
+# The same, started as a user's shell or a service starts it (issue 31): the `zocratesd` console
+# script, no HTTP shim; zocratesd's column only (the peer's rows above are its counterpart).
+SCRIPT_COLD_ROWS = ("cold start, console script, --no-http: to first reply",
+                    "cold start, console script, --no-http: to first session list",
+                    "cold start, console script, --no-http: to first completed turn")
+SCRIPT_COLD_PER_ROUND = 3  # zocratesd starts in ~0.3 s: more samples for its median, at little cost
 COLD_POLL_S = 0.002  # how often the client tries to connect while the server starts
 
 
-def zocratesd_cold(data_dir: Path, runtime_dir: Path, env: dict[str, str], sessions: int, text: str) -> list[float]:
-    """`zocratesd serve` on `data_dir` (HTTP shim on, on a free port): spawn to its first
-    `initialize` reply, to its first `session/list` (all `sessions`), to its first completed
-    instant-model turn (`session/new` + `session/prompt`). Stops it (SIGTERM) before returning."""
+def zocratesd_cold(data_dir: Path, runtime_dir: Path, env: dict[str, str], sessions: int, text: str,
+                   script: bool = False) -> list[float]:
+    """`zocratesd serve` on `data_dir` (HTTP shim on, on a free port; or with `script`, the venv's
+    `zocratesd` console script with --no-http): spawn to its first `initialize` reply, to its
+    first `session/list` (all `sessions`), to its first completed instant-model turn
+    (`session/new` + `session/prompt`). Stops it (SIGTERM) before returning."""
     sock = runtime_dir / "cold.sock"
-    d = DaemonProc(data_dir=data_dir, runtime_dir=runtime_dir, env=env, args=["--socket", str(sock), "--http-port", "0"])
+    http = ["--no-http"] if script else ["--http-port", "0"]
+    d = DaemonProc(data_dir=data_dir, runtime_dir=runtime_dir, env=env, args=["--socket", str(sock), *http])
+    if script:
+        d.command = [str(Path(sys.executable).parent / "zocratesd")]
     t0 = timer()
     with open(d.stderr_path, "ab") as err:
         d.proc = subprocess.Popen([*d.command, "serve", "--zotero-data-dir", str(data_dir), *d.args], env=env,
@@ -610,6 +673,10 @@ def cold_starts(args: argparse.Namespace, rec: Recorder, env: dict[str, str], tm
         for side in (SIDES if r % 2 == 0 else tuple(reversed(SIDES))):
             if side == "zocratesd":
                 times = zocratesd_cold(z_dir, tmp / "run", env, args.sessions, text)
+                for _ in range(SCRIPT_COLD_PER_ROUND):
+                    got = zocratesd_cold(z_dir, tmp / "run", env, args.sessions, text, script=True)
+                    for row, t in zip(SCRIPT_COLD_ROWS, got, strict=True):
+                        rec.add(row, side, t, keep=r > 0)
             elif side == "adk_api_server":
                 times = api_server_cold(tmp / f"cold-api-{r}", api_db, agent, args.sessions, text)
             else:

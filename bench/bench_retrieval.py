@@ -247,7 +247,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=OUT_DIR / "bench_retrieval.json")
     ap.add_argument("--keep-data", action="store_true")
     ap.add_argument("--no-dense", action="store_true",
-                    help="BM25 alone, as a daemon without the `dense` extra (library/dense.py) searches")
+                    help="BM25 alone, as a daemon with `library.dense = false` (library/dense.py) searches")
+    ap.add_argument("--no-reference", action="store_true",
+                    help="skip bm25s (the `test` extra): measure a venv made by `./dev install` alone")
     args = ap.parse_args()
     if args.quick:
         args.layouts, args.splits = "abstract", "test"
@@ -255,7 +257,7 @@ def main() -> int:
         print(f"bench_retrieval: no SciFact data in {args.data} (corpus.jsonl, queries.jsonl, qrels/)", file=sys.stderr)
         return 2
     if args.no_dense:
-        dense.set_enabled(False)  # as the daemon with `library.dense = false`, or without the extra
+        dense.set_enabled(False)  # as the daemon with `library.dense = false`
     dense_model = dense.model_name() or "off"
     print(f"dense stage: {dense_model}", file=sys.stderr)
     layouts = [x for x in args.layouts.split(",") if x]
@@ -268,9 +270,10 @@ def main() -> int:
           file=sys.stderr)
 
     results: dict[str, dict[str, Any]] = {}
-    ref, ref_lat, ref_build = run_bm25s(corpus, queries, qids)
-    results["bm25s"] = {"build_s": round(ref_build, 2), "latency": summarize(ref_lat),
-                        **{s: evaluate(ref, qrels[s]) for s in splits}}
+    if not args.no_reference:
+        ref, ref_lat, ref_build = run_bm25s(corpus, queries, qids)
+        results["bm25s"] = {"build_s": round(ref_build, 2), "latency": summarize(ref_lat),
+                            **{s: evaluate(ref, qrels[s]) for s in splits}}
     with short_tmpdir("zr", keep=args.keep_data) as tmp:
         for layout in layouts:
             if layout == "passages":

@@ -823,6 +823,9 @@ describe("the sidebar web app in Firefox", () => {
     assert.equal(await p.$eval("#retention-days", (e) => e.value), "180");
     assert.match(await p.$eval("#pref-version", (e) => e.textContent), /^\d+\.\d+/);
     assert.equal(await p.$eval("#pref-model", (e) => e.textContent), "offline");
+    // Each of Zotero's kinds apart (`counts`): sample_library's 6 live papers and their 3 PDFs.
+    assert.equal((await library.client.libraryStatus()).library.state, "ready");
+    assert.equal(await p.$eval("#pref-library", (e) => e.textContent), "ready: 6 items, 0 notes, 0 annotations, 3 attachments indexed");
     assert.equal(await p.$("#messages"), null, "?view=prefs shows the preferences only");
 
     await typeInto(p, "#retention-days", "90", { clear: true });

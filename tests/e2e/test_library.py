@@ -56,6 +56,29 @@ def library_daemon(daemon_factory: Any, version: int, config: dict[str, Any] | N
     return d
 
 
+def _mapped(pid: int, name: str) -> bool:
+    return name in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/maps")
+def test_the_dense_model_is_loaded_by_the_first_search_not_at_start(daemon_factory: Any) -> None:
+    """Issue 31: the dense stage is in the default install, and its ~50-65 MiB come with the first
+    search: a daemon whose library is already indexed starts and idles without them."""
+    d = library_daemon(daemon_factory, 129)
+    d.start()  # indexes the library (and embeds it)
+    with RawConn(d.socket_path) as c:
+        assert wait_ready(c)["state"] == "ready"
+    d.stop()
+    d.start()  # already indexed: nothing to embed
+    with RawConn(d.socket_path) as c:
+        st = wait_ready(c)
+        assert st["state"] == "ready" and st["refreshes"] == 1, st
+        sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
+        assert d.proc is not None and not _mapped(d.proc.pid, "tokenizers"), "the model was loaded before any search"
+        assert cited(ask(c, sid, "What does HyDE do?", mode="library"))[0] == "GAOHYDE1"
+        assert _mapped(d.proc.pid, "tokenizers"), "the search did not use the dense stage"
+
+
 @pytest.mark.parametrize("version", [123, 129])
 def test_answers_cite_the_right_items_in_every_scope(daemon_factory: Any, version: int) -> None:
     d = library_daemon(daemon_factory, version)

@@ -39,7 +39,7 @@ FOUR = ("What is retrieval-augmented generation? How does HyDE write hypothetica
         "Which encoders does dense passage retrieval use? What does BM25 do?")
 LIBRARY_KEYS = {"state", "source", "zotero_schema_version", "items_total", "items_to_index", "items_done", "percent",
                 "items_indexed", "chunks_indexed", "attachments_with_text", "collections", "last_refresh",
-                "last_refresh_ms", "refreshes", "message", "warnings", "index_path"}
+                "last_refresh_ms", "refreshes", "message", "warnings", "index_path", "counts"}
 
 
 def _daemon(root: Path, config: dict[str, Any] | None = None) -> DaemonProc:

@@ -17,6 +17,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from zocratesd.library._records import library_counts
 from zocratesd.library.index import INDEX_NAME, IndexReader, search
 from zocratesd.library.indexer import Indexer, IndexerOptions
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Scope
@@ -32,7 +33,8 @@ def disabled_status(message: str) -> dict[str, Any]:
         "items_done": 0, "percent": 0.0, "items_indexed": 0, "chunks_indexed": 0, "attachments_with_text": 0,
         "collections": 0, "last_refresh": None, "last_refresh_ms": None, "refreshes": 0, "message": message,
         "warnings": [], "index_path": None, "notes_indexed": 0, "annotations_indexed": 0, "libraries": [],
-        "kinds": {"items": 0, "notes": 0, "annotations": 0, "texts": 0}, "data_dir": None, "summary": message,
+        "kinds": {"items": 0, "notes": 0, "annotations": 0, "texts": 0}, "counts": library_counts(), "data_dir": None,
+        "summary": message,
     }
 
 

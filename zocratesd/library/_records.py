@@ -127,6 +127,16 @@ class CollectionRecord:
     library: str = USER_LIBRARY
 
 
+def library_counts(items: int = 0, notes: int = 0, annotations: int = 0, attachments: int = 0) -> dict[str, int]:
+    """A library's contents by Zotero's kinds, each counted once (trash and feeds excluded):
+    `items` are regular items only (papers, books, web pages...: what Zotero lists that is not a
+    note, an attachment or an annotation); `notes` child and standalone notes; `annotations` PDF
+    annotations; `attachments` child and standalone attachments. A snapshot's `stamps`, and the
+    status's `items_total`, count records instead: regular items plus standalone notes and
+    standalone attachments, each indexed as an item of its own."""
+    return {"items": items, "notes": notes, "annotations": annotations, "attachments": attachments}
+
+
 @dataclass
 class LibrarySnapshot:
     """One read of the library: every live item's stamp, and full records (no attachment text)
@@ -139,3 +149,5 @@ class LibrarySnapshot:
     libraries: dict[str, str] = field(default_factory=dict)  # library -> its name ("My Library", a group's)
     collections: list[CollectionRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # What the read found, by Zotero's kinds (see `library_counts`); `stamps` counts records instead.
+    counts: dict[str, int] = field(default_factory=lambda: library_counts())

@@ -1,11 +1,18 @@
-"""The optional dense stage: a static word-embedding model that re-ranks the word index's candidates.
+"""The dense stage: a static word-embedding model that re-ranks the word index's candidates.
 
 BM25 misses a paper that says the claim in other words; an embedding of the passage catches
-some of them. The model is `wordllama`'s (the `dense` extra): static 256-dimensional embeddings of
-Llama 2's token vocabulary, shipped inside the wheel (16 MB), so it runs offline and needs no
-GPU. Its two files are read from the installed package by this module (safetensors by hand, the
-tokenizer with `tokenizers`); nothing is downloaded, and wordllama itself is never imported.
-Without the package (or its files) the stage is off and search is BM25 alone.
+some of them. The model is `wordllama`'s (a dependency of the default install): static
+256-dimensional embeddings of Llama 2's token vocabulary, shipped inside the wheel (16 MB), so it
+runs offline and needs no GPU. Its two files are read from the installed package by this module
+(safetensors by hand, the tokenizer with `tokenizers`); nothing is downloaded, and wordllama
+itself is never imported. With `library.dense = false`, or without the package (or its files),
+the stage is off and search is BM25 alone.
+
+Memory: loaded, the model costs ~50-65 MiB (numpy, the token table, the tokenizer), a third of
+the daemon's idle budget. So it is loaded when first needed, never at start: by the first search,
+or by an indexing pass that writes chunks; a pass that loaded it releases it when done unless a
+search has used it (`release`). A daemon whose library is indexed is idle without it until its
+first search.
 
 A passage's vector is the mean of its tokens' vectors, normalised. Words are tokenized one at a
 time through a cache (Llama's tokenizer starts every word with its own "▁" piece, so a word
@@ -50,6 +57,10 @@ WORD_CACHE = 200_000
 MAX_WORDS = 1000
 
 
+def _word_ids(tokenizer: Any, word: str) -> tuple[int, ...]:
+    return tuple(tokenizer.encode(word, add_special_tokens=False).ids)
+
+
 class Embedder:
     """Text -> unit vector (float32), from a token table and a tokenizer; thread-safe."""
 
@@ -57,12 +68,10 @@ class Embedder:
         import numpy as np
 
         self._np = np
-        self._tokenizer = tokenizer
         self._table = table
-        self._ids = functools.lru_cache(maxsize=WORD_CACHE)(self._word_ids)
-
-    def _word_ids(self, word: str) -> tuple[int, ...]:
-        return tuple(self._tokenizer.encode(word, add_special_tokens=False).ids)
+        # Over a partial, not a bound method: the cache would hold the embedder in a cycle, and
+        # `release` could then free it only at the garbage collector's next full pass.
+        self._ids = functools.lru_cache(maxsize=WORD_CACHE)(functools.partial(_word_ids, tokenizer))
 
     def embed(self, text: str) -> np.ndarray | None:
         """The normalised mean token vector of `text`; None when it has no words."""
@@ -91,8 +100,10 @@ class Embedder:
 
 
 _lock = threading.Lock()
-_loaded: list[Embedder | None] = []  # [] = not tried yet; [None] = unavailable or switched off
+_loaded: list[Embedder | None] = []  # [] = not loaded (yet, or released); [None] = unavailable or switched off
 _enabled = [True]
+_installed: list[bool] = []  # [] = not looked yet
+_searched = [False]  # a search has used the embedder: it stays loaded from then on
 
 
 def set_enabled(enabled: bool) -> None:
@@ -123,16 +134,16 @@ def _read_table(path: Path) -> np.ndarray:
 
 def _load() -> Embedder | None:
     # wordllama is used for its files only (importing it costs ~1.5 s and brings more with it).
-    spec = importlib.util.find_spec("wordllama")
-    if spec is None or spec.origin is None:
+    files = _files()
+    if files is None:
         return None
-    pkg = Path(spec.origin).parent
+    weights, tokenizer_file = files
     try:
-        import numpy  # noqa: F401  (the extra's dependency; absent, the stage is off)
+        import numpy  # noqa: F401  (wordllama's dependency; absent, the stage is off)
         from tokenizers import Tokenizer
 
-        table = _read_table(pkg / WEIGHTS)
-        tokenizer = Tokenizer.from_file(str(pkg / TOKENIZER))
+        table = _read_table(weights)
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
         tokenizer.no_padding()
         tokenizer.no_truncation()
     except Exception as exc:  # a broken install must not break search: BM25 alone
@@ -146,15 +157,64 @@ def _load() -> Embedder | None:
     return Embedder(tokenizer, table)
 
 
-def embedder() -> Embedder | None:
-    """The process's embedder, loaded on first use (~0.7 s, off the event loop: callers are the
-    indexer thread and search threads); None when the `dense` extra is not installed."""
+def _files() -> tuple[Path, Path] | None:
+    """The weights and the tokenizer in the installed wordllama, when they and the libraries
+    that read them are there (looked up, not imported: a few ms, no memory)."""
+    spec = importlib.util.find_spec("wordllama")
+    if spec is None or spec.origin is None:
+        return None
+    pkg = Path(spec.origin).parent
+    if not (pkg / WEIGHTS).is_file() or not (pkg / TOKENIZER).is_file():
+        return None
+    if importlib.util.find_spec("numpy") is None or importlib.util.find_spec("tokenizers") is None:
+        return None
+    return pkg / WEIGHTS, pkg / TOKENIZER
+
+
+def embedder(search: bool = False) -> Embedder | None:
+    """The process's embedder, loaded on first use (~0.2 s and ~50-65 MiB, off the event loop:
+    callers are the indexer thread and search threads), not at start: a daemon whose library is
+    indexed holds it from its first search on. `search`: a search asks (it then stays loaded;
+    see `release`). None when the stage is off or wordllama is missing or broken."""
     with _lock:
+        if search:
+            _searched[0] = True
         if not _loaded:
             _loaded.append(_load() if _enabled[0] else None)
         return _loaded[0]
 
 
+def release() -> None:
+    """Drop the embedder an indexing pass loaded when no search has asked for it yet: a library
+    indexed at start then goes back to the idle memory of one that was indexed before (the next
+    search loads it again, ~0.2 s). Called after each indexing pass."""
+    with _lock:
+        if not _loaded or _loaded[0] is None or _searched[0]:
+            return
+        _loaded.clear()
+    _trim_heap()
+
+
+def _trim_heap() -> None:
+    """Give freed heap back to the system (glibc's malloc_trim): the tokenizer is many small
+    allocations, which free() alone keeps in the process."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 def model_name() -> str:
-    """What the index's vectors are (MODEL_NAME, or "" when the dense stage is off)."""
-    return MODEL_NAME if embedder() is not None else ""
+    """What the index's vectors are: MODEL_NAME when this process can compute them (wordllama's
+    files are installed and the stage is on; found without loading the model), else ""."""
+    with _lock:
+        if not _enabled[0]:
+            return ""
+        if _loaded:
+            return MODEL_NAME if _loaded[0] is not None else ""
+        if not _installed:
+            _installed.append(_files() is not None)
+        return MODEL_NAME if _installed[0] else ""

@@ -224,8 +224,17 @@ class IndexWriter:
 
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
-        # Vectors are written when the index was made for them (open_index checked the model).
-        self.embedder = dense.embedder() if self.meta("dense_model") else None
+        # Vectors are written when the index was made for them (open_index checked the model); the
+        # model is loaded by the first chunk written, not before (a refresh with no change needs none).
+        self._dense = bool(self.meta("dense_model"))
+        self._embedder: dense.Embedder | None = None
+
+    @property
+    def embedder(self) -> dense.Embedder | None:
+        if self._dense and self._embedder is None:
+            self._embedder = dense.embedder()
+            self._dense = self._embedder is not None
+        return self._embedder
 
     def meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -500,7 +509,7 @@ def _dense_embedder(conn: sqlite3.Connection) -> dense.Embedder | None:
     row = conn.execute("SELECT value FROM meta WHERE key = 'dense_model'").fetchone()
     if not row or not row[0] or row[0] != dense.model_name():
         return None
-    return dense.embedder()
+    return dense.embedder(search=True)
 
 
 def _rerank(conn: sqlite3.Connection, emb: dense.Embedder, query: str, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:

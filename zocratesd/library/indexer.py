@@ -30,7 +30,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from zocratesd.library._records import USER_LIBRARY, ItemRecord, LibrarySnapshot
+from zocratesd.library import dense
+from zocratesd.library._records import USER_LIBRARY, ItemRecord, LibrarySnapshot, library_counts
 from zocratesd.library.fulltext import read_cache
 from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, open_index, remove_index
 from zocratesd.library.local_api import ListenerChanged, LocalApi, LocalApiError
@@ -91,7 +92,7 @@ class Indexer:
             "attachments_with_text": 0, "collections": 0, "last_refresh": None, "last_refresh_ms": None,
             "refreshes": 0, "message": None, "warnings": [], "index_path": str(self.index_path),
             "notes_indexed": 0, "annotations_indexed": 0, "libraries": [],
-            "kinds": {"items": 0, "notes": 0, "annotations": 0, "texts": 0},
+            "kinds": {"items": 0, "notes": 0, "annotations": 0, "texts": 0}, "counts": library_counts(),
             "data_dir": str(opts.data_dir), "summary": f"starting: the library in {opts.data_dir} is read shortly",
         }
         self._announced: str | None = None  # the last summary logged (logged again only when it changes)
@@ -239,6 +240,7 @@ class Indexer:
                 self._refresh_with(IndexWriter(conn), api, t0, api_checked)
         finally:
             conn.close()
+            dense.release()  # what this pass loaded to embed chunks, unless a search uses it
 
     def _read(
         self, api: LocalApi | None, known: dict[str, str], api_checked: bool = False
@@ -291,7 +293,7 @@ class Indexer:
         total = len(changed)
         self._set(
             state="indexing" if total or removed else "ready", source=snap.source,
-            zotero_schema_version=snap.schema_version, items_total=len(snap.stamps), items_to_index=total,
+            zotero_schema_version=snap.schema_version, items_total=len(snap.stamps), counts=snap.counts, items_to_index=total,
             items_done=0, percent=0.0 if total else 100.0, message=None, warnings=snap.warnings,
         )
         origin = _origin(snap.source, self.opts.data_dir)

@@ -39,6 +39,7 @@ from zocratesd.library._records import (
     ItemRecord,
     LibrarySnapshot,
     item_stamp,
+    library_counts,
     valid_key,
     year_of,
 )
@@ -256,12 +257,14 @@ class LocalApi:
 
         live: list[dict[str, Any]] = []
         children: dict[str, list[AttachmentRecord]] = {}
+        kinds: dict[str, int] = {}
         for o in self._objects("/api/users/0/items"):
             data = o.get("data")
             if not isinstance(data, dict) or not valid_key(data.get("key")) or data.get("deleted"):
                 continue
             kind = data.get("itemType")
-            if kind in ("note", "annotation"):
+            if kind in ("note", "annotation"):  # counted; not indexed from this view
+                kinds[kind] = kinds.get(kind, 0) + 1
                 continue
             if kind == "attachment" and data.get("parentItem"):
                 if valid_key(data.get("parentItem")):
@@ -299,9 +302,14 @@ class LocalApi:
             )
         out.sort(key=lambda r: r.key)
         self.confirm_owner()
+        standalone = sum(1 for d in live if d.get("itemType") == "attachment")
+        counts = library_counts(
+            items=len(live) - standalone, notes=kinds.get("note", 0), annotations=kinds.get("annotation", 0),
+            attachments=standalone + sum(len(v) for k, v in children.items() if k in stamps),
+        )
         return LibrarySnapshot(
             source="local_api", schema_version=self.schema_version, items=out, stamps=stamps,
-            collections=sorted(colls.values(), key=lambda c: c.key),
+            collections=sorted(colls.values(), key=lambda c: c.key), counts=counts,
         )
 
     def _attachment(self, d: dict[str, Any]) -> AttachmentRecord:

@@ -29,6 +29,7 @@ from typing import Any
 
 import msgspec
 
+from zocratesd.library import dense
 from zocratesd.library._records import AttachmentRecord, CollectionRecord, ItemRecord, valid_key
 from zocratesd.library.index import IndexCorrupt, IndexWriter, open_index, remove_index
 from zocratesd.library.index import search as index_search
@@ -154,6 +155,7 @@ class PassagesFile:
             self._stamp = stamp
             passages = load_passages(self.path) if stamp is not None else []
             self._build(passages)
+        dense.release()  # the model the build loaded to embed them, unless a search uses it
         items = len({p.item_key for p in passages})
         log.info("library: %s %d passages of %d items from %s", "loaded" if first else "reloaded", len(passages), items, self.path)
         return True

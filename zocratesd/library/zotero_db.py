@@ -43,6 +43,7 @@ from zocratesd.library._records import (
     NoteRecord,
     item_stamp,
     item_uid,
+    library_counts,
     valid_key,
     year_of,
 )
@@ -284,18 +285,26 @@ def read_library(
     # Notes (itemNotes also holds attachments' own notes: only items of type note count) and
     # annotations hang on the record of their parent item (an annotation's parent is its attachment).
     children: dict[int, list[int]] = {}
+    n_notes = n_annotations = 0  # those the index holds: a trashed parent's are not
     for item_id, parent_id in conn.execute("SELECT itemID, parentItemID FROM itemNotes"):
         it = items.get(item_id)
         if it is None or it.type != "note":
             continue
         if parent_id is None:
             standalone.add(item_id)
+            n_notes += 1
         elif parent_id in items and items[parent_id].type not in NON_REGULAR_TYPES:
             children.setdefault(parent_id, []).append(item_id)
+            n_notes += 1
     with contextlib.suppress(sqlite3.OperationalError):  # a damaged or stripped database: no annotations
         for item_id, att_id in conn.execute("SELECT itemID, parentItemID FROM itemAnnotations"):
             if item_id in items and att_id in att_owner:
                 children.setdefault(att_owner[att_id], []).append(item_id)
+                n_annotations += 1
+    counts = library_counts(
+        items=sum(1 for it in items.values() if it.type not in NON_REGULAR_TYPES), notes=n_notes,
+        annotations=n_annotations, attachments=len(att_owner),
+    )
 
     stamps: dict[str, str] = {}
     changed: list[int] = []
@@ -321,7 +330,7 @@ def read_library(
     out.sort(key=lambda r: r.uid)
     return LibrarySnapshot(
         source=source, schema_version=version, items=out, stamps=stamps, collections=collections, warnings=warnings,
-        libraries=names,
+        libraries=names, counts=counts,
     )
 
 

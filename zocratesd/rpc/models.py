@@ -356,6 +356,15 @@ class LibraryStatusParams(Params):
     refresh: bool = Field(False, description="Check Zotero for changes now instead of at the next poll.")
 
 
+class LibraryCounts(Model):
+    """The library by Zotero's kinds, each counted once (library/_records.py, library_counts)."""
+
+    items: int = Field(description="Regular items (papers, books, web pages...): not notes, attachments or annotations.")
+    notes: int = Field(description="Notes, child and standalone.")
+    annotations: int = Field(description="PDF annotations (highlights, underlines, comments).")
+    attachments: int = Field(description="Attachments (PDFs, snapshots, linked files), child and standalone.")
+
+
 class LibraryStatusResult(Model):
     """`_zocrates/library/status`: the library index (`zocrates-data/library.db`) and its progress."""
 
@@ -366,7 +375,14 @@ class LibraryStatusResult(Model):
         description="How the library was last read: Zotero's local API, zotero.sqlite read-only, or a snapshot copy."
     )
     zotero_schema_version: int | None = Field(description="`userdata` schema: 123 Zotero 7/8, 125 Zotero 9, 129 Zotero 10.")
-    items_total: int = Field(description="Items in the library (trash excluded) at the last read.")
+    items_total: int = Field(
+        description="Records read at the last read (trash excluded): regular items plus standalone notes and standalone "
+        "attachments, each indexed as an item of its own; the unit of `items_to_index` and `items_done`. "
+        "For what the library holds by kind, read `counts` (`counts.items` is the regular items alone)."
+    )
+    counts: LibraryCounts = Field(
+        description="What the library held at the last read, by Zotero's kinds (trash and feeds excluded).",
+    )
     items_to_index: int = Field(description="Items the current (or last) refresh (re)indexes.")
     items_done: int
     percent: float = Field(description="Progress of the current refresh, 0-100.")

@@ -1144,6 +1144,15 @@ function showSettings(answer) {
   if (answer.model !== undefined) setText("pref-model", describeModel(answer.model));
 }
 
+// "31 items, 2 notes, 12 annotations, 30 attachments": `counts` (each Zotero kind once; items are
+// regular items only); a daemon older than `counts` gives its indexed records as items.
+function libraryCounts(l) {
+  const c = l.counts;
+  if (!c) return plural(l.items_indexed ?? 0, "item");
+  return [plural(c.items ?? 0, "item"), plural(c.notes ?? 0, "note"), plural(c.annotations ?? 0, "annotation"),
+    plural(c.attachments ?? 0, "attachment")].join(", ");
+}
+
 async function loadPrefs() {
   const c = app.client;
   const tasks = [
@@ -1156,7 +1165,7 @@ async function loadPrefs() {
     }),
     c.libraryStatus().then(({ library }) => {
       const l = library || {};
-      const what = l.state === "ready" ? `ready: ${plural(l.items_indexed ?? 0, "item")} indexed`
+      const what = l.state === "ready" ? `ready: ${libraryCounts(l)} indexed`
         : l.state === "indexing" ? `indexing: ${Math.floor(l.percent || 0)}%` : `${l.state}${l.message ? ` (${l.message})` : ""}`;
       setText("pref-library", what);
     }),

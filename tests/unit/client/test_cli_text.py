@@ -35,6 +35,9 @@ def test_the_daemons_summary_is_the_headline() -> None:
     lines = library_status.describe(status)
     assert lines[0] == summary and not any(line.lstrip().startswith("summary") for line in lines[1:])
     assert "kinds" in "\n".join(lines)  # the per-kind fields still show below it
+    counted = {**status, "items_total": 33, "counts": {"items": 31, "notes": 2, "annotations": 7, "attachments": 30}}
+    text = library_status.describe(counted)
+    assert ["counts", "items=31, notes=2, annotations=7, attachments=30"] in [line.split(None, 1) for line in text]
     broken = {**READY, "state": "error", "message": "database disk image is malformed",
               "summary": "the library in /x cannot be read: database disk image is malformed"}
     assert library_status.headline(broken) == broken["summary"]  # the message is in it already: not said twice

@@ -1,7 +1,7 @@
-"""The optional dense stage (library/dense.py): wordllama's static embeddings re-rank the word
+"""The dense stage (library/dense.py): wordllama's static embeddings re-rank the word
 index's candidates by meaning; without the package search is BM25 alone, and an index whose
-vectors do not match what the process can compute is rebuilt. The `dense` extra is part of the
-test install: these tests fail, never skip, without it."""
+vectors do not match what the process can compute is rebuilt. wordllama is part of the default
+install: these tests fail, never skip, without it."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ OTHERS = [
 
 @pytest.fixture
 def no_dense() -> Iterator[None]:
-    """The process as it is without the `dense` extra (the loader's cached answer: unavailable)."""
+    """The process as it is without wordllama (the loader's cached answer: unavailable)."""
     saved = list(dense._loaded)
     dense._loaded[:] = [None]
     try:
@@ -59,7 +59,7 @@ def ranked(lib: Library, query: str = QUESTION) -> list[str]:
 
 
 def test_the_dense_stage_is_installed_for_the_tests() -> None:
-    assert dense.embedder() is not None, "install the test extra: pip install -e '.[test]' (wordllama)"
+    assert dense.embedder() is not None, "wordllama is a dependency: pip install -e ."
     assert dense.model_name() == dense.MODEL_NAME
 
 
@@ -132,6 +132,39 @@ def test_a_removed_item_leaves_no_vectors(tmp_path: Path) -> None:
     assert ranked(lib)[:1] == ["CRASHES1"]
 
 
+@pytest.fixture
+def fresh_dense() -> Iterator[None]:
+    """The process as a daemon starts it: the model not loaded, no search yet."""
+    saved, searched = list(dense._loaded), dense._searched[0]
+    dense._loaded.clear()
+    dense._searched[0] = False
+    try:
+        yield
+    finally:
+        dense._loaded[:] = saved
+        dense._searched[0] = searched
+
+
+def test_indexing_releases_the_model_until_a_search_keeps_it(tmp_path: Path, fresh_dense: None) -> None:
+    """The model costs ~50-65 MiB: an indexing pass loads it to embed and drops it after, unless a
+    search has used it; from the first search on it stays. The index says it has vectors
+    without the model being loaded."""
+    lib = make(tmp_path)
+    assert dense._loaded == [] and dense.model_name() == dense.MODEL_NAME and dense._loaded == []
+    zconn = sqlite3.connect(tmp_path / "zotero.sqlite")  # a change to embed
+    zconn.execute("UPDATE items SET clientDateModified = '2030-01-01 00:00:00' WHERE key = 'OTHER001'")
+    zconn.commit()
+    zconn.close()
+    lib.indexer.refresh(None)
+    assert lib.status()["items_to_index"] == 1 and dense._loaded == []
+    assert ranked(lib)[:2] == ["CRASHES1", "FACTORY1"]  # the search loads it
+    loaded = dense._loaded[0]
+    assert loaded is not None
+    lib.indexer.request_refresh(rebuild=True)
+    lib.indexer.refresh(None)
+    assert dense._loaded == [loaded]  # kept: searches use it
+
+
 def test_the_model_loads_offline_and_wordllama_is_never_imported() -> None:
     """The weights and tokenizer come from the installed wheel: with every network connection
     refused, the embedder loads and embeds; wordllama's own code (which may download) is not run."""
@@ -152,7 +185,7 @@ def test_the_model_loads_offline_and_wordllama_is_never_imported() -> None:
 
 def test_library_dense_false_switches_the_stage_off_though_installed(tmp_path: Path) -> None:
     """config `library.dense = false`: the daemon's library searches with BM25 alone (and its index
-    holds no vectors), with the extra installed; set back on, the index is rebuilt with them."""
+    holds no vectors), with wordllama installed; set back on, the index is rebuilt with them."""
     from zocratesd.config import load_config
     from zocratesd.core.daemon import Daemon
 

@@ -106,6 +106,32 @@ def test_status_per_library_and_kind(lib: Library) -> None:
     assert st["summary"].startswith("library ready: 10 items, 6 full texts, 2 notes, 2 annotations in 2 libraries")
 
 
+def test_status_counts_each_zotero_kind_apart(lib: Library) -> None:
+    st = lib.status()
+    # 9 regular items (7 in the user library, 2 in the group); notes NOTECHL1 (child) and NOTESOL1
+    # (standalone); 2 annotations; 6 attachments, the standalone STANDPDF among them. The feed's
+    # item counts nowhere.
+    assert st["counts"] == {"items": 9, "notes": 2, "annotations": 2, "attachments": 6}
+    # items_total counts records, the unit of items_to_index: the 9 plus the standalone note and PDF.
+    assert st["items_total"] == 11
+
+
+def test_counts_leave_out_the_trash(tmp_path: Path) -> None:
+    import sqlite3
+
+    lib = _fresh(tmp_path)
+    conn = sqlite3.connect(tmp_path / "zotero.sqlite")
+    # Trash the paper with the child note, the standalone note and the paper with the annotated PDF
+    # (Zotero marks only the item itself: its children go with it).
+    conn.execute("INSERT INTO deletedItems (itemID) SELECT itemID FROM items WHERE key IN ('NOTEPAR1', 'NOTESOL1', 'ANNPAPER')")
+    conn.commit()
+    conn.close()
+    lib.indexer.refresh(None)
+    st = lib.status()
+    assert st["counts"] == {"items": 7, "notes": 0, "annotations": 0, "attachments": 5}
+    assert st["items_total"] == 8
+
+
 def _fresh(tmp_path: Path, version: int = 123) -> Library:
     write(tmp_path, rich_library(), version=version)
     library = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None)

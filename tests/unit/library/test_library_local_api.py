@@ -53,6 +53,23 @@ def test_reads_the_library_through_the_local_api(tmp_path: Path, api: FakeZotero
     assert any("limit=100" in r for r in api.requests)
 
 
+def test_the_local_api_read_counts_each_zotero_kind_apart(tmp_path: Path, api: FakeZoteroApi) -> None:
+    def obj(key: str, kind: str, **data: Any) -> dict[str, Any]:
+        return {"key": key, "version": 1, "data": {"key": key, "version": 1, "itemType": kind, **data}}
+
+    # Notes and annotations as Zotero lists them; the read counts them (it does not index them).
+    api.items += [obj("NOTESOL1", "note", note="<p>standalone</p>"), obj("NOTECHL1", "note", parentItem="LEWIS202"),
+                  obj("ANNOT001", "annotation", parentItem="LEWISPDF"), obj("ANNOT002", "annotation", parentItem="LEWISPDF", deleted=1)]
+    client = LocalApi(api.base_url, tmp_path)
+    try:
+        assert client.probe()
+        snap = client.read()
+    finally:
+        client.close()
+    assert snap.counts == {"items": 6, "notes": 2, "annotations": 1, "attachments": 3}
+    assert len(snap.stamps) == 6
+
+
 def test_indexer_reads_the_local_api_without_a_database_and_gets_text_from_fulltext(tmp_path: Path, api: FakeZoteroApi) -> None:
     # No zotero.sqlite and no cache files on disk: everything comes over HTTP.
     lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=api.base_url, poll_interval_s=0.05)
