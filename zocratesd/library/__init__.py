@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from zocratesd.engine.retrieval import DEFAULT_TOP_K, Hit, Scope
 from zocratesd.library.index import INDEX_NAME, IndexReader, search
@@ -22,6 +23,8 @@ from zocratesd.library.indexer import Indexer, IndexerOptions
 from zocratesd.library.zotero_db import ZOTERO_DB
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 __all__ = ["INDEX_NAME", "ZOTERO_DB", "Library", "disabled_status"]
 
@@ -72,6 +75,30 @@ class Library:
         except sqlite3.Error as exc:
             log.info("library: reading collections failed (%s)", exc)
             return []
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
+        """`fn(connection)` on the index, in a thread (library/catalog.py's reads); None before the
+        first build, or when the index failed (a damaged one is rebuilt, as for a search)."""
+        return await asyncio.to_thread(self._read, fn)
+
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
+        try:
+            conn = self.reader.connection()
+            if conn is None:
+                return None
+            conn.execute("BEGIN")  # one snapshot: the indexer commits between statements otherwise
+            try:
+                return fn(conn)
+            finally:
+                conn.execute("ROLLBACK")
+        except sqlite3.DatabaseError as exc:
+            log.warning("library: reading the index failed (%s); rebuilding it", exc)
+            self.reader.invalidate()
+            self.indexer.request_refresh(rebuild=True)
+            return None
+        except sqlite3.Error as exc:  # e.g. a connection closed under us at shutdown
+            log.info("library: reading the index failed (%s)", exc)
+            return None
 
     async def search(self, query: str, scope: Scope, top_k: int = DEFAULT_TOP_K) -> list[Hit]:
         """The Retriever interface: best chunks within `scope`; [] while nothing is indexed."""
