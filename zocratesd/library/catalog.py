@@ -16,7 +16,6 @@ item's `fulltext` chunks, in order. Functions take an open read connection and a
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from typing import Any, Final
 
@@ -32,8 +31,6 @@ FULLTEXT_PAGE_CHARS: Final = 20_000
 # List sizes: the most one call returns (a client pages past it with `offset`).
 MAX_LIST: Final = 500
 DEFAULT_LIST: Final = 50
-# A library filter: the user's own, or a group by its numeric id (as in zotero:// links).
-LIBRARY_RE: Final = re.compile(r"^(user|groups/[1-9]\d{0,11})$")
 # Separates a collection's ancestors in its path, as the session's scope option shows it.
 PATH_SEPARATOR: Final = " / "
 
@@ -67,15 +64,6 @@ def pdf_link(library: str, attachment_key: str, page: int | None = None, annotat
     if page:
         link += f"?page={page}" + (f"&annotation={annotation}" if annotation else "")
     return link
-
-
-def check_library(library: str | None) -> str | None:
-    """`library` if it is one ("user", "groups/<id>"), None for all; ValueError otherwise."""
-    if library is None or library == "":
-        return None
-    if not isinstance(library, str) or not LIBRARY_RE.match(library):
-        raise ValueError('library is "user" or "groups/<groupID>"')
-    return library
 
 
 def _clamp(limit: int | None, offset: int | None) -> tuple[int, int]:

@@ -25,8 +25,12 @@ _COLLECTION: Final = {
 _ITEM_KEYS: Final = {"type": "array", "items": _KEY, "minItems": 1, "maxItems": 500, "description": "Only these items."}
 _SESSION_ID: Final = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$",
                       "description": "A Zocrates session id (from ask or sessions)."}
-_NULLABLE_STR: Final = {"type": ["string", "null"]}
-_NULLABLE_INT: Final = {"type": ["integer", "null"]}
+# Nullable values as `anyOf` branches of one type each, not `"type": [..., "null"]`: clients that
+# map tool schemas onto a one-type dialect (Gemini's function declarations) refuse the array form
+# (the MCP Inspector's `--strict` portability check).
+_NULLABLE_STR: Final = {"anyOf": [{"type": "string"}, {"type": "null"}]}
+_NULLABLE_INT: Final = {"anyOf": [{"type": "integer"}, {"type": "null"}]}
+_NULLABLE_OBJ: Final = {"anyOf": [{"type": "object"}, {"type": "null"}]}
 _PAGE: Final = {"limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20},
                 "offset": {"type": "integer", "minimum": 0, "default": 0}}
 
@@ -60,10 +64,10 @@ _SOURCE: Final = {
                    "link": {"type": "string"}, "cited": {"type": "boolean"}},
     "required": ["item_key", "link", "cited"],
 }
-_CHECKPOINT: Final = {
-    "type": ["object", "null"],
+_CHECKPOINT: Final = {"anyOf": [{
+    "type": "object",
     "properties": {"message": _NULLABLE_STR, "invocation_id": {"type": "string"}, "interrupt_id": {"type": "string"}},
-}
+}, {"type": "null"}]}
 _TURN_OUTPUT: Final = {
     "type": "object",
     "properties": {
@@ -130,7 +134,7 @@ TOOLS: Final[list[dict[str, Any]]] = [
             "properties": {**_ITEM_SUMMARY["properties"], "abstract": {"type": "string"}, "doi": _NULLABLE_STR,
                            "url": _NULLABLE_STR, "tags": {"type": "array", "items": {"type": "string"}},
                            "collections": _OBJECTS, "notes": _OBJECTS, "annotations": _OBJECTS, "attachments": _OBJECTS,
-                           "fulltext_chunks": {"type": "integer"}, "fulltext": {"type": ["object", "null"]}},
+                           "fulltext_chunks": {"type": "integer"}, "fulltext": _NULLABLE_OBJ},
             "required": ["item_key", "title", "link", "notes", "annotations", "attachments"],
         },
     },
@@ -231,8 +235,8 @@ TOOLS: Final[list[dict[str, Any]]] = [
         },
         "outputSchema": {
             "type": "object",
-            "properties": {"action": {"type": "string"}, "sessions": _OBJECTS, "session": {"type": ["object", "null"]},
-                           "deleted": {"type": ["string", "null"]}},
+            "properties": {"action": {"type": "string"}, "sessions": _OBJECTS, "session": _NULLABLE_OBJ,
+                           "deleted": _NULLABLE_STR},
             "required": ["action"],
         },
     },

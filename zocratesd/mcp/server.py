@@ -43,6 +43,8 @@ MAX_UNCITED_SOURCES: Final = 20
 RESOURCE_NOT_FOUND: Final = -32002
 ITEM_URI_RE: Final = re.compile(r"^zotero://select/(library|groups/[1-9]\d{0,11})/items/([A-Z0-9]{8})$")
 _KEY_RE: Final = re.compile(r"^[A-Z0-9]{8}$")
+# A search's progress line: `Round 2: searched "..." (3 passages)` (engine/tools.py).
+_ROUND_RE: Final = re.compile(r"^Round (\d+):")
 # "[2] Lewis et al. (2020). Title. p. 4. (zotero://select/library/items/KEY)": the answer's source list.
 _CITED_RE: Final = re.compile(r"^\[(\d+)\] .*\((zotero://select/(library|groups/\d+)/items/([A-Z0-9]{8}))\)\s*$", re.M)
 
@@ -255,6 +257,9 @@ class ZocratesMcp:
                     elif kind == "tool_call_update":
                         line = _last_line(update.get("content"))
                         if line:
+                            # A checkpoint's extension goes on in the same call: its rounds come as lines.
+                            m = _ROUND_RE.match(line)
+                            rounds = max(rounds, int(m.group(1))) if m else rounds
                             await _progress(ctx, rounds, line)
                         _collect(found, update.get("rawOutput"))
             result = turn.result
