@@ -266,6 +266,7 @@ def test_mcp_loads_no_adk_and_no_core(tmp_path: Path) -> None:
         from zocratesd import cli, mcp
 
         async def fake_serve(link):
+            mcp._import_sdk()  # what the real one imports before it serves
             print("\\n".join(sorted(sys.modules)))
             return 0
 

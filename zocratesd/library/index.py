@@ -4,7 +4,8 @@ Tables:
 - `items`: one row per item record (regular items, standalone notes and attachments) of every
   library, keyed by `uid` (the key in the user library, `groups/<id>/KEY` in a group: keys are
   unique per library only), with the metadata a citation needs and the item's `signature`; a
-  refresh re-indexes exactly the items whose signature changed.
+  refresh re-indexes exactly the items whose signature changed. `date_added`, `date_modified` and
+  `children` (its attachments, notes and annotations as JSON) are what library/catalog.py shows.
 - `collections` (library, key, name, parent_key) and `item_collections`: scope filtering in SQL.
 - `db_items`: the item uids of the last read of `zotero.sqlite`. A read through Zotero's local
   API never removes these (only a later database read can): the API is the weaker witness.

@@ -12,29 +12,38 @@ stderr while it serves, and logs go to stderr.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import socket
 from pathlib import Path
+from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from zocratesd.mcp.link import DaemonLink, standalone_pair
-from zocratesd.mcp.server import ZocratesMcp
 
-__all__ = ["DaemonLink", "ZocratesMcp", "run", "serve_stdio", "standalone_pair"]
+__all__ = ["DaemonLink", "run", "serve_stdio", "standalone_pair"]
+
+
+def _import_sdk() -> tuple[Any, Any]:
+    """The server module (and with it the SDK) and the SDK's stdio transport."""
+    return importlib.import_module("zocratesd.mcp.server"), importlib.import_module("mcp.server.stdio")
 
 
 async def serve_stdio(link: DaemonLink) -> int:
-    """Serve MCP on stdin/stdout until the client closes stdin; the link connects at once, so a
-    daemon starts (or the in-process core answers) while the client is still initializing."""
-    from mcp.server.stdio import stdio_server
+    """Serve MCP on stdin/stdout until the client closes stdin.
 
-    face = ZocratesMcp(link)
-    server = face.server()
+    The link connects first, and the SDK is imported in a worker thread meanwhile: importing it
+    (its protocol types are pydantic models of two protocol eras) takes longer than reaching a
+    running daemon, or most of a cold daemon's start, so the two overlap and the first tool call
+    finds the connection made (bench/bench_mcp.py measures it)."""
     async with anyio.create_task_group() as tg:
         tg.start_soon(link.run)
         link.want()
-        async with stdio_server() as (read, write):
+        server_module, stdio = await anyio.to_thread.run_sync(_import_sdk)
+        server = server_module.ZocratesMcp(link).server()
+        async with stdio.stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
         tg.cancel_scope.cancel()
     return 0
