@@ -310,7 +310,7 @@ async def test_an_ask_cancelled_half_way_stops_the_turn(world: Any) -> None:
         async with mcp(world) as s:
             await ready(s)
             session = ok(await call(s, "ask", {"question": "Warm up"}))["session_id"]
-            fake.behaviour = Behaviour(chunk_delay_s=0.25)  # from here on each few characters take a quarter second
+            fake.behaviour = Behaviour(chunk_delay_s=0.5)  # from here on each few characters take half a second
             searched = anyio.Event()
 
             async def on_progress(value: float, total: float | None, message: str | None) -> None:

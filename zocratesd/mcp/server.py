@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+from collections.abc import Callable
 from typing import Any, Final
 
 import anyio
@@ -37,6 +39,12 @@ log = logging.getLogger("zocratesd.mcp")
 
 # Resources listed per page (`resources/list` cursor): a client that lists everything pages on.
 RESOURCES_PAGE: Final = 100
+# A turn stopped by a cancelled tool call ends in the daemon a moment later (the model's stream
+# closed, the turn's events written); a new turn of that session refused as busy within this
+# long is retried every BUSY_RETRY_S rather than failed. A turn takes well under a second to stop.
+CANCELLED_TURN_GRACE_S: Final = 10.0
+BUSY_RETRY_S: Final = 0.05
+SESSION_BUSY: Final = 1001  # the daemon's "session busy" code (protocol/README.md, Errors)
 # Sources an `ask` result lists when the answer cited nothing (the passages it found instead).
 MAX_UNCITED_SOURCES: Final = 20
 # JSON-RPC "resource not found" (the daemon's -32002; MCP servers use it for an unknown URI).
@@ -79,6 +87,8 @@ class ZocratesMcp:
         link.on_elicit = self._elicit
         # The MCP request running each session's turn: where its checkpoint is asked.
         self._asking: dict[str, ServerRequestContext[Any]] = {}
+        # When a cancelled tool call last stopped each session's turn (monotonic seconds).
+        self._cancelled: dict[str, float] = {}
 
     def server(self) -> Server[Any]:
         return Server(
@@ -203,7 +213,7 @@ class ZocratesMcp:
         params = prompt_params(sid, a["question"], None, items, collection, ())
         if a.get("library"):
             params.setdefault("_meta", {}).setdefault("zocrates", {})["library"] = a["library"]
-        result = await self._turn(ctx, sid, Turn(client, sid, "session/prompt", params, DEFAULT_UPDATES_BUFFER))
+        result = await self._turn(ctx, sid, lambda: Turn(client, sid, "session/prompt", params, DEFAULT_UPDATES_BUFFER))
         return result, schemas.turn_text(result)
 
     async def _tool_resume(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -214,8 +224,9 @@ class ZocratesMcp:
         if not hitl:
             raise ToolError(f"session {sid} has no research checkpoint waiting; ask a new question instead")
         action: CheckpointAction = "extend_budget" if a["action"] == "extend" else "synthesize"
-        turn = client.stream_resume(sid, hitl["invocation_id"], hitl["interrupt_id"], action, a.get("guidance"))
-        result = await self._turn(ctx, sid, turn)
+        result = await self._turn(
+            ctx, sid, lambda: client.stream_resume(sid, hitl["invocation_id"], hitl["interrupt_id"], action, a.get("guidance"))
+        )
         return result, schemas.turn_text(result)
 
     async def _collection_key(self, wanted: str) -> str:
@@ -234,7 +245,20 @@ class ZocratesMcp:
         raise ToolError(f"{len(found)} collections match {wanted[:80]!r}: " + "; ".join(
             f"{c['path']} [{c['key']}]" for c in found[:8]))
 
-    async def _turn(self, ctx: ServerRequestContext[Any], sid: str, turn: Turn) -> dict[str, Any]:
+    async def _turn(self, ctx: ServerRequestContext[Any], sid: str, make: Callable[[], Turn]) -> dict[str, Any]:
+        """Run a turn to its end (`make` builds its request); see `_run_turn`. A turn of this
+        session that a cancelled tool call stopped may still be ending in the daemon (the cancel
+        is sent, not awaited): a new turn refused as busy then is tried again for a moment."""
+        while True:
+            try:
+                return await self._run_turn(ctx, sid, make())
+            except RpcError as exc:
+                stopped = self._cancelled.get(sid)
+                if exc.code != SESSION_BUSY or stopped is None or time.monotonic() - stopped > CANCELLED_TURN_GRACE_S:
+                    raise
+            await anyio.sleep(BUSY_RETRY_S)
+
+    async def _run_turn(self, ctx: ServerRequestContext[Any], sid: str, turn: Turn) -> dict[str, Any]:
         """Run a turn to its end: its answer, sources, and how it ended; search rounds reported
         as progress. Cancelled with the tool (the daemon stops the turn)."""
         answer: list[str] = []
@@ -265,6 +289,9 @@ class ZocratesMcp:
             result = turn.result
         except ConnectionLost:
             self.link.lost()
+            raise
+        except anyio.get_cancelled_exc_class():
+            self._cancelled[sid] = time.monotonic()  # the daemon is stopping the turn (Turn sent the cancel)
             raise
         finally:
             if self._asking.get(sid) is ctx:
