@@ -1,4 +1,4 @@
-"""`zocratesd serve|stdio|status|stop|open|service|demo`. Imports are lazy: `stdio` must not pay for ADK or pydantic."""
+"""`zocratesd serve|stdio|mcp|status|stop|open|service|demo`. Imports are lazy: `stdio` must not pay for ADK or pydantic."""
 
 from __future__ import annotations
 
@@ -49,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     stdio.add_argument("--standalone", action="store_true", help="run the core in this process instead of a daemon")
     stdio.add_argument("--model", metavar="M", help="with --standalone, or for a daemon this starts")
     stdio.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+    mcp = sub.add_parser("mcp", help="an MCP server on stdin/stdout (Claude Desktop, Claude Code, Cursor, ...)")
+    data_dir_arg(mcp)
+    mcp.add_argument("--standalone", action="store_true", help="run the core in this process instead of a daemon")
+    mcp.add_argument("--model", metavar="M", help="with --standalone, or for a daemon this starts")
+    mcp.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
     status = sub.add_parser("status", help="is a daemon serving this data dir?")
     data_dir_arg(status)
@@ -129,10 +135,18 @@ def _serve(args: argparse.Namespace, data_dir: Path) -> int:
         log_level=args.log_level,
         idle_exit_after=getattr(args, "idle_exit_after", None),
     )
-    main = serve_stdio_standalone if args.command == "stdio" else serve
+    if args.command == "mcp":
+        from functools import partial
+
+        from zocratesd import mcp
+        from zocratesd.process.boot import serve_face_standalone
+
+        main: Any = partial(serve_face_standalone, face=partial(mcp.serve_standalone_face, data_dir))
+    else:
+        main = serve_stdio_standalone if args.command == "stdio" else serve
     try:
         # A loop that says when it is idle: the engine's import thread gives way to serving (process/give_way.py).
-        return anyio.run(main, opts, backend_options={"loop_factory": new_event_loop})
+        return int(anyio.run(main, opts, backend_options={"loop_factory": new_event_loop}))
     finally:
         gc.enable()  # a start that failed before the engine was up left it off
 
@@ -270,7 +284,11 @@ def main(argv: list[str] | None = None) -> int:
 
         serve_args = ["--model", args.model] if args.model else []
         return pump.run(data_dir, serve_args)
-    if args.command in ("serve", "stdio"):
+    if args.command == "mcp" and not args.standalone:
+        from zocratesd import mcp
+
+        return int(mcp.run(data_dir, serve_args=["--model", args.model] if args.model else [], log_level=args.log_level))
+    if args.command in ("serve", "stdio", "mcp"):
         return _serve(args, data_dir)
     if args.command == "status":
         return _status(args, data_dir)

@@ -29,3 +29,10 @@ MAX_SNIPPETS: Final = 50
 MAX_SNIPPET_CHARS: Final = 20_000
 # Titles of active items and snippets: a paper's title, with room for a long subtitle.
 MAX_ITEM_TITLE_CHARS: Final = 1000
+
+# A library search's query (`_zocrates/library/search`): a question or a few keywords; the index
+# uses its first 24 words anyway (library/index.py MAX_QUERY_TERMS).
+MAX_QUERY_CHARS: Final = 2000
+# Passages one library search returns: a page of results a model can read; search_library inside
+# a turn asks for 6.
+MAX_SEARCH_TOP_K: Final = 50

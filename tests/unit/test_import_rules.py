@@ -1,12 +1,13 @@
 """The architecture's import rules (DESIGN.md, Layout; README.md, Layout), checked on the source.
 
 - the core (every package but the faces and the process layer) imports no face and no process code;
-- a face (`rpc`, `shim`) never imports the other face;
+- a face (`rpc`, `shim`, `mcp`) never imports another face;
 - no two packages of zocratesd import each other, directly or around a cycle; nor, inside a
   package, do two of its modules or subpackages (`engine.answer` and `engine.research`);
 - the library (Zotero's data, our index, the retrieval types) imports nothing of the engine: the
   engine (ADK, the agent, the answerer) imports the types from the library;
-- `zocratesd stdio` (an editor starts one per chat panel) never loads ADK, SQLAlchemy or pydantic.
+- `zocratesd stdio` (an editor starts one per chat panel) never loads ADK, SQLAlchemy or pydantic;
+- `zocratesd mcp` (an MCP client starts one per chat) never loads ADK, SQLAlchemy or the core.
 
 Every import counts, at module level or inside a function, `TYPE_CHECKING` blocks included: a
 type-only import is still a dependency a reader has to follow.
@@ -25,7 +26,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "zocratesd"
 
-FACES = frozenset({"rpc", "shim"})
+FACES = frozenset({"rpc", "shim", "mcp"})
 # The composition root: it builds the core and hands it to the faces.
 PROCESS = frozenset({"process", "cli", "__main__"})
 # Modules of zocratesd that `zocratesd stdio` may never load (it must start in milliseconds).
@@ -101,7 +102,7 @@ def test_the_core_imports_no_face_and_no_process_code() -> None:
     assert not bad, "the core must not import a face or the process layer:\n" + "\n".join(bad)
 
 
-def test_a_face_never_imports_the_other_face() -> None:
+def test_a_face_never_imports_another_face() -> None:
     bad = [where for src, dst, where in _edges() if src in FACES and dst in FACES]
     assert not bad, "faces are independent adapters over the core:\n" + "\n".join(bad)
 
@@ -304,3 +305,32 @@ def test_the_first_reply_loads_no_shim_server_or_library_index(tmp_path: Path) -
     assert "zocratesd.shim.server" in loaded and "zocratesd.rpc.acp" in loaded
     early = [m for m in loaded if m.startswith(FIRST_REPLY_FORBIDDEN) and m not in FIRST_REPLY_ALLOWED]
     assert not early, f"the daemon loads {early[:10]} before its first reply"
+
+
+# What `zocratesd mcp` may not load: it is a client of the daemon (zocratesd/mcp/), not the daemon.
+MCP_FORBIDDEN = ("google.adk", "google.genai", "sqlalchemy", "zocratesd.core", "zocratesd.engine", "zocratesd.library",
+                 "zocratesd.store", "zocratesd.shim")
+
+
+def test_mcp_loads_no_adk_and_no_core(tmp_path: Path) -> None:
+    """Runs `zocratesd mcp`'s real dispatch up to serving stdio, then lists what was imported."""
+    probe = textwrap.dedent(
+        """
+        import sys
+        from zocratesd import cli, mcp
+
+        async def fake_serve(link):
+            mcp._import_sdk()  # what the real one imports before it serves
+            print("\\n".join(sorted(sys.modules)))
+            return 0
+
+        mcp.serve_stdio = fake_serve
+        sys.exit(cli.main(["mcp", "--zotero-data-dir", sys.argv[1]]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    loaded = out.stdout.split()
+    assert "zocratesd.mcp.server" in loaded and "mcp.server.lowlevel.server" in loaded
+    heavy = [m for m in loaded if m.startswith(MCP_FORBIDDEN)]
+    assert not heavy, f"`zocratesd mcp` loads {heavy[:10]}"

@@ -28,11 +28,14 @@ from zocratesd.core.watchers import MAX_QUEUED_UPDATES, OnReady, Subscription, W
 from zocratesd.engine import SESSION_CONFIG_KEY
 from zocratesd.engine.models import build_model
 from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionNotFound
-from zocratesd.library.retrieval import InMemoryRetriever, Passage, Retriever
+from zocratesd.library.retrieval import DEFAULT_TOP_K, InMemoryRetriever, Passage, Retriever, Scope
 from zocratesd.limits import (
+    MAX_ACTIVE_ITEMS,
     MAX_GUIDANCE_CHARS,
     MAX_INTERRUPT_ID_CHARS,
     MAX_PROMPT_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_SEARCH_TOP_K,
     MAX_TITLE_CHARS,
     SESSION_ID_PATTERN,
 )
@@ -73,6 +76,8 @@ TABLES_SHIELD_S = 10.0
 log = logging.getLogger(__name__)
 
 _SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
+_ITEM_KEY_RE = re.compile(r"^[A-Z0-9]{8}$")  # Zotero item and collection keys
+_LIBRARY_RE = re.compile(r"^(user|groups/[1-9][0-9]{0,11})$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]+")
 
 
@@ -83,6 +88,21 @@ def check_session_id(session_id: Any) -> str:
             sessionId=session_id if isinstance(session_id, str) else None,
         )
     return session_id
+
+
+def _library_arg(library: Any) -> str | None:
+    """A library filter: "user" or "groups/<groupID>", or None for every library."""
+    if library is None or library == "":
+        return None
+    if not isinstance(library, str) or not _LIBRARY_RE.match(library):
+        raise InvalidInput('library is "user" or "groups/<groupID>"', library=str(library)[:40])
+    return library
+
+
+def _check_page(limit: Any, offset: Any) -> None:
+    for name, value, low in (("limit", limit, 1), ("offset", offset, 0)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+            raise InvalidInput(f"{name} is a whole number, {low} or more", **{name: str(value)[:20]})
 
 
 def check_unicode(text: str, what: str) -> None:
@@ -397,6 +417,116 @@ class Daemon:
         if self.library is None:
             return {"suggestions": []}
         return {"suggestions": [s.to_json() for s in await self.library.suggestions(limit)]}
+
+    # --- the library as a catalogue (library/catalog.py; the MCP face's tools) ----------------
+
+    async def search_library(
+        self, query: str, *, top_k: int = DEFAULT_TOP_K, collection: str | None = None,
+        item_keys: tuple[str, ...] = (), library: str | None = None,
+    ) -> dict[str, Any]:
+        """The passages a turn's `search_library` would find, without a turn: best first, each
+        with its item, kind, page label and `zotero://` link. `collection` is a key or a name
+        (with its subcollections), `item_keys` some papers, `library` one library; at most one of
+        the first two. InvalidInput for a bad query, scope or count."""
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInput("query must be a non-empty string")
+        if len(query) > MAX_QUERY_CHARS:
+            raise InvalidInput(f"query is longer than {MAX_QUERY_CHARS} characters", length=len(query))
+        check_unicode(query, "query")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_SEARCH_TOP_K:
+            raise InvalidInput(f"top_k is a number from 1 to {MAX_SEARCH_TOP_K}", top_k=str(top_k)[:20])
+        lib = _library_arg(library)
+        if collection is not None and item_keys:
+            raise InvalidInput("give a collection or item keys, not both")
+        if collection is not None:
+            key = await self.session_config.find_collection(str(collection))
+            scope = Scope(mode="collection", collection=key, library=lib)
+        elif item_keys:
+            if len(item_keys) > MAX_ACTIVE_ITEMS or not all(isinstance(k, str) and _ITEM_KEY_RE.match(k) for k in item_keys):
+                raise InvalidInput(f"item_keys are 1 to {MAX_ACTIVE_ITEMS} Zotero keys (8 characters A-Z, 0-9)")
+            scope = Scope(mode="papers", item_keys=tuple(item_keys), library=lib)
+        else:
+            scope = Scope(library=lib)
+        hits = await self._retriever.search(query, scope, top_k)
+        status = self.library_status()
+        return {
+            "query": query,
+            "scope": {"mode": scope.mode, "collection": scope.collection, "item_keys": list(scope.item_keys), "library": lib},
+            "passages": [h.as_json() for h in hits],
+            "library_state": status.get("state"),
+            "library_message": status.get("message"),
+        }
+
+    async def library_item(
+        self, key: str, *, library: str | None = None, fulltext: bool = False, fulltext_offset: int = 0
+    ) -> dict[str, Any]:
+        """One item of the library index with its children (and a page of its full text when
+        asked); NotFound when the index has no such item."""
+        from zocratesd.library import catalog
+
+        if not isinstance(key, str) or not _ITEM_KEY_RE.match(key):
+            raise InvalidInput("an item key is 8 characters A-Z, 0-9", key=str(key)[:40])
+        if isinstance(fulltext_offset, bool) or not isinstance(fulltext_offset, int) or fulltext_offset < 0:
+            raise InvalidInput("fulltext_offset is a chunk number, 0 or more")
+        lib = _library_arg(library)
+        found = None
+        if self.library is not None:
+            def read(conn: Any) -> dict[str, Any] | None:
+                uid = catalog.find_uid(conn, key, lib)
+                return None if uid is None else catalog.get_item(conn, uid, fulltext=fulltext, fulltext_offset=fulltext_offset)
+
+            found = await self.library.read(read)
+        if found is None:
+            where = f" in {lib}" if lib else ""
+            raise NotFound(f"no item {key}{where} in the library index" + self._no_index_hint(), itemKey=key)
+        return found
+
+    async def library_collections(self, library: str | None = None) -> list[dict[str, Any]]:
+        """Every collection with its path, parent and item counts ([] without an index)."""
+        from zocratesd.library import catalog
+
+        lib = _library_arg(library)
+        if self.library is None:
+            return [{"key": k, "name": n, "path": n, "parent_key": p, "library": "user", "library_name": "user",
+                     "items": 0, "items_with_subcollections": 0} for k, n, p in await self._collections()]
+        return await self.library.read(lambda conn: catalog.collections(conn, lib)) or []
+
+    async def library_tags(
+        self, library: str | None = None, *, limit: int | None = None, offset: int | None = None, contains: str | None = None
+    ) -> dict[str, Any]:
+        """Tags by use, paged (`limit`, `offset`), optionally those containing `contains`."""
+        from zocratesd.library import catalog
+
+        lib = _library_arg(library)
+        _check_page(limit, offset)
+        empty: dict[str, Any] = {"tags": [], "total": 0, "offset": offset or 0, "next_offset": None}
+        if self.library is None:
+            return empty
+        found = await self.library.read(lambda conn: catalog.tags(conn, lib, limit=limit, offset=offset, contains=contains))
+        return found if found is not None else empty
+
+    async def library_items(
+        self, library: str | None = None, *, limit: int | None = None, offset: int | None = None, order: str = "added"
+    ) -> dict[str, Any]:
+        """Item summaries, newest first by `order` ("added" or "modified"), paged."""
+        from zocratesd.library import catalog
+
+        lib = _library_arg(library)
+        _check_page(limit, offset)
+        if order not in ("added", "modified"):
+            raise InvalidInput('order is "added" or "modified"', order=str(order)[:20])
+        empty: dict[str, Any] = {"items": [], "total": 0, "offset": offset or 0, "next_offset": None}
+        if self.library is None:
+            return empty
+        found = await self.library.read(lambda conn: catalog.items(conn, lib, limit=limit, offset=offset, order=order))
+        return found if found is not None else empty
+
+    def _no_index_hint(self) -> str:
+        status = self.library_status()
+        state, message = status.get("state"), status.get("message")
+        if state == "ready":
+            return ""
+        return f" (library {state}" + (f": {message}" if message else "") + ")"
 
     async def start(self, *, importer: Callable[[], None] = import_engine) -> None:
         """Load the engine if it was deferred (ADK imported by `importer` in a daemon thread, the

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from zocratesd.library._records import library_counts
 from zocratesd.library.index import INDEX_NAME, IndexReader, search
@@ -24,6 +25,8 @@ from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Scope
 from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, Suggestion, suggest
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 def disabled_status(message: str) -> dict[str, Any]:
     """The status of a daemon that has no library index (library.enabled false, or the interim
@@ -72,6 +75,30 @@ class Library:
         except sqlite3.Error as exc:
             log.info("library: reading collections failed (%s)", exc)
             return []
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
+        """`fn(connection)` on the index, in a thread (library/catalog.py's reads); None before the
+        first build, or when the index failed (a damaged one is rebuilt, as for a search)."""
+        return await asyncio.to_thread(self._read, fn)
+
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
+        try:
+            conn = self.reader.connection()
+            if conn is None:
+                return None
+            conn.execute("BEGIN")  # one snapshot: the indexer commits between statements otherwise
+            try:
+                return fn(conn)
+            finally:
+                conn.execute("ROLLBACK")
+        except sqlite3.DatabaseError as exc:
+            log.warning("library: reading the index failed (%s); rebuilding it", exc)
+            self.reader.invalidate()
+            self.indexer.request_refresh(rebuild=True)
+            return None
+        except sqlite3.Error as exc:  # e.g. a connection closed under us at shutdown
+            log.info("library: reading the index failed (%s)", exc)
+            return None
 
     async def suggestions(self, limit: int = DEFAULT_SUGGESTIONS) -> list[Suggestion]:
         """Questions drawn from what is indexed so far (suggestions.py); [] before the first batch."""

@@ -95,6 +95,7 @@ class ItemRecord:
     date_modified: str = ""
     client_date_modified: str = ""
     stamp: str = ""  # see item_stamp()
+    date_added: str = ""  # "YYYY-MM-DD hh:mm:ss" UTC as Zotero stores it (recent items); not in the stamp: it never changes
     library: str = USER_LIBRARY
     library_name: str = ""
     notes: tuple[NoteRecord, ...] = ()

@@ -4,7 +4,8 @@ Tables:
 - `items`: one row per item record (regular items, standalone notes and attachments) of every
   library, keyed by `uid` (the key in the user library, `groups/<id>/KEY` in a group: keys are
   unique per library only), with the metadata a citation needs and the item's `signature`; a
-  refresh re-indexes exactly the items whose signature changed.
+  refresh re-indexes exactly the items whose signature changed. `date_added`, `date_modified` and
+  `children` (its attachments, notes and annotations as JSON) are what library/catalog.py shows.
 - `collections` (library, key, name, parent_key) and `item_collections`: scope filtering in SQL.
 - `db_items`: the item uids of the last read of `zotero.sqlite`. A read through Zotero's local
   API never removes these (only a later database read can): the API is the weaker witness.
@@ -68,6 +69,7 @@ from typing import Any
 
 from zocratesd.library import dense
 from zocratesd.library._records import CollectionRecord, ItemRecord, LibrarySnapshot, library_path, valid_key
+from zocratesd.library.catalog import children_json
 from zocratesd.library.fulltext import chunks as split_chunks
 from zocratesd.library.retrieval import METADATA_BREAK, Hit, Passage, Scope, tokens
 from zocratesd.library.zotero_db import db_uri
@@ -80,8 +82,9 @@ INDEX_NAME = "library.db"
 # (2: libraries, notes, annotations, page labels, the CJK bigram index; 3: `chunk_vectors`, the
 # dense stage's vectors, and the `dense_model` they were made with; 4: abstracts chunked, no
 # chunk without words; 5: German names' other spellings in the metadata header, heading lines kept
-# apart in text chunks, page labels from the PDFs themselves).
-INDEX_SCHEMA_VERSION = 5
+# apart in text chunks, page labels from the PDFs themselves; 6: items' `date_added`,
+# `date_modified` and `children`, for library/catalog.py).
+INDEX_SCHEMA_VERSION = 6
 # BM25 column weights (title, body): a title term counts twice a body term, so a matching paper's
 # passages come first without drowning a strong body match (FTS5's bm25() weights). FTS5 fixes
 # k1 = 1.2, but it applies the weights to the term counts before saturation, so their scale acts
@@ -129,8 +132,9 @@ CREATE TABLE items (
     uid TEXT PRIMARY KEY, item_key TEXT NOT NULL, library TEXT NOT NULL, item_type TEXT, title TEXT NOT NULL,
     creators TEXT NOT NULL, year INTEGER, abstract TEXT, doi TEXT, url TEXT, tags TEXT NOT NULL, collections TEXT NOT NULL,
     attachments INTEGER NOT NULL, text_attachments INTEGER NOT NULL, notes INTEGER NOT NULL, annotations INTEGER NOT NULL,
-    signature TEXT NOT NULL
+    signature TEXT NOT NULL, date_added TEXT, date_modified TEXT, children TEXT NOT NULL
 );
+CREATE INDEX items_added ON items (date_added);
 CREATE INDEX items_key ON items (item_key);
 CREATE INDEX items_library ON items (library);
 CREATE TABLE libraries (library TEXT PRIMARY KEY, name TEXT NOT NULL);
@@ -327,12 +331,13 @@ class IndexWriter:
     def _insert_item(self, item: ItemRecord, texts: dict[str, str], pdf_labels: dict[str, list[str]]) -> None:
         c = self.conn
         c.execute(
-            "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 item.uid, item.key, item.library, item.item_type, item.title, json.dumps(list(item.creators)), item.year,
                 item.abstract, item.doi, item.url, json.dumps(list(item.tags)), json.dumps(list(item.collections)),
                 len(item.attachments), sum(1 for a in item.attachments if texts.get(a.key)), len(item.notes),
-                len(item.annotations), item.stamp,
+                len(item.annotations), item.stamp, item.date_added or None, item.date_modified or None,
+                json.dumps(children_json(item, texts), ensure_ascii=False),
             ),
         )
         c.executemany(

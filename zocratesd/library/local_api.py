@@ -65,7 +65,7 @@ CHUNK_BYTES = 64 * 1024
 TITLE_FIELDS = ("title", "caseName", "nameOfAct", "subject")
 DATE_FIELDS = ("date", "dateDecided", "dateEnacted", "issueDate")
 # What we keep of an item's JSON until the read ends (notes and annotations are dropped at once).
-KEPT_FIELDS = (*TITLE_FIELDS, *DATE_FIELDS, "key", "itemType", "parentItem", "contentType", "dateModified", "version",
+KEPT_FIELDS = (*TITLE_FIELDS, *DATE_FIELDS, "key", "itemType", "parentItem", "contentType", "dateAdded", "dateModified", "version",
                "creators", "abstractNote", "DOI", "url", "collections", "tags")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 # Text from the server that goes into a log line or a status message (escaped, logtext.py): at most
@@ -298,6 +298,7 @@ class LocalApi:
                     tags=tuple(str(t["tag"]) for t in _list(d.get("tags")) if isinstance(t, dict) and t.get("tag")),
                     attachments=tuple(atts), date_modified=str(d.get("dateModified") or ""),
                     client_date_modified=str(d.get("version") or ""), stamp=stamp,
+                    date_added=_sql_date(d.get("dateAdded")),
                 )
             )
         out.sort(key=lambda r: r.key)
@@ -364,6 +365,13 @@ def _list(v: object) -> list[Any]:
 
 def _str_or_none(v: object) -> str | None:
     return str(v) if v else None
+
+
+def _sql_date(v: object) -> str:
+    """The API's ISO 8601 time ("2023-06-01T10:00:00Z") as zotero.sqlite stores it ("2023-06-01 10:00:00"),
+    so items from either source sort together; anything else is kept out ("")."""
+    text = str(v or "")
+    return text[:19].replace("T", " ") if len(text) >= 19 and text[4] == "-" and text[10] in "T " else ""
 
 
 def _int(v: str | None) -> int | None:

@@ -71,7 +71,7 @@ NON_REGULAR_TYPES = ("attachment", "note", "annotation")
 MAX_NOTE_CHARS = 1_000_000
 # Tables and columns the reader relies on; a database without them is refused with their names.
 REQUIRED_COLUMNS = {
-    "items": ("itemID", "itemTypeID", "libraryID", "key", "dateModified", "clientDateModified"),
+    "items": ("itemID", "itemTypeID", "libraryID", "key", "dateAdded", "dateModified", "clientDateModified"),
     "itemData": ("itemID", "fieldID", "valueID"),
     "itemDataValues": ("valueID", "value"),
     "creators": ("creatorID", "firstName", "lastName", "fieldMode"),
@@ -242,12 +242,12 @@ def read_library(
     types = dict(conn.execute("SELECT itemTypeID, typeName FROM itemTypesCombined"))
     trashed = {r[0] for r in conn.execute("SELECT itemID FROM deletedItems")}
     items: dict[int, _Row] = {}
-    for item_id, lib_id, key, type_id, modified, client_modified in conn.execute(
-        "SELECT itemID, libraryID, key, itemTypeID, dateModified, clientDateModified FROM items"
+    for item_id, lib_id, key, type_id, added, modified, client_modified in conn.execute(
+        "SELECT itemID, libraryID, key, itemTypeID, dateAdded, dateModified, clientDateModified FROM items"
     ):
         if item_id not in trashed and lib_id in libs and valid_key(key):
             items[item_id] = _Row(key, type_id, types.get(type_id, "unknown"), str(modified or ""), str(client_modified or ""),
-                                  libs[lib_id][0])
+                                  libs[lib_id][0], str(added or ""))
 
     collections: list[CollectionRecord] = []
     coll_keys: dict[int, str] = {}
@@ -342,6 +342,7 @@ class _Row:
     modified: str
     client_modified: str
     library: str
+    added: str = ""
 
 
 def _libraries(conn: sqlite3.Connection) -> dict[int, tuple[str, str]]:
@@ -490,7 +491,7 @@ def _full_record(
         key=it.key, item_type=it.type, title=title, creators=tuple(creators.get(item_id, ())),
         year=year_of(v.get("date")), abstract=v.get("abstractNote", ""), doi=v.get("DOI"), url=v.get("url"),
         collections=tuple(member.get(item_id, ())), tags=tuple(tags.get(item_id, ())), attachments=tuple(item_atts),
-        date_modified=it.modified, client_date_modified=it.client_modified, stamp=stamp,
+        date_modified=it.modified, client_date_modified=it.client_modified, stamp=stamp, date_added=it.added,
         library=it.library, library_name=names.get(it.library, ""), notes=tuple(notes),
         annotations=tuple(sorted(annotations, key=lambda a: (a.attachment_key, a.page_index or 0, a.key))),
     )

@@ -1,4 +1,5 @@
-"""`zocratesd serve` and `zocratesd stdio --standalone`: the daemon process around the core.
+"""`zocratesd serve`, `zocratesd stdio --standalone` and `zocratesd mcp --standalone`: the daemon
+process around the core.
 
 Both run the one `boot()` below; they differ only in their transport (process/transports.py):
 `serve` takes connections on a Unix socket (its own, or a service manager's) and runs the HTTP
@@ -43,7 +44,9 @@ import faulthandler
 import logging
 import os
 import signal
+import socket
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +68,7 @@ from zocratesd.process.lifecycle import (
     watchdog,
 )
 from zocratesd.process.logs import PROCESS_LOGGER, setup_logging
-from zocratesd.process.transports import SocketTransport, StdioTransport, Transport
+from zocratesd.process.transports import PairTransport, SocketTransport, StdioTransport, Transport
 from zocratesd.service_manager.activation import ActivationError
 from zocratesd.service_manager.notify import Notifier
 
@@ -91,6 +94,30 @@ async def serve_stdio_standalone(opts: ServeOptions) -> int:
     """ACP on this process's stdin/stdout with the core in-process (no socket, no other daemon)."""
     stream = FdStream.take_stdio()  # first: from here on nothing but frames can reach fd 1
     return await boot(opts, StdioTransport(stream))
+
+
+async def serve_face_standalone(opts: ServeOptions, face: Callable[[socket.socket], Awaitable[int]]) -> int:
+    """The core in this process for a face in this process (`zocratesd mcp --standalone`): `face`
+    gets one end of a socket pair and speaks the daemon's JSON-RPC over it, the core serves the
+    other end. When the face ends (its client left) the core's connection closes and the core
+    stops; when the core ends first (a failed start, a signal) the face is cancelled. The exit
+    code is the core's when it failed, else the face's."""
+    core_end, face_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    face_code = 0
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def run_face() -> None:
+                nonlocal face_code
+                face_code = await face(face_end)
+
+            tg.start_soon(run_face)
+            code = await boot(opts, PairTransport(core_end))
+            tg.cancel_scope.cancel()
+    finally:
+        core_end.close()
+        face_end.close()
+    return code or face_code
 
 
 async def boot(opts: ServeOptions, transport: Transport) -> int:

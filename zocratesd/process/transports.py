@@ -4,12 +4,15 @@
   manager (socket activation), plus the HTTP shim on a loopback port; daemon.json names both;
 - `StdioTransport` (`zocratesd stdio --standalone`): exactly one connection, the editor on fds 0/1;
   no socket, no daemon.json (no other client could find this daemon), and the process ends when
-  the editor closes stdin.
+  the editor closes stdin;
+- `PairTransport` (`zocratesd mcp --standalone`): exactly one connection, a socket pair whose other
+  end a face in this process holds; the same, but the face speaks to the outside world.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -200,3 +203,43 @@ class StdioTransport:
     async def close(self) -> None:
         pass  # the peer closes its stream when it ends
 
+
+
+class PairTransport:
+    """One connection over a Unix socket pair, the core in this process, its face too (`zocratesd
+    mcp --standalone`: the MCP face holds the other end). No socket path, no daemon.json; the core
+    ends when the face closes its end."""
+
+    already_running_hint = "drop --standalone to talk to it"
+    restarts_on_demand = False
+    preload: Preload | None = None  # no listener of its own
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self._started = False
+
+    def prepare(self) -> None:
+        pass  # no service manager starts this one
+
+    def claim(self, instance: Instance) -> None:
+        pass  # no socket to claim
+
+    async def open(self, instance: Instance, daemon: Daemon, conns: Connections) -> None:
+        pass  # connected already
+
+    def start(
+        self, accepting: anyio.abc.TaskGroup, connections: anyio.abc.TaskGroup, conns: Connections
+    ) -> None:
+        self._started = True
+        accepting.start_soon(self._serve, connections, conns, accepting.cancel_scope)
+
+    async def _serve(self, connections: anyio.abc.TaskGroup, conns: Connections, stop: anyio.CancelScope) -> None:
+        stream = await anyio.abc.UNIXSocketStream.from_socket(self.sock)
+        conns.start(connections, stream, "in-process", on_close=stop.cancel)
+
+    def publish(self, instance: Instance) -> str:
+        return "an in-process socket pair (no socket, no daemon.json)"
+
+    async def close(self) -> None:
+        if not self._started:  # never served: the face must see the end of its connection
+            self.sock.close()

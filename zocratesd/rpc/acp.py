@@ -578,6 +578,28 @@ def build_methods(daemon: Daemon) -> MethodTable:
     async def zocrates_library_suggestions(peer: Peer, p: models.LibrarySuggestionsParams) -> dict[str, Any]:
         return await daemon.library_suggestions(p.limit)
 
+    @adapter(models.LibrarySearchParams)
+    async def zocrates_library_search(peer: Peer, p: models.LibrarySearchParams) -> dict[str, Any]:
+        return await daemon.search_library(
+            p.query, top_k=p.top_k, collection=p.collection, item_keys=tuple(p.item_keys or ()), library=p.library
+        )
+
+    @adapter(models.LibraryItemParams)
+    async def zocrates_library_item(peer: Peer, p: models.LibraryItemParams) -> dict[str, Any]:
+        return await daemon.library_item(p.item_key, library=p.library, fulltext=p.fulltext, fulltext_offset=p.fulltext_offset)
+
+    @adapter(models.LibraryCollectionsParams)
+    async def zocrates_library_collections(peer: Peer, p: models.LibraryCollectionsParams) -> dict[str, Any]:
+        return {"collections": await daemon.library_collections(p.library)}
+
+    @adapter(models.LibraryTagsParams)
+    async def zocrates_library_tags(peer: Peer, p: models.LibraryTagsParams) -> dict[str, Any]:
+        return await daemon.library_tags(p.library, limit=p.limit, offset=p.offset, contains=p.contains)
+
+    @adapter(models.LibraryItemsParams)
+    async def zocrates_library_items(peer: Peer, p: models.LibraryItemsParams) -> dict[str, Any]:
+        return await daemon.library_items(p.library, limit=p.limit, offset=p.offset, order=p.order)
+
     table: dict[str, Handler] = {
         "initialize": initialize,
         "session/new": session_new,
@@ -597,6 +619,11 @@ def build_methods(daemon: Daemon) -> MethodTable:
         "_zocrates/storage/maintenance": zocrates_storage_maintenance,
         "_zocrates/library/status": zocrates_library_status,
         "_zocrates/library/suggestions": zocrates_library_suggestions,
+        "_zocrates/library/search": zocrates_library_search,
+        "_zocrates/library/item": zocrates_library_item,
+        "_zocrates/library/collections": zocrates_library_collections,
+        "_zocrates/library/tags": zocrates_library_tags,
+        "_zocrates/library/items": zocrates_library_items,
     }
     extensions = sorted(name for name in table if name.startswith("_zocrates/"))
     return MethodTable(table, notifications=("session/cancel",))

@@ -14,7 +14,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from zocratesd.limits import MAX_GUIDANCE_CHARS, MAX_INTERRUPT_ID_CHARS, MAX_TITLE_CHARS, SESSION_ID_PATTERN
+from zocratesd.limits import (
+    MAX_ACTIVE_ITEMS,
+    MAX_GUIDANCE_CHARS,
+    MAX_INTERRUPT_ID_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_SEARCH_TOP_K,
+    MAX_TITLE_CHARS,
+    SESSION_ID_PATTERN,
+)
 
 
 class Model(BaseModel):
@@ -447,6 +455,144 @@ class LibrarySuggestionsResult(Model):
     or before anything is indexed."""
 
     suggestions: list[LibrarySuggestion]
+ItemKey = Field(pattern=r"^[A-Z0-9]{8}$", description="A Zotero item key (8 characters A-Z, 0-9).")
+LibraryFilter = Field(
+    None, pattern=r"^(user|groups/[1-9][0-9]{0,11})$",
+    description='Only this library: "user" (My Library) or "groups/<groupID>"; absent: every library.',
+)
+# The page sizes of the catalogue's lists (library/catalog.py MAX_LIST: one answer stays small).
+MAX_LIST = 500
+
+
+class LibrarySearchParams(Params):
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="A question or keywords.")
+    top_k: int = Field(6, ge=1, le=MAX_SEARCH_TOP_K, description="How many passages (best first).")
+    collection: str | None = Field(
+        None, min_length=1, max_length=500,
+        description='Only this collection and its subcollections: its key, name or "Parent / Child" path.',
+    )
+    item_keys: list[str] | None = Field(
+        None, min_length=1, max_length=MAX_ACTIVE_ITEMS, description="Only these items (Zotero keys)."
+    )
+    library: str | None = LibraryFilter
+
+
+class LibraryPassage(Model):
+    """A passage as `search_library` cites it."""
+
+    model_config = ConfigDict(extra="allow")
+    item_key: str
+    title: str
+    text: str
+    creators: list[str]
+    year: int | None
+    kind: Literal["metadata", "fulltext", "note", "annotation"] = Field(
+        description="`metadata`: the item's header and abstract; `fulltext`: its attachment's text; a note; an annotation."
+    )
+    page: int | None = Field(description="The PDF page (1-based), when the passage is on one.")
+    page_label: str | None = Field(description="The page label a reader shows (else the page number).")
+    attachment_key: str | None
+    source_key: str | None = Field(description="The note's or annotation's own key (for fulltext: the attachment's).")
+    library: str = Field(description='"user" or "groups/<groupID>".')
+    link: str | None = Field(description="`zotero://open-pdf/...?page=N` or `zotero://select/...`.")
+    collections: list[str]
+    score: float
+
+
+class LibrarySearchResult(Model):
+    """`_zocrates/library/search`: the passages a turn's search_library would find, best first."""
+
+    query: str
+    scope: dict[str, Any] = Field(description="`{mode: library|collection|papers, collection, item_keys, library}`.")
+    passages: list[LibraryPassage]
+    library_state: str | None = Field(description="The index's state (as _zocrates/library/status); `indexing`: partial results.")
+    library_message: str | None
+
+
+class LibraryItemParams(Params):
+    item_key: str = ItemKey
+    library: str | None = LibraryFilter
+    fulltext: bool = Field(False, description="Include one page of the item's full text.")
+    fulltext_offset: int = Field(0, ge=0, description="The full-text chunk to start the page at (a page's `next_offset`).")
+
+
+class ItemSummary(Model):
+    model_config = ConfigDict(extra="allow")
+    item_key: str
+    library: str
+    item_type: str | None
+    title: str
+    creators: list[str]
+    year: int | None
+    date_added: str | None = Field(description='"YYYY-MM-DD hh:mm:ss" (UTC), as Zotero stores it.')
+    date_modified: str | None
+    link: str = Field(description="`zotero://select/...`.")
+
+
+class LibraryItemResult(ItemSummary):
+    """`_zocrates/library/item`: one item of the index with its children."""
+
+    abstract: str
+    doi: str | None
+    url: str | None
+    tags: list[str]
+    collections: list[dict[str, Any]] = Field(description="`[{key, name}]`.")
+    notes: list[dict[str, Any]] = Field(description="`[{key, title, text, truncated, link}]` (child notes; a standalone note: itself).")
+    annotations: list[dict[str, Any]] = Field(
+        description="`[{key, attachment_key, type, text, comment, color, page_label, page, tags, link}]`."
+    )
+    attachments: list[dict[str, Any]] = Field(description="`[{key, content_type, link_mode, has_text, link}]`.")
+    fulltext_chunks: int = Field(description="How many chunks its full text has (0: none indexed).")
+    fulltext: dict[str, Any] | None = Field(
+        None,
+        description="With `fulltext`: `{offset, chunks: [{attachment_key, page, page_label, text, link}], total_chunks, "
+        "next_offset}` (null next_offset: the last page).",
+    )
+
+
+class LibraryCollectionsParams(Params):
+    library: str | None = LibraryFilter
+
+
+class LibraryCollectionsResult(Model):
+    """`_zocrates/library/collections`."""
+
+    collections: list[dict[str, Any]] = Field(
+        description="`[{key, name, path, parent_key, library, library_name, items, items_with_subcollections}]`, "
+        "sorted by library then path."
+    )
+
+
+class LibraryTagsParams(Params):
+    library: str | None = LibraryFilter
+    limit: int = Field(50, ge=1, le=MAX_LIST)
+    offset: int = Field(0, ge=0)
+    contains: str | None = Field(None, max_length=200, description="Only tags containing this (case-insensitive).")
+
+
+class LibraryTagsResult(Model):
+    """`_zocrates/library/tags`: tags by how many items carry them."""
+
+    tags: list[dict[str, Any]] = Field(description="`[{tag, items}]`.")
+    total: int
+    offset: int
+    next_offset: int | None
+
+
+class LibraryItemsParams(Params):
+    library: str | None = LibraryFilter
+    limit: int = Field(50, ge=1, le=MAX_LIST)
+    offset: int = Field(0, ge=0)
+    order: Literal["added", "modified"] = Field("added", description="Newest first by date added, or by date modified.")
+
+
+class LibraryItemsResult(Model):
+    """`_zocrates/library/items`: item summaries, newest first."""
+
+    items: list[ItemSummary]
+    total: int
+    offset: int
+    next_offset: int | None
 
 
 # --- notifications ------------------------------------------------------------------------------
@@ -478,6 +624,11 @@ METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "_zocrates/storage/maintenance": (NoParams, MaintenanceResult),
     "_zocrates/library/status": (LibraryStatusParams, LibraryStatusResult),
     "_zocrates/library/suggestions": (LibrarySuggestionsParams, LibrarySuggestionsResult),
+    "_zocrates/library/search": (LibrarySearchParams, LibrarySearchResult),
+    "_zocrates/library/item": (LibraryItemParams, LibraryItemResult),
+    "_zocrates/library/collections": (LibraryCollectionsParams, LibraryCollectionsResult),
+    "_zocrates/library/tags": (LibraryTagsParams, LibraryTagsResult),
+    "_zocrates/library/items": (LibraryItemsParams, LibraryItemsResult),
 }
 NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionUpdateParams, "session/cancel": CancelParams}
 

@@ -36,13 +36,13 @@ async def _connect_unix(path: str) -> anyio.abc.SocketStream:
     return await anyio.connect_unix(path)
 
 
-def _start_and_wait(data_dir: Path, on_start: Callable[[int, Path], None] | None) -> None:
+def _start_and_wait(data_dir: Path, on_start: Callable[[int, Path], None] | None, serve_args: list[str] | None = None) -> None:
     """Start `zocratesd serve` unless one runs, and return once it accepts connections.
 
     The probe socket the pump logic hands back is closed here, in the worker thread, so a caller
     cancelled meanwhile (the thread is then abandoned) leaks nothing.
     """
-    pump.connect_to_daemon(data_dir, start=True, on_start=on_start).close()
+    pump.connect_to_daemon(data_dir, start=True, serve_args=serve_args, on_start=on_start).close()
 
 
 async def open_endpoint(
@@ -50,6 +50,7 @@ async def open_endpoint(
     socket_path: str | os.PathLike[str] | None,
     start_daemon: bool,
     on_start: Callable[[int, Path], None] | None = None,
+    serve_args: list[str] | None = None,
 ) -> Endpoint:
     """Connect to the daemon; raises DaemonNotRunning, ConnectError or ValueError.
 
@@ -59,7 +60,8 @@ async def open_endpoint(
       ~/Zotero, or the per-user default) and its live daemon.json gives the socket. With no live
       daemon: `start_daemon` starts one and waits (up to `pump.START_TIMEOUT_S`), else
       DaemonNotRunning names the data dir and the command to run. `on_start(pid, log_path)` is
-      called (in a worker thread) when a daemon is started.
+      called (in a worker thread) when a daemon is started; `serve_args` are given to the
+      `zocratesd serve` it starts (e.g. `["--model", "openai"]`).
     """
     if socket_path is not None:
         if start_daemon:
@@ -90,7 +92,7 @@ async def open_endpoint(
     try:
         # abandon_on_cancel: a cancelled caller (Ctrl-C, a timeout) must not wait out the pump's
         # 60 s start timeout; the thread finishes on its own and closes its probe socket.
-        await anyio.to_thread.run_sync(_start_and_wait, resolved, on_start, abandon_on_cancel=True)
+        await anyio.to_thread.run_sync(_start_and_wait, resolved, on_start, serve_args, abandon_on_cancel=True)
     except (pump.PumpError, locations.RuntimeFileError) as exc:
         raise ConnectError(f"could not start zocratesd for {resolved}: {exc}") from None
     info = locations.live_daemon(resolved)

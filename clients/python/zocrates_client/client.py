@@ -45,7 +45,7 @@ import anyio.lowlevel
 from anyio.abc import SocketAttribute
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from zocrates_client._discovery import open_endpoint
+from zocrates_client._discovery import Endpoint, open_endpoint
 from zocrates_client._errors import ConnectionLost, MessageTooLarge, RpcError, UpdatesOverflow
 from zocrates_client._types import (
     CheckpointAction,
@@ -773,6 +773,8 @@ async def connect(
     on_request: RequestHandler | None = None,
     max_frame_bytes: int = DEFAULT_MAX_INCOMING_FRAME_BYTES,
     on_daemon_start: Callable[[int, Path], None] | None = None,
+    serve_args: list[str] | None = None,
+    stream: anyio.abc.SocketStream | None = None,
 ) -> AsyncIterator[Client]:
     """Connect to zocratesd and yield a `Client`; everything is closed when the block ends.
 
@@ -782,9 +784,15 @@ async def connect(
     for it; otherwise `DaemonNotRunning` is raised. Other connection failures raise `ConnectError`.
     `on_request` handles requests the daemon sends (see `RequestHandler`). `max_frame_bytes` caps
     one incoming message; a larger one ends the connection with `ConnectionLost`.
-    `on_daemon_start(pid, log_path)` is called (from a worker thread) when a daemon was started.
+    `on_daemon_start(pid, log_path)` is called (from a worker thread) when a daemon was started,
+    with `serve_args` on its command line. `stream`, a connected Unix socket stream (a daemon
+    core run in this process over a socket pair: `zocratesd mcp --standalone`), is used as it is
+    instead of finding a daemon.
     """
-    endpoint = await open_endpoint(data_dir, socket_path, start_daemon, on_daemon_start)
+    if stream is not None:
+        endpoint = Endpoint(stream, "(in-process)", Path(data_dir) if data_dir is not None else None)
+    else:
+        endpoint = await open_endpoint(data_dir, socket_path, start_daemon, on_daemon_start, serve_args)
     client: Client | None = None
     body_error: BaseException | None = None
     try:

@@ -43,8 +43,13 @@ PASSAGES = [
 TWO = "What does RAG combine? How does HyDE retrieve?"  # two aspects, one round: a checkpoint
 EXTENSIONS = [
     "_zocrates/chat/resume",
+    "_zocrates/library/collections",
+    "_zocrates/library/item",
+    "_zocrates/library/items",
+    "_zocrates/library/search",
     "_zocrates/library/status",
     "_zocrates/library/suggestions",
+    "_zocrates/library/tags",
     "_zocrates/session/get",
     "_zocrates/session/rename",
     "_zocrates/session/rewind",

@@ -189,7 +189,8 @@ async def test_acp_replies(acp: Any) -> None:
         '"mcpCapabilities":{"http":false,"sse":false},'
         '"sessionCapabilities":{"list":{},"delete":{},"resume":{},"close":{}},'
         f'"_meta":{{"zocrates":{{"version":"{v}","protocolVersion":1,"extensions":["_zocrates/chat/resume",'
-        '"_zocrates/library/status","_zocrates/library/suggestions","_zocrates/session/get","_zocrates/session/rename","_zocrates/session/rewind",'
+        '"_zocrates/library/collections","_zocrates/library/item","_zocrates/library/items","_zocrates/library/search",'
+        '"_zocrates/library/status","_zocrates/library/suggestions","_zocrates/library/tags","_zocrates/session/get","_zocrates/session/rename","_zocrates/session/rewind",'
         '"_zocrates/storage/maintenance","_zocrates/storage/stats"],"maxFrameBytes":16777216}}},'
         f'"agentInfo":{{"name":"zocratesd","title":"Zocrates","version":"{v}"}},"authMethods":[]}},"id":1}}\n'
     ).encode()

@@ -1,0 +1,402 @@
+"""`zocratesd mcp` driven by the official MCP Python SDK's client over stdio, on a schema-true
+Zotero library (zocratesd/library/writer.py), against real daemons (started by `zocratesd mcp`
+itself, as an MCP client would run it) and the in-process core (`--standalone`).
+
+Every tool, the item resources and the prompts; bad arguments (a tool error, and the server goes
+on); an `ask` cancelled half-way; an `ask` paused at a research checkpoint, resumed with the
+`resume` tool and, with a client that takes elicitations, answered in the call itself; a session
+continued by id after its daemon was SIGKILLed. The SDK's client checks each result's
+`structuredContent` against the tool's `outputSchema` itself.
+
+The MCP Inspector's CLI (`@modelcontextprotocol/inspector`, npm, pinned in package.json) lists and
+calls the tools too (`test_the_mcp_inspector_cli_lists_and_calls_the_tools`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from daemonproc import daemon_env
+from fake_openai import Behaviour, FakeOpenAI
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from zoterofixture import Collection, Item, Library, rich_library
+
+from zocratesd import locations
+from zocratesd.library.writer import write
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = {"search_library", "get_item", "list_collections", "list_tags", "recent_items", "ask", "resume", "sessions"}
+# Two parts with a research budget of one round: the turn pauses at a checkpoint.
+TWO_PARTS = "What do transformer attention heads specialise in? How does axolotl regeneration work?"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def library() -> Library:
+    """rich_library(), plus tagged papers in a subcollection added on known dates."""
+    rich = rich_library()
+    extra = [
+        Item("RAGPAPR1", "Retrieval-augmented generation for question answering", creators=[("Patrick", "Lewis")], date="2020",
+             tags=["rag", "nlp"], collections=["SUBCOL01"], date_added="2025-03-01 09:00:00",
+             fields={"abstractNote": "A retriever fetches passages that a generator conditions on."}),
+        Item("HYDEPAPR", "Hypothetical document embeddings", creators=[("Luyu", "Gao")], date="2022", tags=["rag"],
+             collections=["SUBCOL01"], date_added="2025-04-01 09:00:00",
+             fields={"abstractNote": "A language model writes a hypothetical document that is embedded to retrieve real ones."}),
+    ]
+    return Library(items=[*rich.items, *extra], attachments=rich.attachments,
+                   collections=[*rich.collections, Collection("SUBCOL01", "Retrieval", parent="FIELDCOL")],
+                   notes=rich.notes, groups=rich.groups, feeds=rich.feeds)
+
+
+@pytest.fixture
+def world(short_tmp: Path) -> Any:
+    """A data dir with the library (research budget: one round), a runtime dir, the env; the
+    daemon a test's `zocratesd mcp` starts is stopped at the end."""
+    run = short_tmp / "run"
+    run.mkdir(mode=0o700)
+    data = short_tmp / "zotero"
+    write(data, library())
+    state = data / "zocrates-data"
+    state.mkdir()
+    (state / "zocrates_config.json").write_text(json.dumps({"research": {"initial_budget": 1}, "http": {"enabled": False}}))
+
+    class World:
+        data_dir = data
+        env = daemon_env(run)
+
+    yield World
+    subprocess.run([sys.executable, "-m", "zocratesd", "stop", "--zotero-data-dir", str(data)], env=World.env, timeout=60,
+                   capture_output=True, check=False)
+
+
+@asynccontextmanager
+async def mcp(world: Any, *extra: str, **session_kw: Any) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "zocratesd", "mcp", "--zotero-data-dir", str(world.data_dir), *extra], env=world.env,
+    )
+    async with stdio_client(params) as (read, write_), ClientSession(read, write_, **session_kw) as session:
+        await session.initialize()
+        yield session
+
+
+async def call(session: ClientSession, name: str, args: dict[str, Any], **kw: Any) -> types.CallToolResult:
+    with anyio.fail_after(60):
+        return await session.call_tool(name, args, **kw)
+
+
+def ok(result: types.CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    assert isinstance(result.structured_content, dict)
+    assert result.content and result.content[0].type == "text" and result.content[0].text
+    return result.structured_content
+
+
+def error_text(result: types.CallToolResult) -> str:
+    assert result.is_error and result.structured_content is None, result
+    text = result.content[0].text
+    assert isinstance(text, str)
+    return text
+
+
+async def ready(session: ClientSession) -> None:
+    """Until the library is indexed (the daemon indexes in the background after it starts)."""
+    with anyio.fail_after(60):
+        while True:
+            cols = ok(await call(session, "list_collections", {}))["collections"]
+            found = ok(await call(session, "search_library", {"query": "hypothetical document embeddings"}))
+            if len(cols) == 3 and found["passages"] and found["library_state"] == "ready":
+                return
+            await anyio.sleep(0.2)
+
+
+async def test_every_tool_resource_and_prompt(world: Any) -> None:
+    async with mcp(world) as s:
+        listed = (await s.list_tools()).tools
+        assert {t.name for t in listed} == TOOLS
+        assert all(t.output_schema and t.input_schema["type"] == "object" for t in listed)
+        assert {t.name for t in listed if t.annotations and t.annotations.read_only_hint} == TOOLS - {"ask", "resume", "sessions"}
+        await ready(s)
+
+        found = ok(await call(s, "search_library", {"query": "transformer attention heads", "top_k": 3}))
+        best = found["passages"][0]
+        assert (best["item_key"], best["kind"], best["page_label"]) == ("ANNPAPER", "annotation", "xii")
+        assert best["link"] == "zotero://open-pdf/library/items/ANNPDF01?page=3&annotation=ANNOTHL1"
+        assert best["creators"] == ["Kim Lee"] and best["year"] == 2021 and best["title"] == "Interpreting language models"
+        # Scopes: a collection by its path (subcollections included), item keys, a group library.
+        scoped = ok(await call(s, "search_library", {"query": "retrieval passages", "collection": "Field notes"}))
+        assert {p["item_key"] for p in scoped["passages"]} <= {"RAGPAPR1", "HYDEPAPR", "NOTEPAR1", "NOTESOL1"}
+        assert {p["item_key"] for p in scoped["passages"]} >= {"RAGPAPR1"}
+        keys = ok(await call(s, "search_library", {"query": "retrieval", "item_keys": ["HYDEPAPR"]}))
+        assert {p["item_key"] for p in keys["passages"]} == {"HYDEPAPR"}
+        group = ok(await call(s, "search_library", {"query": "tardigrade cryptobiosis", "library": "groups/4242"}))
+        assert group["passages"][0]["item_key"] == "GRPPAPR1" and group["passages"][0]["library"] == "groups/4242"
+        note = ok(await call(s, "search_library", {"query": "axolotl regeneration"}))["passages"][0]
+        assert (note["item_key"], note["kind"], note["source_key"]) == ("NOTEPAR1", "note", "NOTECHL1")
+
+        item = ok(await call(s, "get_item", {"item_key": "ANNPAPER"}))
+        assert "fulltext" not in item and item["fulltext_chunks"] == 3  # no dump unless asked
+        assert {a["key"]: (a["page_label"], a["type"]) for a in item["annotations"]} == {
+            "ANNOTHL1": ("xii", "highlight"), "ANNOTCM1": ("xi", "note")}
+        assert item["attachments"][0]["key"] == "ANNPDF01" and item["attachments"][0]["has_text"]
+        page = ok(await call(s, "get_item", {"item_key": "ANNPAPER", "fulltext": True}))["fulltext"]
+        assert page["offset"] == 0 and page["total_chunks"] == 3 and page["chunks"][0]["text"].startswith("Introduction.")
+        rest = ok(await call(s, "get_item", {"item_key": "ANNPAPER", "fulltext": True, "fulltext_offset": 2}))["fulltext"]
+        assert [c["page"] for c in rest["chunks"]] == [3] and rest["next_offset"] is None
+        assert rest["chunks"][0]["page_label"] == "xii"
+        child = ok(await call(s, "get_item", {"item_key": "NOTEPAR1"}))
+        assert "axolotl regeneration" in child["notes"][0]["text"] and child["collections"] == [{"key": "FIELDCOL", "name": "Field notes"}]
+        rag = ok(await call(s, "get_item", {"item_key": "RAGPAPR1"}))
+        assert rag["abstract"].startswith("A retriever") and sorted(rag["tags"]) == ["nlp", "rag"]
+        # The same key in two libraries: the user library's unless another is named.
+        assert ok(await call(s, "get_item", {"item_key": "LEWIS202", "library": "groups/4242"}))["library"] == "groups/4242"
+
+        cols = {c["path"]: c for c in ok(await call(s, "list_collections", {}))["collections"]}
+        assert set(cols) == {"Field notes", "Field notes / Retrieval", "Extremophiles"}
+        assert cols["Field notes"]["items_with_subcollections"] == 4 and cols["Field notes / Retrieval"]["items"] == 2
+        assert cols["Extremophiles"]["library"] == "groups/4242"
+        tags = ok(await call(s, "list_tags", {}))
+        assert tags["tags"][:2] == [{"tag": "rag", "items": 2}, {"tag": "nlp", "items": 1}] and tags["total"] == 2
+        assert ok(await call(s, "list_tags", {"contains": "NL"}))["tags"] == [{"tag": "nlp", "items": 1}]
+        recent = ok(await call(s, "recent_items", {"limit": 2, "library": "user"}))
+        assert [i["item_key"] for i in recent["items"]] == ["HYDEPAPR", "RAGPAPR1"] and recent["next_offset"] == 2
+        added = [i["date_added"] for i in ok(await call(s, "recent_items", {"limit": 50}))["items"]]
+        assert added == sorted(added, reverse=True)
+
+        asked = ok(await call(s, "ask", {"question": "What do transformer attention heads specialise in?"}))
+        assert asked["status"] == "answered" and asked["search_rounds"] == 1 and "# Cited Sources" in asked["answer"]
+        assert asked["sources"][0] == {
+            "n": 1, "item_key": "ANNPAPER", "library": "user", "title": "Interpreting language models", "creators": ["Kim Lee"],
+            "year": 2021, "pages": asked["sources"][0]["pages"], "link": "zotero://select/library/items/ANNPAPER", "cited": True}
+        sid = asked["session_id"]
+        follow = ok(await call(s, "ask", {"question": "Which syntax?", "session_id": sid, "item_keys": ["ANNPAPER"]}))
+        assert follow["session_id"] == sid and follow["status"] == "answered"
+
+        listed_sessions = ok(await call(s, "sessions", {"action": "list"}))["sessions"]
+        assert [x["sessionId"] for x in listed_sessions] == [sid]
+        shown = ok(await call(s, "sessions", {"action": "show", "session_id": sid}))["session"]
+        assert [m["text"] for m in shown["messages"] if m["role"] == "user"] == [
+            "What do transformer attention heads specialise in?", "Which syntax?"]
+        assert ok(await call(s, "sessions", {"action": "rename", "session_id": sid, "title": "Attention"}))["session"]["title"] == "Attention"
+        assert ok(await call(s, "sessions", {"action": "delete", "session_id": sid}))["deleted"] == sid
+        assert ok(await call(s, "sessions", {"action": "list"}))["sessions"] == []
+
+        resources = await s.list_resources()
+        uris = {str(r.uri) for r in resources.resources}
+        assert "zotero://select/library/items/ANNPAPER" in uris and "zotero://select/groups/4242/items/GRPPAPR1" in uris
+        assert "zotero://select/library/items/FEEDITM1" not in uris  # feeds are never the library
+        read = await s.read_resource("zotero://select/groups/4242/items/LEWIS202")
+        assert "okapi stripes" in read.contents[0].text  # type: ignore[union-attr]
+        templates = await s.list_resource_templates()
+        assert {t.uri_template for t in templates.resource_templates} == {
+            "zotero://select/library/items/{item_key}", "zotero://select/groups/{group_id}/items/{item_key}"}
+        with pytest.raises(Exception, match="no item NOPE0000"):
+            await s.read_resource("zotero://select/library/items/NOPE0000")
+
+        prompts = await s.list_prompts()
+        assert {p.name for p in prompts.prompts} == {"literature_review", "compare_papers"}
+        review = await s.get_prompt("literature_review", {"collection": "Field notes", "focus": "retrieval"})
+        assert "Field notes" in review.messages[0].content.text  # type: ignore[union-attr]
+        compare = await s.get_prompt("compare_papers", {"item_keys": "RAGPAPR1, HYDEPAPR"})
+        assert "item_keys=['RAGPAPR1', 'HYDEPAPR']" in compare.messages[0].content.text  # type: ignore[union-attr]
+        with pytest.raises(Exception, match="needs the argument collection"):
+            await s.get_prompt("literature_review", {})
+
+
+async def test_bad_arguments_are_tool_errors_and_the_server_keeps_going(world: Any) -> None:
+    async with mcp(world) as s:
+        await ready(s)
+        cases: list[tuple[str, dict[str, Any], str]] = [
+            ("no_such_tool", {}, "unknown tool 'no_such_tool'"),
+            ("search_library", {}, "'query' is a required property"),
+            ("search_library", {"query": ""}, "query"),
+            ("search_library", {"query": "x", "top_k": 0}, "top_k"),
+            ("search_library", {"query": "x", "top_k": "3"}, "top_k"),
+            ("search_library", {"query": "x", "colection": "typo"}, "Additional properties"),
+            ("search_library", {"query": "x", "library": "groups/../../etc"}, "library"),
+            ("search_library", {"query": "x", "collection": "No such collection"}, "no collection called 'No such collection'"),
+            ("search_library", {"query": "x", "collection": "Field notes", "item_keys": ["RAGPAPR1"]}, "not both"),
+            ("get_item", {"item_key": "../etc/pw"}, "item_key"),
+            ("get_item", {"item_key": "NOPE0000"}, "no item NOPE0000"),
+            ("get_item", {"item_key": "RAGPAPR1", "fulltext_offset": -1}, "fulltext_offset"),
+            ("list_tags", {"limit": 10_000}, "limit"),
+            ("recent_items", {"order": "random"}, "order"),
+            ("ask", {"question": "x", "session_id": "session-does-not-exist"}, "no session with id"),
+            ("ask", {"question": "x", "collection": "Nothing like this"}, "no collection called"),
+            ("resume", {"session_id": "session-does-not-exist", "action": "synthesize"}, "no session with id"),
+            ("resume", {"session_id": "s", "action": "maybe"}, "action"),
+            ("sessions", {"action": "show"}, "needs a session_id"),
+            ("sessions", {"action": "rename", "session_id": "session-x"}, "needs a title"),
+            ("sessions", {"action": "delete", "session_id": "session-does-not-exist"}, "no session with id"),
+        ]
+        for name, args, expected in cases:
+            text = error_text(await call(s, name, args))
+            assert expected in text, (name, args, text)
+        asked = ok(await call(s, "ask", {"question": "What is hypothetical document embedding?"}))
+        with_no_checkpoint = error_text(await call(s, "resume", {"session_id": asked["session_id"], "action": "extend"}))
+        assert "no research checkpoint waiting" in with_no_checkpoint
+        # Still serving, and the good calls still answer.
+        assert ok(await call(s, "search_library", {"query": "Lübeck"}))["passages"][0]["item_key"] == "LUBECK01"
+
+
+async def test_an_ask_paused_at_a_checkpoint_is_resumed(world: Any) -> None:
+    async with mcp(world) as s:
+        await ready(s)
+        progress: list[tuple[float, str | None]] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append((value, message))
+
+        paused = ok(await call(s, "ask", {"question": TWO_PARTS}, progress_callback=on_progress))
+        assert paused["status"] == "checkpoint" and paused["checkpoint"]["interrupt_id"]
+        assert progress and progress[0] == (1.0, "search round 1: " + TWO_PARTS)
+        text = (await call(s, "sessions", {"action": "show", "session_id": paused["session_id"]})).content[0].text
+        assert "Research checkpoint pending" in text
+        resumed = ok(await call(s, "resume", {"session_id": paused["session_id"], "action": "synthesize"}))
+        assert resumed["status"] == "answered" and "# Cited Sources" in resumed["answer"]
+        assert resumed["session_id"] == paused["session_id"]
+
+
+async def test_a_checkpoint_is_asked_through_elicitation_when_the_client_has_it(world: Any) -> None:
+    asked: list[types.ElicitRequestParams] = []
+
+    async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        if len(asked) > 1:  # each extension is one more round of the budget: answer after the first
+            return types.ElicitResult(action="accept", content={"action": "synthesize"})
+        return types.ElicitResult(action="accept", content={"action": "extend", "guidance": "axolotl regeneration"})
+
+    async with mcp(world, elicitation_callback=on_elicit) as s:
+        await ready(s)
+        done = ok(await call(s, "ask", {"question": TWO_PARTS}))
+        assert done["status"] == "answered" and done["search_rounds"] >= 2, done  # the extension searched on
+        assert "Research checkpoint" in json.dumps(asked[0].model_dump(by_alias=True)) and "1 of 2 aspects" in asked[0].message
+        assert {src["item_key"] for src in done["sources"]} >= {"ANNPAPER", "NOTEPAR1"}
+
+    async def decline(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    async with mcp(world, elicitation_callback=decline) as s:
+        left = ok(await call(s, "ask", {"question": TWO_PARTS}))
+        assert left["status"] == "checkpoint"  # declined: pending, for the resume tool
+        assert ok(await call(s, "resume", {"session_id": left["session_id"], "action": "extend"}))["status"] == "answered"
+
+
+async def test_an_ask_cancelled_half_way_stops_the_turn(world: Any) -> None:
+    fake = FakeOpenAI()
+    try:
+        world.env["ZQ_KEY"] = "sk-e2e"
+        config = {"http": {"enabled": False}, "model": {"provider": "openai", "name": "fake/model", "base_url": fake.base_url,
+                                                         "api_key_env": "ZQ_KEY"}}
+        (world.data_dir / "zocrates-data" / "zocrates_config.json").write_text(json.dumps(config))
+        async with mcp(world) as s:
+            await ready(s)
+            session = ok(await call(s, "ask", {"question": "Warm up"}))["session_id"]
+            fake.behaviour = Behaviour(chunk_delay_s=0.5)  # from here on each few characters take half a second
+            searched = anyio.Event()
+
+            async def on_progress(value: float, total: float | None, message: str | None) -> None:
+                searched.set()
+
+            with anyio.CancelScope() as scope:
+
+                async def cancel_once_searched() -> None:
+                    await searched.wait()
+                    await anyio.sleep(0.6)  # a few chunks of the slow answer are out
+                    scope.cancel()
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(cancel_once_searched)
+                    await s.call_tool("ask", {"question": "A long essay on dense retrieval please", "session_id": session},
+                                      progress_callback=on_progress)
+                    pytest.fail("the ask was not cancelled")
+            assert scope.cancelled_caught
+            # The daemon stopped the turn: the session takes the next question at once (not "busy").
+            fake.behaviour = Behaviour()
+            started = time.monotonic()
+            after = ok(await call(s, "ask", {"question": "Short question", "session_id": session}))
+            assert after["status"] == "answered" and time.monotonic() - started < 10
+            shown = ok(await call(s, "sessions", {"action": "show", "session_id": session}))["session"]
+            replies = [m["text"] for m in shown["messages"] if m["role"] == "assistant"]
+            assert "I have seen 2 questions" not in "".join(replies[:-1])  # the cancelled answer never finished
+            assert replies[-1].startswith("From ")
+    finally:
+        fake.close()
+
+
+async def test_a_session_continues_by_id_after_the_daemon_was_killed(world: Any) -> None:
+    async with mcp(world) as s:
+        await ready(s)
+        first = ok(await call(s, "ask", {"question": "What do transformer attention heads specialise in?"}))
+        info = locations.live_daemon(world.data_dir)
+        assert info is not None
+        os.kill(info.pid, signal.SIGKILL)
+        with anyio.fail_after(10):
+            while locations.live_daemon(world.data_dir) is not None:
+                await anyio.sleep(0.05)
+        again = ok(await call(s, "ask", {"question": "And what does the comment compare them with?", "session_id": first["session_id"]}))
+        assert again["status"] == "answered" and again["session_id"] == first["session_id"]
+        restarted = locations.live_daemon(world.data_dir)
+        assert restarted is not None and restarted.pid != info.pid
+        shown = ok(await call(s, "sessions", {"action": "show", "session_id": first["session_id"]}))["session"]
+        assert [m["text"] for m in shown["messages"] if m["role"] == "user"] == [
+            "What do transformer attention heads specialise in?", "And what does the comment compare them with?"]
+
+
+async def test_standalone_runs_the_core_in_process(world: Any) -> None:
+    async with mcp(world, "--standalone") as s:
+        assert locations.read_daemon_info(world.data_dir) is None  # no daemon, no daemon.json
+        await ready(s)
+        assert locations.live_daemon(world.data_dir) is None
+        asked = ok(await call(s, "ask", {"question": "What is hypothetical document embedding?"}))
+        assert asked["status"] == "answered" and asked["sources"][0]["item_key"] == "HYDEPAPR"
+    # The client closed stdin: the process (and its core) ended, the data dir is free again.
+    assert not locations.lock_is_held(world.data_dir / "zocrates-data" / locations.LOCK_NAME)
+
+
+def test_the_mcp_inspector_cli_lists_and_calls_the_tools(world: Any) -> None:
+    inspector = REPO / "node_modules" / ".bin" / "mcp-inspector"
+    if shutil.which("node") is None or not inspector.exists():
+        pytest.fail("the MCP Inspector is not installed: run `npm ci --ignore-scripts` (./dev test does)")
+    server = [sys.executable, "-m", "zocratesd", "mcp", "--zotero-data-dir", str(world.data_dir)]
+
+    # The Inspector keeps a catalogue of servers; a test's goes with the test.
+    env = {**world.env, "MCP_CATALOG_PATH": str(world.data_dir.parent / "inspector-catalog.json")}
+
+    def inspect(*args: str, status: int = 0) -> Any:
+        out = subprocess.run([str(inspector), "--cli", *args, "--", *server], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == status, out.stderr + out.stdout
+        return json.loads(out.stdout)
+
+    # --strict: every tool schema passes its portability checks (exit 6 on an error-severity problem).
+    tools = inspect("--strict", "--method", "tools/list")["tools"]
+    assert {t["name"] for t in tools} == TOOLS and all("outputSchema" in t for t in tools)
+    deadline = time.monotonic() + 60
+    while True:
+        found = inspect("--method", "tools/call", "--tool-name", "search_library", "--tool-arg", "query=transformer attention heads")
+        if found["structuredContent"]["passages"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert found["structuredContent"]["passages"][0]["item_key"] == "ANNPAPER" and not found.get("isError")
+    item = inspect("--method", "tools/call", "--tool-name", "get_item", "--tool-arg", "item_key=NOTEPAR1")
+    assert "axolotl regeneration" in item["content"][0]["text"]
+    bad = inspect("--method", "tools/call", "--tool-name", "get_item", "--tool-arg", "item_key=nope", status=5)  # 5: isError
+    assert bad["isError"] and "item_key" in bad["content"][0]["text"]

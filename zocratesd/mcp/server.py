@@ -1,0 +1,503 @@
+"""The MCP server: tools, resources and prompts, each a thin mapping onto the daemon's JSON-RPC.
+
+Every tool is one or two `_zocrates/*` or ACP calls (protocol/README.md) through `DaemonLink`;
+nothing here reads the library or the session store itself. A tool's result is text (for the
+model) plus `structuredContent` matching its `outputSchema` (schemas.py). A bad argument, an
+unknown key, a daemon that cannot be reached: a tool result with `isError` that says what to do,
+and the server carries on.
+
+`ask` and `resume` run a whole Zocrates turn. Search rounds become progress notifications (when
+the client asked for progress). A client's `notifications/cancelled` cancels the tool's task; the
+turn's request is then cancelled (`$/cancel_request`) and the daemon stops the turn, keeping the
+session usable. A research checkpoint comes from the daemon as `elicitation/create` and is put to
+the MCP client as an elicitation of its own when it can take one; otherwise it is declined, the
+checkpoint stays pending in the session, and the tool's result says how to `resume` it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import anyio
+import jsonschema  # type: ignore[import-untyped]  # the mcp SDK's own dependency; no stubs
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from zocrates_client import DEFAULT_UPDATES_BUFFER, CheckpointAction, ConnectionLost, RpcError, Turn
+from zocrates_client.client import prompt_params
+from zocratesd import __version__
+from zocratesd.logtext import escape_for_log
+from zocratesd.mcp import schemas
+from zocratesd.mcp.link import DaemonLink, LinkDown
+
+log = logging.getLogger("zocratesd.mcp")
+
+# Resources listed per page (`resources/list` cursor): a client that lists everything pages on.
+RESOURCES_PAGE: Final = 100
+# A turn stopped by a cancelled tool call ends in the daemon a moment later (the model's stream
+# closed, the turn's events written); a new turn of that session refused as busy within this
+# long is retried every BUSY_RETRY_S rather than failed. A turn takes well under a second to stop.
+CANCELLED_TURN_GRACE_S: Final = 10.0
+BUSY_RETRY_S: Final = 0.05
+SESSION_BUSY: Final = 1001  # the daemon's "session busy" code (protocol/README.md, Errors)
+# Sources an `ask` result lists when the answer cited nothing (the passages it found instead).
+MAX_UNCITED_SOURCES: Final = 20
+# JSON-RPC "resource not found" (the daemon's -32002; MCP servers use it for an unknown URI).
+RESOURCE_NOT_FOUND: Final = -32002
+ITEM_URI_RE: Final = re.compile(r"^zotero://select/(library|groups/[1-9]\d{0,11})/items/([A-Z0-9]{8})$")
+_KEY_RE: Final = re.compile(r"^[A-Z0-9]{8}$")
+# A search's progress line: `Round 2: searched "..." (3 passages)` (engine/tools.py).
+_ROUND_RE: Final = re.compile(r"^Round (\d+):")
+# "[2] Lewis et al. (2020). Title. p. 4. (zotero://select/library/items/KEY)": the answer's source list.
+_CITED_RE: Final = re.compile(r"^\[(\d+)\] .*\((zotero://select/(library|groups/\d+)/items/([A-Z0-9]{8}))\)\s*$", re.M)
+
+INSTRUCTIONS: Final = (
+    "Zocrates reads the user's Zotero library (read-only). search_library finds passages with zotero:// links; "
+    "get_item reads one item (fulltext=true pages through its text); list_collections, list_tags and recent_items "
+    "browse. ask runs Zocrates' own cited research answer in a persistent session (pass session_id to follow up); "
+    "resume continues one paused at a research checkpoint; sessions lists, shows, renames and deletes them."
+)
+
+_VALIDATORS: Final = {t["name"]: jsonschema.Draft202012Validator(t["inputSchema"]) for t in schemas.TOOLS}
+
+
+class ToolError(Exception):
+    """A tool call that cannot be done; the message is the tool result's text."""
+
+
+def _error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def _argument_error(name: str, error: jsonschema.ValidationError) -> str:
+    where = ".".join(str(p) for p in error.absolute_path) or "arguments"
+    return f"invalid arguments for {name}: {where}: {escape_for_log(error.message)[:300]}"
+
+
+class ZocratesMcp:
+    """The server's handlers, over one `DaemonLink`."""
+
+    def __init__(self, link: DaemonLink) -> None:
+        self.link = link
+        link.on_elicit = self._elicit
+        # The MCP request running each session's turn: where its checkpoint is asked.
+        self._asking: dict[str, ServerRequestContext[Any]] = {}
+        # When a cancelled tool call last stopped each session's turn (monotonic seconds).
+        self._cancelled: dict[str, float] = {}
+
+    def server(self) -> Server[Any]:
+        return Server(
+            "zocrates", version=__version__, title="Zocrates", instructions=INSTRUCTIONS,
+            on_list_tools=self.list_tools, on_call_tool=self.call_tool,
+            on_list_resources=self.list_resources, on_list_resource_templates=self.list_resource_templates,
+            on_read_resource=self.read_resource, on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt,
+        )
+
+    # --- calls to the daemon ----------------------------------------------------------------------
+
+    async def _call(self, method: str, params: dict[str, Any], *, retry: bool = True) -> Any:
+        """One request to the daemon; a read is tried once more on a fresh connection when the
+        first one was lost (the daemon restarted meanwhile)."""
+        for attempt in (0, 1):
+            client = await self.link.client()
+            try:
+                return await client.call(method, params)
+            except ConnectionLost:
+                self.link.lost()
+                if not retry or attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    # --- tools ------------------------------------------------------------------------------------
+
+    async def list_tools(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[
+            types.Tool(
+                name=t["name"], title=t["title"], description=t["description"], input_schema=t["inputSchema"],
+                output_schema=t["outputSchema"],
+                annotations=types.ToolAnnotations(
+                    title=t["title"], read_only_hint=t["name"] in schemas.READ_ONLY,
+                    destructive_hint=t["name"] == "sessions", idempotent_hint=t["name"] in schemas.READ_ONLY,
+                    open_world_hint=False,
+                ),
+            )
+            for t in schemas.TOOLS
+        ])
+
+    async def call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        name, args = params.name, dict(params.arguments or {})
+        validator = _VALIDATORS.get(name)
+        if validator is None:
+            return _error(f"unknown tool {escape_for_log(name)[:80]!r}; the tools are: "
+                          + ", ".join(t["name"] for t in schemas.TOOLS))
+        error = next(iter(sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))), None)
+        if error is not None:
+            return _error(_argument_error(name, error))
+        try:
+            structured, text = await getattr(self, f"_tool_{name}")(ctx, args)
+        except ToolError as exc:
+            return _error(str(exc))
+        except LinkDown as exc:
+            return _error(f"cannot reach zocratesd: {exc}")
+        except ConnectionLost as exc:
+            self.link.lost()
+            return _error(f"the connection to zocratesd was lost ({exc}); call the tool again "
+                          "(a conversation continues by its session_id)")
+        except RpcError as exc:
+            return _error(f"{name}: {exc.detail or exc.message}")
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured)
+
+    async def _tool_search_library(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        params: dict[str, Any] = {"query": a["query"], "topK": a.get("top_k", 10)}
+        for ours, theirs in (("collection", "collection"), ("item_keys", "itemKeys"), ("library", "library")):
+            if a.get(ours) is not None:
+                params[theirs] = a[ours]
+        result = await self._call("_zocrates/library/search", params)
+        return result, schemas.search_text(result)
+
+    async def _tool_get_item(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        item = await self._item(a["item_key"], a.get("library"), fulltext=a.get("fulltext", False),
+                                offset=a.get("fulltext_offset", 0))
+        return item, schemas.item_text(item)
+
+    async def _item(self, key: str, library: str | None, *, fulltext: bool = False, offset: int = 0) -> dict[str, Any]:
+        params: dict[str, Any] = {"itemKey": key, "fulltext": fulltext, "fulltextOffset": offset}
+        if library is not None:
+            params["library"] = library
+        result: dict[str, Any] = await self._call("_zocrates/library/item", params)
+        return result
+
+    async def _tool_list_collections(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        result = await self._call("_zocrates/library/collections", {k: v for k, v in a.items() if k == "library"})
+        return result, schemas.collections_text(result)
+
+    async def _tool_list_tags(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        result = await self._call("_zocrates/library/tags", {"limit": 20, **a})
+        return result, schemas.tags_text(result)
+
+    async def _tool_recent_items(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        result = await self._call("_zocrates/library/items", {"limit": 20, **a})
+        return result, schemas.items_text(result)
+
+    async def _tool_sessions(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        action, sid = a["action"], a.get("session_id")
+        out: dict[str, Any] = {"action": action}
+        if action == "list":
+            out["sessions"] = (await self._call("session/list", {})).get("sessions", [])
+        else:
+            if sid is None:
+                raise ToolError(f"sessions {action} needs a session_id (sessions action=list shows them)")
+            if action == "show":
+                out["session"] = await self._call("_zocrates/session/get", {"sessionId": sid})
+            elif action == "rename":
+                if not a.get("title"):
+                    raise ToolError("sessions rename needs a title")
+                out["session"] = await self._call("_zocrates/session/rename", {"sessionId": sid, "title": a["title"]}, retry=False)
+            else:
+                await self._call("session/delete", {"sessionId": sid}, retry=False)
+                out["deleted"] = sid
+        return out, schemas.sessions_text(out)
+
+    async def _tool_ask(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        client = await self.link.client()
+        collection = await self._collection_key(a["collection"]) if a.get("collection") else None
+        sid = a.get("session_id")
+        if sid is None:
+            sid = await client.new_session(cwd=str(self.link.data_dir), title=None)
+        items = tuple(a.get("item_keys") or ())
+        params = prompt_params(sid, a["question"], None, items, collection, ())
+        if a.get("library"):
+            params.setdefault("_meta", {}).setdefault("zocrates", {})["library"] = a["library"]
+        result = await self._turn(ctx, sid, lambda: Turn(client, sid, "session/prompt", params, DEFAULT_UPDATES_BUFFER))
+        return result, schemas.turn_text(result)
+
+    async def _tool_resume(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        client = await self.link.client()
+        sid = a["session_id"]
+        session = await client.get_session(sid)
+        hitl = session.get("pending_hitl")
+        if not hitl:
+            raise ToolError(f"session {sid} has no research checkpoint waiting; ask a new question instead")
+        action: CheckpointAction = "extend_budget" if a["action"] == "extend" else "synthesize"
+        result = await self._turn(
+            ctx, sid, lambda: client.stream_resume(sid, hitl["invocation_id"], hitl["interrupt_id"], action, a.get("guidance"))
+        )
+        return result, schemas.turn_text(result)
+
+    async def _collection_key(self, wanted: str) -> str:
+        """A collection key from a key, name or path (as the daemon's search takes them): exact
+        matches first, then the one whose path contains it; ToolError naming the candidates."""
+        cols = (await self._call("_zocrates/library/collections", {})).get("collections", [])
+        if _KEY_RE.match(wanted) and any(c["key"] == wanted for c in cols):
+            return wanted
+        folded = " ".join(wanted.split()).casefold()
+        exact = [c for c in cols if folded in (str(c["path"]).casefold(), str(c["name"]).casefold())]
+        found = exact or [c for c in cols if folded in str(c["path"]).casefold()]
+        if len(found) == 1:
+            return str(found[0]["key"])
+        if not found:
+            raise ToolError(f"no collection called {wanted[:80]!r} (list_collections shows them)")
+        raise ToolError(f"{len(found)} collections match {wanted[:80]!r}: " + "; ".join(
+            f"{c['path']} [{c['key']}]" for c in found[:8]))
+
+    async def _turn(self, ctx: ServerRequestContext[Any], sid: str, make: Callable[[], Turn]) -> dict[str, Any]:
+        """Run a turn to its end (`make` builds its request); see `_run_turn`. A turn of this
+        session that a cancelled tool call stopped may still be ending in the daemon (the cancel
+        is sent, not awaited): a new turn refused as busy then is tried again for a moment."""
+        while True:
+            try:
+                return await self._run_turn(ctx, sid, make())
+            except RpcError as exc:
+                stopped = self._cancelled.get(sid)
+                if exc.code != SESSION_BUSY or stopped is None or time.monotonic() - stopped > CANCELLED_TURN_GRACE_S:
+                    raise
+            await anyio.sleep(BUSY_RETRY_S)
+
+    async def _run_turn(self, ctx: ServerRequestContext[Any], sid: str, turn: Turn) -> dict[str, Any]:
+        """Run a turn to its end: its answer, sources, and how it ended; search rounds reported
+        as progress. Cancelled with the tool (the daemon stops the turn)."""
+        answer: list[str] = []
+        found: dict[str, dict[str, Any]] = {}
+        rounds = 0
+        self._asking[sid] = ctx
+        try:
+            async with turn:
+                async for item in turn:
+                    update = item.update
+                    kind = update.get("sessionUpdate")
+                    if kind == "agent_message_chunk":
+                        text = (update.get("content") or {}).get("text")
+                        if isinstance(text, str):
+                            answer.append(text)
+                    elif kind == "tool_call" and update.get("kind") == "search":
+                        rounds += 1
+                        query = (update.get("rawInput") or {}).get("query") if isinstance(update.get("rawInput"), dict) else None
+                        await _progress(ctx, rounds, f"search round {rounds}" + (f": {query}" if query else ""))
+                    elif kind == "tool_call_update":
+                        line = _last_line(update.get("content"))
+                        if line:
+                            # A checkpoint's extension goes on in the same call: its rounds come as lines.
+                            m = _ROUND_RE.match(line)
+                            rounds = max(rounds, int(m.group(1))) if m else rounds
+                            await _progress(ctx, rounds, line)
+                        _collect(found, update.get("rawOutput"))
+            result = turn.result
+        except ConnectionLost:
+            self.link.lost()
+            raise
+        except anyio.get_cancelled_exc_class():
+            self._cancelled[sid] = time.monotonic()  # the daemon is stopping the turn (Turn sent the cancel)
+            raise
+        finally:
+            if self._asking.get(sid) is ctx:
+                del self._asking[sid]
+        text = "".join(answer)
+        hitl = result.pending_hitl
+        status = "checkpoint" if hitl else "cancelled" if result.stop_reason == "cancelled" else "answered"
+        return {
+            "session_id": sid, "status": status, "answer": text, "sources": _sources(text, found),
+            "search_rounds": rounds, "invocation_id": result.invocation_id,
+            "checkpoint": {"message": hitl.get("message"), "invocation_id": hitl["invocation_id"],
+                           "interrupt_id": hitl["interrupt_id"]} if hitl else None,
+        }
+
+    async def _elicit(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A checkpoint of a running `ask`: asked through the MCP client's elicitation when it
+        offers it (and this request may send one), else declined (the checkpoint stays pending)."""
+        ctx = self._asking.get(str(params.get("sessionId")))
+        if ctx is None:
+            return {"action": "decline"}
+        caps = ctx.session.client_capabilities
+        if caps is None or caps.elicitation is None or not ctx.session.can_send_request:
+            return {"action": "decline"}
+        try:
+            answer = await ctx.session.elicit_form(
+                str(params.get("message") or "Research checkpoint"), dict(params.get("requestedSchema") or {}),
+                related_request_id=ctx.request_id,
+            )
+        except Exception as exc:  # the client failed or refused it: as a decline
+            log.info("zocratesd mcp: elicitation failed (%s); the checkpoint stays pending", escape_for_log(exc))
+            return {"action": "decline"}
+        reply: dict[str, Any] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return reply
+
+    # --- resources: the library's items -----------------------------------------------------------
+
+    async def list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        cursor = params.cursor if params is not None else None
+        try:
+            offset = int(cursor or 0)
+            if offset < 0:
+                raise ValueError
+        except ValueError:
+            raise MCPError(types.INVALID_PARAMS, f"bad cursor {escape_for_log(cursor)[:40]}") from None
+        try:
+            page = await self._call("_zocrates/library/items", {"limit": RESOURCES_PAGE, "offset": offset})
+        except (LinkDown, ConnectionLost, RpcError) as exc:
+            raise MCPError(types.INTERNAL_ERROR, f"cannot list the library: {exc}") from None
+        resources = [
+            types.Resource(uri=i["link"], name=i["title"][:200] or i["item_key"], title=i["title"][:200] or None,
+                           description=" ".join(p for p in (schemas.byline(i), str(i.get("item_type") or "")) if p) or None,
+                           mime_type="text/markdown")
+            for i in page.get("items", [])
+        ]
+        nxt = page.get("next_offset")
+        return types.ListResourcesResult(resources=resources, next_cursor=str(nxt) if nxt is not None else None)
+
+    async def list_resource_templates(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[
+            types.ResourceTemplate(uri_template="zotero://select/library/items/{item_key}", name="zotero-item",
+                                   title="An item of My Library", mime_type="text/markdown"),
+            types.ResourceTemplate(uri_template="zotero://select/groups/{group_id}/items/{item_key}", name="zotero-group-item",
+                                   title="An item of a group library", mime_type="text/markdown"),
+        ])
+
+    async def read_resource(self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        m = ITEM_URI_RE.match(uri)
+        if m is None:
+            raise MCPError(RESOURCE_NOT_FOUND, f"not a Zotero item URI: {escape_for_log(uri)[:120]} "
+                           "(zotero://select/library/items/KEY or zotero://select/groups/ID/items/KEY)")
+        library = "user" if m.group(1) == "library" else m.group(1)
+        try:
+            item = await self._item(m.group(2), library)
+        except RpcError as exc:
+            raise MCPError(RESOURCE_NOT_FOUND if exc.code == RESOURCE_NOT_FOUND else types.INTERNAL_ERROR,
+                           exc.detail or exc.message) from None
+        except (LinkDown, ConnectionLost) as exc:
+            raise MCPError(types.INTERNAL_ERROR, f"cannot reach zocratesd: {exc}") from None
+        return types.ReadResourceResult(contents=[
+            types.TextResourceContents(uri=uri, mime_type="text/markdown", text=schemas.item_text(item))
+        ])
+
+    # --- prompts -----------------------------------------------------------------------------------
+
+    async def list_prompts(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[
+            types.Prompt(name=p["name"], title=p["title"], description=p["description"],
+                         arguments=[types.PromptArgument(**arg) for arg in p["arguments"]])
+            for p in PROMPTS.values()
+        ])
+
+    async def get_prompt(self, ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        prompt = PROMPTS.get(params.name)
+        if prompt is None:
+            raise MCPError(types.INVALID_PARAMS, f"unknown prompt {escape_for_log(params.name)[:80]!r}; "
+                           "the prompts are: " + ", ".join(PROMPTS))
+        args = dict(params.arguments or {})
+        for arg in prompt["arguments"]:
+            if arg.get("required") and not str(args.get(arg["name"]) or "").strip():
+                raise MCPError(types.INVALID_PARAMS, f"prompt {params.name} needs the argument {arg['name']}")
+        text = prompt["render"](args)
+        return types.GetPromptResult(description=prompt["description"], messages=[
+            types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))
+        ])
+
+
+async def _progress(ctx: ServerRequestContext[Any], n: int, message: str) -> None:
+    """A progress notification, when the client asked for them; a client gone meanwhile is not an error."""
+    try:
+        await ctx.session.report_progress(float(n), None, message[:300])
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, MCPError):
+        pass
+
+
+def _last_line(content: Any) -> str | None:
+    """The newest line of a search's progress content (`Round 2: searched "..." (3 passages)`)."""
+    if not isinstance(content, list):
+        return None
+    for block in reversed(content):
+        inner = block.get("content") if isinstance(block, dict) else None
+        text = inner.get("text") if isinstance(inner, dict) else None
+        if isinstance(text, str) and text.strip():
+            return text.strip().splitlines()[-1]
+    return None
+
+
+def _collect(found: dict[str, dict[str, Any]], raw: Any) -> None:
+    """Remember each item a search_library result brought (first passage's metadata, its pages)."""
+    passages = raw.get("passages") if isinstance(raw, dict) else None
+    for p in passages if isinstance(passages, list) else ():
+        if not isinstance(p, dict) or not isinstance(p.get("item_key"), str):
+            continue
+        seen = found.setdefault(p["item_key"], {
+            "item_key": p["item_key"], "library": p.get("library") or "user", "title": p.get("title"),
+            "creators": list(p.get("creators") or []), "year": p.get("year"), "pages": [],
+        })
+        if isinstance(p.get("page"), int) and p["page"] not in seen["pages"]:
+            seen["pages"].append(p["page"])
+
+
+def _sources(answer: str, found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The answer's `# Cited Sources` entries, with what the searches knew of each item; when it
+    cites nothing (a model that writes no list), the items the searches found, uncited."""
+    out: list[dict[str, Any]] = []
+    for m in _CITED_RE.finditer(answer):
+        key = m.group(4)
+        library = "user" if m.group(3) == "library" else m.group(3)
+        meta = found.get(key, {})
+        out.append({"n": int(m.group(1)), "item_key": key, "library": library, "title": meta.get("title"),
+                    "creators": meta.get("creators", []), "year": meta.get("year"), "pages": sorted(meta.get("pages", [])),
+                    "link": m.group(2), "cited": True})
+    if out:
+        return out
+    return [{"n": None, **meta, "pages": sorted(meta["pages"]), "cited": False,
+             "link": f"zotero://select/{'library' if meta['library'] == 'user' else meta['library']}/items/{key}"}
+            for key, meta in list(found.items())[:MAX_UNCITED_SOURCES]]
+
+
+# --- prompts ----------------------------------------------------------------------------------------
+
+
+def _review(args: dict[str, Any]) -> str:
+    focus = str(args.get("focus") or "").strip()
+    return (
+        f"Write a literature review of the Zotero collection {args['collection']!r}"
+        + (f", focused on {focus}" if focus else "") + ".\n"
+        "1. Call list_collections to find it, then recent_items or search_library with collection set to it to see "
+        "what it holds; read the key papers with get_item (their abstracts, notes and annotations).\n"
+        "2. Call ask with the collection set, one question per theme you found, following up with the session_id "
+        "it returns.\n"
+        "3. Write the review: themes, agreements and disagreements, methods, gaps. Cite every claim with the "
+        "zotero:// links the tools gave; say plainly where the collection has nothing."
+    )
+
+
+def _compare(args: dict[str, Any]) -> str:
+    keys = [k for k in re.split(r"[\s,;]+", str(args["item_keys"])) if k]
+    aspect = str(args.get("aspect") or "").strip()
+    return (
+        f"Compare these papers of the user's Zotero library: {', '.join(keys)}"
+        + (f", on {aspect}" if aspect else "") + ".\n"
+        "1. Read each with get_item (abstract, notes, annotations; fulltext=true where the abstract is not enough).\n"
+        f"2. Call ask with item_keys={keys} and the question \"How do these papers compare"
+        + (f" on {aspect}" if aspect else "") + "?\" for Zocrates' cited side-by-side answer.\n"
+        "3. Present a table (question, method, data, findings, limits) and a short verdict, citing the zotero:// links."
+    )
+
+
+PROMPTS: Final[dict[str, dict[str, Any]]] = {
+    "literature_review": {
+        "name": "literature_review", "title": "Literature review of a collection",
+        "description": "A cited literature review of one Zotero collection, from its papers, notes and annotations.",
+        "arguments": [{"name": "collection", "description": "The collection's name, path or key.", "required": True},
+                      {"name": "focus", "description": "A theme or question to focus on (optional).", "required": False}],
+        "render": _review,
+    },
+    "compare_papers": {
+        "name": "compare_papers", "title": "Compare these papers",
+        "description": "A side-by-side comparison of some Zotero items, cited.",
+        "arguments": [{"name": "item_keys", "description": "Zotero item keys, separated by commas or spaces.", "required": True},
+                      {"name": "aspect", "description": "What to compare them on (optional).", "required": False}],
+        "render": _compare,
+    },
+}
