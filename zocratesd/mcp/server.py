@@ -28,7 +28,7 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from zocrates_client import DEFAULT_UPDATES_BUFFER, CheckpointAction, ConnectionLost, RpcError, Turn
+from zocrates_client import DEFAULT_UPDATES_BUFFER, CheckpointAction, ConnectionLost, RpcError, Turn, last_progress_line
 from zocrates_client.client import prompt_params
 from zocratesd import __version__
 from zocratesd.logtext import escape_for_log
@@ -279,7 +279,7 @@ class ZocratesMcp:
                         query = (update.get("rawInput") or {}).get("query") if isinstance(update.get("rawInput"), dict) else None
                         await _progress(ctx, rounds, f"search round {rounds}" + (f": {query}" if query else ""))
                     elif kind == "tool_call_update":
-                        line = _last_line(update.get("content"))
+                        line = last_progress_line(update.get("content"))
                         if line:
                             # A checkpoint's extension goes on in the same call: its rounds come as lines.
                             m = _ROUND_RE.match(line)
@@ -409,18 +409,6 @@ async def _progress(ctx: ServerRequestContext[Any], n: int, message: str) -> Non
         await ctx.session.report_progress(float(n), None, message[:300])
     except (anyio.BrokenResourceError, anyio.ClosedResourceError, MCPError):
         pass
-
-
-def _last_line(content: Any) -> str | None:
-    """The newest line of a search's progress content (`Round 2: searched "..." (3 passages)`)."""
-    if not isinstance(content, list):
-        return None
-    for block in reversed(content):
-        inner = block.get("content") if isinstance(block, dict) else None
-        text = inner.get("text") if isinstance(inner, dict) else None
-        if isinstance(text, str) and text.strip():
-            return text.strip().splitlines()[-1]
-    return None
 
 
 def _collect(found: dict[str, dict[str, Any]], raw: Any) -> None:

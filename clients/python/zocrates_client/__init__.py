@@ -50,6 +50,7 @@ from zocrates_client._types import (
     UiMessage,
     UiSession,
     Update,
+    last_progress_line,
 )
 from zocrates_client.client import DEFAULT_UPDATES_BUFFER, Client, Turn, Updates, connect
 from zocratesd import __version__
@@ -97,4 +98,5 @@ __all__ = [
     "ZocratesClientError",
     "__version__",
     "connect",
+    "last_progress_line",
 ]

@@ -229,3 +229,16 @@ class Checkpoint:
         if guidance:
             result["_meta"] = {"zocrates": {"guidance": guidance}}
         return result
+
+
+def last_progress_line(content: Any) -> str | None:
+    """The newest line of a `search_library` call's progress content (a `tool_call_update`'s
+    `content`: `Round 2: searched "..." (3 passages)`), or None when it has no text."""
+    if not isinstance(content, list):
+        return None
+    for block in reversed(content):
+        inner = block.get("content") if isinstance(block, dict) else None
+        text = inner.get("text") if isinstance(inner, dict) else None
+        if isinstance(text, str) and text.strip():
+            return text.strip().splitlines()[-1]
+    return None

@@ -56,6 +56,7 @@ from zocrates_client._types import (
     SessionInfo,
     SessionUpdate,
     UiSession,
+    last_progress_line,
 )
 from zocrates_client.client import Client, Turn, connect
 from zocratesd import __version__, locations
@@ -355,7 +356,7 @@ class TurnView:
         elif kind == "tool_call" and update.get("kind") == "search":
             self.progress.say("searching your library…")
         elif kind == "tool_call_update" and update.get("content"):
-            last = _last_progress_line(update["content"])
+            last = last_progress_line(update["content"])
             if last:
                 self.progress.say(last)
 
@@ -364,18 +365,6 @@ class TurnView:
         if not self.as_json and self.answered and not self.ends_with_newline:
             sys.stdout.write("\n")
             sys.stdout.flush()
-
-
-def _last_progress_line(content: Any) -> str | None:
-    """The newest round of a search's progress content (`Round 2: searched "..." (3 passages)`)."""
-    if not isinstance(content, list):
-        return None
-    for block in reversed(content):
-        inner = block.get("content") if isinstance(block, dict) else None
-        text = inner.get("text") if isinstance(inner, dict) else None
-        if isinstance(text, str) and text.strip():
-            return text.strip().splitlines()[-1]
-    return None
 
 
 def _ndjson(obj: dict[str, Any]) -> None:
