@@ -237,7 +237,7 @@ async function newPage() {
 async function open(p, url) {
   await p.goto("about:blank"); // a fresh document: not a same-document fragment navigation
   await p.goto(url);
-  await until(p, () => document.documentElement.dataset.view); // chat, prefs, help or fatal: started
+  await until(p, () => document.documentElement?.dataset.view); // chat, prefs, help or fatal: started
 }
 
 async function ask(p, text) {
@@ -504,12 +504,12 @@ describe("the sidebar web app in Firefox", () => {
     const url = `${library.base}/ui/#code=${code}`;
     const p = await newPage();
     await open(p, url);
-    await until(p, () => document.documentElement.dataset.view === "chat");
+    await until(p, () => document.documentElement?.dataset.view === "chat");
     // The code left the address; the tab holds the token it was traded for.
     assert.equal(await p.evaluate(() => location.href), `${library.base}/ui/`);
     assert.equal(await p.evaluate(() => sessionStorage.getItem("zocrates.token")), library.token);
     await p.reload(); // a reload keeps the tab's token
-    await until(p, () => document.documentElement.dataset.view === "chat");
+    await until(p, () => document.documentElement?.dataset.view === "chat");
     await p.close();
     // The same address again (from the history, in a new tab): spent.
     const again = await newPage();
@@ -523,7 +523,7 @@ describe("the sidebar web app in Firefox", () => {
     // A code pasted into an open tab is taken too (a same-document navigation).
     const { code: fresh } = await library.client.mintCode();
     await again.evaluate((c) => { location.hash = `code=${c}`; }, fresh);
-    await until(again, () => document.documentElement.dataset.view === "chat");
+    await until(again, () => document.documentElement?.dataset.view === "chat");
     assert.equal(await again.evaluate(() => sessionStorage.getItem("zocrates.token")), library.token);
     assert.deepEqual(again.errors, []);
     await again.close();
@@ -823,9 +823,10 @@ describe("the sidebar web app in Firefox", () => {
     assert.equal(await p.$eval("#retention-days", (e) => e.value), "180");
     assert.match(await p.$eval("#pref-version", (e) => e.textContent), /^\d+\.\d+/);
     assert.equal(await p.$eval("#pref-model", (e) => e.textContent), "offline");
-    // Each of Zotero's kinds apart (`counts`): sample_library's 6 live papers and their 3 PDFs.
+    // Each of Zotero's kinds apart (`counts`): sample_library's 6 live papers, the link-label paper
+    // (PHISHNOT) and the 3 PDFs.
     assert.equal((await library.client.libraryStatus()).library.state, "ready");
-    assert.equal(await p.$eval("#pref-library", (e) => e.textContent), "ready: 6 items, 0 notes, 0 annotations, 3 attachments indexed");
+    assert.equal(await p.$eval("#pref-library", (e) => e.textContent), "ready: 7 items, 0 notes, 0 annotations, 3 attachments indexed");
     assert.equal(await p.$("#messages"), null, "?view=prefs shows the preferences only");
 
     await typeInto(p, "#retention-days", "90", { clear: true });
