@@ -72,6 +72,12 @@ def test_the_dense_model_is_loaded_by_the_first_search_not_at_start(daemon_facto
     d.start()  # already indexed: nothing to embed
     with RawConn(d.socket_path) as c:
         st = wait_ready(c)
+        # An existing index answers "ready" at once; its first refresh (finding nothing to embed) may
+        # still run: the model's absence is checked once that refresh is over.
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while st["refreshes"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            st = c.result("_zocrates/library/status", {})
         assert st["state"] == "ready" and st["refreshes"] == 1, st
         sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
         assert d.proc is not None and not _mapped(d.proc.pid, "tokenizers"), "the model was loaded before any search"
