@@ -10,7 +10,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { copyFile, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -225,8 +225,7 @@ describe("Zocrates in a real Zotero", { timeout: 30 * 60_000 }, () => {
   test("the toolbar button and View > Zocrates Chat toggle the pane, and the choice is kept", async () => {
     const state = `const p = document.getElementById("zocrates-pane"); const b = document.getElementById("zocrates-tb-toggle");
       const m = document.getElementById("zocrates-menuitem-toggle");
-      return { hidden: p.hidden, button: b.checked, menu: m.getAttribute("checked") === "true", pref: Zotero.Prefs.get("extensions.zocrates.paneOpen", true),
-        buttonInToolbar: !!b.closest("toolbar, #zotero-tabs-toolbar, hbox"), menuInView: m.parentNode.id };`;
+      return { hidden: p.hidden, button: b.checked, menu: m.getAttribute("checked") === "true", pref: Zotero.Prefs.get("extensions.zocrates.paneOpen", true), menuInView: m.parentNode.id };`;
     const open = await zotero.run(state);
     // open.pref: the default from the plugin's prefs.js, which Zotero read at install.
     assert.deepEqual([open.hidden, open.button, open.menu, open.pref, open.menuInView], [false, true, true, true, "menu_viewPopup"]);
@@ -305,17 +304,16 @@ describe("Zocrates in a real Zotero", { timeout: 30 * 60_000 }, () => {
       return (await IOUtils.exists(cache)) ? await Zotero.File.getContentsAsync(cache) : null;`, "Zotero's full-text index of the PDF", { args: [made.attID], timeoutMs: 60_000 });
     assert.match(indexed, /Durusdinium/);
     // Zotero holds zotero.sqlite all along; the daemon still indexes every kind of text.
-    const status = await daemonLibrary(`(s) => s.state === "ready" && s.annotations_indexed >= 1 && s.items_indexed >= 2 && s.attachments_with_text >= 1`);
+    const status = await daemonLibrary((s) => s.state === "ready" && s.annotations_indexed >= 1 && s.items_indexed >= 2 && s.attachments_with_text >= 1);
     console.log(`# library: ${status.detail ?? JSON.stringify(status)}`);
   });
 
-  /** Poll the daemon's /library/status until `pred` (a JS function source) holds; the status. */
-  async function daemonLibrary(pred) {
-    const check = eval(pred);
+  /** Poll the daemon's /library/status until `check(status)` holds; the status. */
+  async function daemonLibrary(check) {
     const deadline = Date.now() + INDEX_TIMEOUT_MS;
     let last = null;
     for (;;) {
-      const info = JSON.parse(await (await import("node:fs/promises")).readFile(daemon.daemonJsonPath, "utf8"));
+      const info = JSON.parse(await readFile(daemon.daemonJsonPath, "utf8"));
       const r = await fetch(`http://127.0.0.1:${info.http.port}/library/status`, { headers: { Authorization: `Bearer ${info.token}` } });
       last = await r.json();
       const s = last.library ?? last;
@@ -462,7 +460,7 @@ print(json.dumps(row))`, copy, note.key], { encoding: "utf8" });
   test("the daemon restarting on a new port, and stopping: the pane says so and recovers", async () => {
     // Back to the library tab, the chat as a user left it.
     await zotero.run(`Zotero_Tabs.select("zotero-pane"); return true;`);
-    const first = JSON.parse(await (await import("node:fs/promises")).readFile(daemon.daemonJsonPath, "utf8"));
+    const first = JSON.parse(await readFile(daemon.daemonJsonPath, "utf8"));
     await daemon.stop({ killAfterMs: 20_000 });
     const second = await startDaemon();
     assert.notEqual(second.http.port, first.http.port);
@@ -504,7 +502,7 @@ print(json.dumps(row))`, copy, note.key], { encoding: "utf8" });
       if (btn) left.push("chat browser");
       return left;`, [PLUGIN_ID]);
     // Notifier observers are private to Zotero: its debug log names each one registered and unregistered.
-    const log = await (await import("node:fs/promises")).readFile(zotero.log, "utf8");
+    const log = await readFile(zotero.log, "utf8");
     const registered = [...log.matchAll(/Registering notifier observer '(zocrates-selection_[^']+)'/g)].map((m) => m[1]);
     const unregistered = new Set([...log.matchAll(/Unregistering notifier observer in notifier with id '(zocrates-selection_[^']+)'/g)].map((m) => m[1]));
     for (const id of registered) if (!unregistered.has(id)) inZotero.push(`notifier observer ${id}`);

@@ -7,7 +7,7 @@
 // `zotero` launcher, as Zotero's Linux tarball unpacks). README ("The plugin in a real Zotero")
 // says how such an installation comes about.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { closeSync, existsSync, openSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { dirname, join } from "node:path";
@@ -144,7 +144,6 @@ export class RealZotero {
     // An empty MOZ_HEADLESS still means headless to Gecko: the test wants the real window on Xvfb.
     delete env.MOZ_HEADLESS;
     delete env.WAYLAND_DISPLAY;
-    const { openSync, closeSync } = await import("node:fs");
     const fd = openSync(this.log, "a");
     try {
       this.proc = spawn(launcher, ["-profile", this.profile, "-marionette", "-remote-allow-system-access", "-ZoteroDebugText", "-no-remote"], {
