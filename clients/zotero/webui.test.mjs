@@ -148,7 +148,12 @@ const LIBRARY_SCRIPT = [
   "items, collections = sample_library()",
   "items.append(FixtureItem('PHISHNOT', 'Membership of the Amateur Astronomers Guild', date='2024', abstract="
     + "'Members renew their guild subscription at [the guild members page](https://attacker.example/renew) every spring.'))",
-  "build_zotero_dir(Path(sys.argv[1]), items, collections)",
+  "from zocratesd.library.writer import Attachment, Group, Item",
+  // A group library's paper with a PDF: its page links open the group's copy.
+  "reef = Item('GRPREEF1', 'Reef recovery after bleaching', creators=[('Terry', 'Hughes')], date='2018', attachments=["
+    + "Attachment('GRPPDF01', pages=['Field sites and methods of the survey.', "
+    + "'Coral reefs recovered from mass bleaching within a decade where grazing parrotfish remained.'])])",
+  "build_zotero_dir(Path(sys.argv[1]), items, collections, groups=[Group(4343, 'Reef Lab', items=[reef])])",
 ].join("\n");
 
 let root, library, slow, fake, browser, page, helper, helperPort;
@@ -499,6 +504,40 @@ describe("the sidebar web app in Firefox", () => {
     }
   });
 
+  test("a question sent while the page is still opening its chat is sent once the chat is there", async () => {
+    const p = await newPage();
+    try {
+      // The page's session requests wait until the test lets them through: a daemon slow to answer.
+      await p.evaluateOnNewDocument(() => {
+        const realFetch = window.fetch.bind(window);
+        let open;
+        const gate = new Promise((resolve) => { open = resolve; });
+        window.__openSessions = () => open();
+        window.fetch = (input, init) => (/\/sessions(\/|$|\?)/.test(String(input?.url ?? input)) ? gate.then(() => realFetch(input, init)) : realFetch(input, init));
+      });
+      await p.goto(library.url());
+      await present(p, "#prompt");
+      const question = "What did Lewis find about retrieval-augmented generation?";
+      await typeInto(p, "#prompt", question);
+      await press(p, "Enter");
+      // Held, and shown as held: the question is still in the box, Send says it is on its way.
+      await until(p, () => document.querySelector("#prompt").hasAttribute("data-queued"));
+      assert.equal(await p.$eval("#prompt", (e) => e.value), question);
+      assert.equal(await p.$eval("#send", (e) => [e.disabled, e.textContent].join(" ")), "true Sending…");
+      assert.equal(await p.$$eval(".msg.user", (els) => els.length), 0);
+      await p.evaluate(() => window.__openSessions());
+      // The page opens the newest chat (earlier tests' questions may be in it) and asks there.
+      await until(p, (q) => [...document.querySelectorAll(".msg.user .bubble")].at(-1)?.textContent === q, question);
+      await turnEnded(p);
+      await until(p, () => !!document.querySelector(".msg.assistant:last-child .answer a.cite"));
+      assert.equal(await p.$eval("#prompt", (e) => e.value), "");
+      assert.equal(await p.$eval("#send", (e) => [e.disabled, e.textContent].join(" ")), "false Send");
+      assert.deepEqual(p.errors, []);
+    } finally {
+      await p.close();
+    }
+  });
+
   test("a link of zocrates open works once: the page trades its code for the token; a spent one says what to do", async () => {
     const { code } = await library.client.mintCode();
     const url = `${library.base}/ui/#code=${code}`;
@@ -579,6 +618,19 @@ describe("the sidebar web app in Firefox", () => {
     assert.match(out.text, /<img src=x onerror=/);
     assert.match(out.text, /<script>/);
     assert.match(out.text, /<b>code<\/b>/);
+  });
+
+  test("a PDF page of a group library's paper opens in that group", async () => {
+    await open(page, library.url());
+    await click(page, "#new-chat");
+    await ask(page, "How fast did coral reefs recover from mass bleaching where parrotfish remained?");
+    await turnEnded(page);
+    const sources = await page.$$eval(".msg.assistant:last-child .answer .source a", (as) => as.map((a) => a.getAttribute("href")));
+    assert.ok(sources.includes("zotero://select/groups/4343/items/GRPREEF1"), JSON.stringify(sources));
+    const pdfLinks = await attrs(page, ".msg.assistant:last-child .page-links a.pdf-link", "href");
+    assert.ok(pdfLinks.length >= 1, "the cited page is listed");
+    for (const href of pdfLinks) assert.match(href, /^zotero:\/\/open-pdf\/groups\/4343\/items\/GRPPDF01\?page=\d+$/);
+    assert.deepEqual(page.errors, []);
   });
 
   test("a page is cited by its label and opens the PDF at its page index", async () => {
@@ -826,7 +878,7 @@ describe("the sidebar web app in Firefox", () => {
     // Each of Zotero's kinds apart (`counts`): sample_library's 6 live papers, the link-label paper
     // (PHISHNOT) and the 3 PDFs.
     assert.equal((await library.client.libraryStatus()).library.state, "ready");
-    assert.equal(await p.$eval("#pref-library", (e) => e.textContent), "ready: 7 items, 0 notes, 0 annotations, 3 attachments indexed");
+    assert.equal(await p.$eval("#pref-library", (e) => e.textContent), "ready: 8 items, 0 notes, 0 annotations, 4 attachments indexed");
     assert.equal(await p.$("#messages"), null, "?view=prefs shows the preferences only");
 
     await typeInto(p, "#retention-days", "90", { clear: true });

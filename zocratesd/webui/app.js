@@ -42,6 +42,7 @@ const app = {
   guidance: null, // {interrupt, text}: what is typed in the checkpoint card
   deleting: null, // {id, at}: a chat whose delete button was clicked once
   notice: null, // {sessionId, text}: a line under the messages ("Stopped.")
+  queued: null, // a question sent while no chat was open yet (the page starting, a chat opening): sent when one is
   libraryTimer: null,
   library: null, // the last library status
   suggestions: { key: null, at: 0, list: [], loading: false }, // the first screen's questions (from the daemon)
@@ -278,7 +279,7 @@ function buildLayout() {
   els.chips = h("div", { id: "chips", class: "chips", "aria-label": "Context" });
   els.prompt = h("textarea", { id: "prompt", rows: "2", placeholder: "Ask about your library…", "aria-label": "Your question",
     on: { keydown: onPromptKey, input: autoGrow } });
-  els.send = h("button", { id: "send", type: "submit", class: "primary", text: "Send", disabled: true });
+  els.send = h("button", { id: "send", type: "submit", class: "primary", text: "Send" });
   els.stop = h("button", { id: "stop", type: "button", class: "danger", text: "Stop", hidden: true, on: { click: () => stopTurn() } });
   els.composer = h("form", { id: "composer", class: "composer", on: { submit: (e) => { e.preventDefault(); submitPrompt(); } } },
     els.chips, h("div", { class: "composer-row" }, els.prompt, h("div", { class: "composer-actions" }, els.send, els.stop)));
@@ -446,6 +447,13 @@ function showSession(session) {
   const row = app.sessions.find((s) => s.id === session.id);
   if (row) row.title = session.title;
   renderChat();
+  const queued = app.queued;
+  if (queued !== null) {
+    app.queued = null;
+    // Sent unless the box was changed since (then Send is the user's to press again).
+    if (app.els.prompt.value.trim() === queued) submitPrompt();
+    else updateComposer();
+  }
 }
 
 /** Reload the shown session from the daemon (after a turn that ended without one, an error...). */
@@ -640,7 +648,8 @@ function withPages(sources, passages, text) {
   }
   const ordered = [...passages].sort((a, b) => (a.page ?? 0) - (b.page ?? 0));
   for (const s of sources.values()) {
-    const key = /\/items\/([A-Z0-9]{8})$/.exec(s.uri || "")?.[1];
+    // The PDF opens in the library the cited item is in: the user's own, or a group's.
+    const [, lib, key] = /^zotero:\/\/select\/(library|groups\/\d{1,12})\/items\/([A-Z0-9]{8})$/.exec(s.uri || "") || [];
     if (!key) continue;
     const listed = /\bpp?\. ([0-9A-Za-z-]{1,16}(?:, [0-9A-Za-z-]{1,16})*)\.$/.exec(s.title || "");
     const cited = new Set([...(listed ? listed[1].split(", ") : []), ...(inline.get(s.n) || [])]);
@@ -649,7 +658,7 @@ function withPages(sources, passages, text) {
         const label = p.page_label || String(p.page);
         if (!cited.has(label)) continue;
         s.pdfs ??= new Map();
-        if (!s.pdfs.has(label)) s.pdfs.set(label, `zotero://open-pdf/library/items/${encodeURIComponent(p.attachment_key)}?page=${p.page}`);
+        if (!s.pdfs.has(label)) s.pdfs.set(label, `zotero://open-pdf/${lib}/items/${encodeURIComponent(p.attachment_key)}?page=${p.page}`);
       }
     }
   }
@@ -752,7 +761,15 @@ function describeTurnError({ code, message }) {
 
 function submitPrompt() {
   const text = app.els.prompt.value.trim();
-  if (!text || !app.session || app.turns.has(app.session.id)) return;
+  if (!text) return;
+  if (!app.session) {
+    // The page is still opening its chat (a slow daemon, a loaded machine): the question waits in
+    // the box, marked, and goes as soon as the chat is shown (showSession), rather than being lost.
+    app.queued = text;
+    updateComposer();
+    return;
+  }
+  if (app.turns.has(app.session.id)) return;
   app.els.prompt.value = "";
   autoGrow();
   sendPrompt(text).catch(showError);
@@ -801,7 +818,11 @@ function updateComposer() {
   const running = !!(app.session && app.turns.has(app.session.id));
   app.els.send.hidden = running;
   app.els.stop.hidden = !running;
-  app.els.send.disabled = !app.session;
+  const waiting = !app.session && app.queued !== null;
+  app.els.send.disabled = waiting;
+  app.els.send.textContent = waiting ? "Sending…" : "Send";
+  if (waiting) app.els.prompt.dataset.queued = "";
+  else delete app.els.prompt.dataset.queued;
   renderChips();
 }
 
