@@ -27,6 +27,8 @@ var ZocratesPlugin = {
   ZOTERO_ITEMS_MIN_WIDTH: 370,
   ZOTERO_TABS_MIN_WIDTH: 570,
   ZOTERO_SIDE_BY_SIDE_MIN_WIDTH: 930,
+  /** $min-width-collections-pane: a collections pane dragged wider takes that much more. */
+  ZOTERO_COLLECTIONS_MIN_WIDTH: 200,
   SPLITTER_WIDTH: 5,
 
   /** @param {{id: string, version: string, rootURI: string}} data */
@@ -66,8 +68,8 @@ var ZocratesPlugin = {
     if (this.windows.has(win)) return;
     const doc = win.document;
     const added = [];
-    /** @type {{added: Element[], host: any, pane: any, splitter: any, button: any, menuitem: any, onResize: null | (() => void), onWindowResize: null | (() => void), rootMinWidth: string | null}} */
-    const state = { added, host: null, pane: null, splitter: null, button: null, menuitem: null, onResize: null, onWindowResize: null, rootMinWidth: null };
+    /** @type {{added: Element[], host: any, pane: any, splitter: any, button: any, menuitem: any, onResize: null | (() => void), onWindowResize: null | (() => void), rootMinWidth: string | null, observers: {disconnect(): void}[], collectionsCap: string | null}} */
+    const state = { added, host: null, pane: null, splitter: null, button: null, menuitem: null, onResize: null, onWindowResize: null, rootMinWidth: null, observers: [], collectionsCap: null };
     this.windows.set(win, state);
 
     const link = (/** @type {string} */ rel, /** @type {string} */ href) => {
@@ -111,6 +113,16 @@ var ZocratesPlugin = {
     // After Zotero's own resize handler (registered at its load), which may just have changed its layout.
     state.onWindowResize = () => this.fit(win);
     win.addEventListener("resize", state.onWindowResize);
+    // Zotero's collections pane can be dragged wider: the chat then gives way (down to MIN_WIDTH),
+    // and the pane's limit, which Zotero sets knowing nothing of the chat, is kept short of it.
+    const collections = doc.getElementById("zotero-collections-pane");
+    if (collections) {
+      const resized = new win.ResizeObserver(() => this.fit(win));
+      resized.observe(collections);
+      const limited = new win.MutationObserver(() => this.capCollections(win));
+      limited.observe(collections, { attributes: true, attributeFilter: ["style"] });
+      state.observers.push(resized, limited);
+    }
 
     const button = doc.createXULElement("toolbarbutton");
     button.id = "zocrates-tb-toggle";
@@ -148,6 +160,8 @@ var ZocratesPlugin = {
     if (state.host) state.host.destroy();
     if (state.onResize) state.splitter.removeEventListener("mouseup", state.onResize);
     if (state.onWindowResize) win.removeEventListener("resize", state.onWindowResize);
+    for (const o of state.observers) o.disconnect();
+    state.observers = [];
     for (const el of state.added) el.remove();
     this.giveBackLayout(win, state);
   },
@@ -169,8 +183,37 @@ var ZocratesPlugin = {
     // Zotero's own rule, plus the chat: live, as Zotero updates its variable when its layout changes.
     root.style.minWidth = `calc(max(var(--width-of-fixed-components, ${this.ZOTERO_SIDE_BY_SIDE_MIN_WIDTH - this.ZOTERO_ITEMS_MIN_WIDTH}px) + ${this.ZOTERO_ITEMS_MIN_WIDTH}px, ${this.ZOTERO_TABS_MIN_WIDTH}px) + ${this.SPLITTER_WIDTH + this.MIN_WIDTH}px)`;
     const preferred = Math.min(this.MAX_WIDTH, Math.max(this.MIN_WIDTH, Number(this.pref("paneWidth")) || 380));
-    const room = win.innerWidth - this.SPLITTER_WIDTH - zoteroMin;
+    const room = win.innerWidth - this.SPLITTER_WIDTH - zoteroMin - this.collectionsExtra(win);
     state.pane.style.width = `${Math.min(preferred, Math.max(this.MIN_WIDTH, room))}px`;
+    this.capCollections(win);
+  },
+
+  /** How much wider than its minimum the user dragged Zotero's collections pane (0 when it is
+   *  collapsed or not shown, as in a reader tab).
+   *  @param {_ZoteroTypes.MainWindow} win */
+  collectionsExtra(win) {
+    const collections = win.document.getElementById("zotero-collections-pane");
+    if (!collections || collections.hasAttribute("collapsed")) return 0;
+    return Math.max(0, collections.getBoundingClientRect().width - this.ZOTERO_COLLECTIONS_MIN_WIDTH);
+  },
+
+  /**
+   * Zotero limits its collections pane (--max-width-collections-pane, zoteroPane.js
+   * updateLayoutConstraints, at every resize and splitter move) to the window less its other panes'
+   * minimums; while the chat shows, the limit is that less the narrowest chat, so a drag cannot
+   * push Zotero's panes under the chat. Zotero's next update writes its own value, and this runs again.
+   * @param {_ZoteroTypes.MainWindow} win
+   */
+  capCollections(win) {
+    const state = this.windows.get(win);
+    const collections = win.document.getElementById("zotero-collections-pane");
+    if (!state || !collections || state.pane.hidden) return;
+    const current = collections.style.getPropertyValue("--max-width-collections-pane").trim();
+    if (!current || current === state.collectionsCap) return; // not set yet, or our own value
+    const zoteros = parseFloat(current);
+    if (!Number.isFinite(zoteros)) return;
+    state.collectionsCap = `${Math.max(this.ZOTERO_COLLECTIONS_MIN_WIDTH, zoteros - this.SPLITTER_WIDTH - this.MIN_WIDTH)}px`;
+    collections.style.setProperty("--max-width-collections-pane", state.collectionsCap);
   },
 
   /**
@@ -187,6 +230,15 @@ var ZocratesPlugin = {
 
   /** The pane no longer takes room: the window's minimum is Zotero's own again. */
   giveBackLayout(win, state) {
+    if (state.collectionsCap !== null) {
+      state.collectionsCap = null;
+      // Zotero writes its own limit again.
+      try {
+        win.ZoteroPane?.updateLayoutConstraints?.();
+      } catch (err) {
+        this.log(`updateLayoutConstraints: ${err}`);
+      }
+    }
     if (state.rootMinWidth === null) return;
     win.document.documentElement.style.minWidth = state.rootMinWidth;
     state.rootMinWidth = null;

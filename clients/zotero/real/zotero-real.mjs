@@ -222,6 +222,35 @@ describe("Zocrates in a real Zotero", { timeout: 30 * 60_000 }, () => {
     assert.ok(small.window.width < 1600, "the window did not get smaller at all");
   });
 
+  test("Zotero's collections pane dragged wide: the chat gives way down to its narrowest, and no pane goes under it", async () => {
+    /** Drag Zotero's collections splitter by `dx` with real mouse events, as a user does. */
+    const drag = (dx) => zotero.run(`
+      const s = document.getElementById("zotero-collections-splitter").getBoundingClientRect();
+      const x = s.left + s.width / 2, y = s.top + s.height / 2, utils = window.windowUtils;
+      utils.sendMouseEvent("mousedown", x, y, 0, 1, 0);
+      for (let i = 1; i <= 10; i++) utils.sendMouseEvent("mousemove", x + (${dx} * i) / 10, y, 0, 0, 0);
+      utils.sendMouseEvent("mouseup", x + ${dx}, y, 0, 1, 0);
+      return true;`);
+    const collectionsWidth = () => zotero.run(`return document.getElementById("zotero-collections-pane").getBoundingClientRect().width;`);
+    const before = await collectionsWidth();
+    const chatBefore = (await layout()).pane.width;
+    await drag(300);
+    await zotero.until(`return document.getElementById("zotero-collections-pane").getBoundingClientRect().width > ${before + 100}`, "a wider collections pane");
+    await new Promise((r) => setTimeout(r, 300));
+    const wider = await layout();
+    assertBeside(wider, "collections pane 300 px wider");
+    // The chat took less room, the item list kept its minimum.
+    assert.ok(wider.pane.width < chatBefore || wider.pane.width <= 281, `the chat stayed ${wider.pane.width}px wide (was ${chatBefore})`);
+    await drag(1500); // as far as a user can
+    await new Promise((r) => setTimeout(r, 300));
+    const widest = await layout();
+    console.log(`# collections pane ${before}px -> ${await collectionsWidth()}px; the chat ${chatBefore}px -> ${widest.pane.width}px`);
+    assertBeside(widest, "collections pane dragged as far as it goes");
+    assert.ok(widest.pane.width >= 279, `the chat is ${widest.pane.width}px wide, narrower than its minimum`);
+    await drag(before - (await collectionsWidth()));
+    await zotero.until(`return Math.abs(document.getElementById("zotero-collections-pane").getBoundingClientRect().width - ${before}) <= 2`, "the collections pane back");
+  });
+
   test("the toolbar button and View > Zocrates Chat toggle the pane, and the choice is kept", async () => {
     const state = `const p = document.getElementById("zocrates-pane"); const b = document.getElementById("zocrates-tb-toggle");
       const m = document.getElementById("zocrates-menuitem-toggle");
