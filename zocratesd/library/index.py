@@ -73,7 +73,7 @@ from zocratesd.library.catalog import children_json
 from zocratesd.library.fulltext import chunks as split_chunks
 from zocratesd.library.retrieval import METADATA_BREAK, Hit, Passage, Scope, tokens
 from zocratesd.library.zotero_db import db_uri
-from zocratesd.textnorm import CJK_RUN_RE, cjk_bigrams, name_variants
+from zocratesd.textnorm import cjk_bigrams, cjk_run_re, name_variants
 
 log = logging.getLogger(__name__)
 
@@ -429,7 +429,7 @@ def match_expression(query: str) -> str | None:
     """An FTS5 query: the question's content words OR'ed, each quoted (so no word is FTS syntax).
     Runs of CJK characters are left to `cjk_expression`."""
     seen: list[str] = []
-    for t in tokens(CJK_RUN_RE.sub(" ", query)):
+    for t in tokens(cjk_run_re().sub(" ", query)):
         if t not in seen:
             seen.append(t)
         if len(seen) == MAX_QUERY_TERMS:
