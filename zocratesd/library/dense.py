@@ -33,8 +33,10 @@ import json
 import logging
 import struct
 import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
@@ -59,6 +61,12 @@ MAX_WORDS = 1000
 
 def _word_ids(tokenizer: Any, word: str) -> tuple[int, ...]:
     return tuple(tokenizer.encode(word, add_special_tokens=False).ids)
+
+
+class Vectorizer(Protocol):
+    """What the index writer embeds with: this process's `Embedder`, or embedproc.EmbedChild."""
+
+    def pack_many(self, texts: Sequence[str]) -> list[bytes | None]: ...
 
 
 class Embedder:
@@ -90,6 +98,16 @@ class Embedder:
         if v is None:
             return None
         return bytes(self._np.clip(self._np.rint(v * 127.0), -127, 127).astype(self._np.int8).tobytes())
+
+    def pack_many(self, texts: Sequence[str]) -> list[bytes | None]:
+        """`pack` for each text (the interface the index writer takes; embedproc.EmbedChild too)."""
+        out = []
+        for text in texts:
+            out.append(self.pack(text))
+            # Python work that holds the GIL: let the event loop's thread in between chunks (on a
+            # loaded machine the loop otherwise stalled for ~0.3 s).
+            time.sleep(0)
+        return out
 
     def scores(self, query: np.ndarray, blobs: list[bytes]) -> np.ndarray:
         """Cosine similarity of a query vector with stored vectors (int8 blobs of DIM bytes)."""
@@ -184,6 +202,13 @@ def embedder(search: bool = False) -> Embedder | None:
         return _loaded[0]
 
 
+def loaded() -> Embedder | None:
+    """The embedder when this process has it loaded already (a search has asked), else None;
+    never loads it (the indexer then embeds in a child process: library/embedproc.py)."""
+    with _lock:
+        return _loaded[0] if _loaded else None
+
+
 def release() -> None:
     """Drop the embedder an indexing pass loaded when no search has asked for it yet: a library
     indexed at start then goes back to the idle memory of one that was indexed before (the next
@@ -192,12 +217,12 @@ def release() -> None:
         if not _loaded or _loaded[0] is None or _searched[0]:
             return
         _loaded.clear()
-    _trim_heap()
+    trim_heap()
 
 
-def _trim_heap() -> None:
-    """Give freed heap back to the system (glibc's malloc_trim): the tokenizer is many small
-    allocations, which free() alone keeps in the process."""
+def trim_heap() -> None:
+    """Give freed heap back to the system (glibc's malloc_trim): the tokenizer, or an indexing
+    pass's rows, are many small allocations, which free() alone keeps in the process."""
     import ctypes
     import ctypes.util
 
