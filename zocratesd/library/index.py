@@ -84,8 +84,9 @@ INDEX_NAME = "library.db"
 # dense stage's vectors, and the `dense_model` they were made with; 4: abstracts chunked, no
 # chunk without words; 5: German names' other spellings in the metadata header, heading lines kept
 # apart in text chunks, page labels from the PDFs themselves; 6: items' `date_added`,
-# `date_modified` and `children`, for library/catalog.py).
-INDEX_SCHEMA_VERSION = 6
+# `date_modified` and `children`, for library/catalog.py; 7: an annotation's highlight and comment
+# as paragraphs of its chunk).
+INDEX_SCHEMA_VERSION = 7
 # BM25 column weights (title, body): a title term counts twice a body term, so a matching paper's
 # passages come first without drowning a strong body match (FTS5's bm25() weights). FTS5 fixes
 # k1 = 1.2, but it applies the weights to the term counts before saturation, so their scale acts
@@ -432,7 +433,10 @@ class IndexWriter:
             body = note.text if note.text.startswith(note.title) else f"{note.title}\n{note.text}"
             rows += [("note", note.key, None, None, None, part) for _, part in split_chunks(body.replace("\f", " "))]
         for ann in item.annotations:
-            body = " ".join(p for p in (ann.text, ann.comment, " ".join(ann.tags)) if p)
+            # The highlight and the user's comment as paragraphs: a highlight rarely ends its
+            # sentence, and glued to the comment it would be one sentence the full text never has
+            # (the answerer quotes a highlight once, not again from the text: engine/answer/compose.py).
+            body = "\n\n".join(p for p in (ann.text, " ".join(p for p in (ann.comment, " ".join(ann.tags)) if p)) if p)
             if body:
                 page = ann.page_index + 1 if ann.page_index is not None else None
                 rows.append(("annotation", ann.key, ann.attachment_key, page, ann.page_label or (str(page) if page else None), body))

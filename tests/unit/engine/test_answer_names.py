@@ -248,6 +248,19 @@ def test_a_page_is_cited_by_the_label_the_reader_shows(chapter: Library) -> None
     assert "[1, p. 127]" in answer and "[1, p. 4]" in answer and "pp. 127, 4." in answer, answer
 
 
+def test_a_highlight_in_the_full_text_is_quoted_once_from_the_annotation(chapter: Library) -> None:
+    """The highlight's text is also in the PDF's text: quoted once, as the annotation (its page
+    label and the user's comment), not again from the full text."""
+    for question in ("How long do reefs need to recover from mass coral bleaching?",
+                     "How long do reefs need to recover from mass coral bleaching, and what slows calcification of coral skeletons?"):
+        answer = ask(chapter, question)
+        body = answer.split("# Cited Sources")[0]
+        assert body.count("Reefs need about a decade") == 1, answer
+        assert "if nothing else disturbs them" not in body, answer  # the full text's sentence
+        assert "- Reefs need about a decade to recover from mass coral bleaching — recovery time [1" in body, answer
+        assert "p. 127" in answer
+
+
 async def _passages(lib: Library, question: str) -> list[dict[str, Any]]:
     return _numbered([(h.passage, h.score) for h in await lib.search(question, Scope(), DEFAULT_TOP_K)])
 
