@@ -126,7 +126,9 @@ class EmbedChild:
         limit = os.environ.get(MEMORY_ENV) or str(MAX_CHILD_MEMORY)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(os.getpid()), limit],
+                # -P: the daemon's working directory is not put on the child's path (a `numpy.py`
+                # there would run); zocratesd comes from where it is installed.
+                [sys.executable, "-P", "-m", __name__, str(os.getpid()), limit],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env, close_fds=True,
             )
         except OSError as exc:
@@ -156,18 +158,27 @@ class EmbedChild:
         return out
 
     def _answer(self, timeout: float, what: str) -> bytes:
+        """The child's next message, whole within `timeout` (a child that stalls mid-message too)."""
         proc = self._proc
         assert proc is not None and proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], timeout)
-        if not ready:
-            self._fail(f"it took more than {timeout:.0f} s {what}")
-        try:
-            payload = read_frame(proc.stdout)
-        except EmbedFailed as exc:
-            self._fail(str(exc))
-        if payload is None:
-            self._fail("it ended" if not self._killed else "it was stopped")
-        return payload
+        fd = proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        buf = bytearray()
+        want = _LEN.size
+        while len(buf) < want:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self._fail(f"it took more than {timeout:.0f} s {what}")
+            data = os.read(fd, want - len(buf))
+            if not data:
+                self._fail("it ended" if not self._killed else "it was stopped")
+            buf += data
+            if want == _LEN.size and len(buf) == want:
+                (n,) = _LEN.unpack(buf)
+                if n > MAX_FRAME:
+                    self._fail(f"a message of {n} bytes (at most {MAX_FRAME})")
+                want += n
+        return bytes(buf[_LEN.size :])
 
     def _fail(self, why: str) -> NoReturn:
         """Kill and reap the child; raise EmbedFailed saying why, with the exit and stderr's end."""
