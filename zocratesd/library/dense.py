@@ -9,10 +9,11 @@ itself is never imported. With `library.dense = false`, or without the package (
 the stage is off and search is BM25 alone.
 
 Memory: loaded, the model costs ~50-65 MiB (numpy, the token table, the tokenizer), a third of
-the daemon's idle budget. So it is loaded when first needed, never at start: by the first search,
-or by an indexing pass that writes chunks; a pass that loaded it releases it when done unless a
-search has used it (`release`). A daemon whose library is indexed is idle without it until its
-first search.
+the daemon's idle budget. So the daemon loads it when its first search needs it, never at start;
+the library's indexer embeds its chunks in a child process (library/embedproc.py), so a daemon
+whose library was just indexed is idle without it too (unless a search has loaded it: the
+indexer then uses it in-process, `loaded`). A passages-file library (passages.py) builds its
+index in-process and releases the model after (`release`) unless a search has used it.
 
 A passage's vector is the mean of its tokens' vectors, normalised. Words are tokenized one at a
 time through a cache (Llama's tokenizer starts every word with its own "▁" piece, so a word

@@ -21,9 +21,12 @@ Tables:
   creators, year or tags either it has no words and is not written). Words are folded
   (case, diacritics: Lübeck finds Lubeck) and Porter-stemmed, so "retrieved" finds "retrieval".
 - `chunk_vectors` (id, v): each chunk's vector for the optional dense stage (library/dense.py,
-  the `dense` extra: wordllama's static embeddings, int8, 256 bytes), written with the chunk;
-  `meta.dense_model` names the model ("" when the stage is off), and an index made with another
-  (or none) is rebuilt, so all chunks have vectors of one kind or none do.
+  the `dense` extra: wordllama's static embeddings, int8, 256 bytes), written with the chunk
+  (computed by the indexer's child process, library/embedproc.py; the zero vector for a chunk
+  without words); `meta.dense_model` names the model ("" when the stage is off), and an index
+  made with another (or none) is rebuilt, so all chunks have vectors of one kind or none do. A
+  chunk whose vector could not be computed (the child failed) has no row until a later pass
+  computes it (`meta.vectors_missing`); meanwhile a search scores it as the zero vector.
 - `chunks_cjk` (title, body): the same chunks' Chinese, Japanese and Korean text as character
   bigrams (FTS5's word tokenizer sees a run of CJK characters as one word; Zotero 10 indexes CJK
   with bigrams too; zocratesd/textnorm.py makes them, for the answerer too). Only chunks that
