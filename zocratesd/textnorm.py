@@ -112,7 +112,15 @@ _LONG_LOWER_WORD = _lazy(r"(?<![\w-])[a-z][a-z]{3,}")
 # ...". What follows must start a sentence (a capital and a lower-case letter, or "A"/"I" alone),
 # so a sentence that starts with such a word stays whole ("Results were mixed.", "Methods for X
 # differ", "Discussion of ..."); only the heading part ignores case ("RESULTS The ...").
-_GLUED_HEADING = _lazy(rf"(?i:{_NUMBER}?(?:{SECTION_NAMES}))[.:]?\s+(?=[A-Z][a-z]|[AI]\s)")
+# Unnumbered, only the names a paper's own sections have, not words that also begin names in
+# prose ("Model United Nations", "Data Science Institute researchers found ...").
+GLUED_NAMES = (
+    "abstract|introduction|background|related work|related works|preliminaries|methods|methodology|materials and methods|"
+    "methods and materials|experimental setup|experimental results|results|results and discussion|discussion|"
+    "conclusion|conclusions|conclusions and future work|limitations|future work|acknowledgements|acknowledgments|"
+    "keywords|highlights|significance"
+)
+_GLUED_HEADING = _lazy(rf"(?i:{_NUMBER}(?:{SECTION_NAMES})|(?:{GLUED_NAMES}))[.:]?\s+(?=[A-Z][a-z]|[AI]\s)")
 # Structured abstracts glue several: "Abstract Background Corals ...".
 MAX_GLUED_HEADINGS = 3
 

@@ -218,9 +218,11 @@ def test_glued_headings_are_cut_from_sentences_not_sentences_that_start_with_a_s
     assert glued_heading("III. RESULTS AND DISCUSSION The corals died.") == len("III. RESULTS AND DISCUSSION ")
     assert glued_heading("Materials and Methods A total of 40 colonies.") == len("Materials and Methods ")
     assert glued_heading("Abstract Background Corals bleach.") == len("Abstract Background ")
+    assert glued_heading("3.2 Data We used two reefs.") == len("3.2 Data ")  # numbered: any section name
     for prose in ("Results were mixed.", "Methods for X differ between teams.", "Discussion of costs is left out.",
                   "Results: it worked.", "Model M3 wins.", "Conclusions drawn here hold.", "results Symbiont x",
-                  "Introduction", "Summary statistics are given in Table 2."):
+                  "Introduction", "Summary statistics are given in Table 2.", "Model United Nations members voted.",
+                  "Data Science Institute researchers found it."):
         assert glued_heading(prose) == 0, prose
     assert split_sentences("We read it. 2. Methods We sampled 40 colonies. Results Symbiont shuffling helped. Results were mixed.") == [
         "We read it.", "We sampled 40 colonies.", "Symbiont shuffling helped.", "Results were mixed."]
