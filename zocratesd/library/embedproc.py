@@ -50,11 +50,14 @@ LOAD_TIMEOUT_S: Final = 60.0
 REQUEST_TIMEOUT_S: Final = 60.0
 # Texts per request: bounds a request's JSON (~1,200 characters a chunk) and the child's memory.
 REQUEST_TEXTS: Final = 500
+# Bytes written to the child's pipe at a time, after select said it has room: one page, which
+# a pipe with room takes without blocking (so a child that stopped reading cannot hang the write).
+PIPE_CHUNK: Final = 4096
 # A message larger than this is refused (a corrupted length would otherwise allocate it).
 MAX_FRAME: Final = 64 * 1024 * 1024
 # The child's stderr (a traceback) kept for the log line when it fails.
 STDERR_TAIL: Final = 2000
-# Test hook: the child sleeps this many seconds before it answers each request (to kill it then).
+# Test hook: the child sleeps this many seconds before it reads each request (to kill it then).
 HOLD_ENV: Final = "ZOCRATES_TEST_EMBED_HOLD_S"
 # Test hook: the child's address-space limit in bytes instead of MAX_CHILD_MEMORY (a failing child).
 MEMORY_ENV: Final = "ZOCRATES_TEST_EMBED_MEMORY"
@@ -146,23 +149,38 @@ class EmbedChild:
             proc = self._proc
             if proc is None or proc.stdin is None:
                 raise EmbedFailed("the embedding process is not running")
+            deadline = time.monotonic() + REQUEST_TIMEOUT_S
+            what = f"to embed {len(part)} passages"
+            self._send(frame(json.dumps(part, ensure_ascii=False).encode("utf-8", "surrogatepass")), deadline, what)
             try:
-                proc.stdin.write(frame(json.dumps(part, ensure_ascii=False).encode("utf-8", "surrogatepass")))
-                proc.stdin.flush()
-            except OSError as exc:
-                self._fail(f"writing to it failed: {exc}")
-            try:
-                out += decode_vectors(self._answer(REQUEST_TIMEOUT_S, f"to embed {len(part)} passages"), len(part))
+                out += decode_vectors(self._answer(deadline - time.monotonic(), what, REQUEST_TIMEOUT_S), len(part))
             except EmbedFailed as exc:
                 self._fail(str(exc))
         return out
 
-    def _answer(self, timeout: float, what: str) -> bytes:
-        """The child's next message, whole within `timeout` (a child that stalls mid-message too)."""
+    def _send(self, data: bytes, deadline: float, what: str) -> None:
+        """Write a request whole before `deadline` (a child that stopped reading fills the pipe)."""
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None
+        fd = proc.stdin.fileno()
+        view = memoryview(data)
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [fd], [], left)[1]:
+                self._fail(f"it took more than {REQUEST_TIMEOUT_S:.0f} s {what}")
+            try:
+                view = view[os.write(fd, view[:PIPE_CHUNK]) :]
+            except OSError as exc:
+                self._fail(f"writing to it failed: {exc}")
+
+    def _answer(self, timeout: float, what: str, said: float | None = None) -> bytes:
+        """The child's next message, whole within `timeout` (a child that stalls mid-message too);
+        `said`: the timeout to name when it passes (the request's, of which this is what is left)."""
         proc = self._proc
         assert proc is not None and proc.stdout is not None
         fd = proc.stdout.fileno()
         deadline = time.monotonic() + timeout
+        timeout = said or timeout
         buf = bytearray()
         want = _LEN.size
         while len(buf) < want:
@@ -271,9 +289,11 @@ def _serve(parent: int, limit: int) -> int:
     out.write(frame(b"R"))
     out.flush()
     hold = float(os.environ.get(HOLD_ENV) or 0)
-    while (req := read_frame(inp)) is not None:
+    while True:
         if hold:
-            time.sleep(hold)
+            time.sleep(hold)  # before reading: a large request then fills the pipe
+        if (req := read_frame(inp)) is None:
+            break
         try:
             texts = json.loads(req)
             answer = encode_vectors([emb.pack(t) for t in texts])

@@ -45,6 +45,20 @@ def test_a_child_that_stalls_is_killed_after_the_timeout(monkeypatch: pytest.Mon
     assert pid is not None and _gone(pid)  # killed and reaped
 
 
+def test_a_child_that_stops_reading_cannot_hang_a_large_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request larger than the pipe's buffer, to a child that does not read it: the write is
+    bounded by the same timeout (it blocked in write() before)."""
+    monkeypatch.setenv(embedproc.HOLD_ENV, "30")
+    monkeypatch.setattr(embedproc, "REQUEST_TIMEOUT_S", 1.0)
+    child = EmbedChild()
+    child.start()
+    pid = child.pid
+    texts = ["coral reefs bleach when the sea warms " * 30] * embedproc.REQUEST_TEXTS  # ~570 KB
+    with pytest.raises(EmbedFailed, match=r"took more than 1 s to embed 500 passages"):
+        child.pack_many(texts)
+    assert pid is not None and _gone(pid)
+
+
 def test_a_child_over_its_memory_limit_fails_to_start_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(embedproc.MEMORY_ENV, str(40 * 1024 * 1024))
     child = EmbedChild()
