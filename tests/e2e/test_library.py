@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -83,6 +85,147 @@ def test_the_dense_model_is_loaded_by_the_first_search_not_at_start(daemon_facto
         assert d.proc is not None and not _mapped(d.proc.pid, "tokenizers"), "the model was loaded before any search"
         assert cited(ask(c, sid, "What does HyDE do?", mode="library"))[0] == "GAOHYDE1"
         assert _mapped(d.proc.pid, "tokenizers"), "the search did not use the dense stage"
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The processes whose parent is `pid`: {pid: state} ("Z": a zombie)."""
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            out[int(stat.parent.name)] = fields[0]
+    return out
+
+
+def _embed_child(pid: int, timeout: float = READY_TIMEOUT_S) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in _children(pid):
+            try:
+                if b"embedproc" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    return child
+            except OSError:
+                continue
+        time.sleep(0.02)
+    raise AssertionError("no embedding child process appeared")
+
+
+def _vectors(index_path: str) -> tuple[dict[int, bytes | None], dict[int, str], str | None]:
+    """Each chunk's stored vector (None: none stored), the text it was embedded from, and
+    meta.vectors_missing."""
+    db = sqlite3.connect(f"file:{index_path}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT c.id, f.title, f.body, v.v FROM chunks c JOIN chunks_fts f ON f.rowid = c.id "
+                          "LEFT JOIN chunk_vectors v ON v.id = c.id").fetchall()
+        missing = db.execute("SELECT value FROM meta WHERE key = 'vectors_missing'").fetchone()
+    finally:
+        db.close()
+    return {r[0]: r[3] for r in rows}, {r[0]: f"{r[1]}\n{r[2]}" for r in rows}, missing[0] if missing else None
+
+
+def _as_in_process(texts: dict[int, str]) -> dict[int, bytes]:
+    from zocratesd.library import dense
+
+    emb = dense.embedder()
+    assert emb is not None
+    return {i: emb.pack(t) or bytes(dense.DIM) for i, t in texts.items()}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_library_indexed_at_start_is_embedded_by_a_child_not_the_daemon(daemon_factory: Any) -> None:
+    """Issue 31: indexing at start embedded the passages in the daemon, which then idled with numpy,
+    the tokenizer and a fragmented heap (~170 MiB, over the budget). A child process embeds them
+    now: the daemon maps neither numpy nor tokenizers once indexed, the child is gone (reaped), the
+    vectors are the ones the model gives in-process, and a search still uses the dense stage."""
+    d = library_daemon(daemon_factory, 129)
+    d.start()
+    assert d.proc is not None
+    with RawConn(d.socket_path) as c:
+        st = wait_ready(c)
+        assert st["state"] == "ready" and st["chunks_indexed"] > 10, st
+        for lib in ("numpy", "tokenizers"):
+            assert not _mapped(d.proc.pid, lib), f"the daemon loaded {lib} to index"
+        assert _children(d.proc.pid) == {}, "the embedding child is still there"
+        stored, texts, missing = _vectors(st["index_path"])
+        assert missing is None and stored == _as_in_process(texts)
+        sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
+        assert cited(ask(c, sid, "What does HyDE do?", mode="library"))[0] == "GAOHYDE1"
+        assert _mapped(d.proc.pid, "tokenizers"), "the search did not use the dense stage"
+    d.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_failing_embedding_child_leaves_bm25_and_the_next_start_fills_the_vectors(daemon_factory: Any) -> None:
+    """A child that cannot load the model (here: its memory limit too small for numpy) is a
+    logged error; the library is indexed and searched by its words; the next start computes the
+    vectors that are missing."""
+    d = library_daemon(daemon_factory, 129)
+    d.env["ZOCRATES_TEST_EMBED_MEMORY"] = str(40 * 1024 * 1024)
+    d.start()
+    assert d.proc is not None
+    with RawConn(d.socket_path) as c:
+        st = wait_ready(c)
+        assert st["state"] == "ready" and st["items_indexed"] == 6, st
+        stored, _, missing = _vectors(st["index_path"])
+        assert missing == "1" and set(stored.values()) == {None}
+        assert _children(d.proc.pid) == {}, "the failed child was not reaped"
+        sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
+        assert cited(ask(c, sid, "What does HyDE do?", mode="library"))[0] == "GAOHYDE1"
+    d.stop()
+    assert "the process that computes the passages' vectors failed to start" in d.stderr_text()
+    del d.env["ZOCRATES_TEST_EMBED_MEMORY"]
+    d.start()
+    with RawConn(d.socket_path) as c:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while (st := c.result("_zocrates/library/status", {}))["refreshes"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stored, texts, missing = _vectors(st["index_path"])
+        assert missing is None and stored == _as_in_process(texts)
+    d.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("what", ["child killed", "daemon stopped", "daemon killed"])
+def test_the_embedding_child_is_bounded_by_the_daemon(daemon_factory: Any, what: str) -> None:
+    """The child, held mid-request (a test hook): killed, its batch is indexed without vectors
+    (BM25 answers) and the error is logged; the daemon stopping or killed takes it along (no
+    orphan left embedding, no zombie)."""
+    d = library_daemon(daemon_factory, 129)
+    d.env["ZOCRATES_TEST_EMBED_HOLD_S"] = "60"
+    d.start()
+    assert d.proc is not None
+    child = _embed_child(d.proc.pid)
+    if what == "child killed":
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not _mapped(child, "tokenizers") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # its model loaded: "ready" said, the first request is being held
+        os.kill(child, signal.SIGKILL)
+        with RawConn(d.socket_path) as c:
+            st = wait_ready(c)
+            assert st["state"] == "ready" and st["items_indexed"] == 6, st
+            assert _children(d.proc.pid) == {}, "the killed child was not reaped"
+            assert _vectors(st["index_path"])[2] == "1"
+            sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
+            assert cited(ask(c, sid, "What does HyDE do?", mode="library"))[0] == "GAOHYDE1"
+        d.stop()
+        logged = d.stderr_text()
+        # Killed while it holds the first request (or, on a slow machine, just before it answered "ready").
+        assert ("the passages' vectors could not be computed (it ended (exit -9, SIGKILL))" in logged
+                or "the process that computes the passages' vectors failed to start (it ended (exit -9, SIGKILL))" in logged)
+        return
+    t0 = time.monotonic()
+    if what == "daemon stopped":
+        assert d.stop() == 0 and time.monotonic() - t0 < 20.0
+    else:
+        d.kill()
+    deadline = time.monotonic() + 10.0
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{child}").exists(), f"the embedding child outlived the daemon ({what})"
 
 
 @pytest.mark.parametrize("version", [123, 129])

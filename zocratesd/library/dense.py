@@ -9,10 +9,11 @@ itself is never imported. With `library.dense = false`, or without the package (
 the stage is off and search is BM25 alone.
 
 Memory: loaded, the model costs ~50-65 MiB (numpy, the token table, the tokenizer), a third of
-the daemon's idle budget. So it is loaded when first needed, never at start: by the first search,
-or by an indexing pass that writes chunks; a pass that loaded it releases it when done unless a
-search has used it (`release`). A daemon whose library is indexed is idle without it until its
-first search.
+the daemon's idle budget. So the daemon loads it when its first search needs it, never at start;
+the library's indexer embeds its chunks in a child process (library/embedproc.py), so a daemon
+whose library was just indexed is idle without it too (unless a search has loaded it: the
+indexer then uses it in-process, `loaded`). A passages-file library (passages.py) builds its
+index in-process and releases the model after (`release`) unless a search has used it.
 
 A passage's vector is the mean of its tokens' vectors, normalised. Words are tokenized one at a
 time through a cache (Llama's tokenizer starts every word with its own "▁" piece, so a word
@@ -33,8 +34,10 @@ import json
 import logging
 import struct
 import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
@@ -59,6 +62,12 @@ MAX_WORDS = 1000
 
 def _word_ids(tokenizer: Any, word: str) -> tuple[int, ...]:
     return tuple(tokenizer.encode(word, add_special_tokens=False).ids)
+
+
+class Vectorizer(Protocol):
+    """What the index writer embeds with: this process's `Embedder`, or embedproc.EmbedChild."""
+
+    def pack_many(self, texts: Sequence[str]) -> list[bytes | None]: ...
 
 
 class Embedder:
@@ -90,6 +99,16 @@ class Embedder:
         if v is None:
             return None
         return bytes(self._np.clip(self._np.rint(v * 127.0), -127, 127).astype(self._np.int8).tobytes())
+
+    def pack_many(self, texts: Sequence[str]) -> list[bytes | None]:
+        """`pack` for each text (the interface the index writer takes; embedproc.EmbedChild too)."""
+        out = []
+        for text in texts:
+            out.append(self.pack(text))
+            # Python work that holds the GIL: let the event loop's thread in between chunks (on a
+            # loaded machine the loop otherwise stalled for ~0.3 s).
+            time.sleep(0)
+        return out
 
     def scores(self, query: np.ndarray, blobs: list[bytes]) -> np.ndarray:
         """Cosine similarity of a query vector with stored vectors (int8 blobs of DIM bytes)."""
@@ -184,6 +203,13 @@ def embedder(search: bool = False) -> Embedder | None:
         return _loaded[0]
 
 
+def loaded() -> Embedder | None:
+    """The embedder when this process has it loaded already (a search has asked), else None;
+    never loads it (the indexer then embeds in a child process: library/embedproc.py)."""
+    with _lock:
+        return _loaded[0] if _loaded else None
+
+
 def release() -> None:
     """Drop the embedder an indexing pass loaded when no search has asked for it yet: a library
     indexed at start then goes back to the idle memory of one that was indexed before (the next
@@ -192,12 +218,12 @@ def release() -> None:
         if not _loaded or _loaded[0] is None or _searched[0]:
             return
         _loaded.clear()
-    _trim_heap()
+    trim_heap()
 
 
-def _trim_heap() -> None:
-    """Give freed heap back to the system (glibc's malloc_trim): the tokenizer is many small
-    allocations, which free() alone keeps in the process."""
+def trim_heap() -> None:
+    """Give freed heap back to the system (glibc's malloc_trim): the tokenizer, or an indexing
+    pass's rows, are many small allocations, which free() alone keeps in the process."""
     import ctypes
     import ctypes.util
 

@@ -21,9 +21,12 @@ Tables:
   creators, year or tags either it has no words and is not written). Words are folded
   (case, diacritics: Lübeck finds Lubeck) and Porter-stemmed, so "retrieved" finds "retrieval".
 - `chunk_vectors` (id, v): each chunk's vector for the optional dense stage (library/dense.py,
-  the `dense` extra: wordllama's static embeddings, int8, 256 bytes), written with the chunk;
-  `meta.dense_model` names the model ("" when the stage is off), and an index made with another
-  (or none) is rebuilt, so all chunks have vectors of one kind or none do.
+  the `dense` extra: wordllama's static embeddings, int8, 256 bytes), written with the chunk
+  (computed by the indexer's child process, library/embedproc.py; the zero vector for a chunk
+  without words); `meta.dense_model` names the model ("" when the stage is off), and an index
+  made with another (or none) is rebuilt, so all chunks have vectors of one kind or none do. A
+  chunk whose vector could not be computed (the child failed) has no row until a later pass
+  computes it (`meta.vectors_missing`); meanwhile a search scores it as the zero vector.
 - `chunks_cjk` (title, body): the same chunks' Chinese, Japanese and Korean text as character
   bigrams (FTS5's word tokenizer sees a run of CJK characters as one word; Zotero 10 indexes CJK
   with bigrams too; zocratesd/textnorm.py makes them, for the answerer too). Only chunks that
@@ -61,8 +64,7 @@ import os
 import re
 import sqlite3
 import threading
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,10 +72,12 @@ from typing import Any
 from zocratesd.library import dense
 from zocratesd.library._records import CollectionRecord, ItemRecord, LibrarySnapshot, library_path, valid_key
 from zocratesd.library.catalog import children_json
+from zocratesd.library.embedproc import EmbedFailed
 from zocratesd.library.fulltext import chunks as split_chunks
 from zocratesd.library.retrieval import METADATA_BREAK, Hit, Passage, Scope, tokens
 from zocratesd.library.zotero_db import db_uri
-from zocratesd.textnorm import CJK_RUN_RE, cjk_bigrams, name_variants
+from zocratesd.logtext import escape_for_log
+from zocratesd.textnorm import cjk_bigrams, cjk_run_re, name_variants
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +87,9 @@ INDEX_NAME = "library.db"
 # dense stage's vectors, and the `dense_model` they were made with; 4: abstracts chunked, no
 # chunk without words; 5: German names' other spellings in the metadata header, heading lines kept
 # apart in text chunks, page labels from the PDFs themselves; 6: items' `date_added`,
-# `date_modified` and `children`, for library/catalog.py).
-INDEX_SCHEMA_VERSION = 6
+# `date_modified` and `children`, for library/catalog.py; 7: an annotation's highlight and comment
+# as paragraphs of its chunk).
+INDEX_SCHEMA_VERSION = 7
 # BM25 column weights (title, body): a title term counts twice a body term, so a matching paper's
 # passages come first without drowning a strong body match (FTS5's bm25() weights). FTS5 fixes
 # k1 = 1.2, but it applies the weights to the term counts before saturation, so their scale acts
@@ -95,6 +100,8 @@ BODY_WEIGHT = 1.5
 # Items written per transaction while indexing: each commit makes progress durable and visible to
 # searches; 100 items with ~40 chunks each keeps a commit under ~0.3 s on a 2-core machine.
 BATCH_ITEMS = 100
+# Chunks whose missing vectors are computed per transaction by `IndexWriter.fill_vectors` (~a batch's worth).
+FILL_CHUNKS = 2000
 # Query terms beyond this are dropped: a pasted paragraph as a question would otherwise make
 # one MATCH with hundreds of ORs.
 MAX_QUERY_TERMS = 24
@@ -226,18 +233,23 @@ def open_index(path: Path) -> sqlite3.Connection:
 class IndexWriter:
     """Applies library snapshots to library.db (one thread: the indexer's)."""
 
-    def __init__(self, conn: sqlite3.Connection):
+    def __init__(self, conn: sqlite3.Connection, vectorizer: Callable[[], dense.Vectorizer | None] = dense.embedder):
         self.conn = conn
         # Vectors are written when the index was made for them (open_index checked the model); the
-        # model is loaded by the first chunk written, not before (a refresh with no change needs none).
+        # vectorizer (the model in this process, or the indexer's child process: embedproc.py) is
+        # asked for by the first chunk written, not before (a refresh with no change needs none).
         self._dense = bool(self.meta("dense_model"))
-        self._embedder: dense.Embedder | None = None
+        self._vectorizer = vectorizer
+        self._embedder: dense.Vectorizer | None = None
+        self._pending: list[tuple[int, str]] = []  # (chunk id, text) to embed before the batch commits
 
     @property
-    def embedder(self) -> dense.Embedder | None:
+    def embedder(self) -> dense.Vectorizer | None:
         if self._dense and self._embedder is None:
-            self._embedder = dense.embedder()
-            self._dense = self._embedder is not None
+            self._embedder = self._vectorizer()
+            if self._embedder is None:  # the index wants vectors this pass cannot make (logged where it failed)
+                self._dense = False
+                self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('vectors_missing', '1')")
         return self._embedder
 
     def meta(self, key: str) -> str | None:
@@ -318,6 +330,55 @@ class IndexWriter:
             for item, texts in batch:
                 self._delete_item(item.uid)
                 self._insert_item(item, texts, labels or {})
+            self._write_vectors()
+
+    def _write_vectors(self) -> None:
+        """The pending chunks' vectors, in the batch's transaction. A chunk with no words gets the
+        zero vector (as a search scores a chunk without one), so a chunk without a row is one whose
+        vector could not be computed: a failure leaves the chunks searchable by their words (BM25),
+        and `meta.vectors_missing` asks a later pass to fill them in (`fill_vectors`)."""
+        pending, self._pending = self._pending, []
+        if not pending or self.embedder is None:
+            return
+        try:
+            vecs = self.embedder.pack_many([text for _, text in pending])
+        except EmbedFailed as exc:
+            self._vector_failure(exc, len(pending))
+            return
+        zero = bytes(dense.DIM)
+        self.conn.executemany("INSERT INTO chunk_vectors VALUES (?, ?)", [(i, v or zero) for (i, _), v in zip(pending, vecs, strict=True)])
+
+    def _vector_failure(self, exc: EmbedFailed, n: int) -> None:
+        self._dense = False  # this writer writes no more vectors; words are still indexed
+        self._embedder = None
+        self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('vectors_missing', '1')")
+        if exc.stopped:
+            log.info("library: embedding stopped (%s); the passages' vectors are computed at the next start",
+                     escape_for_log(str(exc)))
+        else:
+            log.error("library: the passages' vectors could not be computed (%s); %d passages of this pass are searched "
+                      "by their words alone (BM25) until a later pass computes them", escape_for_log(str(exc)), n)
+
+    def fill_vectors(self) -> int:
+        """Compute the vectors an earlier pass could not (see `_write_vectors`), in batches; the
+        number written. Only when `meta.vectors_missing` says some are missing (no scan otherwise)."""
+        if not self._dense or self.meta("vectors_missing") != "1":
+            return 0
+        done = 0
+        while True:
+            rows = self.conn.execute(
+                "SELECT c.id, f.title, f.body FROM chunks c JOIN chunks_fts f ON f.rowid = c.id "
+                "WHERE NOT EXISTS (SELECT 1 FROM chunk_vectors v WHERE v.id = c.id) LIMIT ?", (FILL_CHUNKS,)
+            ).fetchall()
+            with self.transaction():
+                if not rows:
+                    self.conn.execute("DELETE FROM meta WHERE key = 'vectors_missing'")
+                    return done
+                self._pending = [(i, f"{title}\n{body}") for i, title, body in rows]
+                self._write_vectors()
+                if not self._dense:  # failed again: logged, still missing
+                    return done
+            done += len(rows)
 
     def _delete_item(self, uid: str) -> None:
         c = self.conn
@@ -375,7 +436,10 @@ class IndexWriter:
             body = note.text if note.text.startswith(note.title) else f"{note.title}\n{note.text}"
             rows += [("note", note.key, None, None, None, part) for _, part in split_chunks(body.replace("\f", " "))]
         for ann in item.annotations:
-            body = " ".join(p for p in (ann.text, ann.comment, " ".join(ann.tags)) if p)
+            # The highlight and the user's comment as paragraphs: a highlight rarely ends its
+            # sentence, and glued to the comment it would be one sentence the full text never has
+            # (the answerer quotes a highlight once, not again from the text: engine/answer/compose.py).
+            body = "\n\n".join(p for p in (ann.text, " ".join(p for p in (ann.comment, " ".join(ann.tags)) if p)) if p)
             if body:
                 page = ann.page_index + 1 if ann.page_index is not None else None
                 rows.append(("annotation", ann.key, ann.attachment_key, page, ann.page_label or (str(page) if page else None), body))
@@ -402,13 +466,8 @@ class IndexWriter:
             cjk_title = cjk_bigrams(title)
             if cjk_body or cjk_title:
                 c.execute("INSERT INTO chunks_cjk (rowid, title, body) VALUES (?, ?, ?)", (cur.lastrowid, cjk_title, cjk_body))
-            if self.embedder is not None:
-                vec = self.embedder.pack(f"{title}\n{body}")
-                if vec is not None:
-                    c.execute("INSERT INTO chunk_vectors VALUES (?, ?)", (cur.lastrowid, vec))
-                # Embedding is Python work that holds the GIL; let the event loop's thread in
-                # between chunks (on a loaded machine the loop otherwise stalled for ~0.3 s).
-                time.sleep(0)
+            if self._dense and cur.lastrowid is not None:
+                self._pending.append((cur.lastrowid, f"{title}\n{body}"))
 
     def transaction(self) -> _Tx:
         return _Tx(self.conn)
@@ -429,7 +488,7 @@ def match_expression(query: str) -> str | None:
     """An FTS5 query: the question's content words OR'ed, each quoted (so no word is FTS syntax).
     Runs of CJK characters are left to `cjk_expression`."""
     seen: list[str] = []
-    for t in tokens(CJK_RUN_RE.sub(" ", query)):
+    for t in tokens(cjk_run_re().sub(" ", query)):
         if t not in seen:
             seen.append(t)
         if len(seen) == MAX_QUERY_TERMS:

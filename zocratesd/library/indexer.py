@@ -24,7 +24,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from zocratesd.library import dense
 from zocratesd.library._records import USER_LIBRARY, ItemRecord, LibrarySnapshot, library_counts
+from zocratesd.library.embedproc import EmbedChild, EmbedFailed
 from zocratesd.library.fulltext import read_cache
 from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, open_index, remove_index
 from zocratesd.library.local_api import ListenerChanged, LocalApi, LocalApiError
@@ -59,6 +60,9 @@ RETRY_AFTER_S = 60.0
 # index). Waiting this many times the last refresh's duration before the next one keeps the
 # indexer under ~1/20 of a core; an explicit refresh request is never held back.
 REFRESH_DUTY = 20
+# After the embedding child failed (library/embedproc.py), passes index words alone for this long
+# before another child is tried; the vectors missing meanwhile are computed then (fill_vectors).
+EMBED_RETRY_S = 3600.0
 WHAT_TO_DO = (
     "Start zocratesd with --zotero-data-dir pointing at your Zotero data directory (Zotero: Settings > Advanced > "
     "Files and Folders > Data Directory Location) or set ZOTERO_DATA_DIR; `zocratesd demo` writes a demo library"
@@ -103,6 +107,11 @@ class Indexer:
         # False while zotero.sqlite cannot be read: then the polls also watch the local API.
         self._db_readable = True
         self._api_refusal: str | None = None  # the last reason the local API was not used (logged once)
+        # The child process embedding this pass's chunks (embedproc.py), while one runs; after it
+        # failed, no other starts before `_embed_retry_at` (a broken install would fail each pass).
+        self._child: EmbedChild | None = None
+        self._embed_retry_at = 0.0
+        self._wrote = False  # the pass changed the index (its memory is then given back: refresh)
         # Hooks for tests: called in the thread after each committed batch.
         self.on_batch: Callable[[int, int], None] | None = None
 
@@ -117,6 +126,10 @@ class Indexer:
         """Ask the thread to stop (it stops between batches) and wait for it."""
         self._stop.set()
         self._wake.set()
+        with self._lock:
+            child = self._child
+        if child is not None:
+            child.kill()  # a batch waiting for its vectors ends now (they are computed at the next start)
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -210,6 +223,7 @@ class Indexer:
         Zotero's local API, used only when the database cannot be read."""
         t0 = time.perf_counter()
         api_checked = False
+        self._wrote = False
         if not (self.opts.data_dir / ZOTERO_DB).exists():
             self._db_readable = False
             why = "Zotero's local API is off (library.local_api)" if api is None else self._api_usable(api)
@@ -228,7 +242,7 @@ class Indexer:
             conn = open_index(self.index_path)
         try:
             try:
-                self._refresh_with(IndexWriter(conn), api, t0, api_checked)
+                self._refresh_with(IndexWriter(conn, self._vectorizer), api, t0, api_checked)
             except sqlite3.DatabaseError as exc:
                 if not _is_corruption(exc):
                     raise
@@ -237,10 +251,41 @@ class Indexer:
                 self.reader.invalidate()
                 remove_index(self.index_path)
                 conn = open_index(self.index_path)
-                self._refresh_with(IndexWriter(conn), api, t0, api_checked)
+                self._refresh_with(IndexWriter(conn, self._vectorizer), api, t0, api_checked)
         finally:
             conn.close()
-            dense.release()  # what this pass loaded to embed chunks, unless a search uses it
+            self._end_child()
+            if self._wrote:  # a pass over many items leaves a heap of freed rows and texts (PROFILE section 11)
+                dense.trim_heap()
+
+    def _vectorizer(self) -> dense.Vectorizer | None:
+        """What this pass embeds chunks with, asked for at its first chunk: the model a search
+        has loaded in this process already, else a child process (embedproc.py: the daemon never
+        loads the model to index; it leaves with the pass). None while a failed child's retry waits."""
+        if (loaded := dense.loaded()) is not None:
+            return loaded
+        if time.monotonic() < self._embed_retry_at or self._stop.is_set():
+            return None
+        child = _WatchedChild(self)
+        with self._lock:
+            self._child = child
+        try:
+            child.start()
+        except EmbedFailed as exc:
+            self._end_child()
+            self._embed_retry_at = time.monotonic() + EMBED_RETRY_S
+            if not exc.stopped:
+                log.error("library: the process that computes the passages' vectors failed to start (%s); this pass "
+                          "indexes words alone (BM25), vectors are computed by a pass after %.0f min",
+                          escape_for_log(str(exc)), EMBED_RETRY_S / 60)
+            return None
+        return child
+
+    def _end_child(self) -> None:
+        with self._lock:
+            child, self._child = self._child, None
+        if child is not None:
+            child.close()
 
     def _read(
         self, api: LocalApi | None, known: dict[str, str], api_checked: bool = False
@@ -300,6 +345,7 @@ class Indexer:
         if total:
             self._announce(f"indexing {total:,} of {len(snap.stamps):,} items from {origin}"
                            + (f" ({len(removed):,} removed)" if removed else ""))
+        self._wrote = bool(total or removed)
         writer.write_collections(snap.collections, snap.libraries or {USER_LIBRARY: "My Library"})
         if removed:
             writer.remove(removed)
@@ -338,6 +384,9 @@ class Indexer:
             if time.monotonic() - last_log >= PROGRESS_LOG_INTERVAL_S:
                 self._announce(f"indexing {done:,} of {total:,} items from {origin} ({pct:.0f}%)")
                 last_log = time.monotonic()
+        if writer.fill_vectors():
+            log.info("library: the passages' vectors missing since an earlier failure are computed")
+        self._end_child()  # before "ready": a pass over, its child is gone
         ms = round((time.perf_counter() - t0) * 1000.0, 1)
         writer.set_meta({"last_refresh": time.time(), "source": snap.source, "zotero_schema_version": snap.schema_version})
         counts = _counts(writer)
@@ -355,6 +404,21 @@ class Indexer:
         self._announce(f"library ready: {kinds['items']:,} items, {kinds['texts']:,} full texts{extra}{where} (from {origin})")
         if total or removed:
             log.info("library: %d items re-indexed in %.1f s; %d passages in the index", total, ms / 1000, counts["chunks_indexed"])
+
+
+class _WatchedChild(EmbedChild):
+    """The indexer's child: a failure while embedding holds back the next child (`EMBED_RETRY_S`)."""
+
+    def __init__(self, indexer: Indexer):
+        super().__init__()
+        self._indexer = indexer
+
+    def pack_many(self, texts: Sequence[str]) -> list[bytes | None]:
+        try:
+            return super().pack_many(texts)
+        except EmbedFailed:
+            self._indexer._embed_retry_at = time.monotonic() + EMBED_RETRY_S
+            raise
 
 
 def _counts(writer: IndexWriter) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from zocratesd.library import Library
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Scope
 from zocratesd.library.writer import Annotation, Attachment, Item, pdf_file, write
 from zocratesd.library.writer import Library as ZoteroLibrary
+from zocratesd.textnorm import glued_heading
 
 STROHLE = Item(
     "STROHLE1", "Soil microbial respiration under drought", creators=[("Anna", "Ströhle"), ("Jonas", "Kühn")], date="2019",
@@ -177,6 +178,58 @@ CHAPTER = Item(
 )
 
 
+# Zotero's PDF worker puts a heading that shares a line with its text on that line (seen in Zotero
+# 9.0.6): "Results Symbiont shuffling ...", numbered ("2. Methods We ..."); and sentences that start
+# with a section's word stay whole.
+GLUED = Item("GLUEDHD1", "Symbiont shuffling in reef corals", creators=[("Ruth", "Gates")], date="2015",
+             attachments=[Attachment("GLUEDPDF", pages=[
+                 "1. Introduction Reef corals bleach when the sea warms.\n2. Methods We tagged 40 colonies of Montipora "
+                 "on two reefs. Methods for scoring bleaching differ between survey teams.",
+                 "Results Symbiont shuffling increased the thermal tolerance of tagged colonies by 1.5 degrees. Results "
+                 "were mixed on the shallow reef.\nDISCUSSION Shuffling is a slow route to tolerance. Discussion of "
+                 "costs is left to later work."])])
+
+
+@pytest.fixture(scope="module")
+def glued(tmp_path_factory: pytest.TempPathFactory) -> Library:
+    d = tmp_path_factory.mktemp("glued")
+    write(d, ZoteroLibrary(items=[GLUED, *OTHERS]))
+    library = Library(d, d / "zocrates-data", local_api_url=None)
+    library.indexer.refresh(None)
+    return library
+
+
+def test_a_heading_glued_to_its_sentence_is_not_quoted(glued: Library) -> None:
+    answer = ask(glued, "Did symbiont shuffling increase the thermal tolerance of corals?")
+    body = answer.split("# Cited Sources")[0]
+    assert cited(answer) == ["GLUEDHD1"], answer
+    assert "- Symbiont shuffling increased the thermal tolerance of tagged colonies by 1.5 degrees." in body, answer
+    assert "Results Symbiont" not in body and "DISCUSSION" not in body, answer
+    answer = ask(glued, "How many colonies of Montipora were tagged, and how do teams score bleaching?")
+    body = answer.split("# Cited Sources")[0]
+    assert "- We tagged 40 colonies of Montipora on two reefs." in body, answer
+    assert "Methods for scoring bleaching differ between survey teams." in body, answer  # a sentence, not a heading
+    assert "2. Methods" not in body and "Methods We" not in body, answer
+
+
+def test_glued_headings_are_cut_from_sentences_not_sentences_that_start_with_a_sections_word() -> None:
+    assert glued_heading("Results Symbiont shuffling increased tolerance.") == len("Results ")
+    assert glued_heading("2. Methods We sampled.") == len("2. Methods ")
+    assert glued_heading("III. RESULTS AND DISCUSSION The corals died.") == len("III. RESULTS AND DISCUSSION ")
+    assert glued_heading("Materials and Methods A total of 40 colonies.") == len("Materials and Methods ")
+    assert glued_heading("Abstract Background Corals bleach.") == len("Abstract Background ")
+    assert glued_heading("3.2 Data We used two reefs.") == len("3.2 Data ")  # numbered: any section name
+    for prose in ("Results were mixed.", "Methods for X differ between teams.", "Discussion of costs is left out.",
+                  "Results: it worked.", "Model M3 wins.", "Conclusions drawn here hold.", "results Symbiont x",
+                  "Introduction", "Summary statistics are given in Table 2.", "Model United Nations members voted.",
+                  "Data Science Institute researchers found it."):
+        assert glued_heading(prose) == 0, prose
+    assert split_sentences("We read it. 2. Methods We sampled 40 colonies. Results Symbiont shuffling helped. Results were mixed.") == [
+        "We read it.", "We sampled 40 colonies.", "Symbiont shuffling helped.", "Results were mixed."]
+    assert split_sentences("Discussion Shuffling is slow.\nDiscussion of costs is left out.") == [
+        "Shuffling is slow.", "Discussion of costs is left out."]
+
+
 @pytest.fixture(scope="module")
 def chapter(tmp_path_factory: pytest.TempPathFactory) -> Library:
     d = tmp_path_factory.mktemp("labels")
@@ -195,6 +248,19 @@ def test_a_page_is_cited_by_the_label_the_reader_shows(chapter: Library) -> None
     # without a label is cited by its number.
     answer = ask(chapter, "How long do reefs need to recover from mass coral bleaching, and what slows calcification of coral skeletons?")
     assert "[1, p. 127]" in answer and "[1, p. 4]" in answer and "pp. 127, 4." in answer, answer
+
+
+def test_a_highlight_in_the_full_text_is_quoted_once_from_the_annotation(chapter: Library) -> None:
+    """The highlight's text is also in the PDF's text: quoted once, as the annotation (its page
+    label and the user's comment), not again from the full text."""
+    for question in ("How long do reefs need to recover from mass coral bleaching?",
+                     "How long do reefs need to recover from mass coral bleaching, and what slows calcification of coral skeletons?"):
+        answer = ask(chapter, question)
+        body = answer.split("# Cited Sources")[0]
+        assert body.count("Reefs need about a decade") == 1, answer
+        assert "if nothing else disturbs them" not in body, answer  # the full text's sentence
+        assert "- Reefs need about a decade to recover from mass coral bleaching — recovery time [1" in body, answer
+        assert "p. 127" in answer
 
 
 async def _passages(lib: Library, question: str) -> list[dict[str, Any]]:

@@ -24,7 +24,9 @@ from zocratesd.engine.answer.evidence import (
     narrow,
     prepare,
     quote,
+    repeats,
     select,
+    sentence_key,
     source_coverage,
 )
 from zocratesd.engine.answer.question import Part, Question, parse_question
@@ -57,19 +59,30 @@ def _quoted(text: str) -> str:
     return f"“{text}”"
 
 
-def _section(part: Part, sources: list[Source], limit: int, used: dict[int, set[int]], *, need_subject: bool = False,
-             heading: str | None = None) -> Section:
+def _section(part: Part, sources: list[Source], limit: int, used: dict[int, set[int]], highlighted: dict[str, set[str]], *,
+             need_subject: bool = False, heading: str | None = None) -> Section:
+    """`highlighted`: item key -> the sentences quoted from its annotations (`sentence_key`), for
+    the whole answer. A highlight is quoted once, from the annotation (its page label and the
+    user's comment: the richer citation), never again from the full text it was made in."""
     sec = Section(heading)
     part, sources = narrow(part, sources)  # a part that names authors: their passages, its topic
-    for src in select(part, sources, limit):
-        q = quote(part, src, frozenset(used.get(src.rank, set())), need=part.required if need_subject else None)
+    chosen = select(part, sources, limit)
+    place = {src.rank: n for n, src in enumerate(chosen)}
+    for src in sorted(chosen, key=lambda s: s.passage.get("kind") != "annotation"):  # annotations first
+        annotation = src.passage.get("kind") == "annotation"
+        taken = frozenset() if annotation else repeats(src, highlighted.get(src.item_key, set()))
+        q = quote(part, src, frozenset(used.get(src.rank, set())), need=part.required if need_subject else None, taken=taken)
         if q is None:
             continue
         if not q.new and heading is not None:
             sec.pointers.append(src)  # the same sentences answer an earlier part: point, don't repeat
             continue
         used.setdefault(src.rank, set()).update(q.sentences)
+        if annotation:
+            highlighted.setdefault(src.item_key, set()).update(sentence_key(src.sentences[i]) for i in q.sentences)
         sec.quotes.append(q)
+    sec.quotes.sort(key=lambda q: place[q.source.rank])  # in the order select chose them
+    sec.pointers.sort(key=lambda s: place[s.rank])
     return sec
 
 
@@ -93,8 +106,9 @@ def _direct(q: Question, sources: list[Source], used: dict[int, set[int]]) -> Se
 
 def _plan(q: Question, sources: list[Source], where: str) -> list[Section]:
     used: dict[int, set[int]] = {}
+    highlighted: dict[str, set[str]] = {}
     if len(q.parts) == 1:
-        return [_section(q.parts[0], sources, MAX_QUOTES, used)]
+        return [_section(q.parts[0], sources, MAX_QUOTES, used, highlighted)]
     sections: list[Section] = []
     if q.comparison:
         direct = _direct(q, sources, used)
@@ -102,7 +116,7 @@ def _plan(q: Question, sources: list[Source], where: str) -> list[Section]:
             sections.append(direct)
         focus = f" ({q.focus})" if q.focus else ""
         for part in q.parts:
-            sec = _section(part, sources, MAX_QUOTES_PER_PART, used, need_subject=True, heading=part.text)
+            sec = _section(part, sources, MAX_QUOTES_PER_PART, used, highlighted, need_subject=True, heading=part.text)
             if not sec.quotes:
                 sec.pointers = [d.source for d in direct.quotes]
                 if not sec.pointers:
@@ -110,7 +124,7 @@ def _plan(q: Question, sources: list[Source], where: str) -> list[Section]:
             sections.append(sec)
         return sections
     for part in q.parts:
-        sec = _section(part, sources, MAX_QUOTES_PER_PART, used, heading=part.text)
+        sec = _section(part, sources, MAX_QUOTES_PER_PART, used, highlighted, heading=part.text)
         if not sec.quotes and not sec.pointers:  # a pointer to a quote above answers it too
             sec.notes.append(f"Nothing in {where} answers this part: no passage covers {_quoted(part.topic)}.")
         sections.append(sec)

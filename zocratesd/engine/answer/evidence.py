@@ -32,6 +32,7 @@ from zocratesd.engine.answer.authors import TITLE_MARK, author_focus, by_authors
 from zocratesd.engine.answer.question import Part, word_stems
 from zocratesd.engine.answer.segment import sentences
 from zocratesd.library.retrieval import METADATA_BREAK
+from zocratesd.textnorm import fold
 
 # Measured on bench/bench_answers.py --sweep (97 cases): at 0.5 passages sharing one of two words
 # come back (precision 0.90, abstention 0.85), at 0.55 some still do (0.97, 0.93); 0.6 and 0.65
@@ -184,11 +185,16 @@ def _sentence_score(part: Part, stems: AbstractSet[str]) -> float:
     return sum(t.weight for t in part.terms if t.stem in stems) + 0.25 * len(part.required & stems)
 
 
+# A sentence ending in none of these ran to its paragraph's end (a highlight, a line of a note):
+# the next one is set apart by a dash, not run on ("... coral bleaching — recovery time").
+_ENDS_SENTENCE = frozenset(".!?…\"'”’)]。！？」』）")
+
+
 def _join(src: Source, chosen: list[int]) -> str:
     out = ""
     prev: int | None = None
     for i in sorted(chosen):
-        sep = "" if prev is None else (" " if i == prev + 1 else " … ")
+        sep = "" if prev is None else (" … " if i != prev + 1 else " " if out[-1:] in _ENDS_SENTENCE else " — ")
         out += sep + src.sentences[i]
         prev = i
     return out
@@ -198,19 +204,24 @@ def _fits(src: Source, chosen: list[int]) -> bool:
     return len(_join(src, chosen)) <= MAX_QUOTE_CHARS
 
 
-def quote(part: Part, src: Source, avoid: frozenset[int] = frozenset(), *, need: frozenset[str] | None = None) -> Quote | None:
+def quote(part: Part, src: Source, avoid: frozenset[int] = frozenset(), *, need: frozenset[str] | None = None,
+          taken: frozenset[int] = frozenset()) -> Quote | None:
     """The passage's quote for `part` (see the module docstring); None when no sentence of it
     names any of the part's terms (and it is not a passage the user pointed at). `avoid`: sentences
-    already quoted under another part; `need`: stems the main sentence must contain (one of)."""
+    already quoted under another part; `need`: stems the main sentence must contain (one of);
+    `taken`: sentences never to quote (another passage quotes them: a highlight of this text)."""
     if part.authors and not part.terms:
-        return _findings(src, avoid)
-    scores = [_sentence_score(part, st) for st in src.sentence_stems]
+        return _findings(src, avoid | taken)
+    scores = [0.0 if i in taken else _sentence_score(part, st) for i, st in enumerate(src.sentence_stems)]
     candidates = [i for i in range(len(scores)) if scores[i] > 0 and (need is None or need & src.sentence_stems[i])]
     if not candidates:
-        if (src.focal or _title_coverage(part, src)) and src.sentences:  # pointed at, or about it by its title
-            chosen = [0]
-            while len(chosen) < len(src.sentences) and _fits(src, [*chosen, len(chosen)]):
-                chosen.append(len(chosen))
+        free = [i for i in range(len(src.sentences)) if i not in taken]
+        if (src.focal or _title_coverage(part, src)) and free:  # pointed at, or about it by its title
+            chosen = free[:1]
+            for i in free[1:]:
+                if not _fits(src, [*chosen, i]):
+                    break
+                chosen.append(i)
             return Quote(src, _cut(_join(src, chosen)), tuple(chosen), 0.0)
         return None
     fresh = [i for i in candidates if i not in avoid]
@@ -219,24 +230,26 @@ def quote(part: Part, src: Source, avoid: frozenset[int] = frozenset(), *, need:
     chosen = [best]
     # The subject, or what a pointing-back opener points at, from the sentence before.
     subject = part.required or {t.stem for t in part.terms if t.anchor}
-    if best > 0 and (
+    if best > 0 and best - 1 not in taken and (
         (subject and not subject & src.sentence_stems[best] and subject & src.sentence_stems[best - 1])
         or _OPENS_BACK.match(src.sentences[best])
     ) and _fits(src, [best - 1, best]):
         chosen.append(best - 1)
     # The comparison, from the sentence after.
     nxt = best + 1
-    if nxt < len(src.sentences) and _CARRIES_COMPARISON.search(src.sentences[nxt]) and _fits(src, [*chosen, nxt]):
+    if nxt < len(src.sentences) and nxt not in taken and _CARRIES_COMPARISON.search(src.sentences[nxt]) and _fits(src, [*chosen, nxt]):
         chosen.append(nxt)
     # A second sentence for the terms still missing.
     have = set().union(*(src.sentence_stems[i] for i in chosen))
     missing = {t.stem for t in part.terms if t.weight >= 1.0} - have
     if missing:
-        extra = [i for i in range(len(src.sentences)) if i not in chosen and missing & src.sentence_stems[i]]
+        extra = [i for i in range(len(src.sentences)) if i not in chosen and i not in taken and missing & src.sentence_stems[i]]
         extra.sort(key=lambda i: (-len(missing & src.sentence_stems[i]), abs(i - best)))
         for i in extra[:1]:
             if _fits(src, [*chosen, i]):
                 chosen.append(i)
+    if src.passage.get("kind") == "annotation" and _fits(src, list(range(len(src.sentences)))):
+        chosen = list(range(len(src.sentences)))  # the highlight with the user's comment: quoted whole
     text = _cut(_join(src, chosen))
     terms = set().union(*(src.sentence_stems[i] for i in chosen)) & {t.stem for t in part.terms}
     return Quote(src, text, tuple(sorted(chosen)), scores[best], new=bool(fresh), terms=terms)
@@ -256,6 +269,32 @@ def _findings(src: Source, avoid: frozenset[int]) -> Quote | None:
     while len(chosen) > 1 and not _fits(src, chosen):
         chosen.pop()
     return Quote(src, _cut(_join(src, chosen)), tuple(sorted(chosen)), 1.0, new=True)
+
+
+# A highlight this short is matched only as a whole sentence of the full text, not inside one
+# (a few words recur: "as shown in Table 2").
+MIN_HIGHLIGHT_INSIDE = 30
+_NON_WORD = re.compile(r"\W+")
+
+
+def sentence_key(text: str) -> str:
+    """A sentence as compared across passages: folded, its words only (a PDF's text and the
+    highlight made on it differ in spaces, hyphens, ligatures and quotes)."""
+    return _NON_WORD.sub(" ", fold(text)).strip()
+
+
+def repeats(src: Source, quoted: AbstractSet[str]) -> frozenset[int]:
+    """The sentences of `src` that say what another passage of its item quotes (`quoted`: their
+    `sentence_key`s): the same sentence, one inside a quoted highlight, or one that contains it."""
+    if not quoted:
+        return frozenset()
+    out = set()
+    for i, text in enumerate(src.sentences):
+        key = sentence_key(text)
+        if key in quoted or any((len(k) >= MIN_HIGHLIGHT_INSIDE and k in key) or (len(key) >= MIN_HIGHLIGHT_INSIDE and key in k)
+                                for k in quoted):
+            out.add(i)
+    return frozenset(out)
 
 
 def _cut(text: str) -> str:

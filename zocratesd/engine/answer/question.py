@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from zocratesd.engine.answer.segment import split_sentences
 from zocratesd.library.retrieval import STOPWORDS
-from zocratesd.textnorm import CJK_CHARS, CJK_RUN_RE, cjk_grams, fold
+from zocratesd.textnorm import CJK_CHARS, cjk_grams, cjk_run_re, fold
 
 # Words that ask rather than say what is asked about.
 QUESTION_WORDS = frozenset(
@@ -128,7 +128,7 @@ def word_stems(text: str) -> set[str]:
     its bigrams and its characters (a question's lone character meets any bigram of it)."""
     out: set[str] = set()
     for w in set(_TOKEN.findall(fold(text))):
-        if CJK_RUN_RE.match(w):
+        if cjk_run_re().match(w):
             out.update(cjk_grams(w))
             out.update(w)
         else:
@@ -186,7 +186,7 @@ def terms_of(text: str, *, anchors: bool = True) -> list[Term]:
     first = True
     for m in _TOKEN.finditer(text):
         raw = m.group(0)
-        if CJK_RUN_RE.match(raw):
+        if cjk_run_re().match(raw):
             for gram in _cjk_terms(raw):
                 out.setdefault(gram, Term(gram, gram, 1.0, False))
             first = False

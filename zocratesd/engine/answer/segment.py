@@ -19,7 +19,9 @@ without white space after: those scripts put none between sentences.
 
 Section headings are not sentences: a line that is only a heading ("Introduction", "2.1 Training
 details", "RESULTS", "III. METHODS") is a paragraph of its own, and a heading sentence ("Introduction."
-before the text it heads, "Abstract:") is left out, so no quote starts with one.
+before the text it heads, "Abstract:") is left out, so no quote starts with one; a heading that PDF
+extraction glued to the sentence after it on one line ("Results Symbiont shuffling increased ...",
+"2. Methods We ...") is cut from that sentence (textnorm.glued_heading).
 
 A blank line (a paragraph break) always ends a sentence. Hyphens that PDF extraction left at line
 ends ("diffi-\\ncile") are joined. Everything here is precompiled; segmenting a 1,200-character
@@ -31,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from zocratesd.textnorm import is_heading, is_heading_line
+from zocratesd.textnorm import glued_heading, is_heading, is_heading_line
 
 # Abbreviations that never end a sentence when a capital or a number follows, as they are written
 # (case matters: "No." is "number", "no." ends a sentence).
@@ -124,9 +126,14 @@ def sentences(text: str) -> list[Sentence]:
     out: list[Sentence] = []
     offset = 0
     for p in norm.split("\n\n"):
-        out += [s for s in _split_paragraph(p, offset) if not is_heading(s.text)]
+        out += [s for s in map(_without_heading, _split_paragraph(p, offset)) if not is_heading(s.text)]
         offset += len(p) + 2
     return out
+
+
+def _without_heading(s: Sentence) -> Sentence:
+    cut = glued_heading(s.text)
+    return Sentence(s.text[cut:], s.start + cut, s.end) if cut else s
 
 
 def split_sentences(text: str) -> list[str]:
