@@ -9,7 +9,6 @@ message that names the file and the key: a silent default would quietly keep (or
 user's conversations under a policy they did not choose.
 """
 
-from __future__ import annotations
 
 import functools
 import ipaddress
