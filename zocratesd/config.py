@@ -35,10 +35,11 @@ ENV_PREFIX: Final = "ZOCRATES_"
 ENV_NESTED_DELIMITER: Final = "__"
 
 
-# Values as pydantic's lax mode took them (config.py used pydantic until its import took ~45% of a
-# cold start, issue 31), so a file or variable that loaded still loads: `_lax` converts them, then
-# msgspec checks types and bounds strictly. msgspec's own lax mode differs (it reads "null" as
-# null, which would quietly lift a retention limit, and refuses " 5 ").
+# Values as pydantic's lax mode took them (config.py was pydantic models until issue 31: building
+# them cost every cold start before its first reply), so a file or variable that loaded still
+# loads: `_lax` converts them, then msgspec checks types and bounds strictly. msgspec's own lax
+# mode differs (it reads "null" as null, which would quietly lift a retention limit, and refuses
+# " 5 ").
 _TRUE: Final = frozenset({"1", "on", "t", "true", "y", "yes"})
 _FALSE: Final = frozenset({"0", "off", "f", "false", "n", "no"})
 
