@@ -9,19 +9,21 @@ message that names the file and the key: a silent default would quietly keep (or
 user's conversations under a policy they did not choose.
 """
 
-from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
+import re
+import threading
 from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 from types import UnionType
-from typing import Any, Final, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Final, Literal, TypeVar, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.fields import FieldInfo
+import msgspec
+from msgspec import Meta, field
 
 from zocratesd import locations
 from zocratesd.logtext import redact_credentials, redact_url
@@ -33,27 +35,67 @@ ENV_PREFIX: Final = "ZOCRATES_"
 ENV_NESTED_DELIMITER: Final = "__"
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# Values as pydantic's lax mode took them (config.py was pydantic models until issue 31: building
+# them cost every cold start before its first reply), so a file or variable that loaded still
+# loads: `_lax` converts them, then msgspec checks types and bounds strictly. msgspec's own lax
+# mode differs (it reads "null" as null, which would quietly lift a retention limit, and refuses
+# " 5 ").
+_TRUE: Final = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE: Final = frozenset({"0", "off", "f", "false", "n", "no"})
+
+# Set while msgspec builds a config from data (`_convert`): it has just checked every field, so a
+# section's `__post_init__` need not check them again.
+_converting = threading.local()
+_S = TypeVar("_S", bound=msgspec.Struct)
+
+
+def strict_convert(data: Any, cls: type[_S]) -> _S:
+    """`data` as `cls`, every field's type and bound checked and every `__post_init__` run."""
+    outer = getattr(_converting, "on", False)
+    _converting.on = True
+    try:
+        return msgspec.convert(data, cls, strict=True)
+    finally:
+        _converting.on = outer
+
+
+class _Section(msgspec.Struct, forbid_unknown_fields=True):
+    def __post_init__(self) -> None:
+        if not getattr(_converting, "on", False):
+            # Made in code (`HttpConfig(port=0)`, the tests): msgspec checks types and bounds only
+            # when it converts, so convert the values given to refuse what a file could not say.
+            strict_convert(msgspec.structs.asdict(self), type(self))
+        self._check()
+
+    def _check(self) -> None:
+        """The section's checks beyond its fields' types and bounds (ValueError: what is wrong)."""
+
+
+def _field_error(name: str, message: str) -> ValueError:
+    """A `_check`'s error about one field: msgspec places it at the section, `_explain` at the field."""
+    return ValueError(f"{_FIELD_MARK}{name}: {message}")
+
+
+_FIELD_MARK: Final = "field "
 
 
 class CompactionConfig(_Section):
     """Post-turn adaptive compaction (spec section 4)."""
 
-    min_turns: int = Field(default=4, ge=0)
-    token_floor: int = Field(default=30000, ge=0)
-    hard_backstop_tokens: int = Field(default=100000, ge=1)
-    keep_recent_turns: int = Field(default=2, ge=0)
-    decision_threshold: float = Field(default=0.75, ge=0.0, le=1.0)
-    probe_timeout_s: float = Field(default=10.0, gt=0)
+    min_turns: Annotated[int, Meta(ge=0)] = 4
+    token_floor: Annotated[int, Meta(ge=0)] = 30000
+    hard_backstop_tokens: Annotated[int, Meta(ge=1)] = 100000
+    keep_recent_turns: Annotated[int, Meta(ge=0)] = 2
+    decision_threshold: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.75
+    probe_timeout_s: Annotated[float, Meta(gt=0)] = 10.0
     probe_model: str = "inception/mercury-decide:free"
 
 
 class ResearchConfig(_Section):
     """Deep-research budget: rounds before the first checkpoint, and the hard cap on extensions."""
 
-    initial_budget: int = Field(default=3, ge=1)
-    max_extensions: int = Field(default=3, ge=0)
+    initial_budget: Annotated[int, Meta(ge=1)] = 3
+    max_extensions: Annotated[int, Meta(ge=0)] = 3
 
 
 GEMINI_KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
@@ -110,13 +152,12 @@ class ModelConfig(_Section):
     # Plain http:// to a host other than this machine sends the key (or the URL's password) in
     # clear to anyone on the path; refused unless the user says the network is theirs.
     allow_insecure_http: bool = False
-    max_line_bytes: int = Field(default=MODEL_MAX_LINE_BYTES, ge=1024)
-    max_answer_chars: int = Field(default=MODEL_MAX_ANSWER_CHARS, ge=1)
-    max_turn_s: float = Field(default=MODEL_MAX_TURN_S, gt=0)
-    max_calls_per_turn: int = Field(default=MODEL_MAX_CALLS_PER_TURN, ge=1)
+    max_line_bytes: Annotated[int, Meta(ge=1024)] = MODEL_MAX_LINE_BYTES
+    max_answer_chars: Annotated[int, Meta(ge=1)] = MODEL_MAX_ANSWER_CHARS
+    max_turn_s: Annotated[float, Meta(gt=0)] = MODEL_MAX_TURN_S
+    max_calls_per_turn: Annotated[int, Meta(ge=1)] = MODEL_MAX_CALLS_PER_TURN
 
-    @model_validator(mode="after")
-    def _usable(self) -> ModelConfig:
+    def _check(self) -> None:
         if self.provider == "openai":
             self._check_base_url()
             if not self.name:
@@ -125,7 +166,6 @@ class ModelConfig(_Section):
             raise ValueError(f"api_key_env names ${self.api_key_env}, which is not set")
         if self.provider == "gemini" and not self.api_key_env and not any(os.environ.get(v) for v in GEMINI_KEY_VARS):
             raise ValueError("provider gemini needs a Google API key in $GOOGLE_API_KEY or $GEMINI_API_KEY")
-        return self
 
     def _check_base_url(self) -> None:
         needs = (
@@ -164,21 +204,21 @@ class HttpConfig(_Section):
     """The HTTP shim for the Zotero plugin (loopback only)."""
 
     enabled: bool = True
-    base_port: int = Field(default=8765, ge=0, le=65535)
+    base_port: Annotated[int, Meta(ge=0, le=65535)] = 8765
     # A fixed port (`--http-port N`), used as is instead of base_port + the data dir's offset;
     # 0 means any free port.
-    port: int | None = Field(default=None, ge=0, le=65535)
-    allowed_origins: list[str] = Field(default_factory=list)
+    port: Annotated[int, Meta(ge=0, le=65535)] | None = None
+    allowed_origins: list[str] = field(default_factory=list)
     # Another local user can open connections to the port without a token (zocratesd/shim/protocol.py):
     # open connections at most (fewer when the fd limit is low: the Unix socket keeps a reserve). A
     # sidebar uses a few; the rest is room to ride out a flood, which only closes waiting connections.
-    max_connections: int = Field(default=512, ge=1)
+    max_connections: Annotated[int, Meta(ge=1)] = 512
     # A request's whole head must arrive within this of the connection's opening (or of its first
     # byte after an idle keep-alive), however it trickles: a real client sends it in one write.
-    head_timeout_s: float = Field(default=10.0, gt=0)
+    head_timeout_s: Annotated[float, Meta(gt=0)] = 10.0
     # An authenticated request's whole body must arrive within this of its head (408 otherwise):
     # 16 MiB, the cap, takes well under a second on loopback.
-    body_timeout_s: float = Field(default=30.0, gt=0)
+    body_timeout_s: Annotated[float, Meta(gt=0)] = 30.0
 
 
 class LibraryConfig(_Section):
@@ -191,43 +231,50 @@ class LibraryConfig(_Section):
     local_api_url: str = "http://127.0.0.1:23119"
     # How often the indexer checks Zotero for changes: cheap (a stat, or one small local API
     # request), and 30 s keeps a paper added in Zotero searchable within a minute.
-    poll_interval_s: float = Field(default=30.0, gt=0)
+    poll_interval_s: Annotated[float, Meta(gt=0)] = 30.0
     # Re-rank search with the dense stage (library/dense.py; wordllama, in the default install):
     # better answers for claims worded unlike the paper (SciFact test nDCG@10 0.685 -> 0.716), at
     # ~50-65 MiB of memory from the first search on and about twice the indexing time. False: BM25 alone.
     dense: bool = True
 
-    @field_validator("local_api_url")
-    @classmethod
-    def _loopback(cls, url: str) -> str:
-        parts = urlsplit(url)
+    def _check(self) -> None:
+        parts = urlsplit(self.local_api_url)
         if parts.scheme != "http" or parts.hostname not in ("127.0.0.1", "localhost", "::1"):
-            raise ValueError("the local API is Zotero's own server on this machine: http://127.0.0.1:PORT")
-        return url.rstrip("/")
+            raise _field_error("local_api_url", "the local API is Zotero's own server on this machine: http://127.0.0.1:PORT")
+        self.local_api_url = self.local_api_url.rstrip("/")
 
 
 class RpcConfig(_Section):
     # 16 MiB: large enough for a prompt with many embedded snippets, small enough that a runaway
     # client cannot make the daemon buffer without bound (rust-sdk #342 argues for a finite cap).
-    max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    max_frame_bytes: Annotated[int, Meta(ge=1024)] = 16 * 1024 * 1024
 
 
-class ZocratesConfig(BaseModel):
+class ZocratesConfig(msgspec.Struct, forbid_unknown_fields=True):
     """Every key the spec names, with the spec's default. 0 or null disables a retention pass.
 
-    A plain model: `load_config` merges the file, the environment and the flags into it.
+    A plain struct: `load_config` merges the file, the environment and the flags into it. Made in
+    code, a section may be given as a dict (`ZocratesConfig(research={"initial_budget": 1})`), and
+    is checked as the file's would be.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    session_retention_days: Annotated[int, Meta(ge=0)] | None = 180
+    max_saved_sessions: Annotated[int, Meta(ge=0)] | None = 100
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    research: ResearchConfig = field(default_factory=ResearchConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    rpc: RpcConfig = field(default_factory=RpcConfig)
+    library: LibraryConfig = field(default_factory=LibraryConfig)
 
-    session_retention_days: int | None = Field(default=180, ge=0)
-    max_saved_sessions: int | None = Field(default=100, ge=0)
-    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
-    research: ResearchConfig = Field(default_factory=ResearchConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    http: HttpConfig = Field(default_factory=HttpConfig)
-    rpc: RpcConfig = Field(default_factory=RpcConfig)
-    library: LibraryConfig = Field(default_factory=LibraryConfig)
+    def __post_init__(self) -> None:
+        if getattr(_converting, "on", False):
+            return
+        types = field_types(ZocratesConfig)
+        for name, value in msgspec.structs.asdict(self).items():
+            if isinstance(value, Mapping):
+                setattr(self, name, strict_convert(_lax(dict(value), types[name]), types[name]))
+        strict_convert(msgspec.structs.asdict(self), ZocratesConfig)
 
 
 class ConfigError(Exception):
@@ -259,19 +306,63 @@ def load_config(data_dir: Path, overrides: dict[str, Any] | None = None) -> Zocr
     # a section merged with the one below (pydantic-settings merged its sources in this order).
     merged = _deep_merge(file_data, _deep_merge(env_values(os.environ), _top_level_names(overrides or {})))
     try:
-        return ZocratesConfig.model_validate(merged)
-    except ValidationError as exc:
-        raise ConfigError(_explain(exc, path)) from None
+        return strict_convert(_lax(merged, ZocratesConfig), ZocratesConfig)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(_explain(exc, merged, path)) from None
 
 
-def _explain(exc: ValidationError, path: Path) -> str:
-    lines = [f"invalid configuration (from {path}, ZOCRATES_* variables or flags):"]
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        # The input may be the whole model section, base_url and its password included.
-        lines.append(redact_credentials(f"  {key}: {msg} (got {err.get('input')!r})"))
-    return "\n".join(lines)
+# msgspec's names for the JSON types in its messages, as a user of the file knows them.
+_TYPE_WORDS: Final = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+                      "null": "null", "array": "a list", "object": "an object"}
+_AT: Final = re.compile(r" - at `\$(.*)`$", re.DOTALL)
+_PATH_PART: Final = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+_UNKNOWN: Final = re.compile(r"^Object contains unknown field `(.*)`$", re.DOTALL)
+_EXPECTED: Final = re.compile(r"^Expected `([^`]*)`(, got `[^`]*`)?(.*)$", re.DOTALL)
+
+
+def _explain(exc: msgspec.ValidationError, data: Mapping[str, Any], path: Path) -> str:
+    """msgspec's message (the first problem it met) as `key: what is wrong (got value)`."""
+    key, msg = describe_error(exc)
+    got = ""
+    node: Any = data
+    for part in key:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            break
+    else:
+        got = f" (got {node!r})"
+    # The input may be the whole model section, base_url and its password included.
+    where = ".".join(str(p) for p in key) or "(top level)"
+    return redact_credentials(f"invalid configuration (from {path}, ZOCRATES_* variables or flags):\n  {where}: {msg}{got}")
+
+
+def describe_error(exc: msgspec.ValidationError) -> tuple[tuple[str | int, ...], str]:
+    """Where in the config msgspec's error is (`$.compaction.min_turns` as ("compaction",
+    "min_turns")), and what it says in a config's words ("expected an integer >= 0")."""
+    text = str(exc)
+    key: tuple[str | int, ...] = ()
+    if at := _AT.search(text):
+        key = tuple(name if name else int(index) for name, index in _PATH_PART.findall(at.group(1)))
+        text = text[: at.start()]
+    if text.startswith(_FIELD_MARK):
+        name, _, text = text[len(_FIELD_MARK) :].partition(": ")
+        key = (*key, name)
+    if found := _UNKNOWN.match(text):
+        return (*key, found.group(1)), "unknown key"
+    if found := _EXPECTED.match(text):
+        words = " or ".join(_TYPE_WORDS.get(t, t) for t in found.group(1).split(" | "))
+        return key, f"expected {words}{found.group(3)}"
+    if text.startswith("Invalid enum value"):
+        choices = get_args(_bare(_type_at(ZocratesConfig, key)))
+        return key, "must be one of " + ", ".join(repr(c) for c in choices)
+    return key, text
+
+
+def _type_at(tp: Any, key: Sequence[str | int]) -> Any:
+    for part in key:
+        tp = _next_field(tp, str(part))
+    return tp
 
 
 def env_values(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -282,80 +373,88 @@ def env_values(environ: Mapping[str, str]) -> dict[str, Any]:
     the variables of a key are read, so another `ZOCRATES_*` variable (the test hooks, a typo
     without `__`) is ignored, while an unknown key inside a section (`ZOCRATES_HTTP__PROT`) is an
     unknown key; a section's variable holds JSON, merged under its `__` variables; a list key's
-    variable holds JSON too. Other values stay strings for pydantic to convert. A value that must
-    be JSON and is not is a ConfigError naming the variable.
+    variable holds JSON too. Other values stay strings, converted as the file's are (`_lax`). A
+    value that must be JSON and is not is a ConfigError naming the variable.
     """
     names = {name.lower(): name for name in environ}
     env = {low: environ[name] for low, name in names.items()}
     prefix = ENV_PREFIX.lower()
     out: dict[str, Any] = {}
-    for name, field in ZocratesConfig.model_fields.items():
+    for name, tp in field_types(ZocratesConfig).items():
         var = prefix + name
         value = env.get(var)
-        kind = _json_kind(field.annotation)
+        kind = _json_kind(tp)
         if kind is None:
             if value is not None:
                 out[name] = value
             continue
-        nested = _explode(field, var + ENV_NESTED_DELIMITER, env, names)
+        nested = _explode(tp, var + ENV_NESTED_DELIMITER, env, names)
         if value is None:
             if nested:
-                out[name] = _field_names(field, nested)
+                out[name] = _field_names(tp, nested)
             continue
         decoded = _json(value, names[var], strict=kind == "strict")
         if isinstance(decoded, dict):
-            out[name] = _field_names(field, _deep_merge(decoded, nested))
+            out[name] = _field_names(tp, _deep_merge(decoded, nested))
         elif decoded is not None:  # a JSON null leaves the section to the file (as pydantic-settings did)
             out[name] = decoded
     return out
 
 
-def _explode(field: FieldInfo, prefix: str, env: Mapping[str, str], names: Mapping[str, str]) -> dict[str, Any]:
-    """`{prefix}a__b=v` variables as `{"a": {"b": v}}`; a value for a list (or a model) is JSON."""
+def _explode(tp: Any, prefix: str, env: Mapping[str, str], names: Mapping[str, str]) -> dict[str, Any]:
+    """`{prefix}a__b=v` variables as `{"a": {"b": v}}`; a value for a list (or a section) is JSON."""
     result: dict[str, Any] = {}
     for var, value in env.items():
         if not var.startswith(prefix):
             continue
         *keys, last = var[len(prefix) :].split(ENV_NESTED_DELIMITER)
         node: Any = result
-        target: Any = field
+        target: Any = tp
         for key in keys:
             target = _next_field(target, key)
             if isinstance(node, dict):
                 node = node.setdefault(key, {})
         target = _next_field(target, last)
         parsed: Any = value
-        if isinstance(target, FieldInfo) and value and (kind := _json_kind(target.annotation)):
+        if target is not None and value and (kind := _json_kind(target)):
             parsed = _json(value, names[var], strict=kind == "strict")
         if isinstance(node, dict):
             node[last] = parsed
     return result
 
 
-def _next_field(field: Any, key: str) -> FieldInfo | None:
-    """The field named `key` (in any case) of the model `field` holds, if it holds one."""
-    if not field:
+@functools.cache
+def field_types(cls: type[msgspec.Struct]) -> dict[str, Any]:
+    """A struct's fields and their types (`Annotated` bounds included)."""
+    return {f.name: f.type for f in msgspec.structs.fields(cls)}
+
+
+def _is_struct(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+
+
+def _next_field(tp: Any, key: str) -> Any:
+    """The type of the field named `key` (in any case) of the section `tp` holds; None if none."""
+    if tp is None:
         return None
-    annotation = field.annotation if isinstance(field, FieldInfo) else field
-    for arg in get_args(annotation):
-        if found := _next_field(arg, key):
+    for arg in get_args(tp):
+        if (found := _next_field(arg, key)) is not None:
             return found
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return next((f for n, f in annotation.model_fields.items() if n.lower() == key.lower()), None)
+    if _is_struct(tp):
+        return next((t for n, t in field_types(tp).items() if n.lower() == key.lower()), None)
     return None
 
 
-def _field_names(field: FieldInfo, values: dict[str, Any]) -> dict[str, Any]:
+def _field_names(tp: Any, values: dict[str, Any]) -> dict[str, Any]:
     """`values` with each key that names a field of the section in another case renamed to it."""
-    section = field.annotation
-    if not (isinstance(section, type) and issubclass(section, BaseModel)):
+    if not _is_struct(tp):
         return values
-    lower = {n.lower(): n for n in section.model_fields}
+    lower = {n.lower(): n for n in field_types(tp)}
     return {lower.get(key.lower(), key): value for key, value in values.items()}
 
 
 def _json_kind(annotation: Any) -> Literal["strict", "lenient"] | None:
-    """How a variable for a field of this type is read: as JSON ("strict": a model, list, dict, set
+    """How a variable for a field of this type is read: as JSON ("strict": a section, list, dict, set
     or tuple), as JSON if it parses ("lenient": a union with one of those, `list[str] | None`), or
     as the string it is."""
     if _is_complex(annotation):
@@ -368,9 +467,64 @@ def _json_kind(annotation: Any) -> Literal["strict", "lenient"] | None:
 def _is_complex(annotation: Any) -> bool:
     for tp in (annotation, get_origin(annotation)):
         if isinstance(tp, type) and not issubclass(tp, (str, bytes)):
-            if issubclass(tp, (BaseModel, Mapping, Sequence, Set, tuple)):
+            if issubclass(tp, (msgspec.Struct, Mapping, Sequence, Set, tuple)):
                 return True
     return False
+
+
+def _bare(tp: Any) -> Any:
+    """`tp` without its `Annotated` bounds."""
+    return get_args(tp)[0] if get_origin(tp) is Annotated else tp
+
+
+def _lax(value: Any, tp: Any) -> Any:
+    """`value` for a field of type `tp` with the conversions pydantic's lax mode made: numbers and
+    booleans from strings (as environment variables are), 1.0 as 1, 0/1 as false/true. What does not
+    convert is left for msgspec to refuse."""
+    tp = _bare(tp)
+    if _is_struct(tp):
+        if not isinstance(value, dict):
+            return value
+        types = field_types(tp)
+        return {k: _lax(v, types[k]) if k in types else v for k, v in value.items()}
+    if get_origin(tp) in (Union, UnionType):
+        args = [arg for arg in get_args(tp) if arg is not type(None)]
+        return _lax(value, args[0]) if len(args) == 1 and value is not None else value
+    if tp is int:
+        return _lax_int(value)
+    if tp is float:
+        if isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                return value
+        return value
+    if tp is bool:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+            return value.lower() in _TRUE
+    return value
+
+
+def _lax_int(value: Any) -> Any:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value)  # surrounding blanks and `1_000` as pydantic took them
+        except ValueError:
+            whole, dot, fraction = value.strip().partition(".")
+            if dot and whole and not fraction.strip("0"):  # "5.0"
+                try:
+                    return int(whole)
+                except ValueError:
+                    pass
+    return value
 
 
 def _json(value: str, var: str, *, strict: bool) -> Any:
@@ -398,5 +552,5 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
 
 def _top_level_names(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Flags keyed by field name in any case (pydantic-settings matched its init arguments so)."""
-    lower = {n.lower(): n for n in ZocratesConfig.model_fields}
+    lower = {n.lower(): n for n in field_types(ZocratesConfig)}
     return {lower.get(key.lower(), key): value for key, value in overrides.items()}

@@ -16,6 +16,7 @@ probe's HTTP timeout).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import os
@@ -23,9 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+import msgspec
 
-from zocratesd.config import ZocratesConfig
+from zocratesd.config import ZocratesConfig, describe_error, strict_convert
 from zocratesd.errors import InvalidInput, ZocratesError
 
 Applies = Literal["now", "next_start"]
@@ -48,14 +49,20 @@ _ENV_PREFIX: Final = "ZOCRATES_"
 # day count, a session count or a token count anyway.
 MAX_SETTING_INT: Final = 2**53 - 1
 
-_F = ZocratesConfig.model_fields
-# The editable part of the config, with the daemon's own field definitions (bounds included),
-# validated strictly: a JSON `true` or `"90"` is refused rather than read as 1 or 90.
-_Editable: type[BaseModel] = create_model(  # type: ignore[call-overload]
-    "EditableSettings",
-    __config__=ConfigDict(extra="forbid", strict=True),
-    **{name: (_F[name].annotation, _F[name]) for name in ("session_retention_days", "max_saved_sessions", *_SECTIONS)},
-)
+
+
+@functools.cache
+def _editable() -> type[msgspec.Struct]:
+    """The editable part of the config, with the daemon's own field definitions (bounds included),
+    validated strictly: a JSON `true` or `"90"` is refused rather than read as 1 or 90. Made at the
+    first update, not at import: every start imports this module before its first reply."""
+    names = ("session_retention_days", "max_saved_sessions", *_SECTIONS)
+    fields = [
+        (f.name, f.type, msgspec.field(default=f.default) if f.default_factory is msgspec.NODEFAULT
+         else msgspec.field(default_factory=f.default_factory))
+        for f in msgspec.structs.fields(ZocratesConfig) if f.name in names
+    ]
+    return msgspec.defstruct("EditableSettings", fields, forbid_unknown_fields=True)
 
 
 def _get(config: Any, key: str) -> Any:
@@ -154,11 +161,11 @@ class Settings:
         async with self._lock:  # one writer of the file at a time; each merges into the latest
             merged = {**self._saved, **flat}
             try:
-                checked = _Editable.model_validate(_nest(merged), strict=True)
-            except ValidationError as exc:
-                err = exc.errors()[0]
-                key = ".".join(str(p) for p in err["loc"])
-                raise InvalidInput(f"{key}: {err['msg']}", field=key) from None
+                checked = strict_convert(_nest(merged), _editable())
+            except msgspec.ValidationError as exc:
+                path, msg = describe_error(exc)
+                key = ".".join(str(p) for p in path)
+                raise InvalidInput(f"{key}: {msg}", field=key) from None
             values = {key: _get(checked, key) for key in flat}
             changed = [key for key, value in values.items() if value != self._saved[key]]
             if changed:

@@ -167,6 +167,12 @@ async def _run(
     """Step 4 and the shutdown, with the instance lock held."""
     transport.claim(instance)  # before the core is even imported, so a socket in the way fails at once
 
+    # pydantic imports its plugin loader (and with it importlib.metadata: email, csv, zipfile) at
+    # the first wire model it builds, the first request's. Here, before the socket listens, it
+    # takes ~8 ms; on the loop it would import beside the engine's import thread, which imports
+    # the same modules: measured +90-120 ms to the first reply (issue 31).
+    import pydantic.plugin._loader  # noqa: F401
+
     from zocratesd.core.daemon import Daemon
     from zocratesd.rpc.acp import build_methods
 

@@ -54,6 +54,7 @@ class LoopWatch(selectors.DefaultSelector):
     def __init__(self, foreground: Foreground = FOREGROUND) -> None:
         super().__init__()
         self.foreground = foreground
+        self.thread = threading.get_ident()  # the loop's: asyncio makes its selector in the loop's thread
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         foreground = self.foreground
@@ -133,6 +134,10 @@ def giving_way(watch: LoopWatch | None, *, total_s: float = MAX_WAIT_TOTAL_S) ->
         yield None
         return
     foreground = watch.foreground
+    # Known before the loop first waits: a loop busy from the start (its first request importing
+    # what the first model build needs) is never seen waiting, and the import thread would wait
+    # for it while it waited for the import lock the import thread held (~0.5 s: issue 31).
+    foreground.loop_thread = watch.thread
     finder = GiveWay(foreground, total_s=total_s)
     foreground.watch(True)
     sys.meta_path = [finder, *sys.meta_path]
