@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
+import gc
 import importlib
+import importlib.abc
 import logging
 import math
 import os
@@ -29,8 +32,10 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from importlib.machinery import ModuleSpec
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -58,6 +63,13 @@ READ_CHUNK_BYTES: Final = 64 * 1024
 # answer does not wait behind the import thread's pydantic model building (as the daemon does
 # while its engine loads, process/lifecycle.py LOADING_SWITCH_INTERVAL_S).
 LOADING_SWITCH_INTERVAL_S: Final = 0.0005
+# Serving first: the SDK's import thread waits before each module while the face has a request in
+# hand (process/give_way.py does the same for the daemon's engine: both are CPU-bound Python under
+# one GIL, and an early answer would otherwise share the CPU with pydantic's model building). One
+# wait is cut off after MAX_WAIT_EACH_S (the loop's thread may be importing a module whose lock the
+# import thread holds, say jsonschema for a bad argument), all of them after MAX_WAIT_TOTAL_S.
+MAX_WAIT_EACH_S: Final = 0.1
+MAX_WAIT_TOTAL_S: Final = 0.5
 # JSON-RPC's "internal error": an early tool call that failed in a way tools.py does not expect.
 INTERNAL_ERROR: Final = -32603
 
@@ -67,14 +79,40 @@ _SDK_READY: Final = object()  # the loader's: hand off now
 T = TypeVar("T")
 
 
-def _import_sdk() -> Any:
-    """The server module (and with it the SDK), after the test seam's hold if one is set."""
+class _GiveWay(importlib.abc.MetaPathFinder):
+    """A finder that finds nothing: in the import thread, it first waits until `idle` is set."""
+
+    def __init__(self, idle: threading.Event) -> None:
+        self._idle = idle
+        self._thread = threading.get_ident()
+        self.left_s = MAX_WAIT_TOTAL_S
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if self.left_s > 0 and threading.get_ident() == self._thread and not self._idle.is_set():
+            started = time.monotonic()
+            self._idle.wait(min(MAX_WAIT_EACH_S, self.left_s))
+            self.left_s -= time.monotonic() - started
+        return None
+
+
+def _import_sdk(idle: threading.Event | None = None) -> Any:
+    """The server module (and with it the SDK), after the test seam's hold if one is set;
+    giving way to the face's requests when `idle` is given."""
     hold = os.environ.get(HOLD_SDK_ENV)
     if hold:
         log.warning("%s is set: the SDK's import waits for %s", HOLD_SDK_ENV, hold)
         while not os.path.exists(hold):
             time.sleep(_HOLD_POLL_S)
-    return importlib.import_module("zocratesd.mcp.server")
+    finder = _GiveWay(idle) if idle is not None else None
+    if finder is not None:
+        sys.meta_path.insert(0, finder)
+    try:
+        return importlib.import_module("zocratesd.mcp.server")
+    finally:
+        if finder is not None:
+            sys.meta_path.remove(finder)
 
 
 async def _in_daemon_thread(fn: Callable[[], T], name: str) -> T:
@@ -130,8 +168,9 @@ def _write_all(fd: int, data: bytes) -> None:
 class _Face:
     """One MCP connection on the wire's fds; see the module's docstring."""
 
-    def __init__(self, link: DaemonLink, wire_in: int, wire_out: int) -> None:
+    def __init__(self, link: DaemonLink, wire_in: int, wire_out: int, *, gc_off: bool = False) -> None:
         self.link = link
+        self.gc_off = gc_off  # the collector is off for the start (cli.py): on once the SDK is loaded
         self.wire_in, self.wire_out = wire_in, wire_out
         self.session = EarlySession()
         self.tools = Tools(link)
@@ -144,6 +183,11 @@ class _Face:
         self._drop_reply_to: Any = None  # the kept initialize's id: its SDK reply is not the client's
         self._early: dict[Any, anyio.CancelScope] = {}
         self._message_types: Any = None
+        # Set while the face has nothing in hand (no line unread, no early call running, nothing
+        # unwritten): the SDK's import goes on only then (_GiveWay).
+        self._idle = threading.Event()
+        self._idle.set()
+        self._writing = False
 
     async def serve(self) -> int:
         async with anyio.create_task_group() as tg:
@@ -180,6 +224,7 @@ class _Face:
                     anyio.from_thread.run(self.inbox.send, line, token=token)
                 if decoder.dropped > dropped:
                     log.warning("dropped a line of more than %d bytes", decoder.max_bytes)
+                self._idle.clear()
                 if not data:
                     anyio.from_thread.run(self.inbox.send, _EOF, token=token)
                     return
@@ -213,6 +258,14 @@ class _Face:
                 if self.session.queue_full and not self.session.handed:
                     await self.loaded.wait()  # stop reading until the SDK takes the queue
                     await self._hand_off()
+                self._settle()
+
+    def _settle(self) -> None:
+        """Let the SDK's import go on when nothing is in hand (a line, an early call, a frame)."""
+        inbox = self._inbox_recv.statistics()
+        if (not inbox.current_buffer_used and not inbox.tasks_waiting_send and not self._early and not self._writing
+                and not self._outbox_recv.statistics().current_buffer_used):
+            self._idle.set()
 
     async def _run_tool(self, call: RunTool, scope: anyio.CancelScope) -> None:
         try:
@@ -227,6 +280,7 @@ class _Face:
         finally:
             self.session.tool_done(call.id)
             del self._early[call.id]
+            self._settle()
 
     # --- the SDK ------------------------------------------------------------------------------------
 
@@ -234,9 +288,13 @@ class _Face:
         interval = sys.getswitchinterval()
         sys.setswitchinterval(min(interval, LOADING_SWITCH_INTERVAL_S))
         try:
-            server_module = await _in_daemon_thread(_import_sdk, "zocratesd-mcp sdk import")
+            server_module = await _in_daemon_thread(lambda: _import_sdk(self._idle), "zocratesd-mcp sdk import")
         finally:
             sys.setswitchinterval(interval)
+            self._idle.set()
+        if self.gc_off:
+            gc.freeze()  # the start's objects (the SDK's models) live as long as the process: never scanned
+            gc.enable()
         message_types = importlib.import_module("mcp_types")
         session_message = importlib.import_module("mcp.shared.message").SessionMessage
         self._message_types = (message_types.jsonrpc_message_adapter, session_message)
@@ -296,7 +354,12 @@ class _Face:
                     with contextlib.suppress(anyio.WouldBlock):
                         while True:
                             frames.append(self._outbox_recv.receive_nowait())
-                    await anyio.to_thread.run_sync(_write_all, self.wire_out, b"".join(f + b"\n" for f in frames))
+                    self._writing = True
+                    try:
+                        await anyio.to_thread.run_sync(_write_all, self.wire_out, b"".join(f + b"\n" for f in frames))
+                    finally:
+                        self._writing = False
+                    self._settle()
         except OSError as exc:  # the client has gone (EPIPE): nothing more to say to it
             log.info("stdout closed: %s", exc)
             tg.cancel_scope.cancel()
@@ -304,14 +367,14 @@ class _Face:
             self._written.set()
 
 
-async def serve_stdio(link: DaemonLink) -> int:
+async def serve_stdio(link: DaemonLink, *, gc_off: bool = False) -> int:
     """Serve MCP on stdin/stdout until the client closes stdin.
 
     The link connects at once, and the SDK is imported in a thread meanwhile; until it is
     loaded, the early path answers (early.py), so a client's first tool call waits neither for
     the import nor for the connection twice (bench/bench_mcp.py measures it)."""
     with _claim_stdio() as (wire_in, wire_out):
-        return await _Face(link, wire_in, wire_out).serve()
+        return await _Face(link, wire_in, wire_out, gc_off=gc_off).serve()
 
 
 def _logging(level: str) -> None:
@@ -325,7 +388,7 @@ def _logging(level: str) -> None:
 def run(data_dir: Path, *, serve_args: list[str] | None = None, log_level: str = "WARNING") -> int:
     """`zocratesd mcp` with a daemon (the running one, or one it starts)."""
     _logging(log_level)
-    return anyio.run(serve_stdio, DaemonLink(data_dir, serve_args=serve_args))
+    return anyio.run(functools.partial(serve_stdio, DaemonLink(data_dir, serve_args=serve_args), gc_off=not gc.isenabled()))
 
 
 async def serve_standalone_face(data_dir: Path, sock: socket.socket) -> int:

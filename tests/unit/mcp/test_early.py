@@ -119,3 +119,29 @@ def test_lines() -> None:
     assert d.feed(b"more\nok\n") == [b"ok"]
     assert d.feed(b"0123456789abcdef\nfine\n") == [b"fine"] and d.dropped == 2
     assert d.feed(b"last") == [] and d.feed(b"") == [b"last"]  # EOF gives a last line without \n
+
+
+def test_arguments_called_plainly_valid_are_valid_for_jsonschema() -> None:
+    """`tools._surely_valid` spares the import of jsonschema for plainly right arguments; it must
+    never pass what jsonschema refuses (then the tool error would be lost)."""
+    import random
+
+    import jsonschema  # type: ignore[import-untyped]
+
+    rng = random.Random(30)
+    values: list[Any] = ["", "x", "ABCD1234", "abcd1234", "user", "groups/42", "groups/0", "list", "show", "extend",
+                         "synthesize", "session-1", "q" * 2001, "\u2028", 0, 1, -1, 3, 50, 51, 500, 501, 10_000, 1.0, 2.5,
+                         True, False, None, [], ["ABCD1234"], ["ABCD1234", "nope"], ["ABCD1234"] * 501, {}, {"a": 1}]
+    surely = 0
+    for tool in tools.schemas.TOOLS:
+        schema = tool["inputSchema"]
+        validator = jsonschema.Draft202012Validator(schema)
+        keys = [*schema["properties"], "unknown"]
+        for _ in range(3000):
+            args = {k: rng.choice(values) for k in rng.sample(keys, rng.randint(0, min(4, len(keys))))}
+            if tools._surely_valid(schema, args):
+                surely += 1
+                assert validator.is_valid(args), (tool["name"], args)
+    assert surely > 200  # it does pass plain arguments
+    assert tools._surely_valid(tools._INPUT_SCHEMAS["search_library"], {"query": "attention heads", "top_k": 10})
+    assert not tools._surely_valid(tools._INPUT_SCHEMAS["search_library"], {"query": "q", "top_k": 10.0})  # not sure: jsonschema's
