@@ -64,12 +64,14 @@ READ_CHUNK_BYTES: Final = 64 * 1024
 # while its engine loads, process/lifecycle.py LOADING_SWITCH_INTERVAL_S).
 LOADING_SWITCH_INTERVAL_S: Final = 0.0005
 # Serving first: the SDK's import thread waits before each module while the face has a request in
-# hand (process/give_way.py does the same for the daemon's engine: both are CPU-bound Python under
-# one GIL, and an early answer would otherwise share the CPU with pydantic's model building). One
-# wait is cut off after MAX_WAIT_EACH_S (the loop's thread may be importing a module whose lock the
-# import thread holds, say jsonschema for a bad argument), all of them after MAX_WAIT_TOTAL_S.
+# hand and nothing waits for the SDK (process/give_way.py does the same for the daemon's engine:
+# both are CPU-bound Python under one GIL, and an early answer would otherwise share the CPU with
+# pydantic's model building; a first tool call that starts the daemon shares the machine with the
+# daemon's start). One wait is cut off after MAX_WAIT_EACH_S (the loop's thread may be importing a
+# module whose lock the import thread holds, say jsonschema for a bad argument), all of them after
+# MAX_WAIT_TOTAL_S, about a cold daemon's start.
 MAX_WAIT_EACH_S: Final = 0.1
-MAX_WAIT_TOTAL_S: Final = 0.5
+MAX_WAIT_TOTAL_S: Final = 2.0
 # JSON-RPC's "internal error": an early tool call that failed in a way tools.py does not expect.
 INTERNAL_ERROR: Final = -32603
 
@@ -141,9 +143,15 @@ async def _in_daemon_thread(fn: Callable[[], T], name: str) -> T:
 @contextlib.contextmanager
 def _claim_stdio() -> Iterator[tuple[int, int]]:
     """(the wire's input fd, its output fd): private duplicates of fd 0 and 1, while fd 0 reads
-    /dev/null and fd 1 writes to stderr; restored after."""
-    wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
-    wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+    /dev/null and fd 1 writes to stderr; restored after. Where fd 0 or 1 cannot be duplicated (a
+    parent that closed one), they are used as they are."""
+    try:
+        wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+        wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+    except OSError as exc:
+        log.warning("serving on fds 0 and 1 themselves (%s)", exc)
+        yield 0, 1
+        return
     sys.stdout.flush()
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -261,10 +269,12 @@ class _Face:
                 self._settle()
 
     def _settle(self) -> None:
-        """Let the SDK's import go on when nothing is in hand (a line, an early call, a frame)."""
+        """Let the SDK's import go on when a request waits for it, or nothing is in hand (a line,
+        an early call, a frame)."""
         inbox = self._inbox_recv.statistics()
-        if (not inbox.current_buffer_used and not inbox.tasks_waiting_send and not self._early and not self._writing
-                and not self._outbox_recv.statistics().current_buffer_used):
+        if self.session.has_queued or (
+                not inbox.current_buffer_used and not inbox.tasks_waiting_send and not self._early
+                and not self._writing and not self._outbox_recv.statistics().current_buffer_used):
             self._idle.set()
 
     async def _run_tool(self, call: RunTool, scope: anyio.CancelScope) -> None:
