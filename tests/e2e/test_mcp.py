@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -400,3 +401,146 @@ def test_the_mcp_inspector_cli_lists_and_calls_the_tools(world: Any) -> None:
     assert "axolotl regeneration" in item["content"][0]["text"]
     bad = inspect("--method", "tools/call", "--tool-name", "get_item", "--tool-arg", "item_key=nope", status=5)  # 5: isError
     assert bad["isError"] and "item_key" in bad["content"][0]["text"]
+
+
+# --- the early path: answers while the SDK is still being imported ---------------------------------------
+
+HOLD_SDK = "ZOCRATES_TEST_MCP_HOLD_SDK_UNTIL"  # zocratesd/mcp/__init__.py: the SDK's import waits for this file
+
+
+class RawFace:
+    """`zocratesd mcp` on its pipes, driven with raw JSON lines (what any client sends)."""
+
+    def __init__(self, world: Any, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "zocratesd", "mcp", "--zotero-data-dir", str(world.data_dir)],
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.buf = b""
+
+    def send(self, msg: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(msg).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def reply(self, rid: int, timeout_s: float = 30.0) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            while b"\n" not in self.buf:
+                left = deadline - time.monotonic()
+                assert left > 0 and select.select([fd], [], [], left)[0], f"no reply to request {rid} in {timeout_s} s"
+                chunk = os.read(fd, 65536)
+                assert chunk, "zocratesd mcp closed its stdout"
+                self.buf += chunk
+            line, _, self.buf = self.buf.partition(b"\n")
+            msg = json.loads(line)
+            if msg.get("id") == rid and "method" not in msg:
+                return dict(msg)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+def _opening(version: str) -> list[dict[str, Any]]:
+    """A client's first messages: the handshake, tools/list, ping, and tool calls that fail before any daemon call."""
+    return [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "search_library", "arguments": {"top_k": 0}}},
+        {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "no_such_tool", "arguments": {}}},
+        {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "sessions", "arguments": {"action": "show"}}},
+    ]
+
+
+async def _sdk_answers(world: Any, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The SDK's own server (server.py's, on the SDK's memory streams) answering `messages`."""
+    from mcp.shared.message import SessionMessage
+
+    from zocratesd.mcp.link import DaemonLink
+    from zocratesd.mcp.server import ZocratesMcp
+
+    server = ZocratesMcp(DaemonLink(world.data_dir)).server()
+    to_server, server_in = anyio.create_memory_object_stream[Any](10)
+    server_out, from_server = anyio.create_memory_object_stream[Any](10)
+    answers = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.run, server_in, server_out, server.create_initialization_options())
+        for msg in messages:
+            await to_server.send(SessionMessage(types.jsonrpc_message_adapter.validate_python(msg, by_name=False)))
+            if "id" in msg:
+                with anyio.fail_after(10):
+                    out = await from_server.receive()
+                answers.append(json.loads(out.message.model_dump_json(by_alias=True, exclude_unset=True)))
+        tg.cancel_scope.cancel()
+    return answers
+
+
+async def test_the_early_answers_are_the_sdks(world: Any) -> None:
+    """With the SDK's import held back, every answer is the early path's; each equals the SDK's
+    own answer to the same request: the handshake (the newest version, an older one, an unknown
+    one), tools/list, ping, tool errors."""
+    env = {**world.env, HOLD_SDK: str(world.data_dir.parent / "never")}
+    for version in ("2025-11-25", "2024-11-05", "1999-01-01"):
+        opening = _opening(version)
+        face = RawFace(world, env)
+        try:
+            for msg in opening:
+                face.send(msg)
+            early = [face.reply(msg["id"]) for msg in opening if "id" in msg]
+        finally:
+            face.close()
+        sdk = await _sdk_answers(world, opening)
+        assert early == sdk, version
+        assert early[0]["result"]["protocolVersion"] == ("2025-11-25" if version == "1999-01-01" else version)
+        assert {t["name"] for t in early[1]["result"]["tools"]} == TOOLS
+
+
+async def test_the_early_path_answers_while_the_sdk_loads_and_hands_over(world: Any) -> None:
+    """The SDK's import held: the handshake and quick tools are answered; an `ask` waits, a
+    cancelled one is dropped; once the SDK is loaded the waiting ask is answered by it, and the
+    SDK's tools/list and search_library equal the early ones."""
+    hold = world.data_dir.parent / "sdk-may-load"
+    world.env[HOLD_SDK] = str(hold)
+    async with mcp(world) as s:
+        early_tools = [t.model_dump(by_alias=True) for t in (await s.list_tools()).tools]
+        await ready(s)
+        query = {"query": "transformer attention heads", "top_k": 3}
+        early_found = await call(s, "search_library", query)
+        assert ok(early_found)["passages"][0]["item_key"] == "ANNPAPER"
+
+        answered: list[types.CallToolResult] = []
+
+        async def ask(question: str) -> None:
+            answered.append(await call(s, "ask", {"question": question}))
+
+        dropped = anyio.CancelScope()
+
+        async def ask_then_cancel() -> None:
+            with dropped:
+                await ask("A question that is cancelled while it waits")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask, "What do transformer attention heads specialise in?")
+            tg.start_soon(ask_then_cancel)
+            await anyio.sleep(0.3)
+            dropped.cancel()  # the client sends notifications/cancelled for it
+            # Held: the asks wait, and the quick tools still answer meanwhile.
+            assert ok(await call(s, "list_tags", {}))["tags"][0]["tag"] == "rag"
+            await anyio.sleep(0.5)
+            assert not answered and not hold.exists()
+            hold.touch()  # the SDK loads now
+        assert len(answered) == 1 and ok(answered[0])["status"] == "answered"
+        # The cancelled ask never reached the daemon: one session.
+        assert len(ok(await call(s, "sessions", {"action": "list"}))["sessions"]) == 1
+        # Now through the SDK: the same lists and results.
+        assert [t.model_dump(by_alias=True) for t in (await s.list_tools()).tools] == early_tools
+        assert (await call(s, "search_library", query)).model_dump(by_alias=True) == early_found.model_dump(by_alias=True)

@@ -319,7 +319,7 @@ def test_mcp_loads_no_adk_and_no_core(tmp_path: Path) -> None:
         import sys
         from zocratesd import cli, mcp
 
-        async def fake_serve(link):
+        async def fake_serve(link, **options):
             mcp._import_sdk()  # what the real one imports before it serves
             print("\\n".join(sorted(sys.modules)))
             return 0

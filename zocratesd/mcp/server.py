@@ -1,10 +1,11 @@
-"""The MCP server: tools, resources and prompts, each a thin mapping onto the daemon's JSON-RPC.
+"""The MCP server (the SDK's low-level `Server`): tools, resources and prompts, each a thin
+mapping onto the daemon's JSON-RPC.
 
 Every tool is one or two `_zocrates/*` or ACP calls (protocol/README.md) through `DaemonLink`;
-nothing here reads the library or the session store itself. A tool's result is text (for the
-model) plus `structuredContent` matching its `outputSchema` (schemas.py). A bad argument, an
-unknown key, a daemon that cannot be reached: a tool result with `isError` that says what to do,
-and the server carries on.
+nothing here reads the library or the session store itself. The tools' work and results are
+tools.py's, as plain JSON that the face's early path (early.py) answers with too; the handlers
+here wrap them in the SDK's types. A bad argument, an unknown key, a daemon that cannot be
+reached: a tool result with `isError` that says what to do, and the server carries on.
 
 `ask` and `resume` run a whole Zocrates turn. Search rounds become progress notifications (when
 the client asked for progress). A client's `notifications/cancelled` cancels the tool's task; the
@@ -23,7 +24,6 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import anyio
-import jsonschema  # type: ignore[import-untyped]  # the mcp SDK's own dependency; no stubs
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -32,8 +32,9 @@ from zocrates_client import DEFAULT_UPDATES_BUFFER, CheckpointAction, Connection
 from zocrates_client.client import prompt_params
 from zocratesd import __version__
 from zocratesd.logtext import escape_for_log
-from zocratesd.mcp import schemas
+from zocratesd.mcp import schemas, tools
 from zocratesd.mcp.link import DaemonLink, LinkDown
+from zocratesd.mcp.tools import ToolError, Tools
 
 log = logging.getLogger("zocratesd.mcp")
 
@@ -50,40 +51,17 @@ MAX_UNCITED_SOURCES: Final = 20
 # JSON-RPC "resource not found" (the daemon's -32002; MCP servers use it for an unknown URI).
 RESOURCE_NOT_FOUND: Final = -32002
 ITEM_URI_RE: Final = re.compile(r"^zotero://select/(library|groups/[1-9]\d{0,11})/items/([A-Z0-9]{8})$")
-_KEY_RE: Final = re.compile(r"^[A-Z0-9]{8}$")
 # A search's progress line: `Round 2: searched "..." (3 passages)` (engine/tools.py).
 _ROUND_RE: Final = re.compile(r"^Round (\d+):")
 # "[2] Lewis et al. (2020). Title. p. 4. (zotero://select/library/items/KEY)": the answer's source list.
 _CITED_RE: Final = re.compile(r"^\[(\d+)\] .*\((zotero://select/(library|groups/\d+)/items/([A-Z0-9]{8}))\)\s*$", re.M)
 
-INSTRUCTIONS: Final = (
-    "Zocrates reads the user's Zotero library (read-only). search_library finds passages with zotero:// links; "
-    "get_item reads one item (fulltext=true pages through its text); list_collections, list_tags and recent_items "
-    "browse. ask runs Zocrates' own cited research answer in a persistent session (pass session_id to follow up); "
-    "resume continues one paused at a research checkpoint; sessions lists, shows, renames and deletes them."
-)
-
-_VALIDATORS: Final = {t["name"]: jsonschema.Draft202012Validator(t["inputSchema"]) for t in schemas.TOOLS}
-
-
-class ToolError(Exception):
-    """A tool call that cannot be done; the message is the tool result's text."""
-
-
-def _error(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
-
-
-def _argument_error(name: str, error: jsonschema.ValidationError) -> str:
-    where = ".".join(str(p) for p in error.absolute_path) or "arguments"
-    return f"invalid arguments for {name}: {where}: {escape_for_log(error.message)[:300]}"
-
-
-class ZocratesMcp:
-    """The server's handlers, over one `DaemonLink`."""
+class ZocratesMcp(Tools):
+    """The server's handlers, over one `DaemonLink`: the tools of tools.py wrapped in the SDK's
+    types, `ask` and `resume`, the item resources and the prompts."""
 
     def __init__(self, link: DaemonLink) -> None:
-        self.link = link
+        super().__init__(link)
         link.on_elicit = self._elicit
         # The MCP request running each session's turn: where its checkpoint is asked.
         self._asking: dict[str, ServerRequestContext[Any]] = {}
@@ -92,116 +70,20 @@ class ZocratesMcp:
 
     def server(self) -> Server[Any]:
         return Server(
-            "zocrates", version=__version__, title="Zocrates", instructions=INSTRUCTIONS,
+            tools.SERVER_NAME, version=__version__, title=tools.SERVER_TITLE, instructions=tools.INSTRUCTIONS,
             on_list_tools=self.list_tools, on_call_tool=self.call_tool,
             on_list_resources=self.list_resources, on_list_resource_templates=self.list_resource_templates,
             on_read_resource=self.read_resource, on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt,
         )
 
-    # --- calls to the daemon ----------------------------------------------------------------------
-
-    async def _call(self, method: str, params: dict[str, Any], *, retry: bool = True) -> Any:
-        """One request to the daemon; a read is tried once more on a fresh connection when the
-        first one was lost (the daemon restarted meanwhile)."""
-        for attempt in (0, 1):
-            client = await self.link.client()
-            try:
-                return await client.call(method, params)
-            except ConnectionLost:
-                self.link.lost()
-                if not retry or attempt:
-                    raise
-        raise AssertionError("unreachable")
-
     # --- tools ------------------------------------------------------------------------------------
 
     async def list_tools(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[
-            types.Tool(
-                name=t["name"], title=t["title"], description=t["description"], input_schema=t["inputSchema"],
-                output_schema=t["outputSchema"],
-                annotations=types.ToolAnnotations(
-                    title=t["title"], read_only_hint=t["name"] in schemas.READ_ONLY,
-                    destructive_hint=t["name"] == "sessions", idempotent_hint=t["name"] in schemas.READ_ONLY,
-                    open_world_hint=False,
-                ),
-            )
-            for t in schemas.TOOLS
-        ])
+        return types.ListToolsResult.model_validate({"tools": tools.tool_list()}, by_name=False)
 
     async def call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
-        name, args = params.name, dict(params.arguments or {})
-        validator = _VALIDATORS.get(name)
-        if validator is None:
-            return _error(f"unknown tool {escape_for_log(name)[:80]!r}; the tools are: "
-                          + ", ".join(t["name"] for t in schemas.TOOLS))
-        error = next(iter(sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))), None)
-        if error is not None:
-            return _error(_argument_error(name, error))
-        try:
-            structured, text = await getattr(self, f"_tool_{name}")(ctx, args)
-        except ToolError as exc:
-            return _error(str(exc))
-        except LinkDown as exc:
-            return _error(f"cannot reach zocratesd: {exc}")
-        except ConnectionLost as exc:
-            self.link.lost()
-            return _error(f"the connection to zocratesd was lost ({exc}); call the tool again "
-                          "(a conversation continues by its session_id)")
-        except RpcError as exc:
-            return _error(f"{name}: {exc.detail or exc.message}")
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured)
-
-    async def _tool_search_library(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        params: dict[str, Any] = {"query": a["query"], "topK": a.get("top_k", 10)}
-        for ours, theirs in (("collection", "collection"), ("item_keys", "itemKeys"), ("library", "library")):
-            if a.get(ours) is not None:
-                params[theirs] = a[ours]
-        result = await self._call("_zocrates/library/search", params)
-        return result, schemas.search_text(result)
-
-    async def _tool_get_item(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        item = await self._item(a["item_key"], a.get("library"), fulltext=a.get("fulltext", False),
-                                offset=a.get("fulltext_offset", 0))
-        return item, schemas.item_text(item)
-
-    async def _item(self, key: str, library: str | None, *, fulltext: bool = False, offset: int = 0) -> dict[str, Any]:
-        params: dict[str, Any] = {"itemKey": key, "fulltext": fulltext, "fulltextOffset": offset}
-        if library is not None:
-            params["library"] = library
-        result: dict[str, Any] = await self._call("_zocrates/library/item", params)
-        return result
-
-    async def _tool_list_collections(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        result = await self._call("_zocrates/library/collections", {k: v for k, v in a.items() if k == "library"})
-        return result, schemas.collections_text(result)
-
-    async def _tool_list_tags(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        result = await self._call("_zocrates/library/tags", {"limit": 20, **a})
-        return result, schemas.tags_text(result)
-
-    async def _tool_recent_items(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        result = await self._call("_zocrates/library/items", {"limit": 20, **a})
-        return result, schemas.items_text(result)
-
-    async def _tool_sessions(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        action, sid = a["action"], a.get("session_id")
-        out: dict[str, Any] = {"action": action}
-        if action == "list":
-            out["sessions"] = (await self._call("session/list", {})).get("sessions", [])
-        else:
-            if sid is None:
-                raise ToolError(f"sessions {action} needs a session_id (sessions action=list shows them)")
-            if action == "show":
-                out["session"] = await self._call("_zocrates/session/get", {"sessionId": sid})
-            elif action == "rename":
-                if not a.get("title"):
-                    raise ToolError("sessions rename needs a title")
-                out["session"] = await self._call("_zocrates/session/rename", {"sessionId": sid, "title": a["title"]}, retry=False)
-            else:
-                await self._call("session/delete", {"sessionId": sid}, retry=False)
-                out["deleted"] = sid
-        return out, schemas.sessions_text(out)
+        result = await self.call(params.name, dict(params.arguments or {}), ctx)
+        return types.CallToolResult.model_validate(result, by_name=False)
 
     async def _tool_ask(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
         client = await self.link.client()
@@ -228,22 +110,6 @@ class ZocratesMcp:
             ctx, sid, lambda: client.stream_resume(sid, hitl["invocation_id"], hitl["interrupt_id"], action, a.get("guidance"))
         )
         return result, schemas.turn_text(result)
-
-    async def _collection_key(self, wanted: str) -> str:
-        """A collection key from a key, name or path (as the daemon's search takes them): exact
-        matches first, then the one whose path contains it; ToolError naming the candidates."""
-        cols = (await self._call("_zocrates/library/collections", {})).get("collections", [])
-        if _KEY_RE.match(wanted) and any(c["key"] == wanted for c in cols):
-            return wanted
-        folded = " ".join(wanted.split()).casefold()
-        exact = [c for c in cols if folded in (str(c["path"]).casefold(), str(c["name"]).casefold())]
-        found = exact or [c for c in cols if folded in str(c["path"]).casefold()]
-        if len(found) == 1:
-            return str(found[0]["key"])
-        if not found:
-            raise ToolError(f"no collection called {wanted[:80]!r} (list_collections shows them)")
-        raise ToolError(f"{len(found)} collections match {wanted[:80]!r}: " + "; ".join(
-            f"{c['path']} [{c['key']}]" for c in found[:8]))
 
     async def _turn(self, ctx: ServerRequestContext[Any], sid: str, make: Callable[[], Turn]) -> dict[str, Any]:
         """Run a turn to its end (`make` builds its request); see `_run_turn`. A turn of this
