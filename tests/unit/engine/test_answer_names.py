@@ -65,14 +65,19 @@ OTHERS = [Item(f"OTHER{i:03d}", f"Grassland study {i}", creators=[("Sam", f"Auth
                fields={"abstractNote": f"We find that grazing changed plant cover in plot {i}."}) for i in range(12)]
 
 
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Library:
-    d = tmp_path_factory.mktemp("names")
-    write(d, ZoteroLibrary(items=[STROHLE, KUHN, LEWIS20, LEWIS21, MULLER, GARCIA, BLOOM_T, BLOOM_A, FROHLICH, YOUNG_A, YOUNG_T,
-                                  *OTHERS]))
+def indexed(tmp_path_factory: pytest.TempPathFactory, name: str, items: list[Item]) -> Library:
+    """A schema-true Zotero library of `items`, indexed."""
+    d = tmp_path_factory.mktemp(name)
+    write(d, ZoteroLibrary(items=items))
     library = Library(d, d / "zocrates-data", local_api_url=None)
     library.indexer.refresh(None)
     return library
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory: pytest.TempPathFactory) -> Library:
+    return indexed(tmp_path_factory, "names", [STROHLE, KUHN, LEWIS20, LEWIS21, MULLER, GARCIA, BLOOM_T, BLOOM_A,
+                                                FROHLICH, YOUNG_A, YOUNG_T, *OTHERS])
 
 
 async def _ask(lib: Library, question: str) -> str:
@@ -192,11 +197,7 @@ GLUED = Item("GLUEDHD1", "Symbiont shuffling in reef corals", creators=[("Ruth",
 
 @pytest.fixture(scope="module")
 def glued(tmp_path_factory: pytest.TempPathFactory) -> Library:
-    d = tmp_path_factory.mktemp("glued")
-    write(d, ZoteroLibrary(items=[GLUED, *OTHERS]))
-    library = Library(d, d / "zocrates-data", local_api_url=None)
-    library.indexer.refresh(None)
-    return library
+    return indexed(tmp_path_factory, "glued", [GLUED, *OTHERS])
 
 
 def test_a_heading_glued_to_its_sentence_is_not_quoted(glued: Library) -> None:
@@ -232,11 +233,7 @@ def test_glued_headings_are_cut_from_sentences_not_sentences_that_start_with_a_s
 
 @pytest.fixture(scope="module")
 def chapter(tmp_path_factory: pytest.TempPathFactory) -> Library:
-    d = tmp_path_factory.mktemp("labels")
-    write(d, ZoteroLibrary(items=[CHAPTER, *OTHERS]))
-    library = Library(d, d / "zocrates-data", local_api_url=None)
-    library.indexer.refresh(None)
-    return library
+    return indexed(tmp_path_factory, "labels", [CHAPTER, *OTHERS])
 
 
 def test_a_page_is_cited_by_the_label_the_reader_shows(chapter: Library) -> None:
@@ -301,11 +298,7 @@ BROKEN = Item(
 
 @pytest.fixture(scope="module")
 def books(tmp_path_factory: pytest.TempPathFactory) -> Library:
-    d = tmp_path_factory.mktemp("books")
-    write(d, ZoteroLibrary(items=[BOOK, BROKEN, *OTHERS]))
-    library = Library(d, d / "zocrates-data", local_api_url=None)
-    library.indexer.refresh(None)
-    return library
+    return indexed(tmp_path_factory, "books", [BOOK, BROKEN, *OTHERS])
 
 
 def test_full_text_is_cited_by_the_pdfs_own_page_labels(books: Library) -> None:
