@@ -24,7 +24,6 @@ import fcntl
 import functools
 import gc
 import importlib
-import importlib.abc
 import logging
 import math
 import os
@@ -32,10 +31,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from importlib.machinery import ModuleSpec
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -48,6 +45,7 @@ from anyio.abc import TaskGroup
 from zocratesd.mcp.early import CancelTool, EarlySession, Forward, LineDecoder, Reply, RunTool
 from zocratesd.mcp.link import DaemonLink, standalone_pair
 from zocratesd.mcp.tools import Tools
+from zocratesd.process.give_way import GiveWay
 
 __all__ = ["DaemonLink", "run", "serve_stdio", "standalone_pair"]
 
@@ -81,24 +79,6 @@ _SDK_READY: Final = object()  # the loader's: hand off now
 T = TypeVar("T")
 
 
-class _GiveWay(importlib.abc.MetaPathFinder):
-    """A finder that finds nothing: in the import thread, it first waits until `idle` is set."""
-
-    def __init__(self, idle: threading.Event) -> None:
-        self._idle = idle
-        self._thread = threading.get_ident()
-        self.left_s = MAX_WAIT_TOTAL_S
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> ModuleSpec | None:
-        if self.left_s > 0 and threading.get_ident() == self._thread and not self._idle.is_set():
-            started = time.monotonic()
-            self._idle.wait(min(MAX_WAIT_EACH_S, self.left_s))
-            self.left_s -= time.monotonic() - started
-        return None
-
-
 def _import_sdk(idle: threading.Event | None = None) -> Any:
     """The server module (and with it the SDK), after the test seam's hold if one is set;
     giving way to the face's requests when `idle` is given."""
@@ -107,14 +87,15 @@ def _import_sdk(idle: threading.Event | None = None) -> Any:
         log.warning("%s is set: the SDK's import waits for %s", HOLD_SDK_ENV, hold)
         while not os.path.exists(hold):
             time.sleep(_HOLD_POLL_S)
-    finder = _GiveWay(idle) if idle is not None else None
-    if finder is not None:
-        sys.meta_path.insert(0, finder)
+    if idle is None:
+        return importlib.import_module("zocratesd.mcp.server")
+    finder = GiveWay(idle, each_s=MAX_WAIT_EACH_S, total_s=MAX_WAIT_TOTAL_S)
+    # Replaced, never changed in place: another thread may be iterating over it mid-import.
+    sys.meta_path = [finder, *sys.meta_path]
     try:
         return importlib.import_module("zocratesd.mcp.server")
     finally:
-        if finder is not None:
-            sys.meta_path.remove(finder)
+        sys.meta_path = [f for f in sys.meta_path if f is not finder]
 
 
 async def _in_daemon_thread(fn: Callable[[], T], name: str) -> T:

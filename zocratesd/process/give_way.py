@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Final
@@ -84,11 +84,16 @@ def watch_of(loop: asyncio.AbstractEventLoop) -> LoopWatch | None:
 
 
 class GiveWay(importlib.abc.MetaPathFinder):
-    """A finder that finds nothing: in its own thread, it first waits while the daemon serves."""
+    """A finder that finds nothing: in its own thread, it first waits until `idle` is set (nothing
+    is served), and never while `loop_thread()` is itself importing. The daemon's engine import
+    uses it (`giving_way`), and so does `zocratesd mcp`'s import of the SDK (mcp/__init__.py)."""
 
-    def __init__(self, foreground: Foreground, *, each_s: float = MAX_WAIT_EACH_S, total_s: float = MAX_WAIT_TOTAL_S):
-        self._foreground = foreground
-        self._idle = foreground.idle
+    def __init__(
+        self, idle: threading.Event, *, loop_thread: Callable[[], int | None] = lambda: None,
+        each_s: float = MAX_WAIT_EACH_S, total_s: float = MAX_WAIT_TOTAL_S,
+    ):
+        self._idle = idle
+        self._loop_thread = loop_thread
         self._thread = threading.get_ident()
         self._each_s = each_s
         self._total_s = total_s
@@ -109,7 +114,7 @@ class GiveWay(importlib.abc.MetaPathFinder):
             # thread holds the lock of (uvicorn imports its lifespan class on the loop, say), and
             # would wait for us as we wait for it, until the cut-off.
             while not self._idle.wait(LOOP_IMPORT_CHECK_S) and time.monotonic() < until:
-                if _importing(self._foreground.loop_thread):
+                if _importing(self._loop_thread()):
                     break
             self.left_s -= time.monotonic() - started
         return None
@@ -138,7 +143,7 @@ def giving_way(watch: LoopWatch | None, *, total_s: float = MAX_WAIT_TOTAL_S) ->
     # what the first model build needs) is never seen waiting, and the import thread would wait
     # for it while it waited for the import lock the import thread held (~0.5 s: issue 31).
     foreground.loop_thread = watch.thread
-    finder = GiveWay(foreground, total_s=total_s)
+    finder = GiveWay(foreground.idle, loop_thread=lambda: foreground.loop_thread, total_s=total_s)
     foreground.watch(True)
     sys.meta_path = [finder, *sys.meta_path]
     try:

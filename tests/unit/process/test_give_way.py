@@ -152,7 +152,7 @@ def test_the_finder_is_removed_and_tracking_stops() -> None:
 def test_other_threads_never_wait() -> None:
     fg = Foreground()
     fg.watch(True)  # the loop is "working" (never reported waiting): the import thread would wait
-    finder = GiveWay(fg, total_s=10)
+    finder = GiveWay(fg.idle, loop_thread=lambda: fg.loop_thread, total_s=10)
     seen: list[float] = []
 
     def elsewhere() -> None:
