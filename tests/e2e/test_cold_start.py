@@ -14,7 +14,7 @@ from typing import Any
 from rawrpc import RawConn
 from shimhttp import Shim
 
-from zocratesd.process.lifecycle import HOLD_ENGINE_ENV
+from zocratesd.process.lifecycle import HOLD_ENGINE_ENV, HOLD_WIRE_ENV
 
 QUESTION = "What is retrieval augmented generation?"
 
@@ -96,3 +96,39 @@ def test_sigterm_while_the_engine_imports_exits_promptly(daemon_factory: Any, tm
     took = time.monotonic() - t0
     assert took < 2.0, f"stopping took {took:.1f} s"
     assert not d.state_dir.joinpath("daemon.json").exists()  # a clean shutdown, not a kill
+
+
+def _maps_pydantic(pid: int) -> bool:
+    """Whether the process has pydantic's compiled core loaded (mapped), read from outside."""
+    return "_pydantic_core" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_the_handshake_is_answered_before_the_wire_stack_loads(daemon_factory: Any, tmp_path: Path) -> None:
+    """The socket serves before pydantic and the wire models are imported (rpc/early.py): a plain
+    `initialize` is answered at once; everything else, a handshake the plain check leaves to
+    pydantic included, waits for them and then gets pydantic's answer. The wire stack is held back
+    with its test seam, and the daemon is looked at from outside (its memory maps)."""
+    hold = tmp_path / "let-the-wire-stack-load"
+    d = daemon_factory()
+    d.env[HOLD_WIRE_ENV] = str(hold)
+    d.start()
+    pid = d.info["pid"]
+    with RawConn(d.socket_path, timeout=30) as c:
+        init = c.result("initialize", {"protocolVersion": 1, "clientCapabilities": {"fs": {}}})
+        assert init["agentCapabilities"]["_meta"]["zocrates"]["version"] == d.info["version"]
+        assert not _maps_pydantic(pid)
+        c.send({"jsonrpc": "2.0", "id": "list", "method": "session/list", "params": {}})
+        c.send({"jsonrpc": "2.0", "id": "lax", "method": "initialize", "params": {"protocolVersion": "1"}})
+        c.send({"jsonrpc": "2.0", "id": "bad", "method": "initialize", "params": {"protocolVersion": 70000}})
+        assert _pending(c, 1.0) == []  # held, not refused
+        with RawConn(d.socket_path, timeout=30) as other:  # another client's handshake is not held
+            assert other.result("initialize", {"protocolVersion": 1}) == init
+        assert not _maps_pydantic(pid)
+        hold.touch()
+        replies = {r["id"]: r for r in (c.recv_reply() for _ in range(3))}
+        assert replies["list"]["result"]["sessions"] == []
+        assert replies["lax"]["result"] == init
+        bad = replies["bad"]["error"]
+        assert bad["code"] == -32602 and bad["data"]["errors"][0]["loc"] == "protocolVersion", bad
+        assert _maps_pydantic(pid)
+    assert d.stop() == 0

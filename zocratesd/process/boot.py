@@ -21,10 +21,13 @@ Start-up order matters, and each step says why:
    sessions.db with sqlite3 alone), then the socket bound (or the manager's socket adopted) and the
    HTTP shim's loopback port bound (zocratesd/shim/), and only then daemon.json is written (with
    the port and a fresh bearer token) and READY=1 sent: a client that finds daemon.json can
-   connect at once, and its reads (initialize, session/list, session/load, ...) are answered;
-   the shim's port answers once uvicorn and Starlette are imported (below), a moment later;
+   connect at once; its `initialize` is answered at once (rpc/early.py), its reads
+   (session/list, session/load, ...) once the wire stack (pydantic, the wire models, the ACP
+   methods) is imported, a moment later (below); the shim's port answers once uvicorn and
+   Starlette are imported, after that;
 5. meanwhile the root task group brings the engine up (`lifecycle.bring_up`: in a daemon thread,
-   the shim's modules imported, then ADK, each module only while nothing is served (bounded:
+   the wire stack imported (then the full method table served), the shim's modules, then ADK,
+   each module only while nothing is served (bounded:
    process/give_way.py); the runner built, the store's tables prepared, start-up
    maintenance run), and only then any write: a new session or a turn asked for earlier waits
    for it (`Daemon.start`). The garbage collector stays off until then (cli.py;
@@ -48,7 +51,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -60,8 +63,11 @@ from zocratesd.process.fdlimit import raise_fd_limit
 from zocratesd.process.fdstream import FdStream
 from zocratesd.process.instance import Instance
 from zocratesd.process.lifecycle import (
+    HOLD_WIRE_ENV,
     SHUTDOWN_GRACE_S,
     STOP_SIGNALS,
+    WIRE_MODULES,
+    Preload,
     bring_up,
     stop_on_signal,
     stop_when_idle,
@@ -71,6 +77,11 @@ from zocratesd.process.logs import PROCESS_LOGGER, setup_logging
 from zocratesd.process.transports import PairTransport, SocketTransport, StdioTransport, Transport
 from zocratesd.service_manager.activation import ActivationError
 from zocratesd.service_manager.notify import Notifier
+
+if TYPE_CHECKING:
+    from zocratesd.core.daemon import Daemon
+    from zocratesd.rpc.early import StagedMethods
+
 
 log = logging.getLogger(PROCESS_LOGGER)
 
@@ -167,26 +178,25 @@ async def _run(
     """Step 4 and the shutdown, with the instance lock held."""
     transport.claim(instance)  # before the core is even imported, so a socket in the way fails at once
 
-    # pydantic imports its plugin loader (and with it importlib.metadata: email, csv, zipfile) at
-    # the first wire model it builds, the first request's. Here, before the socket listens, it
-    # takes ~8 ms; on the loop it would import beside the engine's import thread, which imports
-    # the same modules: measured +90-120 ms to the first reply (issue 31).
-    import pydantic.plugin._loader  # noqa: F401
-
     from zocratesd.core.daemon import Daemon
-    from zocratesd.rpc.acp import build_methods
+    from zocratesd.rpc.early import StagedMethods
 
     idle_exit = opts.idle_exit_after
     if idle_exit is not None and not transport.restarts_on_demand:
         log.warning("--idle-exit-after ignored: it needs socket activation (nothing would start the daemon again)")
         idle_exit = None
     daemon = Daemon(opts.data_dir, config, load_engine=False)  # its engine loads in bring_up
+    # The handshake at once, the rest once the wire stack has loaded (rpc/early.py).
+    methods = StagedMethods(daemon.version, config.rpc.max_frame_bytes)
+    wire = Preload("wire stack", WIRE_MODULES, hold_env=HOLD_WIRE_ENV)
     failed: list[BaseException] = []
     try:
-        conns = Connections(build_methods(daemon), max_frame_bytes=config.rpc.max_frame_bytes)
+        conns = Connections(methods, max_frame_bytes=config.rpc.max_frame_bytes)
         await transport.open(instance, daemon, conns)
+        preloads = (wire, transport.preload) if transport.preload else (wire,)
         async with anyio.create_task_group() as root:
-            root.start_soon(bring_up, daemon, root.cancel_scope, failed, transport.preload)
+            root.start_soon(bring_up, daemon, root.cancel_scope, failed, preloads)
+            root.start_soon(_serve_full_table, wire, daemon, methods)
             if notifier.watchdog_interval_s:
                 root.start_soon(watchdog, notifier, notifier.watchdog_interval_s)
             async with anyio.create_task_group() as connections:
@@ -213,6 +223,14 @@ async def _run(
             await transport.close()
             await daemon.aclose()
     return 1 if failed else 0
+
+
+async def _serve_full_table(wire: Preload, daemon: Daemon, methods: StagedMethods) -> None:
+    """Once the wire stack is imported: every request to the ACP table (the held ones first)."""
+    await wire.done.wait()
+    from zocratesd.rpc.acp import build_methods
+
+    methods.serve(build_methods(daemon))
 
 
 def _load_config_or_exit(opts: ServeOptions) -> ZocratesConfig:

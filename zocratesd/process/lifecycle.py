@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -65,62 +65,79 @@ async def watchdog(notifier: Notifier, interval_s: float) -> None:
 # import thread only hands the GIL over more often. Restored once the engine is up.
 LOADING_SWITCH_INTERVAL_S: Final = 0.0005
 
-# Test seam: when set, the engine's import (in its thread) does not start until this file exists,
-# so a test can see the daemon serve while its engine is not loaded, and stop it in the middle of
-# a slow import (tests/e2e/test_cold_start.py). Only tests set it.
+# Test seams: when set, the engine's import (in its thread) does not start until the named file
+# exists, so a test can see the daemon serve while its engine is not loaded, and stop it in the
+# middle of a slow import (tests/e2e/test_cold_start.py); the same for the wire stack (below)
+# and with it everything after it. Only tests set them.
 HOLD_ENGINE_ENV: Final = "ZOCRATES_TEST_HOLD_ENGINE_UNTIL"
+HOLD_WIRE_ENV: Final = "ZOCRATES_TEST_HOLD_WIRE_UNTIL"
 _HOLD_POLL_S: Final = 0.02
+
+# The wire stack: pydantic, the wire models and the ACP methods (and pydantic's plugin loader,
+# which its first validator imports: importlib.metadata). The socket serves before it is loaded:
+# rpc/early.py answers the handshake meanwhile and holds the rest (~40% of the work before a cold
+# start's first reply, bench/PROFILE.md §13).
+WIRE_MODULES: Final = ("zocratesd.rpc.acp", "pydantic.plugin._loader")
 
 
 @dataclass
 class Preload:
-    """Modules a transport's listener needs before it can serve (the HTTP shim's uvicorn and
-    Starlette, shim/server.py), imported in the engine's import thread before ADK, so the first
-    reply on the Unix socket does not wait for them; `done` is set on the event loop once they are.
-    One thread imports both, one after the other: two threads importing the same packages (ADK
-    imports Starlette too) could each find the other's module half-initialized."""
+    """Modules something needs before it can serve, imported in the engine's import thread before
+    ADK, so the first reply on the Unix socket does not wait for them: the wire stack
+    (`WIRE_MODULES`), the HTTP shim's uvicorn and Starlette (shim/server.py); `done` is set on the
+    event loop once they are. One thread imports them all, one after the other: two threads
+    importing the same packages (ADK imports Starlette too) could each find the other's module
+    half-initialized."""
 
+    name: str  # in the log's timings
     modules: tuple[str, ...]
     done: anyio.Event = field(default_factory=anyio.Event)  # made on the event loop
+    hold_env: str | None = None  # a test seam: held until the file it names exists
 
 
-def _import_engine(preload: Preload | None, loop: asyncio.AbstractEventLoop, timings: dict[str, float]) -> None:
-    """The import thread's work: `preload`'s modules (then `done` set), then `import_engine`,
+def _import_engine(preloads: Sequence[Preload], loop: asyncio.AbstractEventLoop, timings: dict[str, float]) -> None:
+    """The import thread's work: each of `preloads` in turn (its `done` set), then `import_engine`,
     first held while a test says so; each module only while the event loop is idle, within
     bounds (process/give_way.py). `timings` gets the parts' durations for the log."""
     with giving_way(watch_of(loop)) as finder:
-        _import_all(preload, loop, timings)
+        _import_all(preloads, loop, timings)
     if finder is not None:
         timings["waits for the loop"] = finder.waited_s
 
 
-def _import_all(preload: Preload | None, loop: asyncio.AbstractEventLoop, timings: dict[str, float]) -> None:
-    from zocratesd.core.daemon import import_engine
+def _hold(env: str, what: str) -> None:
+    hold = os.environ.get(env)
+    if hold:
+        log.warning("%s is set: the %s waits for %s", env, what, hold)
+        while not os.path.exists(hold):
+            time.sleep(_HOLD_POLL_S)
 
-    if preload is not None:
+
+def _import_all(preloads: Sequence[Preload], loop: asyncio.AbstractEventLoop, timings: dict[str, float]) -> None:
+    for preload in preloads:
+        if preload.hold_env:
+            _hold(preload.hold_env, preload.name)
         started = time.monotonic()
         for name in preload.modules:
             importlib.import_module(name)
-        timings["preload"] = time.monotonic() - started
+        timings[preload.name] = time.monotonic() - started
         try:
             loop.call_soon_threadsafe(preload.done.set)
         except RuntimeError:  # the loop is closed: the daemon stopped meanwhile
             return
-    hold = os.environ.get(HOLD_ENGINE_ENV)
-    if hold:
-        log.warning("%s is set: the engine waits for %s", HOLD_ENGINE_ENV, hold)
-        while not os.path.exists(hold):
-            time.sleep(_HOLD_POLL_S)
+    from zocratesd.core.daemon import import_engine
+
+    _hold(HOLD_ENGINE_ENV, "engine")
     started = time.monotonic()
     import_engine()
     timings["imports"] = time.monotonic() - started
 
 
 async def bring_up(
-    daemon: Daemon, scope: anyio.CancelScope, failed: list[BaseException], preload: Preload | None = None
+    daemon: Daemon, scope: anyio.CancelScope, failed: list[BaseException], preloads: Sequence[Preload] = ()
 ) -> None:
     """The daemon's engine, after the transports serve (process/boot.py, step 5): `Daemon.start`
-    (`preload`'s modules, then ADK, imported in a daemon thread, which a shutdown does not wait
+    (`preloads`' modules, then ADK, imported in a daemon thread, which a shutdown does not wait
     for; tables, start-up maintenance; writes wait for it), then the start-up heap frozen and a
     warm-up turn. A failure is logged, put in `failed`, and stops the daemon (cancels `scope`)."""
     started = time.monotonic()
@@ -128,7 +145,7 @@ async def bring_up(
     sys.setswitchinterval(min(interval, LOADING_SWITCH_INTERVAL_S))
     timings: dict[str, float] = {}
     try:
-        await daemon.start(importer=functools.partial(_import_engine, preload, asyncio.get_running_loop(), timings))
+        await daemon.start(importer=functools.partial(_import_engine, preloads, asyncio.get_running_loop(), timings))
     except Exception as exc:
         log.exception("could not start the engine; stopping")
         failed.append(exc)

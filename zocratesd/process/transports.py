@@ -108,7 +108,7 @@ class SocketTransport:
         if self.http_face is not None:
             from zocratesd.shim.server import SERVER_MODULES
 
-            self.preload = Preload(SERVER_MODULES)
+            self.preload = Preload("HTTP shim", SERVER_MODULES)
 
     async def _open_listeners(self, instance: Instance) -> list[anyio.abc.SocketListener]:
         """The manager's sockets when activated, else our own socket at the path claimed earlier."""

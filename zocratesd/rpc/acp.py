@@ -22,9 +22,9 @@ from zocratesd.core.daemon import Daemon
 from zocratesd.core.watchers import Subscription
 from zocratesd.errors import InvalidInput, ZocratesError
 from zocratesd.limits import MAX_GUIDANCE_CHARS
-from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.logtext import escape_for_log
-from zocratesd.rpc import jsonrpc, models
+from zocratesd.rpc import early, jsonrpc, models
+from zocratesd.rpc.early import CLIENT_CAPABILITIES
 from zocratesd.rpc.errors import to_rpc_error
 from zocratesd.rpc.jsonrpc import JsonRpcError
 from zocratesd.rpc.peer import MethodTable, Peer, PeerClosed, RemoteError
@@ -48,9 +48,8 @@ Handler = Callable[..., Awaitable[Any]]
 SLOW_CLIENT_TIMEOUT_S = 30.0
 ZOTERO_ITEM_URI = re.compile(r"^zotero://select/(library|groups/[1-9]\d{0,11})/items/([A-Z0-9]{8})$")
 
-# `peer.state` keys: what the client said it supports at `initialize`, and this connection's
-# name as the origin of the setting changes it makes (it hears those in its answer, not again).
-CLIENT_CAPABILITIES = "client_capabilities"
+# `peer.state` key: this connection's name as the origin of the setting changes it makes (it
+# hears those in its answer, not again). What the client said at `initialize`: rpc/early.py.
 ORIGIN = "origin"
 _origins = itertools.count(1)
 
@@ -399,28 +398,9 @@ def build_methods(daemon: Daemon) -> MethodTable:
 
     @adapter(models.InitializeParams)
     async def initialize(peer: Peer, p: models.InitializeParams) -> dict[str, Any]:
-        peer.state[CLIENT_CAPABILITIES] = p.client_capabilities or {}
-        peer.state["client_info"] = p.client_info or {}
-        return {
-            # We speak v1 only; a client asking for another version gets ours and decides.
-            "protocolVersion": PROTOCOL_VERSION,
-            "agentCapabilities": {
-                "loadSession": True,
-                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": False},
-                "mcpCapabilities": {"http": False, "sse": False},
-                "sessionCapabilities": {"list": {}, "delete": {}, "resume": {}, "close": {}},
-                "_meta": {
-                    "zocrates": {
-                        "version": daemon.version,
-                        "protocolVersion": PROTOCOL_VERSION,
-                        "extensions": extensions,
-                        "maxFrameBytes": daemon.config.rpc.max_frame_bytes,
-                    }
-                },
-            },
-            "agentInfo": {"name": "zocratesd", "title": "Zocrates", "version": daemon.version},
-            "authMethods": [],
-        }
+        # Before this table serves, rpc/early.py answers plainly valid handshakes the same way.
+        return early.greet(peer, p.client_capabilities or {}, p.client_info or {},
+                           daemon.version, daemon.config.rpc.max_frame_bytes)
 
     async def run_command(peer: Peer, session_id: str, name: str, arg: str) -> dict[str, Any]:
         """A slash command: its reply as an agent message to this connection. A command the core
@@ -625,5 +605,7 @@ def build_methods(daemon: Daemon) -> MethodTable:
         "_zocrates/library/tags": zocrates_library_tags,
         "_zocrates/library/items": zocrates_library_items,
     }
-    extensions = sorted(name for name in table if name.startswith("_zocrates/"))
-    return MethodTable(table, notifications=("session/cancel",))
+    extensions = tuple(sorted(name for name in table if name.startswith("_zocrates/")))
+    if extensions != early.EXTENSIONS:  # `initialize` advertises early.EXTENSIONS, whichever table answers
+        raise RuntimeError(f"the table's extensions {extensions} are not rpc/early.py's EXTENSIONS")
+    return MethodTable(table, notifications=early.NOTIFICATIONS)

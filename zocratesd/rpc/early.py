@@ -1,0 +1,148 @@
+"""The handshake before the wire stack has loaded: what the daemon serves from the moment its socket
+listens until pydantic and the wire models (rpc/models.py, rpc/acp.py) are imported.
+
+Those imports are ~40% of a cold start's work before its first reply (bench/PROFILE.md §12-13),
+and the first request of every client is `initialize`, whose answer needs nothing but the daemon's
+version and limits. So the socket listens first, the wire stack is imported in the engine's import
+thread (process/lifecycle.py, `WIRE_MODULES`, before the HTTP shim's and ADK's modules), and
+meanwhile `StagedMethods` serves:
+
+- `initialize` whose params are plainly valid (`plain_initialize`: exact JSON types, the fields
+  the model names under their wire names): answered at once, the same answer as rpc/acp.py's;
+- everything else, an `initialize` the plain check is unsure of included: held until the full
+  table serves, then dispatched to it, so pydantic validates it exactly as it always has (its
+  errors, its lax conversions). A held request is cancelled like any other.
+
+`plain_initialize` accepts only what `models.InitializeParams` accepts, with the same values
+(tests/unit/rpc/test_early_handshake.py holds it to that), so where it answers, pydantic would have
+answered the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import anyio
+
+from zocratesd.locations import PROTOCOL_VERSION
+from zocratesd.rpc.peer import Handler, MethodTable, Peer
+
+# `peer.state` keys: what the client said at `initialize` (rpc/acp.py reads the capabilities).
+CLIENT_CAPABILITIES: Final = "client_capabilities"
+CLIENT_INFO: Final = "client_info"
+
+# The methods a client may send as notifications (the others are never run without an id).
+NOTIFICATIONS: Final = ("session/cancel",)
+
+# The `_zocrates/*` methods, advertised in `initialize` (DESIGN "Decisions"); rpc/acp.py's table
+# serves exactly these (`build_methods` refuses to build a table that differs).
+EXTENSIONS: Final = (
+    "_zocrates/chat/resume",
+    "_zocrates/library/collections",
+    "_zocrates/library/item",
+    "_zocrates/library/items",
+    "_zocrates/library/search",
+    "_zocrates/library/status",
+    "_zocrates/library/suggestions",
+    "_zocrates/library/tags",
+    "_zocrates/session/get",
+    "_zocrates/session/rename",
+    "_zocrates/session/rewind",
+    "_zocrates/storage/maintenance",
+    "_zocrates/storage/stats",
+)
+
+# The wire names of InitializeParams' fields that hold an object or null, and their Python names:
+# params that use a Python name (pydantic's populate_by_name) are left to pydantic.
+_OBJECT_FIELDS: Final = ("clientCapabilities", "clientInfo", "_meta")
+_PYTHON_NAMES: Final = frozenset({"protocol_version", "client_capabilities", "client_info", "meta"})
+# models.InitializeParams.protocol_version: Field(ge=0, le=65535).
+_MAX_PROTOCOL_VERSION: Final = 65535
+
+
+def plain_initialize(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """`(client capabilities, client info)` when `params` are plainly valid `initialize` params:
+    `protocolVersion` an int in 0..65535 (not a bool, not a string), `clientCapabilities`,
+    `clientInfo` and `_meta` absent, null or an object, no field under its Python name; any other
+    member is an extra, which the model accepts. None: not sure, pydantic decides."""
+    version = params.get("protocolVersion")
+    if type(version) is not int or not 0 <= version <= _MAX_PROTOCOL_VERSION:
+        return None
+    for name in _OBJECT_FIELDS:
+        value = params.get(name)
+        if value is not None and type(value) is not dict:
+            return None
+    if not _PYTHON_NAMES.isdisjoint(params):
+        return None
+    return params.get("clientCapabilities") or {}, params.get("clientInfo") or {}
+
+
+def initialize_result(version: str, max_frame_bytes: int) -> dict[str, Any]:
+    """The answer to `initialize`, the same whichever table serves it."""
+    return {
+        # We speak v1 only; a client asking for another version gets ours and decides.
+        "protocolVersion": PROTOCOL_VERSION,
+        "agentCapabilities": {
+            "loadSession": True,
+            "promptCapabilities": {"image": False, "audio": False, "embeddedContext": False},
+            "mcpCapabilities": {"http": False, "sse": False},
+            "sessionCapabilities": {"list": {}, "delete": {}, "resume": {}, "close": {}},
+            "_meta": {
+                "zocrates": {
+                    "version": version,
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "extensions": list(EXTENSIONS),
+                    "maxFrameBytes": max_frame_bytes,
+                }
+            },
+        },
+        "agentInfo": {"name": "zocratesd", "title": "Zocrates", "version": version},
+        "authMethods": [],
+    }
+
+
+def greet(peer: Peer, capabilities: dict[str, Any], info: dict[str, Any], version: str, max_frame_bytes: int) -> dict[str, Any]:
+    """Record what the client said on its connection and answer it (both tables' `initialize`)."""
+    peer.state[CLIENT_CAPABILITIES] = capabilities
+    peer.state[CLIENT_INFO] = info
+    return initialize_result(version, max_frame_bytes)
+
+
+class StagedMethods(MethodTable):
+    """The daemon's method table from the moment it listens: the plain handshake at once, the rest
+    once `serve(full)` has been called (rpc/dispatch.py asks `table_for` before each call)."""
+
+    def __init__(self, version: str, max_frame_bytes: int):
+        super().__init__({}, notifications=NOTIFICATIONS)
+        self._version = version
+        self._max_frame_bytes = max_frame_bytes
+        self._full: MethodTable | None = None
+        self._served = anyio.Event()
+        self._early: dict[str, Handler] = {"initialize": self._initialize}
+
+    @property
+    def full(self) -> MethodTable | None:
+        return self._full
+
+    def serve(self, full: MethodTable) -> None:
+        """From now on every request goes to `full`, the held ones first."""
+        if full.notifications != self.notifications:
+            raise ValueError(f"the table's notifications {sorted(full.notifications)} are not {list(NOTIFICATIONS)}")
+        self._full = full
+        self._served.set()
+
+    async def table_for(self, method: str, params: Mapping[str, Any]) -> Mapping[str, Handler]:
+        """The table that serves this request: the full one, waited for unless this is a plain
+        handshake that comes before it."""
+        if self._full is None:
+            if method == "initialize" and plain_initialize(params) is not None:
+                return self._early
+            await self._served.wait()
+        assert self._full is not None
+        return self._full
+
+    async def _initialize(self, peer: Peer, /, **params: Any) -> dict[str, Any]:
+        plain = plain_initialize(params)
+        assert plain is not None  # table_for chose this table for it
+        return greet(peer, *plain, self._version, self._max_frame_bytes)
