@@ -20,8 +20,9 @@ Tables:
   chunk with no abstract when the item has other chunks: it would win on its shortness; with no
   creators, year or tags either it has no words and is not written). Words are folded
   (case, diacritics: Lübeck finds Lubeck) and Porter-stemmed, so "retrieved" finds "retrieval".
-- `chunk_vectors` (id, v): each chunk's vector for the optional dense stage (library/dense.py,
-  the `dense` extra: wordllama's static embeddings, int8, 256 bytes), written with the chunk
+- `chunk_vectors` (id, v): each chunk's vector for the dense stage (library/dense.py, in the
+  default install; `library.dense = false` turns it off: wordllama's static embeddings, int8,
+  256 bytes), written with the chunk
   (computed by the indexer's child process, library/embedproc.py; the zero vector for a chunk
   without words); `meta.dense_model` names the model ("" when the stage is off), and an index
   made with another (or none) is rebuilt, so all chunks have vectors of one kind or none do. A
@@ -119,7 +120,7 @@ ANNOTATION_BOOST = 1.5
 # Reciprocal-rank fusion constant (Cormack et al. 2009) for a query split between the word and
 # the CJK index.
 RRF_K = 60
-# The dense stage (library/dense.py, when the `dense` extra is installed) re-ranks the word
+# The dense stage (library/dense.py, on unless `library.dense = false`) re-ranks the word
 # index's best DENSE_POOL chunks (more when the caller wants more): score = BM25 / the best BM25
 # of the query + DENSE_WEIGHT x cosine(query, chunk). Only a chunk the words found can rank, so
 # the stage costs one vector read per candidate, never a scan of the library. Tuned on SciFact's
@@ -214,8 +215,8 @@ def open_index(path: Path) -> sqlite3.Connection:
             if row is None or row[0] != str(INDEX_SCHEMA_VERSION):
                 raise sqlite3.DatabaseError(f"index schema {row[0] if row else None}, want {INDEX_SCHEMA_VERSION}")
             # Every chunk has a vector of the model this process re-ranks with, or none has one:
-            # an index built with another model, or before the dense extra was installed (or
-            # after it was removed), is rebuilt.
+            # an index built with another model, or with the stage off (or on, when it is off
+            # now), is rebuilt.
             row = conn.execute("SELECT value FROM meta WHERE key = 'dense_model'").fetchone()
             if row is None or row[0] != dense.model_name():
                 have, want = (row[0] if row else None) or "none", dense.model_name() or "none"
