@@ -42,9 +42,9 @@ import anyio.to_thread
 import orjson
 from anyio.abc import TaskGroup
 
+from zocratesd.mcp.calls import Tools
 from zocratesd.mcp.early import CancelTool, EarlySession, Forward, LineDecoder, Reply, RunTool
 from zocratesd.mcp.link import DaemonLink, standalone_pair
-from zocratesd.mcp.tools import Tools
 from zocratesd.process.give_way import GiveWay
 
 __all__ = ["DaemonLink", "run", "serve_stdio", "standalone_pair"]
