@@ -171,19 +171,24 @@ def wait_ready(socket_path: str) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--items", type=int, default=3000)
-    ap.add_argument("--fulltexts", type=int, default=600)
-    ap.add_argument("--pages", type=int, default=10)
-    ap.add_argument("--queries", type=int, default=200, help="warm searches per side")
-    ap.add_argument("--cold-rounds", type=int, default=7, help="cold starts per side (daemon up)")
-    ap.add_argument("--cold-daemon-rounds", type=int, default=3, help="cold starts per side with no daemon running")
-    ap.add_argument("--quick", action="store_true", help="400 items, 30 searches, 2 cold rounds; targets not judged")
+    full = {"items": 3000, "fulltexts": 600, "pages": 10, "queries": 200, "cold_rounds": 7, "cold_daemon_rounds": 3}
+    quick = {"items": 400, "fulltexts": 80, "pages": 4, "queries": 30, "cold_rounds": 2, "cold_daemon_rounds": 1}
+    ap.add_argument("--items", type=int, help=f"default {full['items']}")
+    ap.add_argument("--fulltexts", type=int, help=f"default {full['fulltexts']}")
+    ap.add_argument("--pages", type=int, help=f"default {full['pages']}")
+    ap.add_argument("--queries", type=int, help=f"warm searches per side (default {full['queries']})")
+    ap.add_argument("--cold-rounds", type=int, help=f"cold starts per side, daemon up (default {full['cold_rounds']})")
+    ap.add_argument("--cold-daemon-rounds", type=int,
+                    help=f"cold starts per side with no daemon running (default {full['cold_daemon_rounds']})")
+    ap.add_argument("--quick", action="store_true",
+                    help="defaults of 400 items, 30 searches, 2 cold rounds (flags given still win); targets not judged")
     ap.add_argument("--busy", type=int, default=0, metavar="N", help="N busy-loop processes during the cold rows")
     ap.add_argument("--seed", type=int, default=30)
     ap.add_argument("--out", type=Path, default=OUT_DIR / "bench_mcp.json")
     args = ap.parse_args()
-    if args.quick:
-        args.items, args.fulltexts, args.pages, args.queries, args.cold_rounds, args.cold_daemon_rounds = 400, 80, 4, 30, 2, 1
+    for name, value in (quick if args.quick else full).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     rng = random.Random(args.seed)
 
     with short_tmpdir("zm") as tmp:
@@ -288,6 +293,7 @@ def main() -> int:
     table = markdown_table(["operation", "zocratesd mcp", "socket", "MCP - socket (p50)", "ratio / budget"], rows)
     print(f"\n{args.items} items ({args.fulltexts} with {args.pages}-page texts), top_k {TOP_K}; medians (p95)"
           + (" [quick: targets not judged]" if args.quick else "")
+          + f"; {args.cold_rounds} cold rounds ({args.cold_daemon_rounds} with no daemon)"
           + f"; {args.busy} busy loops on {os.cpu_count()} CPUs, load average {' '.join(loadavg)} (after the cold rows)\n")
     print(table)
     write_json(args.out, {
