@@ -198,7 +198,8 @@ def main() -> int:
         (data_dir / "zocrates-data").mkdir(exist_ok=True)
         (data_dir / "zocrates-data" / "zocrates_config.json").write_text(json.dumps({"http": {"enabled": False}}))
         words = gen.vocabulary[100:3000]
-        queries = [" ".join(rng.sample(words, rng.randint(2, 4))) for _ in range(args.queries + args.cold_rounds * 3 + 20)]
+        wanted = 10 + args.queries + args.cold_rounds * 3 + args.cold_daemon_rounds * 2  # warm-up, warm, cold rows
+        queries = [" ".join(rng.sample(words, rng.randint(2, 4))) for _ in range(wanted)]
         run = tmp / "run"
         run.mkdir(mode=0o700)
         env = daemon_env(run)

@@ -77,14 +77,17 @@ def run(data_dir: Path, *, serve_args: list[str] | None = None, log_level: str =
     gc_off = not gc.isenabled()
     loader = SdkLoader()
     client = cold.connect(data_dir)
-    loader.start()
-    if client is None:  # no live daemon: the anyio face starts one, serving early meanwhile
+    if client is None:
+        # No live daemon: the anyio face starts one, serving early meanwhile. It starts the
+        # loader too, once the daemon's start is under way: a loader started now would share the
+        # GIL with anyio's import and put the daemon's start (the long pole, ~1 s) off by as much.
         return _serve_anyio(data_dir, serve_args, loader=loader, gc_off=gc_off)
+    loader.start()
     with claim_stdio() as wire:
         face = cold.ColdFace(client, *wire, loader)
         stop = face.serve()
         client.close()
-        if stop is cold.Stop.EOF and not face.session.has_queued:
+        if stop is cold.Stop.GONE or (stop is cold.Stop.EOF and not face.session.has_queued):
             return 0
         return _serve_anyio(data_dir, serve_args, loader=loader, gc_off=gc_off, session=face.session,
                             decoder=face.decoder, wire=wire)

@@ -22,7 +22,8 @@ serves exactly as it would have from the start:
 - LOST: the daemon's connection ended (the calls running got a tool error that says to call
   again); the anyio face's link connects again, starting a daemon when none runs;
 - FULL: the kept queue is full: stdin waits for the SDK, as in the anyio face;
-- EOF: stdin ended; the process ends unless requests wait for the SDK.
+- EOF: stdin ended; the process ends unless requests wait for the SDK;
+- GONE: stdout is closed (the client has gone): the process ends.
 With no live daemon at start (or one that refuses), `--standalone`, or no way to claim stdio,
 the anyio face serves from the start (a daemon's own start dwarfs the imports then).
 """
@@ -68,6 +69,7 @@ class Stop(enum.Enum):
     LOST = "lost"
     FULL = "full"
     EOF = "eof"
+    GONE = "gone"  # stdout is closed: the client has gone, nothing more to say to it
 
 
 @dataclass
@@ -91,6 +93,7 @@ class ColdFace:
     decoder: LineDecoder = field(default_factory=LineDecoder)
     calls: dict[Any, _Call] = field(default_factory=dict)  # MCP request id -> its call
     _by_daemon_id: dict[Any, Any] = field(default_factory=dict)  # daemon request id -> MCP request id
+    _gone: bool = False
 
     def serve(self) -> Stop:
         """Serve until one of the reasons to stop, with no call running."""
@@ -104,6 +107,8 @@ class ColdFace:
                 if reading and (why := self._why_stop_reading()) is not None:
                     selector.unregister(self.wire_in)
                     reading, stop = False, why
+                if self._gone:
+                    return Stop.GONE
                 if not reading and not self.calls:
                     return stop
                 for key, _ in selector.select():
@@ -222,7 +227,13 @@ class ColdFace:
     # --- stdout -----------------------------------------------------------------------------------
 
     def _send(self, message: dict[str, Any]) -> None:
-        write_all(self.wire_out, orjson.dumps(message) + b"\n")
+        if self._gone:
+            return
+        try:
+            write_all(self.wire_out, orjson.dumps(message) + b"\n")
+        except OSError as exc:  # EPIPE: the client has gone
+            log.info("stdout closed: %s", exc)
+            self._gone = True
 
 
 def connect(data_dir: Path) -> BlockingClient | None:
