@@ -98,7 +98,9 @@ def _serve_anyio(data_dir: Path, serve_args: list[str] | None, **handed: Any) ->
 
     import anyio
 
-    link = __getattr__("DaemonLink")(data_dir, serve_args=serve_args)
+    from zocratesd.mcp.link import DaemonLink
+
+    link = DaemonLink(data_dir, serve_args=serve_args)
     # Looked up here, not imported: tests/unit/test_import_rules.py puts a probe in its place.
     serve = globals().get("serve_stdio") or __getattr__("serve_stdio")
     return int(anyio.run(functools.partial(serve, link, **handed)))

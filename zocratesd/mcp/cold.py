@@ -118,7 +118,7 @@ class ColdFace:
                             selector.unregister(self.client)
                     elif key.data == "sdk":
                         selector.unregister(self.loader.wake_fd)
-                    elif reading and not self.client.closed:
+                    elif reading and self._why_stop_reading() is None:  # not even a line more once it is
                         self.loader.idle.clear()  # a request in hand: the SDK's import waits
                         if not self._from_stdin():
                             selector.unregister(self.wire_in)

@@ -79,8 +79,8 @@ class _Face:
         self.gc_off = gc_off  # the collector is off for the start (cli.py): on once the SDK is loaded
         self.wire_in, self.wire_out = wire_in, wire_out
         self.loader = loader
-        self.session = session or EarlySession()
-        self.decoder = decoder or LineDecoder()
+        self.session = session if session is not None else EarlySession()
+        self.decoder = decoder if decoder is not None else LineDecoder()
         self.tools = Tools(link)
         self.outbox, self._outbox_recv = anyio.create_memory_object_stream[bytes](math.inf)
         self.inbox, self._inbox_recv = anyio.create_memory_object_stream[Any](1)

@@ -80,7 +80,7 @@ class DaemonCall:
 
 
 # A tool's work: yields its calls, is sent their results, returns what it made.
-Work = Generator[DaemonCall, Any, "tuple[dict[str, Any], str]"]
+Work = Generator[DaemonCall, Any, tuple[dict[str, Any], str]]
 # A whole `tools/call`: returns the CallToolResult (errors included).
 ToolRun = Generator[DaemonCall, Any, dict[str, Any]]
 
