@@ -2,8 +2,9 @@
 
 Why (issue 30's budget: a first tool result within 100 ms of the daemon's socket): an MCP client
 starts its server and at once sends `initialize`, `notifications/initialized`, `tools/list` and,
-often, a first `tools/call`. anyio, asyncio and the async client cost ~90 ms of a cold process
-before the first byte could go to the daemon, and the SDK most of a second. `zocratesd stdio`
+often, a first `tools/call`. asyncio, anyio and the async client cost ~50 ms of a cold process
+before the first byte could go to the daemon (and an event loop, threads, the daemon's
+`initialize` answer awaited), and the SDK most of a second. `zocratesd stdio`
 answers in ~100 ms because it is a plain pump; this face is the same kind of thing.
 
 What: one thread, one `selectors` loop on stdin, the daemon's socket (a blocking client,

@@ -1,7 +1,8 @@
 """A small synchronous client of zocratesd: a socket and the sans-IO `Connection`, no anyio.
 
-Why: the async client (client.py) costs anyio, asyncio and a thread or two to start, ~50-90 ms
-of a cold process. A face that must answer within a few tens of milliseconds of its own start
+Why: the async client (client.py) costs anyio, asyncio and a thread or two to start: ~240 M
+instructions of imports alone (callgrind; bench/PROFILE.md, "The cold MCP face"), ~50 ms of a
+cold process. A face that must answer within a few tens of milliseconds of its own start
 (the cold `zocratesd mcp`, zocratesd/mcp/cold.py) speaks to the daemon with this instead. It is
 the same wire and the same `zocratesd.rpc.connection.Connection` the async client and the daemon
 are built on: ids, pending requests, late answers and cancels are decided there, not here.
