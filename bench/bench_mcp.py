@@ -5,14 +5,19 @@
 
 1. builds a Zotero data dir (tests/zoterofixture.py `generate_library`, written by
    zocratesd/library/writer.py) and starts the real daemon on it, waiting for its index;
-2. warm: one `zocratesd mcp` process (MCP handshake done) and one socket connection; each query
-   goes, alternating, through MCP (`tools/call search_library`, text and structuredContent) and
-   through the socket (`_zocrates/library/search`, the call the tool makes); p50 overhead;
+2. warm: one `zocratesd mcp` process (MCP handshake done, and the SDK's server serving: a
+   `prompts/list`, which only the SDK answers, has been answered, so no warm search is the cold
+   face's or the early path's) and one socket connection; each query goes, alternating, through
+   MCP (`tools/call search_library`, text and structuredContent) and through the socket
+   (`_zocrates/library/search`, the call the tool makes); p50 overhead;
 3. cold face, daemon up: spawn to first result of a fresh `zocratesd mcp` (spawn, `initialize`,
    `tools/call`), of a fresh `zocratesd stdio` (spawn, the same search through the pump: a cold face
    over the socket) and of a fresh socket connection (connect, the search);
 4. cold everything (no daemon running: the face starts it): spawn to first result of `zocratesd mcp`
    and of `zocratesd stdio`.
+
+`--busy N` runs N CPU-bound processes (busy loops) through the cold rows: the same comparison on a
+loaded machine. The load average is printed with the table.
 
 Both MCP sides are driven by a raw line-JSON driver on the process's pipes (no SDK client), so
 what is timed is the server and the wire, as any client sees them. The budget (issue 30): a first
@@ -26,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -136,6 +142,17 @@ def cold_socket(socket_path: str, query: str) -> float:
     return timer() - t0
 
 
+def busy_loops(n: int) -> list[subprocess.Popen[bytes]]:
+    """`n` processes that keep a CPU busy each (a loaded machine), at the bench's own priority."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def end(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+
+
 def stop(data_dir: Path, env: dict[str, str]) -> None:
     subprocess.run([sys.executable, "-m", "zocratesd", "stop", "--zotero-data-dir", str(data_dir)], env=env,
                    capture_output=True, timeout=60, check=False)
@@ -154,18 +171,24 @@ def wait_ready(socket_path: str) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--items", type=int, default=3000)
-    ap.add_argument("--fulltexts", type=int, default=600)
-    ap.add_argument("--pages", type=int, default=10)
-    ap.add_argument("--queries", type=int, default=200, help="warm searches per side")
-    ap.add_argument("--cold-rounds", type=int, default=7, help="cold starts per side (daemon up)")
-    ap.add_argument("--cold-daemon-rounds", type=int, default=3, help="cold starts per side with no daemon running")
-    ap.add_argument("--quick", action="store_true", help="400 items, 30 searches, 2 cold rounds; targets not judged")
+    full = {"items": 3000, "fulltexts": 600, "pages": 10, "queries": 200, "cold_rounds": 7, "cold_daemon_rounds": 3}
+    quick = {"items": 400, "fulltexts": 80, "pages": 4, "queries": 30, "cold_rounds": 2, "cold_daemon_rounds": 1}
+    ap.add_argument("--items", type=int, help=f"default {full['items']}")
+    ap.add_argument("--fulltexts", type=int, help=f"default {full['fulltexts']}")
+    ap.add_argument("--pages", type=int, help=f"default {full['pages']}")
+    ap.add_argument("--queries", type=int, help=f"warm searches per side (default {full['queries']})")
+    ap.add_argument("--cold-rounds", type=int, help=f"cold starts per side, daemon up (default {full['cold_rounds']})")
+    ap.add_argument("--cold-daemon-rounds", type=int,
+                    help=f"cold starts per side with no daemon running (default {full['cold_daemon_rounds']})")
+    ap.add_argument("--quick", action="store_true",
+                    help="defaults of 400 items, 30 searches, 2 cold rounds (flags given still win); targets not judged")
+    ap.add_argument("--busy", type=int, default=0, metavar="N", help="N busy-loop processes during the cold rows")
     ap.add_argument("--seed", type=int, default=30)
     ap.add_argument("--out", type=Path, default=OUT_DIR / "bench_mcp.json")
     args = ap.parse_args()
-    if args.quick:
-        args.items, args.fulltexts, args.pages, args.queries, args.cold_rounds, args.cold_daemon_rounds = 400, 80, 4, 30, 2, 1
+    for name, value in (quick if args.quick else full).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     rng = random.Random(args.seed)
 
     with short_tmpdir("zm") as tmp:
@@ -175,7 +198,8 @@ def main() -> int:
         (data_dir / "zocrates-data").mkdir(exist_ok=True)
         (data_dir / "zocrates-data" / "zocrates_config.json").write_text(json.dumps({"http": {"enabled": False}}))
         words = gen.vocabulary[100:3000]
-        queries = [" ".join(rng.sample(words, rng.randint(2, 4))) for _ in range(args.queries + args.cold_rounds * 3 + 20)]
+        wanted = 10 + args.queries + args.cold_rounds * 3 + args.cold_daemon_rounds * 2  # warm-up, warm, cold rows
+        queries = [" ".join(rng.sample(words, rng.randint(2, 4))) for _ in range(wanted)]
         run = tmp / "run"
         run.mkdir(mode=0o700)
         env = daemon_env(run)
@@ -189,6 +213,7 @@ def main() -> int:
         face = Face(["mcp", "--zotero-data-dir", str(data_dir)], env, stderr)
         sock = RpcClient(daemon.socket_path)
         mcp_handshake(face)
+        face.request("prompts/list", {})  # the SDK's server serves now: warm means warm
         for q in queries[:10]:  # warm-up: both sides' caches and the face's connection
             mcp_search(face, q)
             sock.call("_zocrates/library/search", {"query": q, "topK": TOP_K})
@@ -210,30 +235,35 @@ def main() -> int:
         # --- cold face, daemon up -------------------------------------------------------------------
         cold: dict[str, list[float]] = {"mcp_init": [], "mcp_first": [], "stdio_first": [], "socket_first": []}
         cold_queries = iter(queries[10 + args.queries:])
-        for i in range(args.cold_rounds):
-            order = ["mcp", "stdio", "socket"] if i % 2 == 0 else ["socket", "stdio", "mcp"]
-            for side in order:
-                q = next(cold_queries)
-                if side == "mcp":
-                    t_init, t_first = cold_mcp(data_dir, env, stderr, q)
-                    cold["mcp_init"].append(t_init)
-                    cold["mcp_first"].append(t_first)
-                elif side == "stdio":
-                    cold["stdio_first"].append(cold_stdio(data_dir, env, stderr, q))
-                else:
-                    cold["socket_first"].append(cold_socket(daemon.socket_path, q))
-        daemon.stop()
+        hogs = busy_loops(args.busy)
+        try:
+            for i in range(args.cold_rounds):
+                order = ["mcp", "stdio", "socket"] if i % 2 == 0 else ["socket", "stdio", "mcp"]
+                for side in order:
+                    q = next(cold_queries)
+                    if side == "mcp":
+                        t_init, t_first = cold_mcp(data_dir, env, stderr, q)
+                        cold["mcp_init"].append(t_init)
+                        cold["mcp_first"].append(t_first)
+                    elif side == "stdio":
+                        cold["stdio_first"].append(cold_stdio(data_dir, env, stderr, q))
+                    else:
+                        cold["socket_first"].append(cold_socket(daemon.socket_path, q))
+            loadavg = Path("/proc/loadavg").read_text().split()[:3]
+            daemon.stop()
 
-        # --- cold everything: the face starts the daemon ------------------------------------------------
-        nodaemon: dict[str, list[float]] = {"mcp_first": [], "stdio_first": []}
-        for i in range(args.cold_daemon_rounds):
-            for side in (("mcp", "stdio") if i % 2 == 0 else ("stdio", "mcp")):
-                q = next(cold_queries)
-                if side == "mcp":
-                    nodaemon["mcp_first"].append(cold_mcp(data_dir, env, stderr, q)[1])
-                else:
-                    nodaemon["stdio_first"].append(cold_stdio(data_dir, env, stderr, q))
-                stop(data_dir, env)
+            # --- cold everything: the face starts the daemon ------------------------------------------------
+            nodaemon: dict[str, list[float]] = {"mcp_first": [], "stdio_first": []}
+            for i in range(args.cold_daemon_rounds):
+                for side in (("mcp", "stdio") if i % 2 == 0 else ("stdio", "mcp")):
+                    q = next(cold_queries)
+                    if side == "mcp":
+                        nodaemon["mcp_first"].append(cold_mcp(data_dir, env, stderr, q)[1])
+                    else:
+                        nodaemon["stdio_first"].append(cold_stdio(data_dir, env, stderr, q))
+                    stop(data_dir, env)
+        finally:
+            end(hogs)
 
     s_mcp, s_sock = summarize(via_mcp), summarize(via_socket)
     c = {k: summarize(v) for k, v in cold.items()}
@@ -263,13 +293,15 @@ def main() -> int:
     ]
     table = markdown_table(["operation", "zocratesd mcp", "socket", "MCP - socket (p50)", "ratio / budget"], rows)
     print(f"\n{args.items} items ({args.fulltexts} with {args.pages}-page texts), top_k {TOP_K}; medians (p95)"
-          + (" [quick: targets not judged]" if args.quick else "") + "\n")
+          + (" [quick: targets not judged]" if args.quick else "")
+          + f"; {args.cold_rounds} cold rounds ({args.cold_daemon_rounds} with no daemon)"
+          + f"; {args.busy} busy loops on {os.cpu_count()} CPUs, load average {' '.join(loadavg)} (after the cold rows)\n")
     print(table)
     write_json(args.out, {
         "env": env_info(), "args": vars(args) | {"out": str(args.out)},
         "warm": {"mcp": s_mcp, "socket": s_sock, "overhead_p50_ms": overhead},
         "cold_daemon_up": c | {"after_init": after_init},
-        "cold_no_daemon": n, "budget_ms": BUDGET_MS, "table": table,
+        "cold_no_daemon": n, "budget_ms": BUDGET_MS, "table": table, "busy": args.busy, "loadavg": loadavg,
     })
     return 0
 

@@ -544,3 +544,192 @@ async def test_the_early_path_answers_while_the_sdk_loads_and_hands_over(world: 
         # Now through the SDK: the same lists and results.
         assert [t.model_dump(by_alias=True) for t in (await s.list_tools()).tools] == early_tools
         assert (await call(s, "search_library", query)).model_dump(by_alias=True) == early_found.model_dump(by_alias=True)
+
+
+# --- the cold face: a live daemon at spawn, answered before asyncio, anyio or the SDK load ---------
+
+# Shared objects that only the anyio face or the SDK loads: their absence from the process's
+# memory map says, from outside, that neither asyncio nor pydantic (nor anyio's ssl) was imported.
+NOT_COLD = ("/_asyncio.", "/_pydantic_core.", "/_ssl.")
+INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+
+
+def _raw_ready(world: Any) -> int:
+    """Start the daemon (a first `zocratesd mcp` does) and wait for its index; its pid."""
+    face = RawFace(world, world.env)
+    try:
+        face.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
+        face.reply(1, timeout_s=60)
+        deadline = time.monotonic() + 60
+        rid = 1
+        while True:
+            rid += 1
+            face.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                       "params": {"name": "search_library", "arguments": {"query": "hypothetical document embeddings"}}})
+            found = face.reply(rid, timeout_s=60)["result"]
+            if found["structuredContent"]["passages"] and found["structuredContent"]["library_state"] == "ready":
+                break
+            assert time.monotonic() < deadline, found
+            time.sleep(0.2)
+    finally:
+        face.close()
+    info = locations.live_daemon(world.data_dir)
+    assert info is not None
+    return info.pid
+
+
+def _messages_until(face: RawFace, rid: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    """Every message the face writes up to and with the reply to `rid`."""
+    assert face.proc.stdout is not None
+    fd, seen = face.proc.stdout.fileno(), []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        while b"\n" not in face.buf:
+            left = deadline - time.monotonic()
+            assert left > 0 and select.select([fd], [], [], left)[0], f"no reply to request {rid} in {timeout_s} s: {seen}"
+            chunk = os.read(fd, 65536)
+            assert chunk, "zocratesd mcp closed its stdout"
+            face.buf += chunk
+        line, _, face.buf = face.buf.partition(b"\n")
+        seen.append(json.loads(line))
+        if seen[-1].get("id") == rid and "method" not in seen[-1]:
+            return seen
+
+
+def _replies_to(face: RawFace, ids: set[int], timeout_s: float) -> list[dict[str, Any]]:
+    """The replies the face writes until every one of `ids` has one (in any order: a quick call
+    at the daemon may be overtaken), then whatever else is already there."""
+    assert face.proc.stdout is not None
+    fd, replies = face.proc.stdout.fileno(), []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines, _, face.buf = face.buf.rpartition(b"\n")
+        replies += [m for m in map(json.loads, lines.splitlines()) if "method" not in m]
+        missing = ids - {m.get("id") for m in replies}
+        left = deadline - time.monotonic()
+        if not select.select([fd], [], [], max(left, 0) if missing else 0)[0]:
+            assert not missing, f"no reply to {sorted(missing)[:10]} in {timeout_s} s"
+            return replies
+        chunk = os.read(fd, 65536)
+        assert chunk, "zocratesd mcp closed its stdout"
+        face.buf += chunk
+
+
+def _tool(rid: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": name, "arguments": args}}
+
+
+def _mapped(pid: int) -> list[str]:
+    return [lib for lib in NOT_COLD if lib in Path(f"/proc/{pid}/maps").read_text()]
+
+
+def test_the_cold_face_answers_a_tool_call_before_asyncio_or_the_sdk_load(world: Any) -> None:
+    """The SDK's import held: a fresh `zocratesd mcp` answers the handshake, tools/list and a
+    search from the live daemon with no asyncio and no pydantic in its memory; a request for the
+    SDK (prompts/list) waits, and is answered once the SDK may load."""
+    _raw_ready(world)
+    hold = world.data_dir.parent / "sdk-may-load"
+    face = RawFace(world, {**world.env, HOLD_SDK: str(hold)})
+    try:
+        face.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
+        face.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        face.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        face.send(_tool(3, "search_library", {"query": "transformer attention heads", "top_k": 3}))
+        face.send({"jsonrpc": "2.0", "id": 4, "method": "prompts/list"})
+        assert {t["name"] for t in face.reply(2)["result"]["tools"]} == TOOLS
+        found = face.reply(3)["result"]
+        assert not found["isError"] and found["structuredContent"]["passages"][0]["item_key"] == "ANNPAPER"
+        assert not _mapped(face.proc.pid), _mapped(face.proc.pid)
+        hold.touch()
+        assert face.reply(4)["result"]["prompts"]  # the SDK's own, after the hand-over
+        assert _mapped(face.proc.pid)
+        face.send(_tool(5, "list_tags", {}))
+        assert face.reply(5)["result"]["structuredContent"]["tags"][0]["tag"] == "rag"
+    finally:
+        face.close()
+    assert face.proc.returncode == 0
+
+
+def test_a_cancelled_cold_call_gets_no_reply_and_the_face_goes_on(world: Any) -> None:
+    """A tool call and its `notifications/cancelled` in one write: the cold face drops the call
+    (no reply, its daemon request cancelled) and answers what follows."""
+    _raw_ready(world)
+    face = RawFace(world, {**world.env, HOLD_SDK: str(world.data_dir.parent / "never")})
+    try:
+        face.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
+        face.reply(1)
+        assert face.proc.stdin is not None
+        face.proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in (
+            _tool(2, "search_library", {"query": "axolotl regeneration"}),
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "changed my mind"}},
+            _tool(3, "list_tags", {}),
+        )))
+        face.proc.stdin.flush()
+        seen = _messages_until(face, 3)
+        face.send({"jsonrpc": "2.0", "id": 4, "method": "ping"})
+        seen += _messages_until(face, 4)
+        assert [m.get("id") for m in seen] == [3, 4]
+        assert seen[0]["result"]["structuredContent"]["tags"][0]["tag"] == "rag"
+        assert not _mapped(face.proc.pid)  # all of it the cold face's
+    finally:
+        face.close()
+
+
+def test_the_daemon_killed_under_the_cold_face_is_a_tool_error_then_a_new_daemon(world: Any) -> None:
+    """The daemon stopped (SIGSTOP) with a cold call in flight, then SIGKILLed: that call is a
+    tool error that says to call again; the next call is answered by a new daemon (the anyio
+    face's link starts one), the SDK still held."""
+    pid = _raw_ready(world)
+    face = RawFace(world, {**world.env, HOLD_SDK: str(world.data_dir.parent / "never")})
+    try:
+        face.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
+        face.send(_tool(2, "list_tags", {}))
+        assert not face.reply(2)["result"]["isError"]
+        os.kill(pid, signal.SIGSTOP)
+        face.send(_tool(3, "list_collections", {}))
+        time.sleep(0.3)  # the call has reached the stopped daemon
+        os.kill(pid, signal.SIGKILL)
+        lost = face.reply(3)["result"]
+        assert lost["isError"] and "connection to zocratesd was lost" in lost["content"][0]["text"], lost
+        face.send(_tool(4, "list_collections", {}))
+        again = face.reply(4, timeout_s=90)["result"]
+        assert not again["isError"] and len(again["structuredContent"]["collections"]) == 3, again
+        restarted = locations.live_daemon(world.data_dir)
+        assert restarted is not None and restarted.pid != pid
+    finally:
+        face.close()
+
+
+def test_the_hand_over_mid_stream_answers_every_request_once_in_order(world: Any) -> None:
+    """Requests keep coming while the SDK's import is let go: every one is answered exactly once
+    with its own result, whoever took it (the cold face, the anyio face's early path, the SDK),
+    and the requests kept for the SDK are answered in the order they were sent."""
+    _raw_ready(world)
+    hold = world.data_dir.parent / "sdk-may-load"
+    face = RawFace(world, {**world.env, HOLD_SDK: str(hold)})
+    try:
+        face.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
+        face.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        kinds: dict[int, str] = {}
+        for i in range(60):
+            if i == 10:
+                hold.touch()
+            rid = 10 + 2 * i
+            face.send(_tool(rid, "list_tags", {}))
+            face.send({"jsonrpc": "2.0", "id": rid + 1, "method": "prompts/list"})
+            kinds[rid], kinds[rid + 1] = "tool", "prompts"
+            time.sleep(0.02)
+        face.send({"jsonrpc": "2.0", "id": 1000, "method": "ping"})
+        seen = _replies_to(face, {1, 1000, *kinds}, timeout_s=60)
+        time.sleep(0.3)
+        seen += _replies_to(face, set(), timeout_s=0)  # and nothing more: no request answered twice
+        replies = {m["id"]: m for m in seen}
+        assert len(replies) == len(seen) and set(replies) == {1, 1000, *kinds}
+        for rid, kind in kinds.items():
+            result = replies[rid]["result"]
+            assert result["structuredContent"]["tags"][0]["tag"] == "rag" if kind == "tool" else result["prompts"], rid
+        prompt_order = [m["id"] for m in seen if kinds.get(m["id"]) == "prompts"]
+        assert prompt_order == sorted(prompt_order)
+    finally:
+        face.close()
+    assert face.proc.returncode == 0

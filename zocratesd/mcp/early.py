@@ -39,6 +39,10 @@ MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 # the SDK takes them (a client does not send hundreds of requests in its first second).
 MAX_QUEUED: Final = 256
 JSONRPC: Final = "2.0"
+# One read of stdin: a tool call is a few hundred bytes; a big one takes a few reads.
+READ_CHUNK_BYTES: Final = 64 * 1024
+# JSON-RPC's "internal error": an early tool call that failed in a way tools.py does not expect.
+INTERNAL_ERROR: Final = -32603
 # The tools only the SDK's server runs (a turn: progress, elicitation): queued until it is loaded.
 _SDK_TOOLS: Final = frozenset(t["name"] for t in schemas.TOOLS) - tools.QUICK_TOOLS
 

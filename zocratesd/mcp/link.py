@@ -29,18 +29,17 @@ import anyio.abc
 
 import zocrates_client
 from zocrates_client import Client, ConnectError, ConnectionLost
-from zocratesd import __version__, locations
+from zocratesd import locations
+from zocratesd.mcp import tools
 
 log = logging.getLogger("zocratesd.mcp")
 
 # How often the keeper looks whether its connection has ended without a caller noticing (the
 # daemon closed it between two tool calls): the next call then connects at once.
 CLOSED_POLL_S: Final = 0.5
-# What we tell the daemon we are, and what we answer (rpc/acp.py ask_checkpoint: form-mode
-# elicitation instead of session/request_permission).
-CLIENT_INFO: Final = {"name": "zocratesd-mcp", "title": "Zocrates MCP server", "version": __version__}
-CLIENT_CAPABILITIES: Final = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False,
-                              "elicitation": {"form": {}}}
+# What we answer (rpc/acp.py ask_checkpoint: form-mode elicitation instead of
+# session/request_permission); the cold face's connection (cold.py) answers nothing.
+CLIENT_CAPABILITIES: Final = {**tools.DAEMON_CLIENT_CAPABILITIES, "elicitation": {"form": {}}}
 
 Elicit = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -120,7 +119,7 @@ class DaemonLink:
         async with opened as client:
             await client.call("initialize", {
                 "protocolVersion": locations.PROTOCOL_VERSION, "clientCapabilities": CLIENT_CAPABILITIES,
-                "clientInfo": CLIENT_INFO,
+                "clientInfo": tools.DAEMON_CLIENT_INFO,
             })
             self.connects += 1
             self._client = client

@@ -33,8 +33,9 @@ from zocrates_client.client import prompt_params
 from zocratesd import __version__
 from zocratesd.logtext import escape_for_log
 from zocratesd.mcp import schemas, tools
+from zocratesd.mcp.calls import Tools
 from zocratesd.mcp.link import DaemonLink, LinkDown
-from zocratesd.mcp.tools import ToolError, Tools
+from zocratesd.mcp.tools import ToolError
 
 log = logging.getLogger("zocratesd.mcp")
 

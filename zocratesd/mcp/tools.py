@@ -1,33 +1,34 @@
-"""The MCP tools' work and results as plain JSON: no `mcp` SDK here.
+"""The MCP tools' work and results as plain JSON, sans-IO: no `mcp` SDK, no anyio, no socket here.
 
-Both the face's early path (early.py, which answers while the SDK is still being imported) and
-the SDK's server (server.py, which wraps these results in its types) run a tool through
-`Tools.call`, so a `tools/call` answers the same whichever of them takes it. A result is the wire
-form of MCP's `CallToolResult`: text (for the model) plus `structuredContent` matching the tool's
+A quick tool (one or two daemon calls, no progress, no elicitation) is a generator: it yields the
+JSON-RPC calls it needs (`DaemonCall`) and is sent their results (an `RpcError` is thrown into
+it), and returns its `CallToolResult`. Whoever holds a connection drives it: the cold face
+(cold.py, a blocking client in a selectors loop, answering before asyncio or the SDK is loaded)
+and the async `Tools` (calls.py, the anyio face's early path and the SDK's server), so a
+`tools/call` answers the same whichever of them takes it. A result is the wire form of MCP's
+`CallToolResult`: text (for the model) plus `structuredContent` matching the tool's
 `outputSchema` (schemas.py), or `isError` with a text that says what to do, and the server
 carries on. `tools/list` and `initialize`'s result are built here too, the same way.
 
-The quick tools (one or two daemon calls, no progress, no elicitation) live here; `ask` and
-`resume` run a whole turn with the SDK's progress and elicitation, so they are server.py's.
+`ask` and `resume` run a whole turn with the SDK's progress and elicitation, so they are server.py's.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from zocrates_client import ConnectionLost, RpcError
+from zocrates_client._errors import RpcError
 from zocratesd import __version__
 from zocratesd.logtext import escape_for_log
 from zocratesd.mcp import schemas
-from zocratesd.mcp.link import DaemonLink, LinkDown
 
 if TYPE_CHECKING:
     import jsonschema  # type: ignore[import-untyped]  # the mcp SDK's own dependency; no stubs
 
-# The tools the early path may run before the SDK is loaded: no progress, no elicitation, no turn.
-QUICK_TOOLS: Final = frozenset({"search_library", "get_item", "list_collections", "list_tags", "recent_items", "sessions"})
 
 SERVER_NAME: Final = "zocrates"
 SERVER_TITLE: Final = "Zocrates"
@@ -49,6 +50,11 @@ CAPABILITIES: Final = {
 HANDSHAKE_PROTOCOL_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_HANDSHAKE_VERSION: Final = HANDSHAKE_PROTOCOL_VERSIONS[-1]
 
+# What the faces tell the daemon they are (its `initialize`), and what they answer: no file
+# system, no terminal (link.py adds elicitation for the SDK's server, which answers it).
+DAEMON_CLIENT_INFO: Final = {"name": "zocratesd-mcp", "title": "Zocrates MCP server", "version": __version__}
+DAEMON_CLIENT_CAPABILITIES: Final = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+
 _KEY_RE: Final = re.compile(r"^[A-Z0-9]{8}$")
 _INPUT_SCHEMAS: Final = {t["name"]: t["inputSchema"] for t in schemas.TOOLS}
 # The keywords `_surely_valid` knows; a schema with any other (but these annotations) goes to jsonschema.
@@ -61,6 +67,22 @@ _TYPES: Final[dict[str, type | tuple[type, ...]]] = {"object": dict, "array": li
 
 class ToolError(Exception):
     """A tool call that cannot be done; the message is the tool result's text."""
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonCall:
+    """A JSON-RPC request a tool needs; the driver sends the tool its result. `retry`: a read,
+    which a driver may send again on a fresh connection when the first one was lost."""
+
+    method: str
+    params: dict[str, Any]
+    retry: bool = True
+
+
+# A tool's work: yields its calls, is sent their results, returns what it made.
+Work = Generator[DaemonCall, Any, tuple[dict[str, Any], str]]
+# A whole `tools/call`: returns the CallToolResult (errors included).
+ToolRun = Generator[DaemonCall, Any, dict[str, Any]]
 
 
 def initialize_result(requested: str) -> dict[str, Any]:
@@ -150,119 +172,137 @@ def _argument_error(name: str, error: jsonschema.ValidationError) -> str:
     return f"invalid arguments for {name}: {where}: {escape_for_log(error.message)[:300]}"
 
 
-class Tools:
-    """The tools over one `DaemonLink`; server.py's `ZocratesMcp` adds `ask` and `resume`."""
+def check_arguments(name: str, args: dict[str, Any]) -> dict[str, Any] | None:
+    """The error result for an unknown tool or bad arguments, or None when they are fine."""
+    schema = _INPUT_SCHEMAS.get(name)
+    if schema is None:
+        return error_result(f"unknown tool {escape_for_log(name)[:80]!r}; the tools are: "
+                            + ", ".join(t["name"] for t in schemas.TOOLS))
+    if not _surely_valid(schema, args):
+        errors = _validator(name).iter_errors(args)
+        error = next(iter(sorted(errors, key=lambda e: list(e.absolute_path))), None)
+        if error is not None:
+            return error_result(_argument_error(name, error))
+    return None
 
-    def __init__(self, link: DaemonLink) -> None:
-        self.link = link
 
-    async def call(self, name: str, args: dict[str, Any], ctx: Any = None) -> dict[str, Any]:
-        """Run tool `name` (`ctx`: the SDK's request context, for the tools that need one) and
-        return its `CallToolResult` as JSON. Never raises for a bad call: that is a tool error."""
-        schema = _INPUT_SCHEMAS.get(name)
-        run = getattr(self, f"_tool_{name}", None)
-        if schema is None or run is None:
-            return error_result(f"unknown tool {escape_for_log(name)[:80]!r}; the tools are: "
-                                + ", ".join(t["name"] for t in schemas.TOOLS))
-        if not _surely_valid(schema, args):
-            errors = _validator(name).iter_errors(args)
-            error = next(iter(sorted(errors, key=lambda e: list(e.absolute_path))), None)
-            if error is not None:
-                return error_result(_argument_error(name, error))
-        try:
-            structured, text = await run(ctx, args)
-        except ToolError as exc:
-            return error_result(str(exc))
-        except LinkDown as exc:
-            return error_result(f"cannot reach zocratesd: {exc}")
-        except ConnectionLost as exc:
-            self.link.lost()
-            return error_result(f"the connection to zocratesd was lost ({exc}); call the tool again "
-                                "(a conversation continues by its session_id)")
-        except RpcError as exc:
-            return error_result(f"{name}: {exc.detail or exc.message}")
-        return tool_result(structured, text)
+def lost_result(exc: Exception) -> dict[str, Any]:
+    """The tool error for a call whose connection to the daemon was lost."""
+    return error_result(f"the connection to zocratesd was lost ({exc}); call the tool again "
+                        "(a conversation continues by its session_id)")
 
-    # --- calls to the daemon ----------------------------------------------------------------------
 
-    async def _call(self, method: str, params: dict[str, Any], *, retry: bool = True) -> Any:
-        """One request to the daemon; a read is tried once more on a fresh connection when the
-        first one was lost (the daemon restarted meanwhile)."""
-        for attempt in (0, 1):
-            client = await self.link.client()
-            try:
-                return await client.call(method, params)
-            except ConnectionLost:
-                self.link.lost()
-                if not retry or attempt:
-                    raise
-        raise AssertionError("unreachable")
+def unreachable_result(exc: Exception) -> dict[str, Any]:
+    """The tool error for a call that found no daemon to talk to."""
+    return error_result(f"cannot reach zocratesd: {exc}")
 
-    # --- the quick tools --------------------------------------------------------------------------
 
-    async def _tool_search_library(self, ctx: Any, a: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        params: dict[str, Any] = {"query": a["query"], "topK": a.get("top_k", 10)}
-        for ours, theirs in (("collection", "collection"), ("item_keys", "itemKeys"), ("library", "library")):
-            if a.get(ours) is not None:
-                params[theirs] = a[ours]
-        result = await self._call("_zocrates/library/search", params)
-        return result, schemas.search_text(result)
+def failure_result(name: str, exc: ToolError | RpcError) -> dict[str, Any]:
+    """The tool error for a call that could not be done (the daemon's refusal, or the tool's own)."""
+    if isinstance(exc, RpcError):
+        return error_result(f"{name}: {exc.detail or exc.message}")
+    return error_result(str(exc))
 
-    async def _tool_get_item(self, ctx: Any, a: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        item = await self._item(a["item_key"], a.get("library"), fulltext=a.get("fulltext", False),
-                                offset=a.get("fulltext_offset", 0))
-        return item, schemas.item_text(item)
 
-    async def _item(self, key: str, library: str | None, *, fulltext: bool = False, offset: int = 0) -> dict[str, Any]:
-        params: dict[str, Any] = {"itemKey": key, "fulltext": fulltext, "fulltextOffset": offset}
-        if library is not None:
-            params["library"] = library
-        result: dict[str, Any] = await self._call("_zocrates/library/item", params)
-        return result
+def run(name: str, args: dict[str, Any]) -> ToolRun:
+    """`tools/call` of a quick tool (or of an unknown one, or with bad arguments: a tool error).
+    The driver handles only the connection's failures (lost, cannot connect)."""
+    bad = check_arguments(name, args)
+    if bad is not None:
+        return bad
+    work = QUICK.get(name)
+    if work is None:  # ask, resume: not a quick tool (early.py never sends them here)
+        return error_result(f"{name} is not a quick tool")
+    try:
+        structured, text = yield from work(args)
+    except (ToolError, RpcError) as exc:
+        return failure_result(name, exc)
+    return tool_result(structured, text)
 
-    async def _tool_list_collections(self, ctx: Any, a: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        result = await self._call("_zocrates/library/collections", {k: v for k, v in a.items() if k == "library"})
-        return result, schemas.collections_text(result)
 
-    async def _tool_list_tags(self, ctx: Any, a: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        result = await self._call("_zocrates/library/tags", {"limit": 20, **a})
-        return result, schemas.tags_text(result)
+# --- the quick tools ----------------------------------------------------------------------------
 
-    async def _tool_recent_items(self, ctx: Any, a: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        result = await self._call("_zocrates/library/items", {"limit": 20, **a})
-        return result, schemas.items_text(result)
 
-    async def _tool_sessions(self, ctx: Any, a: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        action, sid = a["action"], a.get("session_id")
-        out: dict[str, Any] = {"action": action}
-        if action == "list":
-            out["sessions"] = (await self._call("session/list", {})).get("sessions", [])
+def search_library(a: dict[str, Any]) -> Work:
+    params: dict[str, Any] = {"query": a["query"], "topK": a.get("top_k", 10)}
+    for ours, theirs in (("collection", "collection"), ("item_keys", "itemKeys"), ("library", "library")):
+        if a.get(ours) is not None:
+            params[theirs] = a[ours]
+    result = yield DaemonCall("_zocrates/library/search", params)
+    return result, schemas.search_text(result)
+
+
+def get_item(a: dict[str, Any]) -> Work:
+    found = yield from item(a["item_key"], a.get("library"), fulltext=a.get("fulltext", False),
+                            offset=a.get("fulltext_offset", 0))
+    return found, schemas.item_text(found)
+
+
+def item(key: str, library: str | None, *, fulltext: bool = False,
+         offset: int = 0) -> Generator[DaemonCall, Any, dict[str, Any]]:
+    params: dict[str, Any] = {"itemKey": key, "fulltext": fulltext, "fulltextOffset": offset}
+    if library is not None:
+        params["library"] = library
+    result: dict[str, Any] = yield DaemonCall("_zocrates/library/item", params)
+    return result
+
+
+def list_collections(a: dict[str, Any]) -> Work:
+    result = yield DaemonCall("_zocrates/library/collections", {k: v for k, v in a.items() if k == "library"})
+    return result, schemas.collections_text(result)
+
+
+def list_tags(a: dict[str, Any]) -> Work:
+    result = yield DaemonCall("_zocrates/library/tags", {"limit": 20, **a})
+    return result, schemas.tags_text(result)
+
+
+def recent_items(a: dict[str, Any]) -> Work:
+    result = yield DaemonCall("_zocrates/library/items", {"limit": 20, **a})
+    return result, schemas.items_text(result)
+
+
+def sessions(a: dict[str, Any]) -> Work:
+    action, sid = a["action"], a.get("session_id")
+    out: dict[str, Any] = {"action": action}
+    if action == "list":
+        out["sessions"] = (yield DaemonCall("session/list", {})).get("sessions", [])
+    else:
+        if sid is None:
+            raise ToolError(f"sessions {action} needs a session_id (sessions action=list shows them)")
+        if action == "show":
+            out["session"] = yield DaemonCall("_zocrates/session/get", {"sessionId": sid})
+        elif action == "rename":
+            if not a.get("title"):
+                raise ToolError("sessions rename needs a title")
+            out["session"] = yield DaemonCall("_zocrates/session/rename", {"sessionId": sid, "title": a["title"]},
+                                              retry=False)
         else:
-            if sid is None:
-                raise ToolError(f"sessions {action} needs a session_id (sessions action=list shows them)")
-            if action == "show":
-                out["session"] = await self._call("_zocrates/session/get", {"sessionId": sid})
-            elif action == "rename":
-                if not a.get("title"):
-                    raise ToolError("sessions rename needs a title")
-                out["session"] = await self._call("_zocrates/session/rename", {"sessionId": sid, "title": a["title"]}, retry=False)
-            else:
-                await self._call("session/delete", {"sessionId": sid}, retry=False)
-                out["deleted"] = sid
-        return out, schemas.sessions_text(out)
+            yield DaemonCall("session/delete", {"sessionId": sid}, retry=False)
+            out["deleted"] = sid
+    return out, schemas.sessions_text(out)
 
-    async def _collection_key(self, wanted: str) -> str:
-        """A collection key from a key, name or path (as the daemon's search takes them): exact
-        matches first, then the one whose path contains it; ToolError naming the candidates."""
-        cols = (await self._call("_zocrates/library/collections", {})).get("collections", [])
-        if _KEY_RE.match(wanted) and any(c["key"] == wanted for c in cols):
-            return wanted
-        folded = " ".join(wanted.split()).casefold()
-        exact = [c for c in cols if folded in (str(c["path"]).casefold(), str(c["name"]).casefold())]
-        found = exact or [c for c in cols if folded in str(c["path"]).casefold()]
-        if len(found) == 1:
-            return str(found[0]["key"])
-        if not found:
-            raise ToolError(f"no collection called {wanted[:80]!r} (list_collections shows them)")
-        raise ToolError(f"{len(found)} collections match {wanted[:80]!r}: " + "; ".join(
-            f"{c['path']} [{c['key']}]" for c in found[:8]))
+
+def collection_key(wanted: str) -> Generator[DaemonCall, Any, str]:
+    """A collection key from a key, name or path (as the daemon's search takes them): exact
+    matches first, then the one whose path contains it; ToolError naming the candidates."""
+    cols = (yield DaemonCall("_zocrates/library/collections", {})).get("collections", [])
+    if _KEY_RE.match(wanted) and any(c["key"] == wanted for c in cols):
+        return wanted
+    folded = " ".join(wanted.split()).casefold()
+    exact = [c for c in cols if folded in (str(c["path"]).casefold(), str(c["name"]).casefold())]
+    found = exact or [c for c in cols if folded in str(c["path"]).casefold()]
+    if len(found) == 1:
+        return str(found[0]["key"])
+    if not found:
+        raise ToolError(f"no collection called {wanted[:80]!r} (list_collections shows them)")
+    raise ToolError(f"{len(found)} collections match {wanted[:80]!r}: " + "; ".join(
+        f"{c['path']} [{c['key']}]" for c in found[:8]))
+
+
+QUICK: Final[dict[str, Callable[[dict[str, Any]], Work]]] = {
+    "search_library": search_library, "get_item": get_item, "list_collections": list_collections,
+    "list_tags": list_tags, "recent_items": recent_items, "sessions": sessions,
+}
+# The tools the early path may run before the SDK is loaded: no progress, no elicitation, no turn.
+QUICK_TOOLS: Final = frozenset(QUICK)

@@ -20,7 +20,6 @@ import thread holds). A module already being executed is not interrupted: the sw
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib.abc
 import selectors
@@ -31,9 +30,13 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from zocratesd.foreground import FOREGROUND, Foreground
+
+if TYPE_CHECKING:
+    # asyncio (~15 ms) only where a loop is made: `zocratesd mcp`'s cold face uses GiveWay with none.
+    import asyncio
 
 # One wait is cut off here: a read that keeps the daemon busy this long (GET of a 5,000-event
 # session is ~50 ms) gets no more priority than that over the engine.
@@ -72,6 +75,8 @@ _watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWatch] = weak
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """An asyncio loop on a `LoopWatch` (the daemon's, cli.py); `watch_of` finds its watch."""
+    import asyncio
+
     watch = LoopWatch()
     loop = asyncio.SelectorEventLoop(watch)
     _watches[loop] = watch

@@ -22,46 +22,107 @@ builds the answer). `zocrates_client.cli` is the `zocrates` command, built on th
 
 Importing it is light: the standard library, anyio, and the daemon's sans-IO wire code
 (`zocratesd.locations`, `zocratesd.rpc.framing`, `zocratesd.rpc.jsonrpc`, `zocratesd.rpc.connection`,
-`zocratesd.rpc.pump`) - never ADK, pydantic or the daemon core.
+`zocratesd.rpc.pump`) - never ADK, pydantic or the daemon core. And lazy (PEP 562): each name is
+imported on first use, so `zocrates_client.blocking` (a synchronous client, no anyio: the cold
+`zocratesd mcp` face's) does not pay for the async client's imports.
 """
 
-from zocrates_client._errors import (
-    ConnectError,
-    ConnectionLost,
-    DaemonNotRunning,
-    MessageTooLarge,
-    RpcError,
-    UpdatesOverflow,
-    ZocratesClientError,
-)
-from zocrates_client._types import (
-    Checkpoint,
-    CheckpointAction,
-    InitializeResult,
-    Mode,
-    PendingHitl,
-    PromptResult,
-    RequestHandler,
-    RestoredPrompt,
-    RewindResult,
-    SessionInfo,
-    SessionSummary,
-    SessionUpdate,
-    UiMessage,
-    UiSession,
-    Update,
-    last_progress_line,
-)
-from zocrates_client.client import DEFAULT_UPDATES_BUFFER, Client, Turn, Updates, connect
-from zocratesd import __version__
-from zocratesd.rpc.jsonrpc import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    METHOD_NOT_FOUND,
-    REQUEST_CANCELLED,
-    RESOURCE_NOT_FOUND,
-    SESSION_BUSY,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zocrates_client._errors import (
+        ConnectError,
+        ConnectionLost,
+        DaemonNotRunning,
+        MessageTooLarge,
+        RpcError,
+        UpdatesOverflow,
+        ZocratesClientError,
+    )
+    from zocrates_client._types import (
+        Checkpoint,
+        CheckpointAction,
+        InitializeResult,
+        Mode,
+        PendingHitl,
+        PromptResult,
+        RequestHandler,
+        RestoredPrompt,
+        RewindResult,
+        SessionInfo,
+        SessionSummary,
+        SessionUpdate,
+        UiMessage,
+        UiSession,
+        Update,
+        last_progress_line,
+    )
+    from zocrates_client.client import DEFAULT_UPDATES_BUFFER, Client, Turn, Updates, connect
+    from zocratesd import __version__
+    from zocratesd.rpc.jsonrpc import (
+        INTERNAL_ERROR,
+        INVALID_PARAMS,
+        METHOD_NOT_FOUND,
+        REQUEST_CANCELLED,
+        RESOURCE_NOT_FOUND,
+        SESSION_BUSY,
+    )
+
+# Where each public name lives (imported on first use).
+_WHERE: dict[str, str] = {
+    'ConnectError': 'zocrates_client._errors',
+    'ConnectionLost': 'zocrates_client._errors',
+    'DaemonNotRunning': 'zocrates_client._errors',
+    'MessageTooLarge': 'zocrates_client._errors',
+    'RpcError': 'zocrates_client._errors',
+    'UpdatesOverflow': 'zocrates_client._errors',
+    'ZocratesClientError': 'zocrates_client._errors',
+    'Checkpoint': 'zocrates_client._types',
+    'CheckpointAction': 'zocrates_client._types',
+    'InitializeResult': 'zocrates_client._types',
+    'Mode': 'zocrates_client._types',
+    'PendingHitl': 'zocrates_client._types',
+    'PromptResult': 'zocrates_client._types',
+    'RequestHandler': 'zocrates_client._types',
+    'RestoredPrompt': 'zocrates_client._types',
+    'RewindResult': 'zocrates_client._types',
+    'SessionInfo': 'zocrates_client._types',
+    'SessionSummary': 'zocrates_client._types',
+    'SessionUpdate': 'zocrates_client._types',
+    'UiMessage': 'zocrates_client._types',
+    'UiSession': 'zocrates_client._types',
+    'Update': 'zocrates_client._types',
+    'last_progress_line': 'zocrates_client._types',
+    'DEFAULT_UPDATES_BUFFER': 'zocrates_client.client',
+    'Client': 'zocrates_client.client',
+    'Turn': 'zocrates_client.client',
+    'Updates': 'zocrates_client.client',
+    'connect': 'zocrates_client.client',
+    '__version__': 'zocratesd',
+    'INTERNAL_ERROR': 'zocratesd.rpc.jsonrpc',
+    'INVALID_PARAMS': 'zocratesd.rpc.jsonrpc',
+    'METHOD_NOT_FOUND': 'zocratesd.rpc.jsonrpc',
+    'REQUEST_CANCELLED': 'zocratesd.rpc.jsonrpc',
+    'RESOURCE_NOT_FOUND': 'zocratesd.rpc.jsonrpc',
+    'SESSION_BUSY': 'zocratesd.rpc.jsonrpc',
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'zocrates_client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "DEFAULT_UPDATES_BUFFER",

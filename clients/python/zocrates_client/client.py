@@ -47,6 +47,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from zocrates_client._discovery import Endpoint, open_endpoint
 from zocrates_client._errors import ConnectionLost, MessageTooLarge, RpcError, UpdatesOverflow
+from zocrates_client._limits import DEFAULT_MAX_INCOMING_FRAME_BYTES, MAX_OUTGOING_FRAME_BYTES, READ_CHUNK_BYTES
 from zocrates_client._types import (
     CheckpointAction,
     InitializeResult,
@@ -75,19 +76,9 @@ from zocratesd.rpc.connection import (
     ResponseReceived,
     UnexpectedResponse,
 )
-from zocratesd.rpc.framing import DEFAULT_MAX_FRAME_BYTES, encode_message
+from zocratesd.rpc.framing import encode_message
 
 log = logging.getLogger("zocrates_client")
-
-# What we send is capped at the daemon's default frame cap: a larger frame would be answered with
-# an `id: null` error that no pending call could be matched to, so the call would wait forever.
-MAX_OUTGOING_FRAME_BYTES: Final = DEFAULT_MAX_FRAME_BYTES
-
-# What we accept. Answers grow with a session (`_zocrates/session/get` returns every message) while
-# requests stay small, and the daemon is trusted more than its clients are: 4x the daemon's inbound
-# cap. A larger frame cannot be matched to its call, so it ends the connection with a
-# ConnectionLost that says so, instead of leaving a call waiting forever.
-DEFAULT_MAX_INCOMING_FRAME_BYTES: Final = 4 * DEFAULT_MAX_FRAME_BYTES
 
 # Updates a subscription may hold unread. A turn streams a few hundred chunks; replaying a long
 # session streams thousands, but `load_session` returns those in full whatever the subscriptions do.
@@ -97,7 +88,6 @@ DEFAULT_UPDATES_BUFFER: Final = 1024
 # daemon reads slower than they send, so memory stays bounded.
 OUTGOING_QUEUE_FRAMES: Final = 64
 
-READ_CHUNK_BYTES: Final = 256 * 1024
 
 # anyio 4.7 renamed wait_socket_readable (pyproject allows anyio 4.4).
 _wait_readable = getattr(anyio, "wait_readable", None) or anyio.wait_socket_readable
