@@ -421,21 +421,25 @@ class RawFace:
         self.proc.stdin.write(json.dumps(msg).encode() + b"\n")
         self.proc.stdin.flush()
 
-    def reply(self, rid: int, timeout_s: float = 30.0) -> dict[str, Any]:
+    def message(self, deadline: float, waiting_for: str) -> dict[str, Any]:
+        """The next message the face writes; the test fails if none comes by `deadline`."""
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            assert left > 0 and select.select([fd], [], [], left)[0], f"no {waiting_for}"
+            chunk = os.read(fd, 65536)
+            assert chunk, "zocratesd mcp closed its stdout"
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return dict(json.loads(line))
+
+    def reply(self, rid: int, timeout_s: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while True:
-            while b"\n" not in self.buf:
-                left = deadline - time.monotonic()
-                assert left > 0 and select.select([fd], [], [], left)[0], f"no reply to request {rid} in {timeout_s} s"
-                chunk = os.read(fd, 65536)
-                assert chunk, "zocratesd mcp closed its stdout"
-                self.buf += chunk
-            line, _, self.buf = self.buf.partition(b"\n")
-            msg = json.loads(line)
+            msg = self.message(deadline, f"reply to request {rid} in {timeout_s} s")
             if msg.get("id") == rid and "method" not in msg:
-                return dict(msg)
+                return msg
 
     def close(self) -> None:
         assert self.proc.stdin is not None
@@ -580,18 +584,10 @@ def _raw_ready(world: Any) -> int:
 
 def _messages_until(face: RawFace, rid: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
     """Every message the face writes up to and with the reply to `rid`."""
-    assert face.proc.stdout is not None
-    fd, seen = face.proc.stdout.fileno(), []
+    seen: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
     while True:
-        while b"\n" not in face.buf:
-            left = deadline - time.monotonic()
-            assert left > 0 and select.select([fd], [], [], left)[0], f"no reply to request {rid} in {timeout_s} s: {seen}"
-            chunk = os.read(fd, 65536)
-            assert chunk, "zocratesd mcp closed its stdout"
-            face.buf += chunk
-        line, _, face.buf = face.buf.partition(b"\n")
-        seen.append(json.loads(line))
+        seen.append(face.message(deadline, f"reply to request {rid} in {timeout_s} s: {seen}"))
         if seen[-1].get("id") == rid and "method" not in seen[-1]:
             return seen
 

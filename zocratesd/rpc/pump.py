@@ -50,7 +50,8 @@ class PumpError(Exception):
     pass
 
 
-def _connect(path: str) -> socket.socket:
+def connect_unix(path: str) -> socket.socket:
+    """A connected Unix stream socket (not inherited by children), or the OSError."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
@@ -100,7 +101,7 @@ def _connect_activated(data_dir: Path) -> socket.socket | None:
     if path is None:
         return None
     try:
-        sock = _connect(str(path))
+        sock = connect_unix(str(path))
     except OSError:
         return None
     log = locations.state_dir(data_dir) / locations.LOG_NAME
@@ -142,7 +143,7 @@ def connect_to_daemon(
     info = locations.live_daemon(data_dir)
     if info is not None:
         try:
-            return _connect(info.socket)
+            return connect_unix(info.socket)
         except OSError:
             pass  # alive but not accepting yet (or shutting down): fall through and wait
     activated = _connect_activated(data_dir)
@@ -160,7 +161,7 @@ def connect_to_daemon(
         info = locations.live_daemon(data_dir)
         if info is not None:
             try:
-                sock = _connect(info.socket)
+                sock = connect_unix(info.socket)
             except OSError:
                 pass
             else:

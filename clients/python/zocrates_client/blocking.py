@@ -231,7 +231,7 @@ def connect(
     if socket_path is not None:
         path = os.fspath(socket_path)
         try:
-            return BlockingClient(_connect_unix(path), max_frame_bytes=max_frame_bytes)
+            return BlockingClient(pump.connect_unix(path), max_frame_bytes=max_frame_bytes)
         except (FileNotFoundError, ConnectionRefusedError):
             raise DaemonNotRunning(None, path) from None
         except OSError as exc:
@@ -247,19 +247,9 @@ def connect(
     if info is None:
         raise DaemonNotRunning(resolved)
     try:
-        return BlockingClient(_connect_unix(info.socket), max_frame_bytes=max_frame_bytes)
+        return BlockingClient(pump.connect_unix(info.socket), max_frame_bytes=max_frame_bytes)
     except OSError as exc:
         raise ConnectError(
             f"zocratesd (pid {info.pid}) serves {resolved} but refused a connection on {info.socket} "
             f"({exc.strerror or exc}); it may be starting or stopping, try again"
         ) from None
-
-
-def _connect_unix(path: str) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    try:
-        sock.connect(path)
-    except OSError:
-        sock.close()
-        raise
-    return sock
