@@ -189,11 +189,18 @@ window.Zotero = {
   logError(err) { calls.push({ call: "Zotero.logError", message: String(err && err.message || err) }); },
 };
 // Gecko's chrome-only file globals, reading the real files through the test server.
+async function readFile(path) {
+  const r = await fetch("/fs?path=" + encodeURIComponent(path));
+  if (!r.ok) throw new DOMException("Could not open " + path, "NotFoundError");
+  return r;
+}
 window.IOUtils = {
   async readUTF8(path) {
-    const r = await fetch("/fs?path=" + encodeURIComponent(path));
-    if (!r.ok) throw new DOMException("Could not open " + path, "NotFoundError");
-    return r.text();
+    return (await readFile(path)).text();
+  },
+  async read(path, { maxBytes } = {}) {
+    const bytes = new Uint8Array(await (await readFile(path)).arrayBuffer());
+    return maxBytes === undefined ? bytes : bytes.slice(0, maxBytes);
   },
 };
 window.PathUtils = { join: (...parts) => parts.join("/") };
@@ -311,11 +318,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
-print("ready", flush=True)
+print("ready", server.server_address[1], flush=True)
 server.serve_forever()
 `;
 
-/** The impostor on 127.0.0.1:`port`, listening: `{proc, requests}` (requests fill in as they come). */
+/** The impostor on 127.0.0.1:`port` (0: a free one), listening: `{proc, port, requests, uid}` (requests fill in as they come). */
 async function startImpostor(port) {
   const asOther = process.getuid?.() === 0;
   const [cmd, args] = asOther
@@ -324,7 +331,7 @@ async function startImpostor(port) {
   const proc = spawn(cmd, args, { cwd: "/", stdio: ["ignore", "pipe", "inherit"] });
   const requests = [];
   let buffered = "";
-  const ready = new Promise((resolve, reject) => {
+  const ready = /** @type {Promise<number>} */ (new Promise((resolve, reject) => {
     proc.once("exit", (code) => reject(new Error(`the impostor exited (${code}) before listening on ${port}`)));
     proc.stdout.setEncoding("utf8");
     proc.stdout.on("data", (chunk) => {
@@ -333,13 +340,12 @@ async function startImpostor(port) {
       while ((nl = buffered.indexOf("\n")) >= 0) {
         const line = buffered.slice(0, nl);
         buffered = buffered.slice(nl + 1);
-        if (line === "ready") resolve();
+        if (line.startsWith("ready ")) resolve(Number(line.slice(6)));
         else requests.push(JSON.parse(line));
       }
     });
-  });
-  await ready;
-  return { proc, requests, uid: asOther ? 65534 : process.getuid?.() };
+  }));
+  return { proc, port: await ready, requests, uid: asOther ? 65534 : process.getuid?.() };
 }
 
 /** Forward the stand-in page's request `req` to `target` (a loopback URL) as it is, and its answer back. */
@@ -830,6 +836,51 @@ describe("the bridge host in Gecko, with the real web app", () => {
     } finally {
       await new Promise((r) => manager.close(r));
     }
+  });
+
+  test("in the chrome window: a stale daemon.json, then another user's listener on its port: no browser, no token", async () => {
+    // What a killed daemon leaves: daemon.json (0600) naming a pid that is gone and a port now free.
+    const staleDataDir = join(root, "stale-zotero");
+    await mkdir(join(staleDataDir, "zocrates-data"), { recursive: true });
+    const gone = spawnSync("true");
+    assert.equal(gone.status, 0);
+    const token = "stale-token-" + "x".repeat(32);
+    const paneFor = (/** @type {string} */ dir) => marionette.script(`
+      const zq = window.__zq;
+      zq.sandbox.Zotero.DataDirectory.dir = arguments[0];
+      const container = document.createElementNS("http://www.w3.org/1999/xhtml", "div");
+      zq.box.append(container);
+      const host = new zq.sandbox.ZocratesBridge.BridgeHost({ window, container, view: "chat" });
+      return host.start().then(() => {
+        const shown = [host.state, container.querySelector("browser") !== null, container.textContent];
+        host.destroy();
+        container.remove();
+        zq.sandbox.Zotero.DataDirectory.dir = arguments[1];
+        return shown;
+      });`, [dir, dataDir]);
+    const impostor = await startImpostor(0);
+    const daemonJson = join(staleDataDir, "zocrates-data", "daemon.json");
+    try {
+      await writeFile(daemonJson, JSON.stringify({ pid: gone.pid, http: { port: impostor.port }, token }), { mode: 0o600 });
+      // Zotero's own fetch (the system principal's, which CORS does not limit) reads the impostor's
+      // answer; its proof is wrong, so no browser is made and the token goes nowhere.
+      const [state, framed, text] = await paneFor(staleDataDir);
+      assert.equal(state, "no-daemon");
+      assert.equal(framed, false);
+      assert.match(text, /Something that is not your zocratesd answers on its port/);
+      assert.ok(text.includes(`something that is not your zocratesd answers on port ${impostor.port}`), text);
+      // Gecko's IOUtils read /proc: the pid is known to be gone.
+      assert.ok(text.includes(`${daemonJson} is stale: the daemon (pid ${gone.pid}) is not running, and another program took its port`), text);
+      assert.deepEqual(impostor.requests.map((r) => /^\/health\?challenge=[0-9a-f]{32}$/.test(r.path)), [true]);
+      assert.ok(!JSON.stringify(impostor.requests).includes(token), "the token reached the impostor");
+    } finally {
+      await stopProcess(impostor.proc);
+    }
+    // Nothing listens there now: daemon.json is stale, and the pane says so.
+    const [state, framed, text] = await paneFor(staleDataDir);
+    assert.deepEqual([state, framed], ["no-daemon", false]);
+    assert.match(text, /No zocratesd running/);
+    assert.ok(text.includes(`${daemonJson} is stale: the daemon it names (pid ${gone.pid}) is not running`), text);
   });
 
   test("in the chrome window: teardown removes the frame, the actors and the resource mapping", async () => {

@@ -35,6 +35,8 @@ var ZocratesBridge = (function () {
   const CHALLENGE_BYTES = 16;
   /** The daemon's /health answer is ~100 bytes; a listener sending more than this is not the daemon. */
   const MAX_HEALTH_BYTES = 4096;
+  /** /proc/<pid>/status is ~1.5 KB; read no more than this of it. */
+  const MAX_PROC_STATUS_BYTES = 16384;
   /** What the daemon's HMAC covers before the nonce (protocol/http.md, "GET /health?challenge="). */
   const PROOF_LABEL = "zocratesd-health-proof:";
   /** Selection events come in bursts (shift-click, collection switch): push once they settle. */
@@ -129,8 +131,10 @@ var ZocratesBridge = (function () {
     return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
   }
 
-  /** The real uid in a /proc/<pid>/status text, or null. @param {string} status */
-  function statusUid(status) {
+  /** The real uid in /proc/<pid>/status (`pid` "self": ours), or null; throws when there is no such file.
+   *  A /proc file's size reads as 0, so IOUtils.readUTF8 gets nothing from it: read up to a bound. */
+  async function processUid(/** @type {number | "self"} */ pid) {
+    const status = new TextDecoder().decode(await IOUtils.read(`/proc/${pid}/status`, { maxBytes: MAX_PROC_STATUS_BYTES }));
     const m = /^Uid:\s+(\d+)/m.exec(status);
     return m ? Number(m[1]) : null;
   }
@@ -141,13 +145,13 @@ var ZocratesBridge = (function () {
     if (pid === null) return "unknown";
     let own;
     try {
-      own = statusUid(await IOUtils.readUTF8("/proc/self/status"));
+      own = await processUid("self");
     } catch {
       return "unknown";
     }
     if (own === null) return "unknown";
     try {
-      return statusUid(await IOUtils.readUTF8(`/proc/${pid}/status`)) === own ? "running" : "gone";
+      return (await processUid(pid)) === own ? "running" : "gone";
     } catch {
       return "gone";
     }
@@ -253,10 +257,10 @@ var ZocratesBridge = (function () {
     dir.initWithPath(Zotero.DataDirectory.dir);
     dir.normalize(); // resolves symbolic links on Unix, as Python's Path.resolve() does
     const digest = new Uint8Array(await win.crypto.subtle.digest("SHA-256", /** @type {Uint8Array<ArrayBuffer>} */ (new TextEncoder().encode(dir.path))));
-    const name = `zocratesd-${Array.from(digest.slice(0, 6), (b) => b.toString(16).padStart(2, "0")).join("")}.sock`;
+    const name = `zocratesd-${hex(digest.slice(0, 6))}.sock`;
     let uid = null;
     try {
-      uid = /^Uid:\s+(\d+)/m.exec(await IOUtils.readUTF8("/proc/self/status"))?.[1] ?? null;
+      uid = await processUid("self");
     } catch {
       /* not Linux */
     }
