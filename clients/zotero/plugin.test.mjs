@@ -325,9 +325,11 @@ server.serve_forever()
 /** The impostor on 127.0.0.1:`port` (0: a free one), listening: `{proc, port, requests, uid}` (requests fill in as they come). */
 async function startImpostor(port) {
   const asOther = process.getuid?.() === 0;
+  // The system's Python: uid 65534 may not reach a venv or pyenv under the caller's home.
+  const py = existsSync("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
   const [cmd, args] = asOther
-    ? ["setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", IMPOSTOR, String(port)]]
-    : ["/usr/bin/python3", ["-c", IMPOSTOR, String(port)]];
+    ? ["setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", py, "-c", IMPOSTOR, String(port)]]
+    : [py, ["-c", IMPOSTOR, String(port)]];
   const proc = spawn(cmd, args, { cwd: "/", stdio: ["ignore", "pipe", "inherit"] });
   const requests = [];
   let buffered = "";
@@ -793,6 +795,23 @@ describe("the bridge host in Gecko, with the real web app", () => {
     assert.equal(left, 0);
   });
 
+  /** A host started in the chrome window on Zotero data dir `dir`, then removed: `[state, framed, text]`. */
+  function chromePane(/** @type {string} */ dir) {
+    return marionette.script(`
+      const zq = window.__zq;
+      zq.sandbox.Zotero.DataDirectory.dir = arguments[0];
+      const container = document.createElementNS("http://www.w3.org/1999/xhtml", "div");
+      zq.box.append(container);
+      const host = new zq.sandbox.ZocratesBridge.BridgeHost({ window, container, view: "chat" });
+      return host.start().then(() => {
+        const shown = [host.state, container.querySelector("browser") !== null, container.textContent];
+        host.destroy();
+        container.remove();
+        zq.sandbox.Zotero.DataDirectory.dir = arguments[1];
+        return shown;
+      });`, [dir, dataDir]);
+  }
+
   test("in the chrome window: no daemon.json but a service's socket: the host connects to it to start the daemon", async () => {
     // What `zocratesd service install` leaves before the first use: the manager's socket at
     // zocratesd's path for the data dir (zocratesd.locations.default_socket_path), no daemon.json yet.
@@ -813,19 +832,7 @@ describe("the bridge host in Gecko, with the real web app", () => {
     });
     await new Promise((r) => manager.listen(socketPath, r));
     try {
-      const text = await marionette.script(`
-        const zq = window.__zq;
-        zq.sandbox.Zotero.DataDirectory.dir = arguments[0];
-        const container = document.createElementNS("http://www.w3.org/1999/xhtml", "div");
-        zq.box.append(container);
-        const host = new zq.sandbox.ZocratesBridge.BridgeHost({ window, container, view: "chat" });
-        return host.start().then(() => {
-          const text = container.textContent;
-          host.destroy();
-          container.remove();
-          zq.sandbox.Zotero.DataDirectory.dir = arguments[1];
-          return text;
-        });`, [serviceDataDir, dataDir]);
+      const [, , text] = await chromePane(serviceDataDir);
       assert.match(text, /No zocratesd running/);
       assert.match(text, /asked the installed zocratesd service to start/);
       const deadline = Date.now() + STEP_TIMEOUT_MS;
@@ -845,26 +852,13 @@ describe("the bridge host in Gecko, with the real web app", () => {
     const gone = spawnSync("true");
     assert.equal(gone.status, 0);
     const token = "stale-token-" + "x".repeat(32);
-    const paneFor = (/** @type {string} */ dir) => marionette.script(`
-      const zq = window.__zq;
-      zq.sandbox.Zotero.DataDirectory.dir = arguments[0];
-      const container = document.createElementNS("http://www.w3.org/1999/xhtml", "div");
-      zq.box.append(container);
-      const host = new zq.sandbox.ZocratesBridge.BridgeHost({ window, container, view: "chat" });
-      return host.start().then(() => {
-        const shown = [host.state, container.querySelector("browser") !== null, container.textContent];
-        host.destroy();
-        container.remove();
-        zq.sandbox.Zotero.DataDirectory.dir = arguments[1];
-        return shown;
-      });`, [dir, dataDir]);
     const impostor = await startImpostor(0);
     const daemonJson = join(staleDataDir, "zocrates-data", "daemon.json");
     try {
       await writeFile(daemonJson, JSON.stringify({ pid: gone.pid, http: { port: impostor.port }, token }), { mode: 0o600 });
       // Zotero's own fetch (the system principal's, which CORS does not limit) reads the impostor's
       // answer; its proof is wrong, so no browser is made and the token goes nowhere.
-      const [state, framed, text] = await paneFor(staleDataDir);
+      const [state, framed, text] = await chromePane(staleDataDir);
       assert.equal(state, "no-daemon");
       assert.equal(framed, false);
       assert.match(text, /Something that is not your zocratesd answers on its port/);
@@ -877,7 +871,7 @@ describe("the bridge host in Gecko, with the real web app", () => {
       await stopProcess(impostor.proc);
     }
     // Nothing listens there now: daemon.json is stale, and the pane says so.
-    const [state, framed, text] = await paneFor(staleDataDir);
+    const [state, framed, text] = await chromePane(staleDataDir);
     assert.deepEqual([state, framed], ["no-daemon", false]);
     assert.match(text, /No zocratesd running/);
     assert.ok(text.includes(`${daemonJson} is stale: the daemon it names (pid ${gone.pid}) is not running`), text);

@@ -8,8 +8,9 @@ only after checking that answer (clients/zotero/plugin/bridge.js, `proveDaemon`)
 
 The route stays public and cheap: one HMAC of at most `MAX_CHALLENGE_CHARS`. It is no oracle beyond
 the HMAC itself: the key never leaves the daemon, the message is labelled so it can never equal
-anything else keyed by the token, and a caller learns only the MAC of a nonce it chose, which a
-client never accepts twice (its nonce is new each time).
+anything else keyed by the token, and a caller learns only the MAC of a nonce it chose. A client's
+nonce is random and new at each check, so answers collected from a live daemon prove nothing to it
+once that daemon is gone.
 """
 
 from __future__ import annotations
