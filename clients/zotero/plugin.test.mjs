@@ -659,6 +659,7 @@ describe("the bridge host in Gecko, with the real web app", () => {
     // Another user takes the port and answers as the daemon would.
     const impostor = await startImpostor(port);
     try {
+      if (impostor.uid === 65534) assert.match(await readFile(`/proc/${impostor.proc.pid}/status`, "utf8"), /^Uid:\s+65534\s/m);
       const notYours = new RegExp(`something that is not your zocratesd answers on port ${port}`);
       const text = await paneMessage(notYours);
       assert.match(text, /Something that is not your zocratesd answers on its port/);
