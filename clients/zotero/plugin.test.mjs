@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdtemp, mkdir, readFile, rm, writeFile } from "node:fs/promises";
-import { createServer } from "node:http";
+import { createServer, request as httpRequest } from "node:http";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -189,14 +189,29 @@ window.Zotero = {
   logError(err) { calls.push({ call: "Zotero.logError", message: String(err && err.message || err) }); },
 };
 // Gecko's chrome-only file globals, reading the real files through the test server.
+async function readFile(path) {
+  const r = await fetch("/fs?path=" + encodeURIComponent(path));
+  if (!r.ok) throw new DOMException("Could not open " + path, "NotFoundError");
+  return r;
+}
 window.IOUtils = {
   async readUTF8(path) {
-    const r = await fetch("/fs?path=" + encodeURIComponent(path));
-    if (!r.ok) throw new DOMException("Could not open " + path, "NotFoundError");
-    return r.text();
+    return (await readFile(path)).text();
+  },
+  async read(path, { maxBytes } = {}) {
+    const bytes = new Uint8Array(await (await readFile(path)).arrayBuffer());
+    return maxBytes === undefined ? bytes : bytes.slice(0, maxBytes);
   },
 };
 window.PathUtils = { join: (...parts) => parts.join("/") };
+// Zotero's window is chrome, whose fetch CORS does not limit (it reads the daemon's /health proof).
+// The stand-in's fetch of another origin goes through the test server, which forwards the request as
+// the page made it (method, headers, body) and hands back the answer as it came.
+const pageFetch = window.fetch.bind(window);
+window.fetch = (input, init) => {
+  const url = new URL(typeof input === "string" ? input : input.url, location.href);
+  return url.origin === location.origin ? pageFetch(input, init) : pageFetch("/relay?url=" + encodeURIComponent(url.href), init);
+};
 // What Zotero does when the selection changes: run the item tree's select listeners.
 window.changeSelection = (ids, coll) => {
   ZoteroPane.selected = ids;
@@ -273,6 +288,86 @@ window.__zq = { host, calls, container, box, sandbox, probe };
 return host.start().then(() => [host.state, container.firstChild.localName, container.firstChild.isRemoteBrowser]);
 `;
 
+// Another local user's server on a port a killed daemon left (daemon.json still names it): it
+// answers /health and /ui/ as the daemon would, without the token (daemon.json is 0600), and
+// records every request, one JSON line each, on stdout. Run as uid 65534 when we are root.
+const IMPOSTOR = `
+import http.server, json, sys
+PAGE = b"""<!doctype html><title>Zocrates</title><script>
+fetch("/collect", {method: "POST", body: location.hash});
+parent.postMessage({zocrates: "bridge/1", dir: "page-host", type: "save-note", id: "planted", parent: null, html: "<p>planted by the impostor</p>"}, "*");
+</script>"""
+class Handler(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        size = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(size).decode("latin-1") if size else ""
+        print(json.dumps({"method": self.command, "path": self.path, "headers": dict(self.headers), "body": body}), flush=True)
+        if self.path.startswith("/health"):
+            status, kind, out = 200, "application/json", json.dumps({"status": "success", "proof": "ab" * 32}).encode()
+        elif self.path.startswith("/ui"):
+            status, kind, out = 200, "text/html", PAGE
+        else:
+            status, kind, out = 401, "application/json", b'{"status": "error"}'
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(out)))
+        self.send_header("Access-Control-Allow-Origin", "*")
+        self.end_headers()
+        self.wfile.write(out)
+    do_GET = do_POST = answer
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+print("ready", server.server_address[1], flush=True)
+server.serve_forever()
+`;
+
+/** The impostor on 127.0.0.1:`port` (0: a free one), listening: `{proc, port, requests, uid}` (requests fill in as they come). */
+async function startImpostor(port) {
+  const asOther = process.getuid?.() === 0;
+  // The system's Python: uid 65534 may not reach a venv or pyenv under the caller's home.
+  const py = existsSync("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const [cmd, args] = asOther
+    ? ["setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", py, "-c", IMPOSTOR, String(port)]]
+    : [py, ["-c", IMPOSTOR, String(port)]];
+  const proc = spawn(cmd, args, { cwd: "/", stdio: ["ignore", "pipe", "inherit"] });
+  const requests = [];
+  let buffered = "";
+  const ready = /** @type {Promise<number>} */ (new Promise((resolve, reject) => {
+    proc.once("exit", (code) => reject(new Error(`the impostor exited (${code}) before listening on ${port}`)));
+    proc.stdout.setEncoding("utf8");
+    proc.stdout.on("data", (chunk) => {
+      buffered += chunk;
+      let nl;
+      while ((nl = buffered.indexOf("\n")) >= 0) {
+        const line = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
+        if (line.startsWith("ready ")) resolve(Number(line.slice(6)));
+        else requests.push(JSON.parse(line));
+      }
+    });
+  }));
+  return { proc, port: await ready, requests, uid: asOther ? 65534 : process.getuid?.() };
+}
+
+/** Forward the stand-in page's request `req` to `target` (a loopback URL) as it is, and its answer back. */
+function relay(req, res, target) {
+  if (target.protocol !== "http:" || target.hostname !== "127.0.0.1") throw new Error("not a loopback URL");
+  const headers = { ...req.headers, host: target.host };
+  delete headers.connection;
+  return new Promise((resolve) => {
+    const out = httpRequest(target, { method: req.method, headers }, (answer) => {
+      res.writeHead(answer.statusCode, answer.headers);
+      answer.pipe(res).on("finish", resolve);
+    });
+    out.on("error", () => {
+      res.destroy(); // as nothing listening looks to a fetch: a network error
+      resolve();
+    });
+    req.pipe(out);
+  });
+}
+
 describe("the bridge host in Gecko, with the real web app", () => {
   // daemon: `zocratesd serve` on the fixture data dir (a fresh port and token at each start).
   let root, dataDir, emptyDir, daemon, server, hostOrigin, browser, page, chromeFirefox, marionette;
@@ -296,9 +391,12 @@ describe("the bridge host in Gecko, with the real web app", () => {
         } else if (url.pathname === "/plugin/bridge.js") {
           const body = await readFile(join(PLUGIN, "bridge.js"));
           res.writeHead(200, { "Content-Type": "text/javascript; charset=utf-8" }).end(body);
+        } else if (url.pathname === "/relay") {
+          await relay(req, res, new URL(url.searchParams.get("url") || ""));
         } else if (url.pathname === "/fs") {
           const path = resolve(url.searchParams.get("path") || "");
-          if (!path.startsWith(root + "/")) throw new Error("outside the test's directory");
+          // The test's files, and the process status files the bridge reads (is daemon.json's pid running?).
+          if (!path.startsWith(root + "/") && !/^\/proc\/(self|\d+)\/status$/.test(path)) throw new Error("outside the test's directory");
           const body = await readFile(path);
           res.writeHead(200, { "Content-Type": "text/plain; charset=utf-8" }).end(body);
         } else {
@@ -336,7 +434,10 @@ describe("the bridge host in Gecko, with the real web app", () => {
     for (;;) {
       const frame = page.frames().find((f) => f !== page.mainFrame() && f.url().includes("/ui/"));
       if (frame) return frame;
-      assert.ok(Date.now() < deadline, "the web app frame did not appear");
+      if (Date.now() > deadline) {
+        const said = await page.evaluate(() => document.querySelector(".zocrates-no-daemon")?.textContent ?? null).catch(() => null);
+        assert.fail(`the web app frame did not appear; the pane says ${JSON.stringify(said)}`);
+      }
       await new Promise((r) => setTimeout(r, 100));
     }
   }
@@ -518,6 +619,68 @@ describe("the bridge host in Gecko, with the real web app", () => {
     await waitForChips(frame, [LEWIS.title]);
   });
 
+  /** The no-daemon message's text once it matches `re`. */
+  async function paneMessage(re) {
+    const deadline = Date.now() + STEP_TIMEOUT_MS;
+    for (;;) {
+      const text = await page.evaluate(() => document.querySelector(".zocrates-no-daemon")?.textContent ?? null);
+      if (text !== null && re.test(text)) return text;
+      assert.ok(Date.now() < deadline, `the pane says ${JSON.stringify(text)}, expected ${re}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  test("a killed daemon's daemon.json: the pane says it is stale; another user's listener on its port gets no token and no frame", async () => {
+    await appFrame();
+    const info = JSON.parse(await readFile(daemon.daemonJsonPath, "utf8"));
+    // SIGKILL (as the OOM killer does): nothing removes daemon.json.
+    const exited = new Promise((r) => daemon.proc.once("exit", r));
+    daemon.proc.kill("SIGKILL");
+    await exited;
+    try {
+      await staleThenImpostor(info);
+    } finally {
+      // The real daemon, started again (on a new port): the pane frames it.
+      await daemon.start();
+    }
+    const frame = await appFrame();
+    await frame.waitForSelector("html[data-host='zotero']", { timeout: STEP_TIMEOUT_MS });
+    await waitForChips(frame, [LEWIS.title]);
+  });
+
+  async function staleThenImpostor(info) {
+    const { port } = info.http;
+    assert.equal(JSON.parse(await readFile(daemon.daemonJsonPath, "utf8")).pid, info.pid, "daemon.json is still there");
+    // The open pane sees its daemon gone: the frame goes, the message says why.
+    const stale = await paneMessage(/is stale/);
+    assert.match(stale, /No zocratesd running/);
+    assert.ok(stale.includes(`${daemon.daemonJsonPath} is stale: the daemon it names (pid ${info.pid}) is not running`), stale);
+    assert.equal(await page.$("iframe"), null);
+    // Another user takes the port and answers as the daemon would.
+    const impostor = await startImpostor(port);
+    try {
+      if (impostor.uid === 65534) assert.match(await readFile(`/proc/${impostor.proc.pid}/status`, "utf8"), /^Uid:\s+65534\s/m);
+      const notYours = new RegExp(`something that is not your zocratesd answers on port ${port}`);
+      const text = await paneMessage(notYours);
+      assert.match(text, /Something that is not your zocratesd answers on its port/);
+      assert.match(text, /is stale: the daemon \(pid \d+\) is not running, and another program took its port/);
+      // A pane opened now does the same.
+      await page.goto(`${hostOrigin}/host.html?datadir=${encodeURIComponent(dataDir)}`);
+      await paneMessage(notYours);
+      assert.equal(await page.$("iframe"), null);
+      // It was asked to prove itself (a fresh nonce each time), and nothing else: no page, no token.
+      const challenges = impostor.requests.map((r) => /^\/health\?challenge=([0-9a-f]{32})$/.exec(r.path)?.[1]);
+      assert.ok(challenges.length >= 2 && challenges.every(Boolean), JSON.stringify(impostor.requests.map((r) => r.path)));
+      assert.equal(new Set(challenges).size, challenges.length, "a nonce was sent twice");
+      assert.ok(!JSON.stringify(impostor.requests).includes(info.token), "the token reached the impostor");
+      assert.ok(impostor.requests.every((r) => !r.headers.Authorization && !r.headers.Cookie), JSON.stringify(impostor.requests));
+      const calls = await page.evaluate(() => window.calls);
+      assert.ok(!calls.some((c) => c.call === "Item.saveTx"), JSON.stringify(calls));
+    } finally {
+      await stopProcess(impostor.proc);
+    }
+  }
+
   test("the preferences view, and a teardown that leaves nothing behind", async () => {
     // Teardown: no frame, no select listeners, no notifier observers, no timers answering.
     await page.evaluate(() => window.host.destroy());
@@ -633,6 +796,23 @@ describe("the bridge host in Gecko, with the real web app", () => {
     assert.equal(left, 0);
   });
 
+  /** A host started in the chrome window on Zotero data dir `dir`, then removed: `[state, framed, text]`. */
+  function chromePane(/** @type {string} */ dir) {
+    return marionette.script(`
+      const zq = window.__zq;
+      zq.sandbox.Zotero.DataDirectory.dir = arguments[0];
+      const container = document.createElementNS("http://www.w3.org/1999/xhtml", "div");
+      zq.box.append(container);
+      const host = new zq.sandbox.ZocratesBridge.BridgeHost({ window, container, view: "chat" });
+      return host.start().then(() => {
+        const shown = [host.state, container.querySelector("browser") !== null, container.textContent];
+        host.destroy();
+        container.remove();
+        zq.sandbox.Zotero.DataDirectory.dir = arguments[1];
+        return shown;
+      });`, [dir, dataDir]);
+  }
+
   test("in the chrome window: no daemon.json but a service's socket: the host connects to it to start the daemon", async () => {
     // What `zocratesd service install` leaves before the first use: the manager's socket at
     // zocratesd's path for the data dir (zocratesd.locations.default_socket_path), no daemon.json yet.
@@ -653,19 +833,7 @@ describe("the bridge host in Gecko, with the real web app", () => {
     });
     await new Promise((r) => manager.listen(socketPath, r));
     try {
-      const text = await marionette.script(`
-        const zq = window.__zq;
-        zq.sandbox.Zotero.DataDirectory.dir = arguments[0];
-        const container = document.createElementNS("http://www.w3.org/1999/xhtml", "div");
-        zq.box.append(container);
-        const host = new zq.sandbox.ZocratesBridge.BridgeHost({ window, container, view: "chat" });
-        return host.start().then(() => {
-          const text = container.textContent;
-          host.destroy();
-          container.remove();
-          zq.sandbox.Zotero.DataDirectory.dir = arguments[1];
-          return text;
-        });`, [serviceDataDir, dataDir]);
+      const [, , text] = await chromePane(serviceDataDir);
       assert.match(text, /No zocratesd running/);
       assert.match(text, /asked the installed zocratesd service to start/);
       const deadline = Date.now() + STEP_TIMEOUT_MS;
@@ -676,6 +844,38 @@ describe("the bridge host in Gecko, with the real web app", () => {
     } finally {
       await new Promise((r) => manager.close(r));
     }
+  });
+
+  test("in the chrome window: a stale daemon.json, then another user's listener on its port: no browser, no token", async () => {
+    // What a killed daemon leaves: daemon.json (0600) naming a pid that is gone and a port now free.
+    const staleDataDir = join(root, "stale-zotero");
+    await mkdir(join(staleDataDir, "zocrates-data"), { recursive: true });
+    const gone = spawnSync("true");
+    assert.equal(gone.status, 0);
+    const token = "stale-token-" + "x".repeat(32);
+    const impostor = await startImpostor(0);
+    const daemonJson = join(staleDataDir, "zocrates-data", "daemon.json");
+    try {
+      await writeFile(daemonJson, JSON.stringify({ pid: gone.pid, http: { port: impostor.port }, token }), { mode: 0o600 });
+      // Zotero's own fetch (the system principal's, which CORS does not limit) reads the impostor's
+      // answer; its proof is wrong, so no browser is made and the token goes nowhere.
+      const [state, framed, text] = await chromePane(staleDataDir);
+      assert.equal(state, "no-daemon");
+      assert.equal(framed, false);
+      assert.match(text, /Something that is not your zocratesd answers on its port/);
+      assert.ok(text.includes(`something that is not your zocratesd answers on port ${impostor.port}`), text);
+      // Gecko's IOUtils read /proc: the pid is known to be gone.
+      assert.ok(text.includes(`${daemonJson} is stale: the daemon (pid ${gone.pid}) is not running, and another program took its port`), text);
+      assert.deepEqual(impostor.requests.map((r) => /^\/health\?challenge=[0-9a-f]{32}$/.test(r.path)), [true]);
+      assert.ok(!JSON.stringify(impostor.requests).includes(token), "the token reached the impostor");
+    } finally {
+      await stopProcess(impostor.proc);
+    }
+    // Nothing listens there now: daemon.json is stale, and the pane says so.
+    const [state, framed, text] = await chromePane(staleDataDir);
+    assert.deepEqual([state, framed], ["no-daemon", false]);
+    assert.match(text, /No zocratesd running/);
+    assert.ok(text.includes(`${daemonJson} is stale: the daemon it names (pid ${gone.pid}) is not running`), text);
   });
 
   test("in the chrome window: teardown removes the frame, the actors and the resource mapping", async () => {

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import re
+import secrets
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -145,6 +149,45 @@ def test_routes_need_the_token_and_health_does_not(shim: Shim) -> None:
             r = bare.get("/sessions", headers={"Authorization": auth})
             assert r.status_code == 401, auth
         assert bare.get("/sessions", headers={"Authorization": f"bearer {shim.token}"}).status_code == 200
+    finally:
+        bare.close()
+
+
+def _expected_proof(token: str, challenge: str) -> str:
+    # protocol/http.md: HMAC-SHA256 keyed with daemon.json's token over "zocratesd-health-proof:" + challenge.
+    return hmac.new(token.encode(), f"zocratesd-health-proof:{challenge}".encode(), hashlib.sha256).hexdigest()
+
+
+def test_health_proves_the_token_to_a_challenge_without_needing_it(shim: Shim) -> None:
+    """A stale daemon.json's port can be taken by another user; only the token's holder answers the HMAC."""
+    bare = httpx.Client(base_url=shim.base, timeout=10)
+    try:
+        assert bare.get("/health").json() == {"status": "success"}  # without a challenge: as ever
+        seen = set()
+        for challenge in [secrets.token_hex(16), secrets.token_urlsafe(48), "A" * 16, "z_-9" * 32]:
+            r = bare.get("/health", params={"challenge": challenge})
+            assert r.status_code == 200, (challenge, r.text)
+            assert r.json() == {"status": "success", "proof": _expected_proof(shim.token, challenge)}
+            no_cors(r)
+            seen.add(r.json()["proof"])
+        assert len(seen) == 4
+        # The token changes nothing (the route is public); a wrong one is not the key either.
+        nonce = secrets.token_hex(16)
+        answer = shim.request("GET", "/health", params={"challenge": nonce}).json()["proof"]
+        assert answer == bare.get("/health", params={"challenge": nonce}).json()["proof"]
+        assert answer != _expected_proof(shim.token + "x", nonce)
+        # Malformed, too short, too long, repeated or empty challenges: a clear 400, no proof of anything.
+        bad: list[str] = ["challenge=" + "a" * 15, "challenge=" + "a" * 129, "challenge=" + "a" * 4000,
+                          "challenge=abcdefghijklmnop%00", "challenge=abcdefgh%20ijklmnop", "challenge=abcdefghijklmnop%2F",
+                          "challenge=%C3%A9abcdefghijklmnop", f"challenge={nonce}&challenge={nonce}", "challenge="]
+        for query in bad:
+            r = bare.get(f"/health?{query}")
+            assert r.status_code == 400, (query[:40], r.status_code, r.text[:200])
+            body = r.json()
+            assert body["error"]["code"] == "bad_request", body
+            assert "proof" not in body
+            assert re.search(r"16-128 characters of A-Z|give one challenge", body["error"]["message"]), body
+            no_cors(r)
     finally:
         bare.close()
 

@@ -24,6 +24,7 @@ from zocratesd.errors import InvalidInput, ZocratesError
 from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.shim.codes import OneTimeCodes
 from zocratesd.shim.errors import HttpError, JSONResponse, core_error_response, error_response
+from zocratesd.shim.proof import challenge_problem, health_proof
 from zocratesd.shim.turns import start_turn
 from zocratesd.shim.webapp import WebApp
 
@@ -95,7 +96,15 @@ def build_app(
     codes = codes or OneTimeCodes()
 
     async def health(request: Request) -> Response:
-        return success()
+        # Public and cheap; with ?challenge=, proof that this daemon holds daemon.json's token (proof.py).
+        if "challenge" not in request.query_params:
+            return success()
+        problem = challenge_problem(request.query_params.getlist("challenge"))
+        if problem is not None:
+            raise HttpError(400, "bad_request", problem)
+        if not token:
+            raise HttpError(400, "bad_request", "this daemon has no token to prove")
+        return success(proof=health_proof(token, request.query_params["challenge"]))
 
     async def register(request: Request) -> Response:
         await json_body(request, required=False)  # the plugin may say who it is; nothing is kept yet

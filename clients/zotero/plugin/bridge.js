@@ -12,7 +12,7 @@
 // HTML host page (the browser test's stand-in) the page is in an <iframe> and posts to its parent.
 //
 //   const host = new ZocratesBridge.BridgeHost({ window, container, view: "chat" });
-//   await host.start();   // finds the daemon (daemon.json, /health), frames /ui/ or says how to start one
+//   await host.start();   // finds the daemon (daemon.json, its /health proof), frames /ui/ or says how to start one
 //   host.destroy();       // removes everything it added
 //
 // The page is unprivileged web content from the daemon (http://127.0.0.1:<port>/ui/); it can only
@@ -31,6 +31,14 @@ var ZocratesBridge = (function () {
   const WATCH_INTERVAL_MS = 3000;
   /** A daemon that does not answer /health within this is treated as not running (Retry). */
   const HEALTH_TIMEOUT_MS = 3000;
+  /** The random nonce of the /health challenge: 128 bits, as 32 hex digits (the daemon takes 16-128). */
+  const CHALLENGE_BYTES = 16;
+  /** The daemon's /health answer is ~100 bytes; a listener sending more than this is not the daemon. */
+  const MAX_HEALTH_BYTES = 4096;
+  /** /proc/<pid>/status is ~1.5 KB; read no more than this of it. */
+  const MAX_PROC_STATUS_BYTES = 16384;
+  /** What the daemon's HMAC covers before the nonce (protocol/http.md, "GET /health?challenge="). */
+  const PROOF_LABEL = "zocratesd-health-proof:";
   /** Selection events come in bursts (shift-click, collection switch): push once they settle. */
   const SELECTION_DEBOUNCE_MS = 150;
   /** At most this many selected items go to the page (it keeps 100 as chips). */
@@ -52,8 +60,15 @@ var ZocratesBridge = (function () {
   /** What the bridge could not do, said so a user understands it (goes back as `error`). */
   class BridgeError extends Error {}
 
-  /** The daemon cannot be used from here; `detail` says why (shown under the help). */
-  class NoDaemon extends Error {}
+  /** The daemon cannot be used from here; the message says why (shown under the help). `impostor`:
+   *  something answers on the daemon's port but could not prove it is the user's daemon. */
+  class NoDaemon extends Error {
+    /** @param {string} message @param {{impostor?: boolean}} [options] */
+    constructor(message, { impostor = false } = {}) {
+      super(message);
+      this.impostor = impostor;
+    }
+  }
 
   function log(message) {
     Zotero.debug(`Zocrates: ${message}`);
@@ -76,7 +91,7 @@ var ZocratesBridge = (function () {
     return PathUtils.join(Zotero.DataDirectory.dir, "zocrates-data", "daemon.json");
   }
 
-  /** `{origin, token, signature}` from daemon.json; NoDaemon when there is none to use. */
+  /** `{path, origin, port, pid, token, signature}` from daemon.json; NoDaemon when there is none to use. */
   async function readDaemonInfo(path = daemonJsonPath()) {
     let text;
     try {
@@ -97,22 +112,133 @@ var ZocratesBridge = (function () {
     if (typeof info.token !== "string" || !info.token) throw new NoDaemon(`${path} has no token`);
     // Always the loopback address: the origin the page is served from and the bridge checks.
     const origin = `http://127.0.0.1:${port}`;
-    return { origin, token: info.token, signature: `${info.pid}|${port}|${info.token}` };
+    const pid = Number.isInteger(info.pid) && info.pid > 0 ? info.pid : null;
+    return { path, origin, port, pid, token: info.token, signature: `${info.pid}|${port}|${info.token}` };
   }
 
-  /** Resolve when something answers at `origin` (any HTTP status), else throw NoDaemon. */
-  async function checkHealth(win, origin) {
+  // daemon.json outlives a daemon that was killed (SIGKILL, the OOM killer), and once its port is
+  // free any local user can listen there and answer /health and /ui/ as the daemon would. So before
+  // the page is framed with the token (and before any of its bridge calls is accepted), whatever
+  // listens must prove it holds daemon.json's token: it answers GET /health?challenge=<fresh nonce>
+  // with HMAC-SHA256(token, PROOF_LABEL + nonce), which only the token's holder can compute, and the
+  // request carries no token. Checked on every platform, unlike the listener's owner (readable from
+  // /proc/net/tcp on Linux only), and it tells the user's daemon from any other process of theirs.
+
+  /** @typedef {{path: string, origin: string, port: number, pid: number | null, token: string, signature: string}} DaemonInfo */
+
+  /** @param {Uint8Array} bytes */
+  function hex(bytes) {
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  /** The real uid in /proc/<pid>/status (`pid` "self": ours), or null; throws when there is no such file.
+   *  A /proc file's size reads as 0, so IOUtils.readUTF8 gets nothing from it: read up to a bound. */
+  async function processUid(/** @type {number | "self"} */ pid) {
+    const status = new TextDecoder().decode(await IOUtils.read(`/proc/${pid}/status`, { maxBytes: MAX_PROC_STATUS_BYTES }));
+    const m = /^Uid:\s+(\d+)/m.exec(status);
+    return m ? Number(m[1]) : null;
+  }
+
+  /** Whether the daemon's process still runs: "running" (a process of ours has its pid), "gone" (no
+   *  such process, or another user's), "unknown" (no /proc here: macOS, Windows). */
+  async function daemonProcess(/** @type {number | null} */ pid) {
+    if (pid === null) return "unknown";
+    let own;
+    try {
+      own = await processUid("self");
+    } catch {
+      return "unknown";
+    }
+    if (own === null) return "unknown";
+    try {
+      return (await processUid(pid)) === own ? "running" : "gone";
+    } catch {
+      return "gone";
+    }
+  }
+
+  /** The body of `response`, or null once it passes MAX_HEALTH_BYTES (the rest is not read). */
+  async function boundedText(/** @type {Response} */ response) {
+    if (!response.body) return "";
+    const reader = response.body.getReader();
+    const chunks = [];
+    let size = 0;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      size += value.byteLength;
+      if (size > MAX_HEALTH_BYTES) {
+        reader.cancel().catch(() => {});
+        return null;
+      }
+      chunks.push(value);
+    }
+    const all = new Uint8Array(size);
+    let at = 0;
+    for (const c of chunks) {
+      all.set(c, at);
+      at += c.byteLength;
+    }
+    return new TextDecoder().decode(all);
+  }
+
+  /** HMAC-SHA256(token, PROOF_LABEL + nonce) as lowercase hex: what the user's daemon answers. */
+  async function expectedProof(/** @type {Window} */ win, /** @type {string} */ token, /** @type {string} */ nonce) {
+    const encode = (/** @type {string} */ text) => /** @type {Uint8Array<ArrayBuffer>} */ (new TextEncoder().encode(text));
+    const key = await win.crypto.subtle.importKey("raw", encode(token), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+    return hex(new Uint8Array(await win.crypto.subtle.sign("HMAC", key, encode(PROOF_LABEL + nonce))));
+  }
+
+  /** Why the /health answer is not the user's daemon's proof (null: it is). */
+  async function proofProblem(/** @type {Window} */ win, /** @type {DaemonInfo} */ daemon, /** @type {string} */ nonce, /** @type {Response} */ response) {
+    if (response.status !== 200) return `it answered HTTP ${response.status}`;
+    const text = await boundedText(response);
+    if (text === null) return `it answered more than ${MAX_HEALTH_BYTES} bytes`;
+    let body;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      return "its answer is not JSON";
+    }
+    if (!body || typeof body.proof !== "string") return "its answer has no proof";
+    return body.proof === (await expectedProof(win, daemon.token, nonce)) ? null : "its proof is wrong";
+  }
+
+  /** Resolve when the listener at `daemon.origin` proves it is the daemon of daemon.json (above);
+   *  else NoDaemon, saying whether daemon.json is stale. The token is never sent. */
+  async function proveDaemon(/** @type {Window} */ win, /** @type {DaemonInfo} */ daemon) {
+    const random = new Uint8Array(CHALLENGE_BYTES);
+    win.crypto.getRandomValues(random);
+    const nonce = hex(random);
     const controller = new win.AbortController();
     const timer = win.setTimeout(() => controller.abort(), HEALTH_TIMEOUT_MS);
+    let problem;
     try {
-      // no-cors: a host page on another origin (the test's stand-in) can still tell "answers" from
-      // "nothing listening"; Zotero's chrome window is not limited by CORS at all.
-      await win.fetch(`${origin}/health`, { mode: "no-cors", cache: "no-store", signal: controller.signal });
+      let response;
+      try {
+        // No credentials, no redirects: nothing of ours goes anywhere but this one request.
+        response = await win.fetch(`${daemon.origin}/health?challenge=${nonce}`,
+          { cache: "no-store", credentials: "omit", redirect: "error", signal: controller.signal });
+      } catch (err) {
+        const pid = daemon.pid === null ? "" : ` (pid ${daemon.pid})`;
+        if ((await daemonProcess(daemon.pid)) === "gone") {
+          throw new NoDaemon(`${daemon.path} is stale: the daemon it names${pid} is not running (it was stopped without removing the file, e.g. killed); start zocratesd again`);
+        }
+        throw new NoDaemon(`nothing answers at ${daemon.origin}, where the daemon${pid} should listen (${errorName(err)})`);
+      }
+      problem = await proofProblem(win, daemon, nonce, response);
     } catch (err) {
-      throw new NoDaemon(`nothing answers at ${origin} (${errorName(err)})`);
+      if (err instanceof NoDaemon) throw err;
+      problem = `its answer could not be read (${errorName(err)})`;
     } finally {
       win.clearTimeout(timer);
     }
+    if (problem === null) return;
+    const pid = daemon.pid === null ? "the daemon" : `the daemon (pid ${daemon.pid})`;
+    const why = (await daemonProcess(daemon.pid)) === "gone"
+      ? `${daemon.path} is stale: ${pid} is not running, and another program took its port`
+      : `${pid} may have stopped and another program taken its port, or it is a zocratesd older than this plugin (update and restart it)`;
+    throw new NoDaemon(`something that is not your zocratesd answers on port ${daemon.port}: it could not prove it holds daemon.json's token (${problem}), so nothing was sent to it and its page is not shown. ${why}`, { impostor: true });
   }
 
   // A daemon installed as a service (`zocratesd service install`) is started by the service manager on
@@ -131,10 +257,10 @@ var ZocratesBridge = (function () {
     dir.initWithPath(Zotero.DataDirectory.dir);
     dir.normalize(); // resolves symbolic links on Unix, as Python's Path.resolve() does
     const digest = new Uint8Array(await win.crypto.subtle.digest("SHA-256", /** @type {Uint8Array<ArrayBuffer>} */ (new TextEncoder().encode(dir.path))));
-    const name = `zocratesd-${Array.from(digest.slice(0, 6), (b) => b.toString(16).padStart(2, "0")).join("")}.sock`;
+    const name = `zocratesd-${hex(digest.slice(0, 6))}.sock`;
     let uid = null;
     try {
-      uid = /^Uid:\s+(\d+)/m.exec(await IOUtils.readUTF8("/proc/self/status"))?.[1] ?? null;
+      uid = await processUid("self");
     } catch {
       /* not Linux */
     }
@@ -379,7 +505,7 @@ var ZocratesBridge = (function () {
       this.container = container;
       this.view = view;
       this.state = "idle"; // idle | connecting | ready | no-daemon | destroyed
-      /** @type {{origin: string, token: string, signature: string} | null} */
+      /** @type {DaemonInfo | null} */
       this.daemon = null;
       /** @type {any} */
       this.frame = null;
@@ -415,7 +541,8 @@ var ZocratesBridge = (function () {
       let daemon;
       try {
         daemon = await readDaemonInfo();
-        await checkHealth(this.window, daemon.origin);
+        // The page, and with it the token, only for a listener that proved it is the user's daemon.
+        await proveDaemon(this.window, daemon);
       } catch (err) {
         if (this.state === "destroyed") return;
         if (!(err instanceof NoDaemon)) logError(err);
@@ -426,7 +553,7 @@ var ZocratesBridge = (function () {
           log(`could not reach the service's socket: ${errorMessage(wakeErr)}`);
         }
         if (this.state === "destroyed") return;
-        this._showNoDaemon(detail);
+        this._showNoDaemon(detail, err instanceof NoDaemon && err.impostor);
         this._watch();
         return;
       }
@@ -474,6 +601,9 @@ var ZocratesBridge = (function () {
 
     // Reread daemon.json every few seconds: a new daemon (pid, port or token changed) reloads the
     // page with its token; a vanished one shows the message; one that came back replaces the message.
+    // A framed daemon that died without removing daemon.json (killed) leaves its port to whoever
+    // takes it, and the frame's next load would be theirs: the pane starts over (proving again) once
+    // its process is gone, or, where that cannot be seen (no /proc), once its port stops proving.
     _watch() {
       this.window.clearInterval(this._watchTimer);
       this._watchTimer = this.window.setInterval(async () => {
@@ -487,20 +617,37 @@ var ZocratesBridge = (function () {
         if (this.state === "ready" && signature !== (this.daemon && this.daemon.signature)) {
           log(`daemon changed (${signature ? "restarted" : "stopped"}), reconnecting`);
           this.start();
+        } else if (this.state === "ready" && this.daemon && !(await this._stillProven(this.daemon))) {
+          if (this._starting || this.state !== "ready") return;
+          log("the framed daemon is gone, reconnecting");
+          this.start();
         } else if (this.state === "no-daemon" && signature) {
           this.start();
         }
       }, WATCH_INTERVAL_MS);
     }
 
-    /** @param {{origin: string, token: string}} daemon */
+    /** Whether the framed daemon still runs (a quiet check; false only when it is surely gone). */
+    async _stillProven(/** @type {DaemonInfo} */ daemon) {
+      const running = await daemonProcess(daemon.pid);
+      if (running !== "unknown") return running === "running";
+      try {
+        await proveDaemon(this.window, daemon);
+        return true;
+      } catch (err) {
+        // Not answering may be a busy daemon; answering without the proof is not the daemon.
+        return !(err instanceof NoDaemon && err.impostor);
+      }
+    }
+
+    /** @param {DaemonInfo} daemon */
     _frameURL(daemon) {
       const query = this.view === "prefs" ? "?view=prefs" : "";
       // The token rides in the fragment (never sent to the server); the page moves it to sessionStorage.
       return `${daemon.origin}/ui/${query}#token=${encodeURIComponent(daemon.token)}`;
     }
 
-    /** @param {{origin: string, token: string}} daemon */
+    /** @param {DaemonInfo} daemon */
     _showFrame(daemon) {
       this._removeFrame();
       this.helloed = false;
@@ -537,7 +684,8 @@ var ZocratesBridge = (function () {
       this.frame = null;
     }
 
-    _showNoDaemon(detail) {
+    /** @param {string} detail @param {boolean} impostor something answered that is not the user's daemon */
+    _showNoDaemon(detail, impostor = false) {
       this._removeFrame();
       this.state = "no-daemon";
       const doc = this.doc;
@@ -564,8 +712,12 @@ var ZocratesBridge = (function () {
       retry.setAttribute("type", "button");
       retry.addEventListener("click", () => this.start());
       box.append(
-        el("h2", "zocrates-no-daemon-title", "No zocratesd running"),
-        el("p", "zocrates-no-daemon-explain", "The Zocrates chat needs the zocratesd daemon on this computer. Start it, then press Retry:"),
+        impostor
+          ? el("h2", "zocrates-impostor-title", "Something that is not your zocratesd answers on its port")
+          : el("h2", "zocrates-no-daemon-title", "No zocratesd running"),
+        impostor
+          ? el("p", "zocrates-impostor-explain", "Its page is not shown and nothing was sent to it. Start zocratesd (it takes another port), then press Retry:")
+          : el("p", "zocrates-no-daemon-explain", "The Zocrates chat needs the zocratesd daemon on this computer. Start it, then press Retry:"),
         list,
         retry,
         el("p", null, detail, "zocrates-no-daemon-detail"),
@@ -604,7 +756,8 @@ var ZocratesBridge = (function () {
       this._accept(event.origin, data);
     }
 
-    /** A message from the page, by either transport, with the origin it came from. */
+    /** A message from the page, by either transport, with the origin it came from: only while the
+     *  frame shows a daemon that proved itself (a gone one's frame is removed by the watch). */
     _accept(origin, msg) {
       if (!this.daemon || !this.frame || origin !== this.daemon.origin) return;
       if (!msg || typeof msg !== "object" || msg.zocrates !== TAG || msg.dir !== "page-host") return;
@@ -736,6 +889,7 @@ var ZocratesBridge = (function () {
     NoDaemon,
     daemonJsonPath,
     readDaemonInfo,
+    proveDaemon,
     parseZoteroURI,
     sanitizeNoteHTML,
     noteHTML,

@@ -7,3 +7,5 @@ zocrates-no-daemon-explain = The Zocrates chat needs the zocratesd daemon on thi
 zocrates-no-daemon-service = Install it as a service (Zotero then starts it when this pane opens):
 zocrates-no-daemon-dev = Or, in a clone of the zocratesd repository, run it in a terminal:
 zocrates-no-daemon-retry = Retry
+zocrates-impostor-title = Something that is not your zocratesd answers on its port
+zocrates-impostor-explain = Its page is not shown and nothing was sent to it. Start zocratesd (it takes another port), then press Retry:
