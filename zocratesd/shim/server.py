@@ -173,8 +173,10 @@ class HttpFace:
         app = build_app(self.daemon, self._turn_group, opened=opened, closed=closed, web=WebApp(config.allowed_origins),
                         token=self.token, codes=OneTimeCodes())
         self._protocol_class = protocol_class(self.connections)
+        table = self.connections
         guarded = Guard(app, port=lambda: self.port, token=self.token, allowed_origins=config.allowed_origins,
-                        opened=opened, closed=closed, body_timeout_s=config.body_timeout_s)
+                        opened=opened, closed=closed, trusted=lambda scope: table.trust(scope.get("client")),
+                        body_timeout_s=config.body_timeout_s)
         self._server = _embedded_server(
             uvicorn.Config(
                 guarded,
@@ -247,6 +249,11 @@ class HttpFace:
                     await anyio.sleep(ACCEPT_RETRY_S)
                     continue
                 try:
+                    # uvicorn writes a response in two pieces (head, body): with Nagle's algorithm
+                    # the second waits for the client's delayed ACK of the first, ~40 ms on every
+                    # request after the first on a kept-alive connection. asyncio's transport sets
+                    # TCP_NODELAY only on a socket made with proto IPPROTO_TCP, and ours says 0.
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     await loop.connect_accepted_socket(factory, conn)
                 except OSError:  # reset before we got to it
                     conn.close()
