@@ -123,6 +123,7 @@ def d() -> Iterator[DaemonProc]:
     daemon.state_dir.mkdir(parents=True)
     (daemon.state_dir / "zocrates_config.json").write_text(json.dumps({"http": {"max_connections": CAP}}))
     daemon.start()
+    daemon.wait_until_started()  # the engine's imports done: its memory is not the attack's
     try:
         yield daemon
     finally:
