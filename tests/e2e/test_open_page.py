@@ -12,33 +12,29 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from daemonproc import DaemonProc, daemon_env
+from daemonproc import DaemonProc
+from otheruser import as_nobody, needs_root, reaped
 from test_cli import zocrates_command
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the watcher runs as another uid (65534), and switching to it needs root"),
+    needs_root,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
 ]
 
-NOBODY = 65534
 CLI_TIMEOUT_S = 60
 # The "browser" stays this long after loading the page (a real one stays for its whole life).
 BROWSER_LINGERS_S = 1.5
 
-# Modules are imported before the switch of uid (the interpreter's files may be unreadable as nobody).
-BECOME_NOBODY = f"import json, os, sys, threading, time\nos.setgroups([])\nos.setgid({NOBODY})\nos.setuid({NOBODY})\n"
 # Reads /proc/*/cmdline and /proc/*/environ until its stdin closes; prints every text it read.
 WATCHER = r"""
 done = threading.Event()
@@ -69,9 +65,9 @@ for what, do in (("read", lambda p: open(p).read()), ("list", lambda p: os.listd
 print(json.dumps(out))
 """
 BROWSER = r'''#!{python}
-import html, json, re, sys, time, urllib.error, urllib.parse, urllib.request
+import html, json, os, re, sys, time, urllib.error, urllib.parse, urllib.request
 target = sys.argv[1]
-record = {{"argv": sys.argv[1:]}}
+record = {{"argv": sys.argv[1:], "pid": os.getpid()}}
 if target.startswith("file://"):  # a browser reads the file and follows its redirect
     with open(urllib.parse.unquote(urllib.parse.urlsplit(target).path)) as f:
         page = f.read()
@@ -88,30 +84,17 @@ except urllib.error.HTTPError as exc:
     record["exchange"] = {{"status": exc.code}}
 with open({out!r} + ".tmp", "w") as f:
     json.dump(record, f)
-import os; os.rename({out!r} + ".tmp", {out!r})
+os.rename({out!r} + ".tmp", {out!r})
 time.sleep({linger})
 '''
 
 
 @pytest.fixture
-def d() -> Iterator[DaemonProc]:
-    root = Path(tempfile.mkdtemp(prefix="zqopen", dir="/tmp"))
-    run = root / "run"
-    run.mkdir(mode=0o700)  # as $XDG_RUNTIME_DIR is (platformdirs ignores one open to others)
-    root.chmod(0o755)  # others reach the runtime dir, and no further
-    daemon = DaemonProc(data_dir=root / "zotero", runtime_dir=run, env=daemon_env(run), args=["--http-port", "0"])
-    daemon.data_dir.mkdir()
+def d(daemon_factory: Any, short_tmp: Path) -> DaemonProc:
+    short_tmp.chmod(0o755)  # others reach the runtime dir (0700, as $XDG_RUNTIME_DIR is), and no further
+    daemon: DaemonProc = daemon_factory(args=["--http-port", "0"])
     daemon.start()
-    try:
-        yield daemon
-    finally:
-        daemon.stop(15)
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def as_nobody(script: str, *args: str, **kw: object) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", BECOME_NOBODY + script, *args], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)  # type: ignore[call-overload]
+    return daemon
 
 
 def open_with_browser(d: DaemonProc, command: list[str], tmp: Path, name: str) -> tuple[str, dict[str, object]]:
@@ -128,8 +111,12 @@ def open_with_browser(d: DaemonProc, command: list[str], tmp: Path, name: str) -
     while not out.exists():
         assert time.monotonic() < deadline, "the browser never loaded the page"
         time.sleep(0.05)
-    time.sleep(BROWSER_LINGERS_S + 0.5)  # the browser is still open meanwhile, its command line readable
-    return done.stdout.strip(), json.loads(out.read_text())
+    record = json.loads(out.read_text())
+    cmdline = Path(f"/proc/{record['pid']}/cmdline")
+    while cmdline.exists() and cmdline.read_bytes():  # the browser still open, its command line readable
+        assert time.monotonic() < deadline + BROWSER_LINGERS_S, "the browser never exited"
+        time.sleep(0.05)
+    return done.stdout.strip(), record
 
 
 def test_another_user_watching_proc_never_sees_the_code_and_the_page_still_opens_the_app(
@@ -137,19 +124,13 @@ def test_another_user_watching_proc_never_sees_the_code_and_the_page_still_opens
 ) -> None:
     info = d.info
     token, port = info["token"], info["http"]["port"]
-    tmp_path.chmod(0o700)
-    watcher = as_nobody(WATCHER, stdin=subprocess.PIPE)
-    try:
+    with reaped(as_nobody(WATCHER, stdin=subprocess.PIPE)) as watcher:
         assert watcher.stdout is not None and watcher.stdout.readline().strip() == "watching", watcher.stderr
         runs = {
             "zocratesd": open_with_browser(d, [sys.executable, "-m", "zocratesd", "open"], tmp_path, "zocratesd"),
             "zocrates": open_with_browser(d, [*zocrates_command(), "open"], tmp_path, "zocrates"),
         }
         seen_json, err = watcher.communicate(timeout=30)
-    finally:
-        if watcher.poll() is None:
-            watcher.kill()
-            watcher.wait(10)
     assert watcher.returncode == 0, err
     seen = json.loads(seen_json)
     for name, (printed, record) in runs.items():
@@ -181,8 +162,8 @@ def test_the_page_file_is_private_and_goes_with_its_code_or_the_daemon(d: Daemon
     assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid(), oct(st.st_mode)
     assert stat.S_IMODE(dir_st.st_mode) == 0o700, oct(dir_st.st_mode)
     assert f"http://127.0.0.1:{port}/ui/#code={minted['code']}" in page.read_text()
-    reader = as_nobody(READER, str(page))
-    out, err = reader.communicate(timeout=30)
+    with reaped(as_nobody(READER, str(page))) as reader:
+        out, err = reader.communicate(timeout=30)
     assert json.loads(out) == {"read": "PermissionError", "list": "PermissionError"}, (out, err)
     # Without "page_file", no page; a wrong type is refused.
     plain = httpx.post(f"http://127.0.0.1:{port}/auth/code", json={}, headers=auth, timeout=10).json()

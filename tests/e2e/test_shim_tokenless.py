@@ -13,26 +13,21 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from daemonproc import DaemonProc, daemon_env
+from daemonproc import DaemonProc
+from otheruser import as_nobody, needs_root, reaped
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the attacker runs as another uid (65534), and switching to it needs root"),
+    needs_root,
     pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the daemon's memory from /proc"),
 ]
 
-NOBODY = 65534
 CAP = 48
 ATTACK_S = 8.0
 RSS_GROWTH_BOUND = 48 * 1024 * 1024
@@ -41,10 +36,8 @@ PROBE_BOUND_S = 5.0
 PROBE_MEDIAN_BOUND_S = 1.0
 PROBE_EVERY_S = 0.3
 
-# The attacker: one JSON line at the end. Modules are imported before the switch of uid (the
-# interpreter's files may be unreadable as nobody); everything goes to 127.0.0.1 only, and every
-# loop is bounded in time.
-PRELUDE = f"import encodings.idna, json, os, socket, sys, time\nos.setgroups([])\nos.setgid({NOBODY})\nos.setuid({NOBODY})\n"
+# The attacker (as uid 65534, tests/otheruser.py): one JSON line at the end. Everything goes to
+# 127.0.0.1 only, and every loop is bounded in time.
 ATTACK = r"""
 port, attack_s = int(sys.argv[1]), float(sys.argv[2])
 kinds = [k for spec in sys.argv[3:] for k in [spec.split("=")[0]] * int(spec.split("=")[1])]
@@ -84,6 +77,7 @@ class Conn:
         return True
 
 opened = closed = sent = 0
+flooding = False
 conns = [None] * len(kinds)
 reopen_at = [0.0] * len(kinds)  # a closed slot is opened again 0.5 s later: a flood, not a CPU burner
 started = time.monotonic()
@@ -108,27 +102,23 @@ while time.monotonic() - started < attack_s:
             conns[i].sock.close()
             conns[i] = None
             reopen_at[i] = now + 0.5
+    if not flooding and all(c is not None for c in conns):
+        flooding = True
+        print("flooding", flush=True)
     time.sleep(0.01)
 sent += sum(c.sent for c in conns if c is not None)
 print(json.dumps({"opened": opened, "closed_by_daemon": closed, "body_bytes_sent": sent}), flush=True)
 """
 
 
-@pytest.fixture(scope="module")
-def d() -> Iterator[DaemonProc]:
-    root = Path(tempfile.mkdtemp(prefix="zqtok", dir="/tmp"))
-    run = root / "run"
-    run.mkdir(mode=0o700)
-    daemon = DaemonProc(data_dir=root / "zotero", runtime_dir=run, env=daemon_env(run), args=["--http-port", "0"])
+@pytest.fixture
+def d(daemon_factory: Any) -> DaemonProc:
+    daemon: DaemonProc = daemon_factory(args=["--http-port", "0"])
     daemon.state_dir.mkdir(parents=True)
     (daemon.state_dir / "zocrates_config.json").write_text(json.dumps({"http": {"max_connections": CAP}}))
     daemon.start()
     daemon.wait_until_started()  # the engine's imports done: its memory is not the attack's
-    try:
-        yield daemon
-    finally:
-        daemon.stop(15)
-        shutil.rmtree(root, ignore_errors=True)
+    return daemon
 
 
 def peak_rss(pid: int) -> int:
@@ -158,11 +148,9 @@ def attack_while_probing(d: DaemonProc, *kinds: str, kept: http.client.HTTPConne
     """Run the attacker (`kind=count` each) while the owner probes; its report and the owner's latencies."""
     info = d.info
     port, token = info["http"]["port"], info["token"]
-    attacker = subprocess.Popen([sys.executable, "-c", PRELUDE + ATTACK, str(port), str(ATTACK_S), *kinds],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     latencies: list[float] = []
-    try:
-        time.sleep(1.0)  # the flood is up (a fixed head start: the probes below are what is measured)
+    with reaped(as_nobody(ATTACK, str(port), str(ATTACK_S), *kinds)) as attacker:
+        assert attacker.stdout is not None and attacker.stdout.readline().strip() == "flooding", attacker.stderr
         while attacker.poll() is None:
             latencies.append(owner_request(port, token))
             if kept is not None:
@@ -170,10 +158,6 @@ def attack_while_probing(d: DaemonProc, *kinds: str, kept: http.client.HTTPConne
             time.sleep(PROBE_EVERY_S)
             assert len(latencies) < 400, "the attack did not end"
         out, err = attacker.communicate(timeout=30)
-    finally:
-        if attacker.poll() is None:
-            attacker.kill()
-            attacker.wait(10)
     assert attacker.returncode == 0, err
     return json.loads(out), latencies
 
