@@ -157,12 +157,12 @@ class Guard:
 
         try:
             owner = self._has_token(scope)
-            if owner:
-                self.trusted(scope)
             refusal = self._refusal(scope, owner)
             if refusal is not None:
                 await refusal(scope, receive, send_secured)
                 return
+            if owner:
+                self.trusted(scope)
             limits = self.owner_body if owner else self.public_body
             body = await self._read_body(scope, receive, send_secured, limits, hold)
             if body is None:
