@@ -12,7 +12,11 @@
    `GET /apps/zocrates/users/local/sessions/{id}`, `GET /sessions` against the peer's session list, and
    a `/chat` turn's time to its first SSE event on a fresh session against the peer's `/run_sse`;
 4. prints a markdown table (targets: <= 60 ms at 5000 events; every row >= 3x faster than the peer)
-   and writes bench/out/bench_shim.json.
+   and writes bench/out/bench_shim.json;
+5. and, apart (`kept_alive` in the JSON), a small request (`GET /health` with the token; the peer's
+   `GET /list-apps`) on one kept-alive connection against the same on a fresh connection each time,
+   the floor: a request on a kept-alive connection must cost no more than one that connects first
+   (without TCP_NODELAY on the daemon's side it cost ~40 ms more: Nagle and the client's delayed ACK).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ from _stores import build_store, copy_db  # noqa: E402
 
 TARGET_GET_5000_MS = 60.0
 TARGET_RATIO = 3.0
+# Requests a kept-alive round sends one after the other (the first, which connects, is not timed).
+KEPT_ALIVE_REQUESTS = 20
 READY_TIMEOUT_S = 90.0
 APP, USER = "zocrates", "local"
 SIZES = (100, 1000, 5000)
@@ -235,6 +241,69 @@ def measure(args: argparse.Namespace, ours: httpx.Client, peer: httpx.Client, id
     return {row: {who: summarize(v) for who, v in d.items()} for row, d in samples.items()}
 
 
+def raw_get(s: socket.socket, port: int, path: str, headers: dict[str, str]) -> float:
+    """Seconds for one GET on `s`, written at once and read to the end of its Content-Length body."""
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    t0 = timer()
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{head}\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        assert chunk, "closed before the answer"
+        data += chunk
+    top, _, body = data.partition(b"\r\n\r\n")
+    assert top.startswith(b"HTTP/1.1 200"), top[:200]
+    length = next(int(line.split(b":")[1]) for line in top.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        body += s.recv(65536)
+    return timer() - t0
+
+
+def connect_nodelay(port: int) -> socket.socket:
+    """A connection as a browser's: TCP_NODELAY on the client's side, so any delay is the server's."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def kept_alive(args: argparse.Namespace, sides: dict[str, tuple[int, str, dict[str, str]]]) -> dict[str, Any]:
+    """Per side (port, path, headers): KEPT_ALIVE_REQUESTS requests on one connection, and as many
+    each on a fresh connection (connect included: the floor), alternating sides round by round."""
+    samples: dict[str, dict[str, list[float]]] = {"kept": {}, "fresh": {}}
+    for rnd in range(args.warmup + args.rounds):
+        keep = rnd >= args.warmup
+        for who, (port, path, headers) in sides.items():
+            with connect_nodelay(port) as s:
+                raw_get(s, port, path, headers)  # the first request on the connection: not timed
+                kept = [raw_get(s, port, path, headers) for _ in range(KEPT_ALIVE_REQUESTS)]
+            fresh = []
+            for _ in range(KEPT_ALIVE_REQUESTS):
+                t0 = timer()
+                with connect_nodelay(port) as s:
+                    raw_get(s, port, path, headers)
+                fresh.append(timer() - t0)
+            if keep:
+                samples["kept"].setdefault(who, []).extend(kept)
+                samples["fresh"].setdefault(who, []).extend(fresh)
+    return {row: {who: summarize(v) for who, v in d.items()} for row, d in samples.items()}
+
+
+def report_kept_alive(results: dict[str, Any]) -> bool:
+    """The kept-alive table; met when a kept-alive request costs no more than a fresh connection's."""
+    kept, fresh = results["kept"], results["fresh"]
+    ok = kept["ours"]["median_ms"] <= fresh["ours"]["median_ms"]
+    rows = [
+        ["a fresh connection each (connect included: the floor)", f"{fresh['ours']['median_ms']:.2f}",
+         f"{fresh['peer']['median_ms']:.2f}", "", ""],
+        ["the same kept-alive connection", f"{kept['ours']['median_ms']:.2f}", f"{kept['peer']['median_ms']:.2f}",
+         "<= the floor", "yes" if ok else "NO"],
+    ]
+    print()
+    print(markdown_table([f"small GET, {KEPT_ALIVE_REQUESTS} in a row (median)", "zocratesd ms", "adk api_server ms",
+                          "target", "met"], rows))
+    return ok
+
+
 def report(results: dict[str, Any]) -> bool:
     rows, ok = [], True
     for row, d in results.items():
@@ -269,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
             with httpx.Client(base_url=f"http://127.0.0.1:{info['http']['port']}", headers=headers, timeout=120) as ours, \
                     httpx.Client(base_url=peer_url, timeout=120) as peer:
                 results = measure(args, ours, peer, ids)
+            port, peer_port = info["http"]["port"], int(peer_url.rsplit(":", 1)[1])
+            kept = kept_alive(args, {"ours": (port, "/health", headers), "peer": (peer_port, "/list-apps", {})})
         finally:
             daemon.stop()
             if peer_proc is not None and peer_proc.poll() is None:
@@ -278,9 +349,11 @@ def main(argv: list[str] | None = None) -> int:
                 except subprocess.TimeoutExpired:
                     peer_proc.kill()
     ok = report(results)
+    kept_ok = report_kept_alive(kept)
     OUT_DIR.mkdir(exist_ok=True)
     write_json(OUT_DIR / "bench_shim.json", {"env": env_info(), "args": vars(args), "results": results,
-                                            "targets_met": ok, "seconds": round(timer() - started, 1)})
+                                            "kept_alive": kept, "targets_met": ok and kept_ok,
+                                            "seconds": round(timer() - started, 1)})
     return 0
 
 

@@ -203,21 +203,20 @@ def _open(args: argparse.Namespace, data_dir: Path) -> int:
         print(f"zocratesd is not running for {data_dir}; start it with `zocratesd serve` "
               "(or `zocratesd service install`)", file=sys.stderr)
         return EXIT_NOT_RUNNING
-    from zocratesd.weblink import CODE_TTL_WORDS, WebLinkError, web_app_link
+    from zocratesd.weblink import CODE_TTL_WORDS, WebLinkError, open_in_browser, web_app_link
 
+    browse = not args.no_browser and _has_display()
     try:
-        url = web_app_link(live.raw)
+        link = web_app_link(live.raw, page_file=browse)
     except WebLinkError as exc:
         print(f"zocratesd open: {exc}", file=sys.stderr)
         return 1
-    if url is None:
+    if link is None:
         print("this daemon serves no HTTP (started with --no-http or http.enabled false)", file=sys.stderr)
         return 1
-    print(url, flush=True)
-    if not args.no_browser and _has_display():
-        import webbrowser
-
-        if not webbrowser.open(url):
+    print(link.url, flush=True)
+    if browse:
+        if not open_in_browser(link):
             print(f"no browser could be started; open the URL above yourself (it works once, within {CODE_TTL_WORDS})",
                   file=sys.stderr)
     else:

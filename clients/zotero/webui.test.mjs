@@ -9,12 +9,12 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtemp, mkdir, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, mkdir, rm, stat, writeFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import { createServer as createNetServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 import { REPO, Zocratesd, daemonEnv, launchFirefox, python, requireFirefox } from "./testkit.mjs";
 import { ZocratesClient } from "./zocrates-client.mjs";
@@ -566,6 +566,27 @@ describe("the sidebar web app in Firefox", () => {
     assert.equal(await again.evaluate(() => sessionStorage.getItem("zocrates.token")), library.token);
     assert.deepEqual(again.errors, []);
     await again.close();
+  });
+
+  test("zocrates open's page file, opened as the command opens it, leads to the web app and goes with its code", async () => {
+    // What `zocrates open` starts the browser on instead of the address (shim/openpage.py).
+    const r = await fetch(`${library.base}/auth/code`, {
+      method: "POST", body: JSON.stringify({ page_file: true }),
+      headers: { Authorization: `Bearer ${library.token}`, "Content-Type": "application/json" },
+    });
+    const { code, page_file: file } = await r.json();
+    assert.match(file, /\/open-[0-9a-f]{32}\.html$/);
+    assert.equal((await stat(file)).mode & 0o777, 0o600);
+    const pageUrl = pathToFileURL(file).href;
+    assert.ok(!pageUrl.includes(code), "the file's address holds no code");
+    const p = await newPage();
+    await open(p, pageUrl);
+    await until(p, () => document.documentElement?.dataset.view === "chat");
+    assert.equal(await p.evaluate(() => location.href), `${library.base}/ui/`);
+    assert.equal(await p.evaluate(() => sessionStorage.getItem("zocrates.token")), library.token);
+    await assert.rejects(stat(file), { code: "ENOENT" }); // the code was traded: the page is gone
+    assert.deepEqual(p.errors, []);
+    await p.close();
   });
 
   test("a link whose label hides its target shows its host", async () => {

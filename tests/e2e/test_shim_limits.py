@@ -12,6 +12,7 @@ import json
 import resource
 import shutil
 import socket
+import statistics
 import sys
 import tempfile
 import time
@@ -223,3 +224,21 @@ def test_the_daemon_raises_its_soft_open_file_limit(daemon_factory: Any) -> None
     limits = Path(f"/proc/{daemon.proc.pid}/limits").read_text()
     soft, hard_now = next(line.split()[3:5] for line in limits.splitlines() if line.startswith("Max open files"))
     assert (int(soft), int(hard_now)) == (4096, 4096)
+
+
+# --- kept-alive requests ----------------------------------------------------------------------------
+
+
+def test_requests_on_a_kept_alive_connection_are_not_held_back_by_nagle(d: DaemonProc, port: int) -> None:
+    # Each request after the first used to wait ~40 ms: the response's two writes (head, body) met
+    # Nagle's algorithm on the daemon's side and the client's delayed ACK.
+    token = d.info["token"]
+    took = []
+    with connect(port) as s:
+        for _ in range(21):
+            started = time.perf_counter()
+            s.sendall(request(port, token))
+            assert response(s)[0] == 200
+            took.append(time.perf_counter() - started)
+    took.sort()
+    assert statistics.median(took[1:]) < 0.020, [round(t * 1000, 1) for t in took]

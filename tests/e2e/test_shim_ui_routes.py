@@ -365,7 +365,8 @@ def test_zocratesd_open_prints_and_opens_a_one_time_address(module_daemon: Daemo
     assert "zocrates open" in again.json()["error"]["message"]
     assert info["token"] not in again.text
 
-    # With a display, it opens the address in the browser $BROWSER names (here a script that records it).
+    # With a display, it opens the browser $BROWSER names (here a script that records it) on a
+    # private page that leads to the address (tests/e2e/test_open_page.py: as another user sees it).
     seen = tmp_path / "seen"
     browser = tmp_path / "browser"
     browser.write_text(f"#!/bin/sh\nprintf '%s' \"$1\" > {seen}\n")
@@ -376,8 +377,11 @@ def test_zocratesd_open_prints_and_opens_a_one_time_address(module_daemon: Daemo
     deadline = time.monotonic() + 10
     while not seen.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert seen.read_text() == done.stdout.strip()  # a fresh code each time
-    assert seen.read_text() != url
+    opened = seen.read_text()
+    assert opened.startswith("file:///") and "code" not in opened, opened
+    page = Path(opened.removeprefix("file://")).read_text()
+    assert f'url={done.stdout.strip()}"' in page  # a fresh code each time
+    assert done.stdout.strip() != url
     # Without a display nothing is started (a text browser would take over the terminal).
     seen.unlink()
     env = {k: v for k, v in env.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}

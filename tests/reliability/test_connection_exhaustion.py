@@ -13,8 +13,6 @@ the log still holds its history (nothing rotated away, a few KiB written).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from typing import Any
@@ -22,12 +20,12 @@ from typing import Any
 import httpx
 import pytest
 from daemonproc import DaemonProc
+from otheruser import as_nobody, needs_root, reaped
 from rawrpc import RawConn
 from relkit import reliability_daemon
 
 pytestmark = [pytest.mark.e2e, pytest.mark.reliability]
 
-NOBODY = 65534
 FD_LIMIT = 1024  # soft and hard: the desktop default of the report (issue 16, item 3)
 IDLE = 1100
 SLOWLORIS = 20
@@ -38,9 +36,8 @@ PROBE_BOUND_S = 3.0
 PROBE_EVERY_S = 0.3
 LOG_GROWTH_BOUND = 64 * 1024
 
-# The attacker. Modules are imported before the switch of uid (the interpreter's files may be
-# unreadable as nobody). Prints one JSON line per phase on stdout; every loop is bounded in count
-# and time, and everything goes to 127.0.0.1 only.
+# The attacker, as uid 65534 (tests/otheruser.py). Prints one JSON line per phase on stdout; every
+# loop is bounded in count and time, and everything goes to 127.0.0.1 only.
 ATTACK = r"""
 port = int(sys.argv[1]); idle_n, slow_n, bad_n, attack_s = (int(x) for x in sys.argv[2:6])
 def report(**kw):
@@ -137,7 +134,7 @@ def probe(d: DaemonProc, port: int, token: str) -> float:
     return max(slowest, time.monotonic() - started)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the attacker runs as another uid (65534), and switching to it needs root")
+@needs_root
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prlimit sets the daemon's open-file limit (Linux)")
 def test_another_user_cannot_exhaust_the_shim_nor_flood_the_log(d: DaemonProc) -> None:
     info = d.info
@@ -148,27 +145,18 @@ def test_another_user_cannot_exhaust_the_shim_nor_flood_the_log(d: DaemonProc) -
     assert "serving" in log_file.read_text()
 
     # Its own descriptors first (1,100 sockets), while still root; then the other uid.
-    prelude = (
-        "import encodings.idna, json, os, resource, socket, sys, time\n"
+    more_fds = (
         "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
-        "resource.setrlimit(resource.RLIMIT_NOFILE, (max(4096, resource.getrlimit(resource.RLIMIT_NOFILE)[0]), max(4096, hard)))\n"
-        f"os.setgroups([])\nos.setgid({NOBODY})\nos.setuid({NOBODY})\n"
-    )
-    attacker = subprocess.Popen(
-        [sys.executable, "-c", prelude + ATTACK, str(port), str(IDLE), str(SLOWLORIS), str(BAD_REQUESTS), str(int(ATTACK_S))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (max(4096, resource.getrlimit(resource.RLIMIT_NOFILE)[0]), max(4096, hard)))"
     )
     latencies: list[float] = []
-    try:
+    args = (str(port), str(IDLE), str(SLOWLORIS), str(BAD_REQUESTS), str(int(ATTACK_S)))
+    with reaped(as_nobody(ATTACK, *args, before=more_fds)) as attacker:
         while attacker.poll() is None:
             latencies.append(probe(d, port, token))
             time.sleep(PROBE_EVERY_S)
             assert len(latencies) < 200, "the attack did not end"
         out, err = attacker.communicate(timeout=30)
-    finally:
-        if attacker.poll() is None:
-            attacker.kill()
-            attacker.wait(10)
     assert attacker.returncode == 0, err
     phases = {p["phase"]: p for p in map(json.loads, out.splitlines())}
     done = phases["done"]

@@ -6,7 +6,9 @@ but Firefox has recorded the visit by then, and anyone who reads that history la
 that works until the daemon restarts. So the address carries a code instead: minted by the daemon
 on request of a holder of the token (`POST /auth/code`), exchanged by the page for the token once
 (`POST /auth/exchange`), and worthless after that or after `CODE_TTL_S`, whichever comes first.
-History then holds only a spent code.
+History then holds only a spent code. Nor does the browser's command line hold it (every local user
+can read a process's command line): the command opens a private file that redirects to the address
+(shim/openpage.py), which goes when its code goes (`on_drop`).
 """
 
 from __future__ import annotations
@@ -34,13 +36,15 @@ class OneTimeCodes:
     ttl_s: float = CODE_TTL_S
     cap: int = MAX_OUTSTANDING
     clock: Callable[[], float] = time.monotonic
+    # Told of each code that is no longer live: exchanged, expired or pushed out by newer ones.
+    on_drop: Callable[[str], None] = lambda code: None
     # code -> when it expires, oldest first (a dict keeps insertion order)
     _codes: dict[str, float] = field(default_factory=dict)
 
     def mint(self) -> str:
         self._drop_expired()
         while len(self._codes) >= self.cap:
-            del self._codes[next(iter(self._codes))]
+            self._drop(next(iter(self._codes)))
         code = secrets.token_urlsafe(CODE_BYTES)
         self._codes[code] = self.clock() + self.ttl_s
         return code
@@ -57,7 +61,7 @@ class OneTimeCodes:
                 found = code
         if found is None:
             return False
-        del self._codes[found]
+        self._drop(found)
         return True
 
     def outstanding(self) -> int:
@@ -68,4 +72,8 @@ class OneTimeCodes:
         now = self.clock()
         for code, expires in list(self._codes.items()):
             if expires <= now:
-                del self._codes[code]
+                self._drop(code)
+
+    def _drop(self, code: str) -> None:
+        del self._codes[code]
+        self.on_drop(code)

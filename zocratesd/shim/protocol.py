@@ -13,11 +13,17 @@ socket with them (issue 16). So every connection is, at any moment, in one of th
   guard bounds the time a body may take to arrive, the core bounds a turn.
 - `IDLE`: the response is complete and the connection is kept alive for `idle_timeout_s`.
 
-At most `cap` connections are open. One more closes the connection that has waited longest in
-`HEAD` or `IDLE` (nginx reuses its idle keep-alive connections the same way when it runs out), or
-is itself closed at once when every open connection is serving a request. A flood of connections
-therefore only ever closes waiting connections; a real client's head arrives with its connection
-and is read within a loop iteration or two, long before a flood could push it out.
+A connection is the owner's (`trusted`) once a request on it carried the token (the guard says
+so, guard.py); until then anyone on this machine may have opened it.
+
+At most `cap` connections are open. One more closes, to make room, the connection that has waited
+longest among those never trusted, whatever their phase (a body trickling in, a public answer the
+client does not read: another user's 512 such connections would otherwise hold every slot), then
+among the owner's in `HEAD` or `IDLE` (nginx reuses its idle keep-alive connections the same way
+when it runs out); it is itself closed at once only when every open connection is the owner's,
+serving a request. A flood of connections therefore only ever closes waiting or untrusted
+connections, the flood's own first; a real client's head arrives with its connection and is read
+within a loop iteration or two, long before a flood could push it out.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import ClassVar
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.utils import get_remote_addr
 
 from zocratesd.shim.guard import SECURITY_HEADERS
 
@@ -49,8 +56,11 @@ class ConnectionTable:
         self.head_timeout_s = head_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self.open: set[LimitedH11Protocol] = set()
-        # HEAD or IDLE connections in the order they began to wait (a dict keeps insertion order).
+        # The connections that may be closed to make room (HEAD or IDLE, or never trusted), in the
+        # order they began to wait (a dict keeps insertion order).
         self.waiting: dict[LimitedH11Protocol, None] = {}
+        # Open connections by their peer's (host, port), as uvicorn's scope names the client.
+        self.by_peer: dict[tuple[str, int], LimitedH11Protocol] = {}
         # Since start, for the log.
         self.refused = 0
         self.evicted = 0
@@ -59,17 +69,24 @@ class ConnectionTable:
     def admit(self, conn: LimitedH11Protocol) -> bool:
         """Count `conn` in, making room if the cap is reached; False: close it at once."""
         if len(self.open) >= self.cap:
-            victim = next(iter(self.waiting), None)
+            victim = next((c for c in self.waiting if not c.trusted), None) or next(iter(self.waiting), None)
             self._warn_full()
             if victim is None:
                 self.refused += 1
                 return False
             self.evicted += 1
-            del self.waiting[victim]
-            self.open.discard(victim)
+            self._remove(victim)
             victim.close(abort=False)
         self.open.add(conn)
+        if conn.peer is not None:
+            self.by_peer[conn.peer] = conn
         return True
+
+    def trust(self, peer: tuple[str, int] | None) -> None:
+        """The connection from `peer` carried the owner's token (guard.py)."""
+        conn = self.by_peer.get(peer) if peer is not None else None
+        if conn is not None:
+            conn.trust()
 
     def wait(self, conn: LimitedH11Protocol) -> None:
         self.waiting.pop(conn, None)
@@ -78,9 +95,14 @@ class ConnectionTable:
     def serve(self, conn: LimitedH11Protocol) -> None:
         self.waiting.pop(conn, None)
 
-    def forget(self, conn: LimitedH11Protocol) -> None:
+    def _remove(self, conn: LimitedH11Protocol) -> None:
         self.waiting.pop(conn, None)
         self.open.discard(conn)
+        if conn.peer is not None and self.by_peer.get(conn.peer) is conn:
+            del self.by_peer[conn.peer]
+
+    def forget(self, conn: LimitedH11Protocol) -> None:
+        self._remove(conn)
         if self._full and len(self.open) < self.cap:
             self._full = False
             log.info(
@@ -92,8 +114,8 @@ class ConnectionTable:
         if not self._full:
             self._full = True
             log.warning(
-                "HTTP shim at its cap of %d connections: each new one closes the longest-waiting idle one "
-                "(or is refused when all are busy); the Unix socket is not affected", self.cap,
+                "HTTP shim at its cap of %d connections: each new one closes the longest-waiting idle or "
+                "untrusted one (or is refused when all are the owner's, busy); the Unix socket is not affected", self.cap,
             )
 
 
@@ -110,8 +132,12 @@ class LimitedH11Protocol(H11Protocol):
     # None until admitted, and forever for a connection refused at the cap.
     _phase: Phase | None = None
     _deadline: asyncio.TimerHandle | None = None
+    # A request on it carried the token (module doc).
+    trusted = False
+    peer: tuple[str, int] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.peer = get_remote_addr(transport)
         if not self.table.admit(self):
             transport.abort()  # uvicorn never sees it: connection_lost below does nothing either
             return
@@ -167,11 +193,21 @@ class LimitedH11Protocol(H11Protocol):
         elif self._phase is Phase.SERVING:
             self._enter(Phase.IDLE)
 
+    def trust(self) -> None:
+        self.trusted = True
+        if self._phase is Phase.SERVING:
+            self.table.serve(self)
+
     def _enter(self, phase: Phase) -> None:
         self._phase = phase
         self._cancel_deadline()
         if phase is Phase.SERVING:
-            self.table.serve(self)
+            # The guard bounds how long a body may take and the core a turn; one of another user
+            # stays closable (module doc).
+            if self.trusted:
+                self.table.serve(self)
+            else:
+                self.table.wait(self)
             return
         self.table.wait(self)
         timeout = self.table.head_timeout_s if phase is Phase.HEAD else self.table.idle_timeout_s

@@ -7,6 +7,7 @@ already-bounded body from `guard.py`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,14 +22,18 @@ from starlette.routing import Route
 from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import Daemon, TurnResult, check_resume_response, check_session_id
 from zocratesd.errors import InvalidInput, ZocratesError
-from zocratesd.locations import PROTOCOL_VERSION
+from zocratesd.locations import PROTOCOL_VERSION, RuntimeFileError
 from zocratesd.shim.codes import OneTimeCodes
 from zocratesd.shim.errors import HttpError, JSONResponse, core_error_response, error_response
+from zocratesd.shim.openpage import OpenPages
 from zocratesd.shim.proof import challenge_problem, health_proof
 from zocratesd.shim.turns import start_turn
 from zocratesd.shim.webapp import WebApp
+from zocratesd.weblink import web_app_url
 
 Json = dict[str, Any]
+# After a code's lifetime, its page is looked at again this much later (the clock's own slack).
+PAGE_SWEEP_SLACK_S = 0.5
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 CAPABILITIES: Json = {
     "sessions": True,
@@ -89,11 +94,15 @@ def build_app(
     web: WebApp | None = None,
     token: str = "",
     codes: OneTimeCodes | None = None,
+    pages: OpenPages | None = None,
 ) -> Starlette:
     """The routes of one daemon; `turns()` is the task group turns run in (they outlive requests).
-    `codes` are exchanged for `token` (shim/codes.py); without a token no code is ever minted."""
+    `codes` are exchanged for `token` (shim/codes.py); without a token no code is ever minted.
+    `pages` hold the files that open the web app with a code (shim/openpage.py)."""
     web = web or WebApp([])
     codes = codes or OneTimeCodes()
+    pages = pages or OpenPages(codes.ttl_s)
+    codes.on_drop = pages.drop
 
     async def health(request: Request) -> Response:
         # Public and cheap; with ?challenge=, proof that this daemon holds daemon.json's token (proof.py).
@@ -158,10 +167,21 @@ def build_app(
         return success(**await daemon.update_settings(await json_body(request)))
 
     async def mint_code(request: Request) -> Response:
-        await json_body(request, required=False)
+        body = await json_body(request, required=False)
+        want_page = field(body, "page_file", bool, required=False)
         if not token:
             raise HttpError(404, "not_found", "this shim hands out no codes")
-        return success(code=codes.mint(), expires_in_s=codes.ttl_s)
+        code = codes.mint()
+        if not want_page:
+            return success(code=code, expires_in_s=codes.ttl_s)
+        try:
+            page = pages.write(code, web_app_url(request.scope["server"][1], code))
+        except (OSError, RuntimeFileError) as exc:
+            codes.redeem(code)  # worthless without its page
+            raise HttpError(500, "page_file", f"cannot write the page that opens the web app: {exc}") from None
+        # The page goes when its code expires, even if nothing else asks for codes meanwhile.
+        asyncio.get_running_loop().call_later(codes.ttl_s + PAGE_SWEEP_SLACK_S, codes.outstanding)
+        return success(code=code, expires_in_s=codes.ttl_s, page_file=str(page))
 
     async def exchange_code(request: Request) -> Response:
         # No bearer token here (the guard lets it through): the code is the credential.

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     import uvicorn
 
     from zocratesd.core.daemon import Daemon
+    from zocratesd.shim.openpage import OpenPages
     from zocratesd.shim.protocol import ConnectionTable
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,8 @@ class HttpFace:
         self._turns: anyio.abc.TaskGroup | None = None
         self._accepting: anyio.CancelScope | None = None
         self._opened, self._closed, self._grace_s = opened, closed, grace_s
-        self._server: uvicorn.Server | None = None  # built by run(), with `connections`
+        self._server: uvicorn.Server | None = None  # built by run(), with `connections` and `_pages`
+        self._pages: OpenPages | None = None
         self.connections: ConnectionTable | None = None
         self._stopped = False
         self.port = 0
@@ -162,6 +164,7 @@ class HttpFace:
 
         from zocratesd.shim.codes import OneTimeCodes
         from zocratesd.shim.guard import Guard
+        from zocratesd.shim.openpage import OpenPages
         from zocratesd.shim.protocol import ConnectionTable, protocol_class
         from zocratesd.shim.routes import build_app
         from zocratesd.shim.webapp import WebApp
@@ -170,11 +173,15 @@ class HttpFace:
         self.connections = ConnectionTable(
             connection_cap(config.max_connections), head_timeout_s=config.head_timeout_s, idle_timeout_s=KEEP_ALIVE_S
         )
+        codes = OneTimeCodes()
+        self._pages = OpenPages(codes.ttl_s)
         app = build_app(self.daemon, self._turn_group, opened=opened, closed=closed, web=WebApp(config.allowed_origins),
-                        token=self.token, codes=OneTimeCodes())
+                        token=self.token, codes=codes, pages=self._pages)
         self._protocol_class = protocol_class(self.connections)
+        table = self.connections
         guarded = Guard(app, port=lambda: self.port, token=self.token, allowed_origins=config.allowed_origins,
-                        opened=opened, closed=closed, body_timeout_s=config.body_timeout_s)
+                        opened=opened, closed=closed, trusted=lambda scope: table.trust(scope.get("client")),
+                        body_timeout_s=config.body_timeout_s)
         self._server = _embedded_server(
             uvicorn.Config(
                 guarded,
@@ -222,6 +229,8 @@ class HttpFace:
                 self.stop()
         finally:
             self._sock.close()
+            if self._pages is not None:
+                self._pages.close()  # the codes die with the daemon, and so do their pages
 
     async def _accept(self, listener: socket.socket) -> None:
         """Hand each accepted connection to uvicorn (its protocol counts it in or closes it) until stop()."""
@@ -247,6 +256,11 @@ class HttpFace:
                     await anyio.sleep(ACCEPT_RETRY_S)
                     continue
                 try:
+                    # uvicorn writes a response in two pieces (head, body): with Nagle's algorithm
+                    # the second waits for the client's delayed ACK of the first, ~40 ms on every
+                    # request after the first on a kept-alive connection. asyncio's transport sets
+                    # TCP_NODELAY only on a socket made with proto IPPROTO_TCP, and ours says 0.
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     await loop.connect_accepted_socket(factory, conn)
                 except OSError:  # reset before we got to it
                     conn.close()

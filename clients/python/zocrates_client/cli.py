@@ -695,21 +695,18 @@ def _open(args: argparse.Namespace) -> int:
             f"zocratesd (pid {live.pid}) runs without its web face (--no-http); restart it with "
             f"`zocratesd stop --zotero-data-dir {_q(data_dir)} && zocratesd serve --zotero-data-dir {_q(data_dir)}`"
         )
-    from zocratesd.weblink import CODE_TTL_WORDS, WebLinkError, web_app_link
+    from zocratesd.weblink import CODE_TTL_WORDS, WebLinkError, open_in_browser, web_app_link
 
     try:
-        url = web_app_link(live.raw)
+        link = web_app_link(live.raw, page_file=not args.print_only)
     except WebLinkError as exc:
         raise CliError(str(exc)) from None
-    assert url is not None  # http and token were checked above
-    print(url, flush=True)
+    assert link is not None  # http and token were checked above
+    print(link.url, flush=True)
     if args.print_only:
         _err(f"the address opens the web UI once, within {CODE_TTL_WORDS}")
-    else:
-        import webbrowser
-
-        if not webbrowser.open(url):
-            _err(f"no browser could be opened here; open the address above in one (it works once, within {CODE_TTL_WORDS})")
+    elif not open_in_browser(link):
+        _err(f"no browser could be opened here; open the address above in one (it works once, within {CODE_TTL_WORDS})")
     return 0
 
 

@@ -1,5 +1,5 @@
 """The shim's limits, in process: the connection cap against the fd limit (shim/server.py), and the
-guard's deadline for an authenticated body (shim/guard.py). The connections themselves (cap,
+guard's deadlines and sizes for bodies with and without the token, and its budget (shim/guard.py). The connections themselves (cap,
 eviction, head deadlines) are tested against a real daemon in tests/e2e/test_shim_limits.py."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import anyio
 import pytest
 from starlette.types import Message
 
-from zocratesd.shim.guard import Guard
+from zocratesd.shim.guard import PUBLIC_MAX_BODY_BYTES, BodyLimits, Guard
 from zocratesd.shim.server import FD_RESERVE, connection_cap
 
 pytestmark = pytest.mark.anyio
@@ -104,3 +104,78 @@ async def test_a_body_in_time_is_served_as_before() -> None:
     body = b'{"title": "x"}'
     sent = await _call(_guard(0.3), _scope(len(body)), [{"type": "http.request", "body": body, "more_body": False}], then_hang=True)
     assert sent[0]["status"] == 200 and json.loads(sent[1]["body"]) == {"got": len(body)}
+
+
+def _exchange_scope(length: int) -> dict[str, Any]:
+    return {
+        "type": "http", "method": "POST", "path": "/auth/exchange", "headers": [
+            (b"host", f"127.0.0.1:{PORT}".encode()), (b"content-type", b"application/json"),
+            (b"content-length", str(length).encode())],
+    }
+
+
+async def test_a_tokenless_body_beyond_a_few_hundred_bytes_is_refused_before_it_is_read() -> None:
+    read = 0
+
+    async def receive() -> Message:
+        nonlocal read
+        read += 1
+        return {"type": "http.request", "body": b" " * 600, "more_body": False}
+
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await _guard(30)(_exchange_scope(PUBLIC_MAX_BODY_BYTES + 1), receive, send)
+    assert sent[0]["status"] == 413 and read == 0
+    assert "without the token" in json.loads(sent[1]["body"])["error"]["message"]
+    # The same length with the token is read and served.
+    served = await _call(_guard(30), _scope(PUBLIC_MAX_BODY_BYTES + 1), [
+        {"type": "http.request", "body": b" " * (PUBLIC_MAX_BODY_BYTES + 1), "more_body": False}], then_hang=False)
+    assert served[0]["status"] == 200
+
+
+async def test_a_tokenless_body_has_seconds_not_the_owners_deadline() -> None:
+    guard = Guard(_app, port=lambda: PORT, token=TOKEN, allowed_origins=[], body_timeout_s=30,
+                  public_body=BodyLimits(PUBLIC_MAX_BODY_BYTES, 0.3))
+    started = time.monotonic()
+    sent = await _call(guard, _exchange_scope(100), [{"type": "http.request", "body": b"{", "more_body": True}], then_hang=True)
+    assert sent[0]["status"] == 408 and time.monotonic() - started < 2
+
+
+async def test_bodies_held_at_once_stay_within_the_budget() -> None:
+    guard = Guard(_app, port=lambda: PORT, token=TOKEN, allowed_origins=[], body_budget_bytes=1000)
+    first_in = anyio.Event()
+    results: list[list[Message]] = []
+
+    async def stalled() -> None:  # holds 800 bytes, declared, while its body trickles
+        sent: list[Message] = []
+
+        async def receive() -> Message:
+            first_in.set()
+            await anyio.sleep(0.5)
+            return {"type": "http.request", "body": b" " * 800, "more_body": False}
+
+        async def send(message: Message) -> None:
+            sent.append(message)
+
+        await guard(_scope(800), receive, send)
+        results.append(sent)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stalled)
+        await first_in.wait()
+        assert guard.buffered == 800
+        refused = await _call(guard, _scope(300), [], then_hang=True)
+        assert refused[0]["status"] == 503 and json.loads(refused[1]["body"])["error"]["code"] == "busy"
+        assert (b"connection", b"close") in refused[0]["headers"]
+        # A chunked body (no Content-Length) is counted as it arrives.
+        chunked = {**_scope(0), "headers": [h for h in _scope(0)["headers"] if h[0] != b"content-length"]
+                   + [(b"transfer-encoding", b"chunked")]}
+        refused = await _call(guard, chunked, [{"type": "http.request", "body": b" " * 150, "more_body": True},
+                                               {"type": "http.request", "body": b" " * 150, "more_body": True}], then_hang=True)
+        assert refused[0]["status"] == 503
+    assert results[0][0]["status"] == 200 and guard.buffered == 0
+    ok = await _call(guard, _scope(900), [{"type": "http.request", "body": b" " * 900, "more_body": False}], then_hang=True)
+    assert ok[0]["status"] == 200 and guard.buffered == 0
