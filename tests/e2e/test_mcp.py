@@ -30,15 +30,14 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from daemonproc import daemon_env
 from fake_openai import Behaviour, FakeOpenAI
 from fences import same_but_boundaries
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcpworld import mcp_world
 from zoterofixture import Collection, Item, Library, rich_library
 
 from zocratesd import locations
-from zocratesd.library.writer import write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -73,21 +72,8 @@ def library() -> Library:
 def world(short_tmp: Path) -> Any:
     """A data dir with the library (research budget: one round), a runtime dir, the env; the
     daemon a test's `zocratesd mcp` starts is stopped at the end."""
-    run = short_tmp / "run"
-    run.mkdir(mode=0o700)
-    data = short_tmp / "zotero"
-    write(data, library())
-    state = data / "zocrates-data"
-    state.mkdir()
-    (state / "zocrates_config.json").write_text(json.dumps({"research": {"initial_budget": 1}, "http": {"enabled": False}}))
-
-    class World:
-        data_dir = data
-        env = daemon_env(run)
-
-    yield World
-    subprocess.run([sys.executable, "-m", "zocratesd", "stop", "--zotero-data-dir", str(data)], env=World.env, timeout=60,
-                   capture_output=True, check=False)
+    with mcp_world(short_tmp, library(), {"research": {"initial_budget": 1}, "http": {"enabled": False}}) as made:
+        yield made
 
 
 @asynccontextmanager

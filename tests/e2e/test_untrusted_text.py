@@ -13,7 +13,6 @@ member can plant such text) out of the index: not searched, not read as an item.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -24,11 +23,11 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from daemonproc import daemon_env
 from fake_openai import FakeOpenAI
 from fences import fenced_bodies, fenced_body
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcpworld import mcp_world
 from rawrpc import RawConn
 from zoterofixture import Group, Item, Library, Note
 
@@ -75,20 +74,8 @@ def marked(text: str) -> str:
 
 @pytest.fixture
 def world(short_tmp: Path) -> Any:
-    run = short_tmp / "run"
-    run.mkdir(mode=0o700)
-    data = short_tmp / "zotero"
-    write(data, library())
-    (data / "zocrates-data").mkdir()
-    (data / "zocrates-data" / "zocrates_config.json").write_text(json.dumps({"http": {"enabled": False}}))
-
-    class World:
-        data_dir = data
-        env = daemon_env(run)
-
-    yield World
-    subprocess.run([sys.executable, "-m", "zocratesd", "stop", "--zotero-data-dir", str(data)], env=World.env, timeout=60,
-                   capture_output=True, check=False)
+    with mcp_world(short_tmp, library(), {"http": {"enabled": False}}) as made:
+        yield made
 
 
 @asynccontextmanager
