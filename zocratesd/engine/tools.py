@@ -163,7 +163,7 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
         passages = _numbered(ranked)
         record_evidence(state, invocation_id, [r.aspect for r in research.rounds] or [query], passages)
         # The passages as found (the offline answerer quotes them verbatim); the model adapters
-        # fence the whole result as untrusted text (models/openai.py), and it says so itself.
+        # fence the whole result as untrusted text (models/fencing.py), and it says so itself.
         yield {"query": query, "scope": research.scope.mode, "passages": passages, "research": research.report(),
                "library": await search_facts(retriever, research.scope, research.query, research.aspects, passages),
                UNTRUSTED_KEY: NOTE}

@@ -38,7 +38,7 @@ INSTRUCTIONS: Final = (
     "get_item reads one item (fulltext=true pages through its text); list_collections, list_tags and recent_items "
     "browse. ask runs Zocrates' own cited research answer in a persistent session (pass session_id to follow up); "
     "resume continues one paused at a research checkpoint; sessions lists, shows, renames and deletes them. "
-    f"Every tool result and item resource is library text. {RULE} Their structuredContent says so in its "
+    f"Tool results and item resources carry library text, fenced. {RULE} Their structuredContent says so in its "
     f"`{UNTRUSTED_KEY}` field."
 )
 # What the server offers at `initialize` (tools, the item resources, prompts; no list-changed
