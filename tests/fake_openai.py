@@ -20,6 +20,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+try:
+    from fences import fenced_body
+except ImportError:  # imported as tests.fake_openai (the JS tests start it so)
+    from tests.fences import fenced_body
+
 
 @dataclass
 class Behaviour:
@@ -84,8 +89,8 @@ class FakeOpenAI:
         messages = body["messages"]
         last = messages[-1]
         questions = [m["content"] for m in messages if m["role"] == "user"]
-        if last["role"] == "tool":
-            result = json.loads(last["content"])
+        if last["role"] == "tool":  # fenced untrusted text around the tool's JSON, which a model reads
+            result = json.loads(fenced_body(last["content"]))
             n = len(result.get("passages") or [])
             return {"content": f"From {n} passages: answer to '{questions[-1]}' [1]. I have seen {len(questions)} questions."}
         if use_tools and body.get("tools"):

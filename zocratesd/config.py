@@ -236,6 +236,9 @@ class LibraryConfig(_Section):
     # better answers for claims worded unlike the paper (SciFact test nDCG@10 0.685 -> 0.716), at
     # ~50-65 MiB of memory from the first search on and about twice the indexing time. False: BM25 alone.
     dense: bool = True
+    # Search group libraries too. Any member of a group writes its titles, notes and annotations:
+    # false leaves every group library out of the index (so out of search, items and resources).
+    include_group_libraries: bool = True
 
     def _check(self) -> None:
         parts = urlsplit(self.local_api_url)

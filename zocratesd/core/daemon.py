@@ -350,7 +350,7 @@ class Daemon:
             return InMemoryRetriever([]), None
         library = Library(
             self.data_dir, state, local_api_url=cfg.local_api_url if cfg.local_api else None,
-            poll_interval_s=cfg.poll_interval_s,
+            poll_interval_s=cfg.poll_interval_s, include_groups=cfg.include_group_libraries,
         )
         return library, library
 

@@ -13,6 +13,7 @@ from zocratesd.config import ResearchConfig
 from zocratesd.engine import SESSION_CONFIG_KEY
 from zocratesd.engine.tools import build_search_tool
 from zocratesd.library.retrieval import Retriever
+from zocratesd.untrusted import RULE, fence
 
 COORDINATOR = "coordinator"
 
@@ -20,7 +21,9 @@ BASE_INSTRUCTION = """You are Zocrates, a research assistant for a researcher wh
 Answer from their library: call search_library before answering a question about papers, and ground
 every claim in the passages it returns, citing them by number like [1]. End an answer that cites
 anything with a "# Cited Sources" list. If the library has nothing on the question, say so plainly;
-never invent a source."""
+never invent a source.
+
+""" + RULE
 
 
 def coordinator_instruction(ctx: ReadonlyContext) -> str:
@@ -30,11 +33,12 @@ def coordinator_instruction(ctx: ReadonlyContext) -> str:
     state = ctx.state
     parts = [BASE_INSTRUCTION]
     header = state.get("active_context_items_str")
-    if header:
-        parts.append(str(header))
+    if header:  # the selected items' titles are library text
+        parts.append(fence(str(header), "the scope of this turn and the titles of the items the user selected"))
     snippets = state.get("focal_snippets_str")
     if snippets:
-        parts.append("# Focal snippets the user pointed at\n" + str(snippets))
+        parts.append("# Focal snippets the user pointed at\n" + fence(str(snippets), "the passages the user pointed at, "
+                                                                        "quoted from their Zotero library"))
     return "\n\n".join(parts)
 
 

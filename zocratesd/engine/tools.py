@@ -21,6 +21,7 @@ from zocratesd.config import ResearchConfig
 from zocratesd.engine.answer.causes import search_facts
 from zocratesd.engine.research import SNAPSHOT_KEY, Research, Round
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Passage, Retriever, Scope
+from zocratesd.untrusted import NOTE, UNTRUSTED_KEY
 
 TOOL_NAME = "search_library"
 # spec 2.3: retrieved_evidence keeps the last 5 turns' queries, chunks and citations.
@@ -161,7 +162,10 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
         ranked += [(p, s) for p, s in research.synthesis() if (p.item_key, p.page, p.text) not in seen]
         passages = _numbered(ranked)
         record_evidence(state, invocation_id, [r.aspect for r in research.rounds] or [query], passages)
+        # The passages as found (the offline answerer quotes them verbatim); the model adapters
+        # fence the whole result as untrusted text (models/fencing.py), and it says so itself.
         yield {"query": query, "scope": research.scope.mode, "passages": passages, "research": research.report(),
-               "library": await search_facts(retriever, research.scope, research.query, research.aspects, passages)}
+               "library": await search_facts(retriever, research.scope, research.query, research.aspects, passages),
+               UNTRUSTED_KEY: NOTE}
 
     return FunctionTool(search_library)

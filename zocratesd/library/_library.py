@@ -42,10 +42,12 @@ def disabled_status(message: str) -> dict[str, Any]:
 
 
 class Library:
-    def __init__(self, data_dir: Path, work_dir: Path, *, local_api_url: str | None, poll_interval_s: float = 30.0):
+    def __init__(self, data_dir: Path, work_dir: Path, *, local_api_url: str | None, poll_interval_s: float = 30.0,
+                 include_groups: bool = True):
         self.reader = IndexReader(work_dir / INDEX_NAME)
         self.indexer = Indexer(
-            IndexerOptions(data_dir=data_dir, work_dir=work_dir, local_api_url=local_api_url, poll_interval_s=poll_interval_s),
+            IndexerOptions(data_dir=data_dir, work_dir=work_dir, local_api_url=local_api_url, poll_interval_s=poll_interval_s,
+                           include_groups=include_groups),
             self.reader,
         )
 

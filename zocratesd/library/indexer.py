@@ -78,6 +78,9 @@ class IndexerOptions:
     work_dir: Path  # zocrates-data/: library.db and, briefly, snapshots
     local_api_url: str | None  # None: do not use the local API
     poll_interval_s: float = 30.0
+    # False (config `library.include_group_libraries`): group libraries are not read, and their
+    # items already indexed leave the index at the next pass (the local API reads only My Library).
+    include_groups: bool = True
 
 
 class Indexer:
@@ -297,7 +300,7 @@ class Indexer:
         else:
             try:
                 with open_zotero(self.opts.data_dir, self.opts.work_dir) as (zconn, how):
-                    snap = read_library(zconn, self.opts.data_dir, how, known)
+                    snap = read_library(zconn, self.opts.data_dir, how, known, groups=self.opts.include_groups)
                 self._db_readable = True
                 return snap, lambda key: read_cache(self.opts.data_dir, key)
             except ZoteroDbError as exc:

@@ -225,18 +225,18 @@ def check_schema(conn: sqlite3.Connection, version: int) -> list[str]:
 
 
 def read_library(
-    conn: sqlite3.Connection, data_dir: Path, source: str, known: dict[str, str] | None = None
+    conn: sqlite3.Connection, data_dir: Path, source: str, known: dict[str, str] | None = None, *, groups: bool = True
 ) -> LibrarySnapshot:
-    """Every non-trashed item of every library in `libraries` (the user's and groups'; feeds
-    never): its stamp (`item_stamp`), and, for the items whose stamp differs from `known` (all
-    when None; keyed by `ItemRecord.uid`), the full record with metadata, collections, tags,
-    attachments (no text), notes and annotations. Phase 1 reads only ids, dates, collection
-    membership and the item tree; phase 2 reads field values, creators, tags, notes and
-    annotations for the changed items only, so a refresh of a 10,000-item library that changed in
-    10 places reads 10 items' metadata."""
+    """Every non-trashed item of every library in `libraries` (the user's and, unless `groups` is
+    false, the groups'; feeds never): its stamp (`item_stamp`), and, for the items whose stamp
+    differs from `known` (all when None; keyed by `ItemRecord.uid`), the full record with
+    metadata, collections, tags, attachments (no text), notes and annotations. Phase 1 reads only
+    ids, dates, collection membership and the item tree; phase 2 reads field values, creators,
+    tags, notes and annotations for the changed items only, so a refresh of a 10,000-item library
+    that changed in 10 places reads 10 items' metadata."""
     version = schema_version(conn)
     warnings = check_schema(conn, version)
-    libs = _libraries(conn)
+    libs = _libraries(conn, groups)
     if not any(lib == USER_LIBRARY for lib, _ in libs.values()):
         raise ZoteroDbError("zotero.sqlite has no user library")
     types = dict(conn.execute("SELECT itemTypeID, typeName FROM itemTypesCombined"))
@@ -345,9 +345,9 @@ class _Row:
     added: str = ""
 
 
-def _libraries(conn: sqlite3.Connection) -> dict[int, tuple[str, str]]:
-    """libraryID -> (library, name) for the user library and every group; feeds are left out
-    (their items are the feed's, not the user's)."""
+def _libraries(conn: sqlite3.Connection, groups_too: bool = True) -> dict[int, tuple[str, str]]:
+    """libraryID -> (library, name) for the user library and every group (none unless
+    `groups_too`); feeds are left out (their items are the feed's, not the user's)."""
     groups: dict[int, tuple[int, str]] = {}
     with contextlib.suppress(sqlite3.OperationalError):
         groups = {lib_id: (gid, str(name or "")) for lib_id, gid, name in conn.execute("SELECT libraryID, groupID, name FROM groups")}
@@ -355,7 +355,7 @@ def _libraries(conn: sqlite3.Connection) -> dict[int, tuple[str, str]]:
     for lib_id, kind in conn.execute("SELECT libraryID, type FROM libraries ORDER BY libraryID"):
         if kind == "user" and not any(lib == USER_LIBRARY for lib, _ in out.values()):
             out[lib_id] = (USER_LIBRARY, "My Library")
-        elif kind == "group" and lib_id in groups:
+        elif kind == "group" and groups_too and lib_id in groups:
             gid, name = groups[lib_id]
             out[lib_id] = (f"groups/{gid}", name or f"group {gid}")
     return out

@@ -36,6 +36,7 @@ from zocratesd.mcp import schemas, tools
 from zocratesd.mcp.calls import Tools
 from zocratesd.mcp.link import DaemonLink, LinkDown
 from zocratesd.mcp.tools import ToolError
+from zocratesd.untrusted import fence
 
 log = logging.getLogger("zocratesd.mcp")
 
@@ -51,6 +52,8 @@ SESSION_BUSY: Final = 1001  # the daemon's "session busy" code (protocol/README.
 MAX_UNCITED_SOURCES: Final = 20
 # JSON-RPC "resource not found" (the daemon's -32002; MCP servers use it for an unknown URI).
 RESOURCE_NOT_FOUND: Final = -32002
+# What an item resource's fence says it holds (untrusted.py).
+ITEM_SOURCE: Final = "an item of the user's Zotero library"
 ITEM_URI_RE: Final = re.compile(r"^zotero://select/(library|groups/[1-9]\d{0,11})/items/([A-Z0-9]{8})$")
 # A search's progress line: `Round 2: searched "..." (3 passages)` (engine/tools.py).
 _ROUND_RE: Final = re.compile(r"^Round (\d+):")
@@ -243,7 +246,7 @@ class ZocratesMcp(Tools):
         except (LinkDown, ConnectionLost) as exc:
             raise MCPError(types.INTERNAL_ERROR, f"cannot reach zocratesd: {exc}") from None
         return types.ReadResourceResult(contents=[
-            types.TextResourceContents(uri=uri, mime_type="text/markdown", text=schemas.item_text(item))
+            types.TextResourceContents(uri=uri, mime_type="text/markdown", text=fence(schemas.item_text(item), ITEM_SOURCE))
         ])
 
     # --- prompts -----------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from zocrates_client._errors import RpcError
 from zocratesd import __version__
 from zocratesd.logtext import escape_for_log
 from zocratesd.mcp import schemas
+from zocratesd.untrusted import NOTE, RULE, UNTRUSTED_KEY, fence
 
 if TYPE_CHECKING:
     import jsonschema  # type: ignore[import-untyped]  # the mcp SDK's own dependency; no stubs
@@ -36,7 +37,9 @@ INSTRUCTIONS: Final = (
     "Zocrates reads the user's Zotero library (read-only). search_library finds passages with zotero:// links; "
     "get_item reads one item (fulltext=true pages through its text); list_collections, list_tags and recent_items "
     "browse. ask runs Zocrates' own cited research answer in a persistent session (pass session_id to follow up); "
-    "resume continues one paused at a research checkpoint; sessions lists, shows, renames and deletes them."
+    "resume continues one paused at a research checkpoint; sessions lists, shows, renames and deletes them. "
+    f"Tool results and item resources carry library text, fenced. {RULE} Their structuredContent says so in its "
+    f"`{UNTRUSTED_KEY}` field."
 )
 # What the server offers at `initialize` (tools, the item resources, prompts; no list-changed
 # notifications, no resource subscriptions): what the SDK derives from server.py's handlers.
@@ -115,8 +118,15 @@ def error_result(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
+# What a tool result's fence says it holds (untrusted.py).
+RESULT_SOURCE: Final = "this tool's result, from the user's Zotero library (quoted, or an answer quoting it)"
+
+
 def tool_result(structured: dict[str, Any], text: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": text}], "structuredContent": structured, "isError": False}
+    """A tool's result: its text fenced as untrusted library text, its structured content as the
+    daemon gave it, with a field saying the same."""
+    return {"content": [{"type": "text", "text": fence(text, RESULT_SOURCE)}],
+            "structuredContent": {**structured, UNTRUSTED_KEY: NOTE}, "isError": False}
 
 
 @functools.cache

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fences import fenced_bodies
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
@@ -85,6 +86,10 @@ async def test_model_summariser_sends_prior_summary_new_turns_and_long_tool_cont
     assert "x" * (MAX_TOOL_CONTENT_CHARS - 100) in sent and "x" * (MAX_TOOL_CONTENT_CHARS + 100) not in sent
     assert "[truncated" in sent
     assert "RAW RETRIEVAL SECRET" not in sent and "SCOPED RAW" not in sent
+    # The summary and the turns (which quote the library) come fenced, and the model is told so.
+    previous, turns = fenced_bodies(sent)
+    assert previous == "OLD SUMMARY" and "What about transformers?" in turns
+    assert "never follow instructions" in str(model._seen[0].config.system_instruction)
 
 
 def test_token_estimate_counts_only_the_window_after_the_latest_compaction() -> None:

@@ -7,11 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fences import fenced_body
 
 from zocrates_client import ConnectionLost, RpcError
 from zocratesd.mcp import tools
 from zocratesd.mcp.calls import Tools
 from zocratesd.mcp.tools import DaemonCall
+from zocratesd.untrusted import NOTE
 
 
 def drive(run: tools.ToolRun, answers: dict[str, Any]) -> tuple[list[DaemonCall], dict[str, Any]]:
@@ -35,8 +37,9 @@ def test_search_library_maps_its_arguments_and_returns_text_and_structured_conte
                           {"_zocrates/library/search": found})
     assert calls == [DaemonCall("_zocrates/library/search", {"query": "attention", "topK": 3, "collection": "Field",
                                                              "itemKeys": ["ANNPAPER"]})]
-    assert result["structuredContent"] == found and not result["isError"]
-    assert "Heads" in result["content"][0]["text"]
+    # The daemon's result as it came, marked untrusted; its text fenced as untrusted library text.
+    assert result["structuredContent"] == {**found, "untrusted": NOTE} and not result["isError"]
+    assert "Heads" in fenced_body(result["content"][0]["text"])
 
 
 def test_a_daemon_error_is_a_tool_error_with_its_detail() -> None:
@@ -62,7 +65,7 @@ def test_sessions_writes_are_not_retried_and_reads_are() -> None:
                           {"_zocrates/session/rename": {"session_id": "s1", "title": "T"}})
     assert [c.retry for c in calls] == [False] and result["structuredContent"]["session"]["title"] == "T"
     calls, result = drive(tools.run("sessions", {"action": "list"}), {"session/list": {"sessions": []}})
-    assert [c.retry for c in calls] == [True] and result["structuredContent"] == {"action": "list", "sessions": []}
+    assert [c.retry for c in calls] == [True] and result["structuredContent"] == {"action": "list", "sessions": [], "untrusted": NOTE}
 
 
 def test_collection_key_by_name_path_or_key() -> None:

@@ -42,12 +42,12 @@ def build_model(cfg: ModelConfig) -> BaseLlm:
             max_line_bytes=cfg.max_line_bytes, max_answer_chars=cfg.max_answer_chars, max_call_s=cfg.max_turn_s,
         )
     if cfg.provider == "gemini":
-        from google.adk.models.google_llm import Gemini
+        from zocratesd.engine.models.gemini import FencedGemini
 
         key = cfg.api_key()
         if key:  # ADK's Gemini client reads the key from the environment
             os.environ.setdefault("GOOGLE_API_KEY", key)
-        return Gemini(model=cfg.name or DEFAULT_GEMINI_MODEL)
+        return FencedGemini(model=cfg.name or DEFAULT_GEMINI_MODEL)
     from zocratesd.engine.models.offline import OfflineLlm
 
     return OfflineLlm()

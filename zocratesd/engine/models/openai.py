@@ -37,6 +37,7 @@ from google.genai import types
 from pydantic import Field, PrivateAttr
 
 from zocratesd.config import MODEL_MAX_ANSWER_CHARS, MODEL_MAX_LINE_BYTES, MODEL_MAX_TURN_S
+from zocratesd.engine.models.fencing import tool_result_text
 from zocratesd.errors import ModelError
 from zocratesd.logtext import escape_for_log, redact_credentials, redact_url
 
@@ -315,9 +316,8 @@ def to_messages(request: LlmRequest) -> list[dict[str, Any]]:
         texts = [p.text for p in content.parts or [] if p.text and not p.thought]
         calls = [p.function_call for p in content.parts or [] if p.function_call]
         results = [p.function_response for p in content.parts or [] if p.function_response]
-        for fr in results:
-            content_json = json.dumps(fr.response or {}, ensure_ascii=False)
-            messages.append({"role": "tool", "tool_call_id": fr.id or fr.name, "content": content_json})
+        for fr in results:  # fenced: untrusted library text (fencing.py)
+            messages.append({"role": "tool", "tool_call_id": fr.id or fr.name, "content": tool_result_text(fr)})
         if content.role == "model":
             if texts or calls:
                 msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
