@@ -1,6 +1,7 @@
-"""What `zocratesd mcp` refuses, from outside: the official MCP SDK's client and raw JSON lines on
-its stdio, the core in the process (`--standalone`) on a library whose one paper carries terminal
-control sequences (an OSC 52 clipboard write, a screen clear, a bidirectional override, a NUL).
+"""What `zocratesd mcp` refuses, from outside: the official MCP SDK's client (the core in the
+process, `--standalone`) and raw JSON lines on its stdio (test_mcp.py's `RawFace`, with a daemon it
+starts), on a library whose one paper carries terminal control sequences (an OSC 52 clipboard
+write, a screen clear, a bidirectional override, a NUL).
 
 - `ask`'s answer text escapes the control characters the model quoted from the library, as every
   other tool's text does;
@@ -14,8 +15,6 @@ control sequences (an OSC 52 clipboard write, a screen clear, a bidirectional ov
 from __future__ import annotations
 
 import json
-import os
-import select
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from daemonproc import daemon_env
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
+from test_mcp import RawFace
 from zoterofixture import Item, Library
 
 from zocratesd.library.writer import write
@@ -65,7 +65,9 @@ def world(short_tmp: Path) -> Any:
         data_dir = data
         env = daemon_env(run)
 
-    return World
+    yield World
+    subprocess.run([sys.executable, "-m", "zocratesd", "stop", "--zotero-data-dir", str(data)], env=World.env, timeout=60,
+                   capture_output=True, check=False)
 
 
 def _command(world: Any) -> list[str]:
@@ -124,47 +126,20 @@ async def test_integers_past_the_bound_are_refused_clearly(world: Any) -> None:
             assert (await s.list_tools()).tools  # and the server goes on
 
 
-class RawFace:
-    """`zocratesd mcp --standalone` on its pipes, driven with raw lines."""
+def _opened(world: Any) -> RawFace:
+    """`zocratesd mcp` on raw pipes (the daemon it starts is stopped with the world), past its handshake."""
+    face = RawFace(world, world.env)
+    face.send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+    face.reply(1, timeout_s=60)
+    face.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return face
 
-    def __init__(self, world: Any) -> None:
-        self.proc = subprocess.Popen([sys.executable, *_command(world)], env=world.env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.buf = b""
 
-    def send(self, line: bytes) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + b"\n")
-        self.proc.stdin.flush()
-
-    def request(self, rid: int, method: str, params: dict[str, Any] | None = None) -> None:
-        self.send(json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})}).encode())
-
-    def reply(self, rid: int | None, timeout_s: float = 60.0) -> dict[str, Any]:
-        """The next reply with id `rid` (None: a reply to a line whose id could not be read)."""
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            while b"\n" not in self.buf:
-                left = deadline - time.monotonic()
-                assert left > 0 and select.select([fd], [], [], left)[0], f"no reply to {rid} in {timeout_s} s"
-                chunk = os.read(fd, 65536)
-                assert chunk, "zocratesd mcp closed its stdout"
-                self.buf += chunk
-            line, _, self.buf = self.buf.partition(b"\n")
-            msg = json.loads(line)
-            if "method" not in msg and msg.get("id") == rid:
-                return dict(msg)
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=60)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
+def _send_line(face: RawFace, line: bytes) -> None:
+    assert face.proc.stdin is not None
+    face.proc.stdin.write(line + b"\n")
+    face.proc.stdin.flush()
 
 
 def _deep(rid: int) -> bytes:
@@ -175,23 +150,20 @@ def _deep(rid: int) -> bytes:
 
 
 def test_lines_not_json_or_nested_too_deep_are_answered_before_and_after_the_hand_over(world: Any) -> None:
-    face = RawFace(world)
+    face = _opened(world)
     try:
-        face.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
-        face.reply(1)
-        face.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
         for rid, stage in ((10, "early"), (20, "handed over")):
-            face.send(_deep(rid))
+            _send_line(face, _deep(rid))
             refused = face.reply(rid)["error"]
             assert refused == {"code": -32600, "message": "Invalid Request",
                                "data": f"nested deeper than {MAX_JSON_DEPTH} levels"}, stage
-            face.send(b"[" * 100_000 + b"]" * 100_000)  # past any parser's limit: not JSON
+            _send_line(face, b"[" * 100_000 + b"]" * 100_000)  # past any parser's limit: not JSON
             assert face.reply(None)["error"]["code"] == -32700, stage
-            face.send(b'{"jsonrpc":"2.0","id":3,"method":')
+            _send_line(face, b'{"jsonrpc":"2.0","id":3,"method":')
             assert face.reply(None)["error"]["code"] == -32700, stage
-            face.request(rid + 1, "ping")
+            face.send({"jsonrpc": "2.0", "id": rid + 1, "method": "ping"})
             assert face.reply(rid + 1)["result"] == {}
-            face.request(rid + 2, "prompts/list")  # the SDK's to answer: from here on it reads every line
+            face.send({"jsonrpc": "2.0", "id": rid + 2, "method": "prompts/list"})  # the SDK's to answer: from here on it reads every line
             assert face.reply(rid + 2)["result"]["prompts"]
     finally:
         face.close()
@@ -199,16 +171,13 @@ def test_lines_not_json_or_nested_too_deep_are_answered_before_and_after_the_han
 
 
 def test_an_item_uri_with_a_trailing_newline_is_not_an_item(world: Any) -> None:
-    face = RawFace(world)
+    face = _opened(world)
     try:
-        face.request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
-        face.reply(1)
-        face.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
         deadline = time.monotonic() + 90
         rid = 1
         while True:  # until the item is indexed: then only the newline can make it not found
             rid += 1
-            face.request(rid, "resources/read", {"uri": "zotero://select/library/items/OKAPIPAP"})
+            face.send({"jsonrpc": "2.0", "id": rid, "method": "resources/read", "params": {"uri": "zotero://select/library/items/OKAPIPAP"}})
             if "result" in (found := face.reply(rid)):
                 break
             assert time.monotonic() < deadline, found
@@ -216,7 +185,7 @@ def test_an_item_uri_with_a_trailing_newline_is_not_an_item(world: Any) -> None:
         assert "Okapi stripes" in found["result"]["contents"][0]["text"]
         for uri in ("zotero://select/library/items/OKAPIPAP\n", "zotero://select/groups/1/items/OKAPIPAP\n"):
             rid += 1
-            face.request(rid, "resources/read", {"uri": uri})
+            face.send({"jsonrpc": "2.0", "id": rid, "method": "resources/read", "params": {"uri": uri}})
             error = face.reply(rid)["error"]
             assert error["code"] == -32002 and "not a Zotero item URI" in error["message"], error
     finally:
