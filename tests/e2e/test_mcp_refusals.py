@@ -150,24 +150,28 @@ def _deep(rid: int) -> bytes:
 
 
 def test_lines_not_json_or_nested_too_deep_are_answered_before_and_after_the_hand_over(world: Any) -> None:
-    face = _opened(world)
-    try:
-        for rid, stage in ((10, "early"), (20, "handed over")):
-            _send_line(face, _deep(rid))
-            refused = face.reply(rid)["error"]
-            assert refused == {"code": -32600, "message": "Invalid Request",
-                               "data": f"nested deeper than {MAX_JSON_DEPTH} levels"}, stage
-            _send_line(face, b"[" * 100_000 + b"]" * 100_000)  # past any parser's limit: not JSON
-            assert face.reply(None)["error"]["code"] == -32700, stage
-            _send_line(face, b'{"jsonrpc":"2.0","id":3,"method":')
-            assert face.reply(None)["error"]["code"] == -32700, stage
-            face.send({"jsonrpc": "2.0", "id": rid + 1, "method": "ping"})
-            assert face.reply(rid + 1)["result"] == {}
-            face.send({"jsonrpc": "2.0", "id": rid + 2, "method": "prompts/list"})  # the SDK's to answer: from here on it reads every line
-            assert face.reply(rid + 2)["result"]["prompts"]
-    finally:
-        face.close()
-    assert face.proc.returncode == 0
+    # The first face finds no daemon (the anyio face serves, and starts one); the second finds it
+    # running (the cold face serves until the SDK is loaded).
+    for face_kind in ("anyio", "cold"):
+        face = _opened(world)
+        try:
+            for rid, stage in ((10, "early"), (20, "handed over")):
+                where = f"{face_kind} face, {stage}"
+                _send_line(face, _deep(rid))
+                refused = face.reply(rid)["error"]
+                assert refused == {"code": -32600, "message": "Invalid Request",
+                                   "data": f"nested deeper than {MAX_JSON_DEPTH} levels"}, where
+                _send_line(face, b"[" * 100_000 + b"]" * 100_000)  # past any parser's limit: not JSON
+                assert face.reply(None)["error"]["code"] == -32700, where
+                _send_line(face, b'{"jsonrpc":"2.0","id":3,"method":')
+                assert face.reply(None)["error"]["code"] == -32700, where
+                face.send({"jsonrpc": "2.0", "id": rid + 1, "method": "ping"})
+                assert face.reply(rid + 1)["result"] == {}
+                face.send({"jsonrpc": "2.0", "id": rid + 2, "method": "prompts/list"})  # the SDK's: it reads every line after
+                assert face.reply(rid + 2)["result"]["prompts"]
+        finally:
+            face.close()
+        assert face.proc.returncode == 0
 
 
 def test_an_item_uri_with_a_trailing_newline_is_not_an_item(world: Any) -> None:
