@@ -353,10 +353,10 @@ def load_config(data_dir: Path, overrides: dict[str, Any] | None = None) -> Zocr
         raise ConfigError(_explain(exc, merged, path)) from None
 
 
-# msgspec's names for the JSON types in its messages, as a user of the file knows them.
 # A value in an error message: long or deeply nested ones cut.
 _SHORT: Final = reprlib.Repr()
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 3, 300, 300, 10, 10
+# msgspec's names for the JSON types in its messages, as a user of the file knows them.
 _TYPE_WORDS: Final = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
                       "null": "null", "array": "a list", "object": "an object"}
 _AT: Final = re.compile(r" - at `\$(.*)`$", re.DOTALL)
