@@ -15,6 +15,7 @@ import ipaddress
 import json
 import os
 import re
+import reprlib
 import threading
 from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
@@ -122,6 +123,13 @@ MODEL_MAX_TURN_S: Final = 3600.0
 MODEL_MAX_CALLS_PER_TURN: Final = 50
 
 _LOOPBACK_NAMES: Final = frozenset({"localhost"})
+# http.max_connections at most: each is a file descriptor, and no desktop's fd limit comes near it.
+MAX_HTTP_CONNECTIONS: Final = 65_536
+# An allowed origin: what a browser sends as `Origin` (scheme, host, optional port; no path).
+_ORIGIN: Final = re.compile(r"[a-z][a-z0-9+.-]*://[^\s/?#*@]+", re.IGNORECASE)
+# library.poll_interval_s's range, in seconds.
+MIN_POLL_INTERVAL_S: Final = 0.1
+MAX_POLL_INTERVAL_S: Final = 86_400.0
 
 
 def is_loopback_host(host: str) -> bool:
@@ -185,12 +193,28 @@ class ModelConfig(_Section):
             sends: str | None = f"the API key from ${self.api_key_env} (model.api_key_env)"
         else:
             sends = "the credentials in model.base_url" if "@" in parts.netloc else None
-        if parts.scheme == "http" and sends and not is_loopback_host(parts.hostname) and not self.allow_insecure_http:
+        if self._plain_http_elsewhere() and sends:
             raise ValueError(
                 f"model.base_url {redact_url(self.base_url)} is plain http:// to another machine, and the model sends "
                 f"{sends}: anyone on the network path could read it. Use https://, or set "
                 "model.allow_insecure_http: true if the network between the two is yours (a LAN, a VPN)"
             )
+
+    def _plain_http_elsewhere(self) -> bool:
+        """An openai endpoint on plain http:// to another machine, not declared safe by the user."""
+        parts = urlsplit(self.base_url or "")
+        return (self.provider == "openai" and parts.scheme == "http" and not is_loopback_host(parts.hostname or "")
+                and not self.allow_insecure_http)
+
+    def warnings(self) -> list[str]:
+        """What the daemon logs at start about a setting it accepts but the user should know of."""
+        if self._plain_http_elsewhere():  # without a key: refused above when it carries one
+            return [
+                f"model.base_url {redact_url(self.base_url or '')} is plain http:// to another machine: every prompt, "
+                "library passage and answer travels unencrypted, readable and changeable on the network path. Use "
+                "https://, or set model.allow_insecure_http: true if the network between the two is yours (a LAN, a VPN)"
+            ]
+        return []
 
     def api_key(self) -> str | None:
         if self.api_key_env:
@@ -208,17 +232,31 @@ class HttpConfig(_Section):
     # A fixed port (`--http-port N`), used as is instead of base_port + the data dir's offset;
     # 0 means any free port.
     port: Annotated[int, Meta(ge=0, le=65535)] | None = None
+    # Pages of other origins whose requests are served (with the token): exact origins, `scheme://host[:port]`.
     allowed_origins: list[str] = field(default_factory=list)
     # Another local user can open connections to the port without a token (zocratesd/shim/protocol.py):
     # open connections at most (fewer when the fd limit is low: the Unix socket keeps a reserve). A
     # sidebar uses a few; the rest is room to ride out a flood, which only closes waiting connections.
-    max_connections: Annotated[int, Meta(ge=1)] = 512
+    # More than MAX_HTTP_CONNECTIONS would outgrow any fd limit.
+    max_connections: Annotated[int, Meta(ge=1, le=MAX_HTTP_CONNECTIONS)] = 512
     # A request's whole head must arrive within this of the connection's opening (or of its first
     # byte after an idle keep-alive), however it trickles: a real client sends it in one write.
     head_timeout_s: Annotated[float, Meta(gt=0)] = 10.0
     # An authenticated request's whole body must arrive within this of its head (408 otherwise):
     # 16 MiB, the cap, takes well under a second on loopback.
     body_timeout_s: Annotated[float, Meta(gt=0)] = 30.0
+
+    def _check(self) -> None:
+        for origin in self.allowed_origins:
+            if origin.strip().lower() == "null":
+                raise _field_error("allowed_origins", "'null' is refused: it is the origin of sandboxed frames and "
+                                   "file: and data: pages, which any web site can open; list the page's exact origin")
+            if "*" in origin:
+                raise _field_error("allowed_origins", f"{origin[:100]!r} is refused: a wildcard would let other web "
+                                   "sites use the daemon; list each page's exact origin (scheme://host:port)")
+            if not _ORIGIN.fullmatch(origin):
+                raise _field_error("allowed_origins", f"{origin[:100]!r} is not an origin: scheme://host or "
+                                   "scheme://host:port, no path (a browser's Origin header, as http://localhost:3000)")
 
 
 class LibraryConfig(_Section):
@@ -230,8 +268,9 @@ class LibraryConfig(_Section):
     local_api: bool = True
     local_api_url: str = "http://127.0.0.1:23119"
     # How often the indexer checks Zotero for changes: cheap (a stat, or one small local API
-    # request), and 30 s keeps a paper added in Zotero searchable within a minute.
-    poll_interval_s: Annotated[float, Meta(gt=0)] = 30.0
+    # request), and 30 s keeps a paper added in Zotero searchable within a minute. Between
+    # MIN_POLL_INTERVAL_S (more often, and the polls alone keep a core busy) and a day.
+    poll_interval_s: Annotated[float, Meta(ge=MIN_POLL_INTERVAL_S, le=MAX_POLL_INTERVAL_S)] = 30.0
     # Re-rank search with the dense stage (library/dense.py; wordllama, in the default install):
     # better answers for claims worded unlike the paper (SciFact test nDCG@10 0.685 -> 0.716), at
     # ~50-65 MiB of memory from the first search on and about twice the indexing time. False: BM25 alone.
@@ -303,6 +342,9 @@ def load_config(data_dir: Path, overrides: dict[str, Any] | None = None) -> Zocr
             file_data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: nested deeper than the JSON parser goes; the configuration is sections of "
+                              "values (see README.md, Configuration)") from None
         if not isinstance(file_data, dict):
             raise ConfigError(f"{path}: the top level must be a JSON object, not {type(file_data).__name__}")
     # Flags merged into the environment's values, then those into the file's: each wins key by key,
@@ -314,6 +356,9 @@ def load_config(data_dir: Path, overrides: dict[str, Any] | None = None) -> Zocr
         raise ConfigError(_explain(exc, merged, path)) from None
 
 
+# A value in an error message: long or deeply nested ones cut.
+_SHORT: Final = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 3, 300, 300, 10, 10
 # msgspec's names for the JSON types in its messages, as a user of the file knows them.
 _TYPE_WORDS: Final = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
                       "null": "null", "array": "a list", "object": "an object"}
@@ -334,7 +379,7 @@ def _explain(exc: msgspec.ValidationError, data: Mapping[str, Any], path: Path) 
         except (KeyError, IndexError, TypeError):
             break
     else:
-        got = f" (got {node!r})"
+        got = f" (got {_SHORT.repr(node)})"
     # The input may be the whole model section, base_url and its password included.
     where = ".".join(str(p) for p in key) or "(top level)"
     return redact_credentials(f"invalid configuration (from {path}, ZOCRATES_* variables or flags):\n  {where}: {msg}{got}")
@@ -533,6 +578,8 @@ def _lax_int(value: Any) -> Any:
 def _json(value: str, var: str, *, strict: bool) -> Any:
     try:
         return json.loads(value)
+    except RecursionError:
+        raise ConfigError(f"${var}: nested deeper than the JSON parser goes") from None
     except ValueError as exc:
         if not strict:
             return value

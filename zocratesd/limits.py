@@ -6,11 +6,32 @@ A leaf module: nothing from zocratesd, so any layer may import it.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
+# Identifiers from outside, as JSON Schema patterns (the wire models', the MCP tools'): there `$`
+# is the end of the input (ECMA-262, pydantic's Rust regex). Python's `$` also matches before a
+# final newline, so Python code matches them through `whole()`.
+#
 # Session ids we mint look like "session-1733190000123-a1b2c3"; ids from other tools (ADK's
 # uuid4s) are accepted too. Anything else is refused before it reaches SQL or a path.
 SESSION_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+# Zotero item and collection keys: 8 characters of [23456789A-Z] (any A-Z0-9 is accepted). A key
+# names a folder under Zotero's storage/, so anything else is refused.
+ITEM_KEY_PATTERN: Final = r"^[A-Z0-9]{8}$"
+# A library, as in zotero:// links: the user's own, or a group by its numeric id.
+LIBRARY_PATTERN: Final = r"^(user|groups/[1-9][0-9]{0,11})$"
+# An item's zotero:// link (an MCP resource's URI, a resource link in a prompt): its library, its key.
+ITEM_URI_PATTERN: Final = r"^zotero://select/(library|groups/[1-9][0-9]{0,11})/items/([A-Z0-9]{8})$"
+
+
+def whole(pattern: str) -> re.Pattern[str]:
+    """A JSON Schema pattern compiled for Python, its final `$` the end of the input (`\\Z`)."""
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.compile(pattern)
+
+
 # A title is a sidebar row and a `session/list` entry, not a paragraph.
 MAX_TITLE_CHARS: Final = 200
 # A prompt longer than this is refused: ~25k tokens of question is a pasted paper, which belongs in
@@ -36,3 +57,7 @@ MAX_QUERY_CHARS: Final = 2000
 # Passages one library search returns: a page of results a model can read; search_library inside
 # a turn asks for 6.
 MAX_SEARCH_TOP_K: Final = 50
+# Where a page of a list starts (`offset`, get_item's `fulltext_offset`, an MCP resource cursor):
+# no list comes near it, and a larger integer is no longer exact in JavaScript (the web app's and
+# many MCP hosts' language) nor, past 2**63, an integer SQLite can bind.
+MAX_OFFSET: Final = 2**53 - 1

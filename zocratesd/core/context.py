@@ -24,12 +24,19 @@ import msgspec
 
 from zocratesd.errors import InvalidInput
 from zocratesd.library.retrieval import Mode, Scope
-from zocratesd.limits import MAX_ACTIVE_ITEMS, MAX_ITEM_TITLE_CHARS, MAX_SNIPPET_CHARS, MAX_SNIPPETS
+from zocratesd.limits import (
+    ITEM_KEY_PATTERN,
+    LIBRARY_PATTERN,
+    MAX_ACTIVE_ITEMS,
+    MAX_ITEM_TITLE_CHARS,
+    MAX_SNIPPET_CHARS,
+    MAX_SNIPPETS,
+    whole,
+)
 
-ITEM_KEY_RE = re.compile(r"^[A-Z0-9]{8}$")  # Zotero item and collection keys: 8 chars of [23456789A-Z]
+ITEM_KEY_RE = whole(ITEM_KEY_PATTERN)
 KEY_ATTR_RE = re.compile(r'\s+key="[^"]*"')
-# A library, as in zotero:// links: the user's own, or a group by its numeric id.
-LIBRARY_RE = re.compile(r"^(user|groups/[1-9][0-9]{0,11})$")
+LIBRARY_RE = whole(LIBRARY_PATTERN)
 
 
 class Snippet(msgspec.Struct, frozen=True):

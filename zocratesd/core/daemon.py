@@ -30,14 +30,18 @@ from zocratesd.engine.models import build_model
 from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionNotFound
 from zocratesd.library.retrieval import DEFAULT_TOP_K, InMemoryRetriever, Passage, Retriever, Scope
 from zocratesd.limits import (
+    ITEM_KEY_PATTERN,
+    LIBRARY_PATTERN,
     MAX_ACTIVE_ITEMS,
     MAX_GUIDANCE_CHARS,
     MAX_INTERRUPT_ID_CHARS,
+    MAX_OFFSET,
     MAX_PROMPT_CHARS,
     MAX_QUERY_CHARS,
     MAX_SEARCH_TOP_K,
     MAX_TITLE_CHARS,
     SESSION_ID_PATTERN,
+    whole,
 )
 from zocratesd.logtext import escape_for_log
 from zocratesd.maintenance import Maintenance, MaintenanceReport, StorageStats
@@ -75,9 +79,9 @@ TABLES_SHIELD_S = 10.0
 
 log = logging.getLogger(__name__)
 
-_SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
-_ITEM_KEY_RE = re.compile(r"^[A-Z0-9]{8}$")  # Zotero item and collection keys
-_LIBRARY_RE = re.compile(r"^(user|groups/[1-9][0-9]{0,11})$")
+_SESSION_ID_RE = whole(SESSION_ID_PATTERN)
+_ITEM_KEY_RE = whole(ITEM_KEY_PATTERN)  # Zotero item and collection keys
+_LIBRARY_RE = whole(LIBRARY_PATTERN)
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]+")
 
 
@@ -100,9 +104,11 @@ def _library_arg(library: Any) -> str | None:
 
 
 def _check_page(limit: Any, offset: Any) -> None:
-    for name, value, low in (("limit", limit, 1), ("offset", offset, 0)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
-            raise InvalidInput(f"{name} is a whole number, {low} or more", **{name: str(value)[:20]})
+    for name, value, low, high in (("limit", limit, 1, None), ("offset", offset, 0, MAX_OFFSET)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low
+                                  or (high is not None and value > high)):
+            within = f"from {low} to {high}" if high is not None else f"{low} or more"
+            raise InvalidInput(f"{name} is a whole number {within}", **{name: str(value)[:20]})
 
 
 def check_unicode(text: str, what: str) -> None:
@@ -466,8 +472,8 @@ class Daemon:
 
         if not isinstance(key, str) or not _ITEM_KEY_RE.match(key):
             raise InvalidInput("an item key is 8 characters A-Z, 0-9", key=str(key)[:40])
-        if isinstance(fulltext_offset, bool) or not isinstance(fulltext_offset, int) or fulltext_offset < 0:
-            raise InvalidInput("fulltext_offset is a chunk number, 0 or more")
+        if isinstance(fulltext_offset, bool) or not isinstance(fulltext_offset, int) or not 0 <= fulltext_offset <= MAX_OFFSET:
+            raise InvalidInput(f"fulltext_offset is a chunk number from 0 to {MAX_OFFSET}")
         lib = _library_arg(library)
         found = None
         if self.library is not None:

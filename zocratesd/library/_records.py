@@ -12,9 +12,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-# Zotero item and collection keys: 8 characters of [23456789A-Z] (we accept any A-Z0-9, as the
-# prompt context does). A key names a folder under storage/, so anything else is refused.
-KEY_RE = re.compile(r"^[A-Z0-9]{8}$")
+from zocratesd.limits import ITEM_KEY_PATTERN, whole
+
+KEY_RE = whole(ITEM_KEY_PATTERN)
 
 
 _YEAR_RE = re.compile(r"(?<!\d)(\d{4})(?!\d)")

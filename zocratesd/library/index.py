@@ -127,7 +127,7 @@ RRF_K = 60
 # train queries (bench/bench_retrieval.py); see the module docstring for what it gains.
 DENSE_POOL = 200
 DENSE_WEIGHT = 1.0
-_LIBRARY_RE = re.compile(r"^(user|groups/\d{1,12})$")
+_LIBRARY_RE = re.compile(r"(user|groups/\d{1,12})\Z")
 _WORD_RE = re.compile(r"\w")
 _NAME_RE = re.compile(r"[^\W\d_]+")
 

@@ -763,7 +763,7 @@ _TABLE_ORDER = (
 # Zotero makes keys from KEY_ALPHABET (no 0, 1 or O); we accept any 8 of A-Z0-9, as the reader and
 # the protocol do, so fixtures can carry readable keys ("LEWIS202").
 KEY_ALPHABET: Final = "23456789ABCDEFGHIJKLMNPQRSTUVWXYZ"
-_KEY_RE = re.compile(r"^[A-Z0-9]{8}$")
+_KEY_RE = re.compile(r"[A-Z0-9]{8}\Z")
 
 
 def new_key(rng: random.Random) -> str:

@@ -7,7 +7,9 @@ An MCP client starts its server and at once sends `initialize`, `notifications/i
 in a thread, with the same tool code as the SDK's server (tools.py), and hands the connection to
 the SDK once it is loaded (`EarlySession.hand_off`).
 
-Contract of `EarlySession.receive(line)` (one frame, without its `\\n`), until `hand_off()`:
+Contract of `EarlySession.receive(line)` (one frame, without its `\\n`): in every state, a line
+that is not JSON is answered with a parse error (id null), and one nested deeper than
+`MAX_JSON_DEPTH` with an invalid-request error (the SDK would answer neither). Until `hand_off()`:
 - the first message must be an `initialize` with plain params (a string `protocolVersion`, objects
   `capabilities` and `clientInfo` with string `name` and `version`); it is answered (`Reply`) and
   kept for the SDK. Anything else first (a modern-era request with no handshake, a bad initialize)
@@ -15,8 +17,7 @@ Contract of `EarlySession.receive(line)` (one frame, without its `\\n`), until `
 - then: `notifications/initialized` is kept for the SDK; `ping` and `tools/list` are answered;
   `tools/call` of a quick tool (or an unknown one: the same tool error the SDK gives) is `RunTool`;
   `notifications/cancelled` of a queued request drops both; of a running early call, `CancelTool`;
-  anything else (ask, resume, resources, prompts, responses to nothing, lines that are not JSON)
-  is queued, in order.
+  anything else (ask, resume, resources, prompts, responses to nothing) is queued, in order.
 - `hand_off()` returns the lines the SDK must read first, in order: the kept `initialize` (whose
   reply the caller drops: the client has had it) and `notifications/initialized`, then the queue.
   After it, `receive` says `Forward` for every line except a cancel of a running early call.
@@ -43,6 +44,13 @@ JSONRPC: Final = "2.0"
 READ_CHUNK_BYTES: Final = 64 * 1024
 # JSON-RPC's "internal error": an early tool call that failed in a way tools.py does not expect.
 INTERNAL_ERROR: Final = -32603
+# JSON-RPC's errors for a line that is not JSON, and for one nested deeper than MAX_JSON_DEPTH.
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+# How deep a message may nest, counted from its outer object: a tool call's arguments sit three
+# levels down and are a few levels deep. The SDK's parser (pydantic's) gives up near 200 levels,
+# and then the client would get no reply at all, so a deeper line is answered here with an error.
+MAX_JSON_DEPTH: Final = 64
 # The tools only the SDK's server runs (a turn: progress, elicitation): queued until it is loaded.
 _SDK_TOOLS: Final = frozenset(t["name"] for t in schemas.TOOLS) - tools.QUICK_TOOLS
 
@@ -128,8 +136,11 @@ class EarlySession:
     def receive(self, line: bytes) -> list[Event]:
         try:
             message = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            message = None
+        except orjson.JSONDecodeError as exc:  # orjson's depth limit (1024) included
+            return [self._error(None, PARSE_ERROR, "Parse error", f"not a JSON message: {exc}"[:200])]
+        if _nested_deeper(line, message, MAX_JSON_DEPTH):
+            rid = _request_id(message) if isinstance(message, dict) else None
+            return [self._error(rid, INVALID_REQUEST, "Invalid Request", f"nested deeper than {MAX_JSON_DEPTH} levels")]
         if self._state is _State.HANDED:
             cancelled = self._cancelled_id(message)
             if cancelled is not None and cancelled in self._running:
@@ -203,6 +214,26 @@ class EarlySession:
     @staticmethod
     def _reply(rid: Any, result: dict[str, Any]) -> Reply:
         return Reply({"jsonrpc": JSONRPC, "id": rid, "result": result})
+
+    @staticmethod
+    def _error(rid: Any, code: int, message: str, data: str) -> Reply:
+        return Reply({"jsonrpc": JSONRPC, "id": rid, "error": {"code": code, "message": message, "data": data}})
+
+
+def _nested_deeper(line: bytes, message: Any, limit: int) -> bool:
+    """Whether `message` (parsed from `line`) nests arrays and objects more than `limit` deep."""
+    if line.count(b"[") + line.count(b"{") <= limit:  # the common case, without a walk
+        return False
+    stack: list[tuple[Any, int]] = [(message, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 class LineDecoder:

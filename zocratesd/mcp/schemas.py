@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from zocratesd.limits import ITEM_KEY_PATTERN, LIBRARY_PATTERN, MAX_OFFSET, SESSION_ID_PATTERN
 from zocratesd.logtext import escape_for_log
 from zocratesd.untrusted import NOTE, UNTRUSTED_KEY
 
 # Shared pieces.
-_KEY: Final = {"type": "string", "pattern": "^[A-Z0-9]{8}$", "description": "A Zotero item key (8 characters A-Z, 0-9)."}
+_KEY: Final = {"type": "string", "pattern": ITEM_KEY_PATTERN, "description": "A Zotero item key (8 characters A-Z, 0-9)."}
 _LIBRARY: Final = {
-    "type": "string", "pattern": "^(user|groups/[1-9][0-9]{0,11})$",
+    "type": "string", "pattern": LIBRARY_PATTERN,
     "description": 'Only this library: "user" (My Library) or "groups/<groupID>" (a group library). Default: every library.',
 }
 _COLLECTION: Final = {
@@ -24,7 +25,7 @@ _COLLECTION: Final = {
     "description": 'A collection: its key, its name, or its "Parent / Child" path (subcollections included).',
 }
 _ITEM_KEYS: Final = {"type": "array", "items": _KEY, "minItems": 1, "maxItems": 500, "description": "Only these items."}
-_SESSION_ID: Final = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$",
+_SESSION_ID: Final = {"type": "string", "pattern": SESSION_ID_PATTERN,
                       "description": "A Zocrates session id (from ask or sessions)."}
 # Nullable values as `anyOf` branches of one type each, not `"type": [..., "null"]`: clients that
 # map tool schemas onto a one-type dialect (Gemini's function declarations) refuse the array form
@@ -33,7 +34,7 @@ _NULLABLE_STR: Final = {"anyOf": [{"type": "string"}, {"type": "null"}]}
 _NULLABLE_INT: Final = {"anyOf": [{"type": "integer"}, {"type": "null"}]}
 _NULLABLE_OBJ: Final = {"anyOf": [{"type": "object"}, {"type": "null"}]}
 _PAGE: Final = {"limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 20},
-                "offset": {"type": "integer", "minimum": 0, "default": 0}}
+                "offset": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0}}
 
 _PASSAGE: Final = {
     "type": "object",
@@ -125,7 +126,7 @@ TOOLS: Final[list[dict[str, Any]]] = [
             "properties": {
                 "item_key": _KEY, "library": _LIBRARY,
                 "fulltext": {"type": "boolean", "default": False, "description": "Include a page of the full text."},
-                "fulltext_offset": {"type": "integer", "minimum": 0, "default": 0,
+                "fulltext_offset": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0,
                                     "description": "Where the page starts (the previous page's next_offset)."},
             },
             "required": ["item_key"],
@@ -348,7 +349,7 @@ def items_text(result: dict[str, Any]) -> str:
 
 
 def turn_text(result: dict[str, Any]) -> str:
-    text = result.get("answer") or ""
+    text = _t(result.get("answer") or "")  # the model quotes library text: escaped as the other tools' text is
     status = result.get("status")
     if status == "checkpoint":
         cp = result.get("checkpoint") or {}

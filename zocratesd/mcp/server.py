@@ -31,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 from zocrates_client import DEFAULT_UPDATES_BUFFER, CheckpointAction, ConnectionLost, RpcError, Turn, last_progress_line
 from zocrates_client.client import prompt_params
 from zocratesd import __version__
+from zocratesd.limits import ITEM_URI_PATTERN, MAX_OFFSET, whole
 from zocratesd.logtext import escape_for_log
 from zocratesd.mcp import schemas, tools
 from zocratesd.mcp.calls import Tools
@@ -54,7 +55,7 @@ MAX_UNCITED_SOURCES: Final = 20
 RESOURCE_NOT_FOUND: Final = -32002
 # What an item resource's fence says it holds (untrusted.py).
 ITEM_SOURCE: Final = "an item of the user's Zotero library"
-ITEM_URI_RE: Final = re.compile(r"^zotero://select/(library|groups/[1-9]\d{0,11})/items/([A-Z0-9]{8})$")
+ITEM_URI_RE: Final = whole(ITEM_URI_PATTERN)
 # A search's progress line: `Round 2: searched "..." (3 passages)` (engine/tools.py).
 _ROUND_RE: Final = re.compile(r"^Round (\d+):")
 # "[2] Lewis et al. (2020). Title. p. 4. (zotero://select/library/items/KEY)": the answer's source list.
@@ -202,12 +203,12 @@ class ZocratesMcp(Tools):
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
         cursor = params.cursor if params is not None else None
-        try:
-            offset = int(cursor or 0)
-            if offset < 0:
-                raise ValueError
-        except ValueError:
-            raise MCPError(types.INVALID_PARAMS, f"bad cursor {escape_for_log(cursor)[:40]}") from None
+        # Our cursors are the next page's offset, as digits.
+        text = cursor or "0"
+        if not (text.isascii() and text.isdigit() and len(text) <= 20 and int(text) <= MAX_OFFSET):
+            raise MCPError(types.INVALID_PARAMS, f"bad cursor {escape_for_log(cursor)[:40]}: "
+                           "pass the nextCursor of the previous resources/list")
+        offset = int(text)
         try:
             page = await self._call("_zocrates/library/items", {"limit": RESOURCES_PAGE, "offset": offset})
         except (LinkDown, ConnectionLost, RpcError) as exc:

@@ -16,13 +16,13 @@ carries on. `tools/list` and `initialize`'s result are built here too, the same 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from zocrates_client._errors import RpcError
 from zocratesd import __version__
+from zocratesd.limits import ITEM_KEY_PATTERN, whole
 from zocratesd.logtext import escape_for_log
 from zocratesd.mcp import schemas
 from zocratesd.untrusted import NOTE, RULE, UNTRUSTED_KEY, fence
@@ -58,7 +58,7 @@ LATEST_HANDSHAKE_VERSION: Final = HANDSHAKE_PROTOCOL_VERSIONS[-1]
 DAEMON_CLIENT_INFO: Final = {"name": "zocratesd-mcp", "title": "Zocrates MCP server", "version": __version__}
 DAEMON_CLIENT_CAPABILITIES: Final = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
 
-_KEY_RE: Final = re.compile(r"^[A-Z0-9]{8}$")
+_KEY_RE: Final = whole(ITEM_KEY_PATTERN)
 _INPUT_SCHEMAS: Final = {t["name"]: t["inputSchema"] for t in schemas.TOOLS}
 # The keywords `_surely_valid` knows; a schema with any other (but these annotations) goes to jsonschema.
 _CHECKED: Final = frozenset({"type", "properties", "required", "additionalProperties", "minLength", "maxLength",
@@ -136,7 +136,13 @@ def _validator(name: str) -> jsonschema.Draft202012Validator:
     would wait for, and `_surely_valid` spares it for arguments that are plainly right."""
     import jsonschema
 
-    return jsonschema.Draft202012Validator(_INPUT_SCHEMAS[name])
+    def pattern(validator: Any, wanted: str, instance: Any, schema: dict[str, Any]) -> Any:
+        # JSON Schema's `$` is the end of the input; jsonschema's `re.search` lets a final newline through.
+        if isinstance(instance, str) and whole(wanted).search(instance) is None:
+            yield jsonschema.ValidationError(f"{instance!r} does not match {wanted!r}")
+
+    checker = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": pattern})
+    return checker(_INPUT_SCHEMAS[name])
 
 
 def _surely_valid(schema: dict[str, Any], value: Any) -> bool:
@@ -155,7 +161,7 @@ def _surely_valid(schema: dict[str, Any], value: Any) -> bool:
     if isinstance(value, str):
         if not schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value)):
             return False
-        if "pattern" in schema and re.search(schema["pattern"], value) is None:
+        if "pattern" in schema and whole(schema["pattern"]).search(value) is None:
             return False
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if value < schema.get("minimum", value) or value > schema.get("maximum", value):

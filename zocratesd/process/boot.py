@@ -143,6 +143,8 @@ async def boot(opts: ServeOptions, transport: Transport) -> int:
     config = _load_config_or_exit(opts)
     os.umask(0o077)  # the store, logs and temp files hold the user's conversations: theirs alone
     setup_logging(opts.data_dir, opts.log_level)
+    for warning in config.model.warnings():
+        log.warning("%s", warning)
     raise_fd_limit()  # every connection takes a descriptor: 1,024 is a desktop's default (process/fdlimit.py)
     # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a stuck daemon is.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -180,6 +182,13 @@ async def _run(
 
     from zocratesd.core.daemon import Daemon
     from zocratesd.rpc.early import StagedMethods
+    from zocratesd.store.database import StoreDamaged, check_intact, db_path
+
+    try:
+        check_intact(db_path(opts.data_dir))  # before anything opens it to write (store/database.py)
+    except StoreDamaged as exc:
+        log.error("%s", exc)  # to stderr and the log file, where a daemon a client started is seen
+        return 1
 
     idle_exit = opts.idle_exit_after
     if idle_exit is not None and not transport.restarts_on_demand:

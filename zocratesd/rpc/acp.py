@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,7 +20,7 @@ from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import Daemon
 from zocratesd.core.watchers import Subscription
 from zocratesd.errors import InvalidInput, ZocratesError
-from zocratesd.limits import MAX_GUIDANCE_CHARS
+from zocratesd.limits import ITEM_URI_PATTERN, MAX_GUIDANCE_CHARS, whole
 from zocratesd.logtext import escape_for_log
 from zocratesd.rpc import early, jsonrpc, models
 from zocratesd.rpc.early import CLIENT_CAPABILITIES
@@ -46,7 +45,7 @@ Handler = Callable[..., Awaitable[Any]]
 # A connection that has not taken a session/update off its socket for this long is cut off (it can
 # resync with session/load): one stuck editor must not hold memory for a turn others are watching.
 SLOW_CLIENT_TIMEOUT_S = 30.0
-ZOTERO_ITEM_URI = re.compile(r"^zotero://select/(library|groups/[1-9]\d{0,11})/items/([A-Z0-9]{8})$")
+ZOTERO_ITEM_URI = whole(ITEM_URI_PATTERN)
 
 # `peer.state` key: this connection's name as the origin of the setting changes it makes (it
 # hears those in its answer, not again). What the client said at `initialize`: rpc/early.py.

@@ -15,9 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from zocratesd.limits import (
+    ITEM_KEY_PATTERN,
+    LIBRARY_PATTERN,
     MAX_ACTIVE_ITEMS,
     MAX_GUIDANCE_CHARS,
     MAX_INTERRUPT_ID_CHARS,
+    MAX_OFFSET,
     MAX_QUERY_CHARS,
     MAX_SEARCH_TOP_K,
     MAX_TITLE_CHARS,
@@ -455,9 +458,9 @@ class LibrarySuggestionsResult(Model):
     or before anything is indexed."""
 
     suggestions: list[LibrarySuggestion]
-ItemKey = Field(pattern=r"^[A-Z0-9]{8}$", description="A Zotero item key (8 characters A-Z, 0-9).")
+ItemKey = Field(pattern=ITEM_KEY_PATTERN, description="A Zotero item key (8 characters A-Z, 0-9).")
 LibraryFilter = Field(
-    None, pattern=r"^(user|groups/[1-9][0-9]{0,11})$",
+    None, pattern=LIBRARY_PATTERN,
     description='Only this library: "user" (My Library) or "groups/<groupID>"; absent: every library.',
 )
 # The page sizes of the catalogue's lists (library/catalog.py MAX_LIST: one answer stays small).
@@ -513,7 +516,7 @@ class LibraryItemParams(Params):
     item_key: str = ItemKey
     library: str | None = LibraryFilter
     fulltext: bool = Field(False, description="Include one page of the item's full text.")
-    fulltext_offset: int = Field(0, ge=0, description="The full-text chunk to start the page at (a page's `next_offset`).")
+    fulltext_offset: int = Field(0, ge=0, le=MAX_OFFSET, description="The full-text chunk to start the page at (a page's `next_offset`).")
 
 
 class ItemSummary(Model):
@@ -566,7 +569,7 @@ class LibraryCollectionsResult(Model):
 class LibraryTagsParams(Params):
     library: str | None = LibraryFilter
     limit: int = Field(50, ge=1, le=MAX_LIST)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
     contains: str | None = Field(None, max_length=200, description="Only tags containing this (case-insensitive).")
 
 
@@ -582,7 +585,7 @@ class LibraryTagsResult(Model):
 class LibraryItemsParams(Params):
     library: str | None = LibraryFilter
     limit: int = Field(50, ge=1, le=MAX_LIST)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
     order: Literal["added", "modified"] = Field("added", description="Newest first by date added, or by date modified.")
 
 

@@ -34,6 +34,7 @@ import anyio
 
 from zocratesd import locations
 from zocratesd.errors import SessionNotFound
+from zocratesd.logtext import escape_for_log
 from zocratesd.store.reader import SessionReader
 from zocratesd.store.sqlite import (
     APP_NAME,
@@ -58,7 +59,9 @@ __all__ = [
     "SessionsDb",
     "StoreBusy",
     "StoreGate",
+    "StoreDamaged",
     "bookkeeping_event",
+    "check_intact",
     "db_path",
     "integrity_check",
 ]
@@ -314,6 +317,45 @@ class SessionsDb:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+class StoreDamaged(Exception):
+    """sessions.db is damaged; the message says where, what SQLite found, and what to do."""
+
+
+# How many of SQLite's complaints a damaged store's message quotes.
+_DAMAGE_LINES = 3
+
+
+def check_intact(path: Path) -> None:
+    """StoreDamaged when the store at `path` exists and SQLite finds it damaged (`quick_check`).
+
+    On a read-only connection, before anything opens the file to write: the last read-write
+    connection to close folds the -wal into the file, and a damaged file's -wal holds the latest
+    committed writes, which a recovery needs as they are. A store that cannot be read at all (a
+    lock held elsewhere, a permission) is not judged here: opening it says so."""
+    if not path.exists():
+        return
+    try:
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            rows = [str(row[0]) for row in conn.execute(f"PRAGMA quick_check({_DAMAGE_LINES})")]
+            found = [line for row in rows for line in row.splitlines() if not line.startswith("*** in database")]
+        finally:
+            conn.close()
+    except sqlite3.OperationalError:
+        return
+    except sqlite3.DatabaseError as exc:  # "file is not a database", "database disk image is malformed"
+        found = [str(exc)]
+    if found != ["ok"]:  # or nothing: its complaints were all headings
+        wal = path.with_name(path.name + "-wal")
+        raise StoreDamaged(
+            f"the session store {path} is damaged (SQLite: {escape_for_log('; '.join(found), 300)}). It was left as it "
+            f"is{f', with its {wal.name}' if wal.exists() else ''}. To recover what you can, copy {path.name} and its "
+            f"-wal file elsewhere, run `sqlite3 <the copy> .recover | sqlite3 recovered.db` there and put "
+            f"recovered.db in its place; or move {path.name} and its -wal and -shm files aside to start with no "
+            "saved sessions."
+        )
 
 
 def integrity_check(path: Path) -> str:

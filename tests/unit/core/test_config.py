@@ -110,7 +110,7 @@ def test_invalid_env_value_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.
         ({"ZOCRATES_COMPACTION": "null"}, {"compaction.min_turns": 4}),
         # a list is JSON, alone or inside its section
         ({"ZOCRATES_HTTP__ALLOWED_ORIGINS": '["http://a", "http://b"]'}, {"http.allowed_origins": ["http://a", "http://b"]}),
-        ({"ZOCRATES_HTTP": '{"allowed_origins": ["x"]}'}, {"http.allowed_origins": ["x"]}),
+        ({"ZOCRATES_HTTP": '{"allowed_origins": ["http://x"]}'}, {"http.allowed_origins": ["http://x"]}),
         # other values are strings, converted as pydantic's lax mode converted them
         ({"ZOCRATES_HTTP__ENABLED": "false", "ZOCRATES_LIBRARY__LOCAL_API": "0", "ZOCRATES_HTTP__PORT": "1"},
          {"http.enabled": False, "library.local_api": False, "http.port": 1}),
@@ -167,13 +167,13 @@ def test_invalid_environment_is_a_clear_error(tmp_path: Path, monkeypatch: pytes
 
 
 def test_sources_merge_section_by_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    write(tmp_path, json.dumps({"compaction": {"min_turns": 6}, "http": {"port": 2, "enabled": False, "allowed_origins": ["b"]}}))
+    write(tmp_path, json.dumps({"compaction": {"min_turns": 6}, "http": {"port": 2, "enabled": False, "allowed_origins": ["http://b"]}}))
     monkeypatch.setenv("ZOCRATES_COMPACTION", '{"token_floor": 1}')
     monkeypatch.setenv("ZOCRATES_HTTP__PORT", "3")
-    monkeypatch.setenv("ZOCRATES_HTTP__ALLOWED_ORIGINS", '["a"]')
+    monkeypatch.setenv("ZOCRATES_HTTP__ALLOWED_ORIGINS", '["http://a"]')
     c = load_config(tmp_path, {"HTTP": {"base_port": 1}})  # a flag's key in any case, as before
     assert (c.compaction.min_turns, c.compaction.token_floor) == (6, 1)
-    assert (c.http.port, c.http.enabled, c.http.base_port, c.http.allowed_origins) == (3, False, 1, ["a"])  # a list is replaced
+    assert (c.http.port, c.http.enabled, c.http.base_port, c.http.allowed_origins) == (3, False, 1, ["http://a"])  # a list is replaced
 
 
 def test_only_load_config_reads_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from mcp_types import version as sdk_version
 
 from zocratesd.mcp import tools
-from zocratesd.mcp.early import MAX_QUEUED, CancelTool, EarlySession, Forward, LineDecoder, Reply, RunTool
+from zocratesd.mcp.early import MAX_JSON_DEPTH, MAX_QUEUED, CancelTool, EarlySession, Forward, LineDecoder, Reply, RunTool
 
 
 def line(msg: dict[str, Any]) -> bytes:
@@ -52,7 +52,7 @@ def test_quick_requests_are_answered_and_the_rest_kept_in_order_for_the_sdk() ->
         RunTool(3, "search_library", {"query": "q"})]
     assert s.receive(request(4, "tools/call", {"name": "nope"})) == [RunTool(4, "nope", {})]  # the tool error, early
     kept = [request(5, "tools/call", {"name": "ask", "arguments": {"question": "q"}}), request(6, "resources/list"),
-            request(7, "logging/setLevel", {"level": "info"}), b"not json", line({"jsonrpc": "2.0", "id": 99, "result": {}})]
+            request(7, "logging/setLevel", {"level": "info"}), line({"jsonrpc": "2.0", "id": 99, "result": {}})]
     for k in kept:
         assert s.receive(k) == []
     assert s.running == {3, 4} and s.has_queued
@@ -90,6 +90,35 @@ def test_no_plain_initialize_first_means_the_sdk_answers_everything() -> None:
         s = EarlySession()
         assert s.receive(first) == [] and s.receive(INIT) == [] and s.receive(request(2, "ping")) == []
         assert s.hand_off() == [first, INIT, request(2, "ping")] and s.initialize_id is None
+
+
+def nested(levels: int) -> Any:
+    """A value nested `levels` deep: lists, and an object inside."""
+    value: Any = {"x": 1}
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_a_line_not_json_or_nested_too_deep_is_answered_with_an_error_in_every_state() -> None:
+    fresh, early, handed = EarlySession(), opened(), opened()
+    handed.hand_off()
+    # The message, its params and the arguments are three levels: one past the limit in all.
+    deep = request(7, "tools/call", {"name": "get_item", "arguments": {"item_key": nested(MAX_JSON_DEPTH - 2)}})
+    for s in (fresh, early, handed):
+        [parse] = s.receive(b"not json")
+        assert isinstance(parse, Reply) and parse.message["id"] is None and parse.message["error"]["code"] == -32700
+        [bottomless] = s.receive(b"[" * 5000 + b"]" * 5000)  # past orjson's own limit: a parse error too
+        assert isinstance(bottomless, Reply) and bottomless.message["error"]["code"] == -32700
+        [too_deep] = s.receive(deep)
+        assert isinstance(too_deep, Reply) and too_deep.message["id"] == 7
+        assert too_deep.message["error"] == {"code": -32600, "message": "Invalid Request",
+                                             "data": f"nested deeper than {MAX_JSON_DEPTH} levels"}
+    # At the limit: the SDK's (or the early path's) to answer.
+    just = request(8, "tools/call", {"name": "get_item", "arguments": {"item_key": nested(MAX_JSON_DEPTH - 3)}})
+    assert early.receive(just) == [RunTool(8, "get_item", {"item_key": nested(MAX_JSON_DEPTH - 3)})]
+    assert handed.receive(just) == [Forward(just)]
+    assert fresh.receive(INIT)[0].message["result"]  # type: ignore[union-attr]  # a bad first line does not end the early path
 
 
 def test_requests_with_odd_params_are_left_to_the_sdk() -> None:
