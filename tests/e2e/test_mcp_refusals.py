@@ -14,8 +14,6 @@ write, a screen clear, a bidirectional override, a NUL).
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -26,14 +24,13 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from daemonproc import daemon_env
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
+from mcpworld import mcp_world
 from test_mcp import RawFace
 from zoterofixture import Item, Library
 
-from zocratesd.library.writer import write
 from zocratesd.limits import MAX_OFFSET
 from zocratesd.mcp.early import MAX_JSON_DEPTH
 
@@ -42,6 +39,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 # A paper whose text would rewrite a terminal that showed it raw, or reorder what a reader sees.
 HOSTILE = ("Okapi stripes hide calves in the forest \x1b]52;c;ZWNobyBoaQ==\x07 from leopards \x1b[2J"
            "\u202eden \x00 of the Congo.")
+# Its title, as resources/list names it, would do the same.
+TITLE = "Okapi stripes\x1b[2J\u202e"
 RAW = ("\x1b", "\x07", "\u202e", "\x00")
 HUGE = 10**30
 
@@ -53,21 +52,9 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def world(short_tmp: Path) -> Any:
-    run = short_tmp / "run"
-    run.mkdir(mode=0o700)
-    data = short_tmp / "zotero"
-    write(data, Library(items=[Item("OKAPIPAP", "Okapi stripes", creators=[("Ann", "Lee")], date="2020",
-                                    fields={"abstractNote": HOSTILE})]))
-    (data / "zocrates-data").mkdir()
-    (data / "zocrates-data" / "zocrates_config.json").write_text(json.dumps({"http": {"enabled": False}}))
-
-    class World:
-        data_dir = data
-        env = daemon_env(run)
-
-    yield World
-    subprocess.run([sys.executable, "-m", "zocratesd", "stop", "--zotero-data-dir", str(data)], env=World.env, timeout=60,
-                   capture_output=True, check=False)
+    library = Library(items=[Item("OKAPIPAP", TITLE, creators=[("Ann", "Lee")], date="2020", fields={"abstractNote": HOSTILE})])
+    with mcp_world(short_tmp, library, {"http": {"enabled": False}}) as made:
+        yield made
 
 
 def _command(world: Any) -> list[str]:
@@ -105,6 +92,17 @@ async def test_the_ask_answer_escapes_control_characters_from_the_library(world:
     for text in (_text(asked), _text(searched)):  # the same escaping as search_library's
         assert not any(c in text for c in RAW), repr(text)
         assert "\\x1b]52;c;ZWNobyBoaQ==\\x07 from leopards \\x1b[2J" in text and "\\x00 of the Congo" in text
+
+
+async def test_resource_names_escape_control_characters_from_the_library(world: Any) -> None:
+    async with mcp(world) as s:
+        await _indexed(s)
+        with anyio.fail_after(60):
+            listed = (await s.list_resources()).resources
+    assert [r.uri for r in listed] == ["zotero://select/library/items/OKAPIPAP"]
+    shown = [listed[0].name, listed[0].title or "", listed[0].description or ""]
+    assert not any(c in text for text in shown for c in RAW), shown
+    assert listed[0].name == "Okapi stripes\\x1b[2J\\x202e"
 
 
 async def test_integers_past_the_bound_are_refused_clearly(world: Any) -> None:

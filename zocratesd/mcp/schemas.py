@@ -256,11 +256,14 @@ READ_ONLY: Final = frozenset({"search_library", "get_item", "list_collections", 
 # --- text renderings (the `content` beside `structuredContent`) -------------------------------------
 
 
-def _t(value: Any) -> str:
+def escape_text(value: Any) -> str:
     """Library text for a model to read: control characters other than newlines escaped."""
     return escape_for_log(value) if not isinstance(value, str) else "".join(
         c if c.isprintable() or c in "\n\t" else f"\\x{ord(c):02x}" for c in value
     )
+
+
+_t = escape_text  # short, for the many text builders below
 
 
 def byline(meta: dict[str, Any]) -> str:

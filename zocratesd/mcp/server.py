@@ -214,8 +214,11 @@ class ZocratesMcp(Tools):
         except (LinkDown, ConnectionLost, RpcError) as exc:
             raise MCPError(types.INTERNAL_ERROR, f"cannot list the library: {exc}") from None
         resources = [
-            types.Resource(uri=i["link"], name=i["title"][:200] or i["item_key"], title=i["title"][:200] or None,
-                           description=" ".join(p for p in (schemas.byline(i), str(i.get("item_type") or "")) if p) or None,
+            # Names a host shows (and hands its model) are library text: escaped as every tool's text is.
+            types.Resource(uri=i["link"], name=schemas.escape_text(i["title"][:200] or i["item_key"]),
+                           title=schemas.escape_text(i["title"][:200]) or None,
+                           description=schemas.escape_text(" ".join(
+                               p for p in (schemas.byline(i), str(i.get("item_type") or "")) if p)) or None,
                            mime_type="text/markdown")
             for i in page.get("items", [])
         ]
