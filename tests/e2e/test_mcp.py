@@ -311,7 +311,7 @@ async def test_an_ask_cancelled_half_way_stops_the_turn(world: Any) -> None:
         async with mcp(world) as s:
             await ready(s)
             session = ok(await call(s, "ask", {"question": "Warm up"}))["session_id"]
-            fake.behaviour = Behaviour(chunk_delay_s=0.5)  # from here on each few characters take half a second
+            fake.behaviour = Behaviour(chunk_delay_s=2.0)  # from here on each few characters take 2 s
             searched = anyio.Event()
 
             async def on_progress(value: float, total: float | None, message: str | None) -> None:
@@ -321,7 +321,7 @@ async def test_an_ask_cancelled_half_way_stops_the_turn(world: Any) -> None:
 
                 async def cancel_once_searched() -> None:
                     await searched.wait()
-                    await anyio.sleep(0.6)  # a few chunks of the slow answer are out
+                    await anyio.sleep(0.6)  # into the slow answer (its ~5 chunks take ~10 s)
                     scope.cancel()
 
                 async with anyio.create_task_group() as tg:
@@ -332,9 +332,8 @@ async def test_an_ask_cancelled_half_way_stops_the_turn(world: Any) -> None:
             assert scope.cancelled_caught
             # The daemon stopped the turn: the session takes the next question at once (not "busy").
             fake.behaviour = Behaviour()
-            started = time.monotonic()
             after = ok(await call(s, "ask", {"question": "Short question", "session_id": session}))
-            assert after["status"] == "answered" and time.monotonic() - started < 10
+            assert after["status"] == "answered"
             shown = ok(await call(s, "sessions", {"action": "show", "session_id": session}))["session"]
             replies = [m["text"] for m in shown["messages"] if m["role"] == "assistant"]
             assert "I have seen 2 questions" not in "".join(replies[:-1])  # the cancelled answer never finished

@@ -45,7 +45,7 @@ def d() -> Iterator[DaemonProc]:
     try:
         yield daemon
     finally:
-        daemon.stop(15)
+        daemon.stop(60)
         shutil.rmtree(root, ignore_errors=True)
 
 

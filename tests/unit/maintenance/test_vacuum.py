@@ -254,14 +254,17 @@ async def test_a_request_that_never_ends_makes_it_busy_and_the_store_stays_open(
 async def test_a_turn_that_starts_while_the_store_drains_defers_the_vacuum(world: World) -> None:
     kept, dropped = await fill(world)
     gate = world.store.gate
+    finished = anyio.Event()
 
     async def request_then_turn() -> None:
         async with gate.request():
-            await anyio.sleep(0.1)
+            with anyio.fail_after(60):
+                while not gate.is_paused:  # maintenance is waiting for this request to leave
+                    await anyio.sleep(0.01)
             # A prompt arrives while maintenance waits for this request: it takes its session lock.
             hold = world.daemon.locks.hold(kept[0], "prompt")
             hold.__enter__()
-        await anyio.sleep(0.2)
+        await finished.wait()  # the turn runs on past the maintenance pass
         hold.__exit__(None, None, None)
 
     inode = world.db.stat().st_ino
@@ -269,6 +272,7 @@ async def test_a_turn_that_starts_while_the_store_drains_defers_the_vacuum(world
         tg.start_soon(request_then_turn)
         await anyio.sleep(0.01)
         report = await world.maintenance.run(startup=False)
+        finished.set()
     assert report["retention_deleted"] == len(dropped)
     assert report["vacuum"]["skipped_reason"] == "chat_in_progress"
     assert world.db.stat().st_ino == inode
