@@ -21,7 +21,7 @@ import { ZocratesClient } from "./zocrates-client.mjs";
 
 const SCREENSHOTS = join(dirname(fileURLToPath(import.meta.url)), "screenshots");
 const SIDEBAR = { width: 340, height: 760 }; // Zotero's item pane is about this wide
-const STEP_TIMEOUT_MS = 30_000; // one UI step on a loaded 2-core machine
+const STEP_TIMEOUT_MS = 90_000; // one UI step (a turn included) on a loaded 2-core machine: a hang guard
 const FOUR_PARTS = "What is retrieval-augmented generation? What is dense passage retrieval? What is HyDE? How do beekeepers treat varroa mites?";
 
 requireFirefox();
@@ -207,7 +207,7 @@ before(async () => {
     model: { provider: "openai", name: "fake/slow", base_url: fake.url, api_key_env: "ZQ_KEY" },
   }));
   [browser] = await Promise.all([
-    launchFirefox({ defaultViewport: null, protocolTimeout: 30_000 }),
+    launchFirefox({ defaultViewport: null, protocolTimeout: STEP_TIMEOUT_MS }),
     library.start(),
     slow.start(),
   ]);
@@ -215,7 +215,7 @@ before(async () => {
   // The questions below need the fixture library indexed: the daemon indexes in the background,
   // and on a loaded machine the first question could otherwise find "still being indexed (0%)".
   for (const t0 = Date.now(); (await library.client.libraryStatus()).library?.state !== "ready";) {
-    if (Date.now() - t0 > 60_000) throw new Error("the fixture library was not indexed within 60 s");
+    if (Date.now() - t0 > 180_000) throw new Error("the fixture library was not indexed within 180 s");
     await new Promise((r) => setTimeout(r, 200));
   }
 });
