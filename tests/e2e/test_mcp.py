@@ -682,7 +682,7 @@ def test_the_daemon_killed_under_the_cold_face_is_a_tool_error_then_a_new_daemon
         assert not face.reply(2)["result"]["isError"]
         os.kill(pid, signal.SIGSTOP)
         face.send(_tool(3, "list_collections", {}))
-        time.sleep(0.3)  # the call has reached the stopped daemon
+        _wait_until_queued_for(pid)  # the call has reached the stopped daemon
         os.kill(pid, signal.SIGKILL)
         lost = face.reply(3)["result"]
         assert lost["isError"] and "connection to zocratesd was lost" in lost["content"][0]["text"], lost
@@ -693,6 +693,21 @@ def test_the_daemon_killed_under_the_cold_face_is_a_tool_error_then_a_new_daemon
         assert restarted is not None and restarted.pid != pid
     finally:
         face.close()
+
+
+def _wait_until_queued_for(pid: int, timeout_s: float = 60) -> None:
+    """Until one of process `pid`'s Unix sockets holds bytes it has not read (a stopped daemon's
+    connection that a request was written to), as `ss` shows; without `ss`, a generous pause."""
+    if shutil.which("ss") is None:
+        time.sleep(3)
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = subprocess.run(["ss", "-xpH"], capture_output=True, text=True, check=True).stdout.splitlines()
+        if any(f"pid={pid}," in line and int(line.split()[2]) > 0 for line in lines):
+            return
+        assert time.monotonic() < deadline, f"nothing reached process {pid}'s sockets"
+        time.sleep(0.02)
 
 
 def test_the_hand_over_mid_stream_answers_every_request_once_in_order(world: Any) -> None:
