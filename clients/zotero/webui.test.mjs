@@ -9,6 +9,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { mkdtemp, mkdir, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import { createServer as createNetServer } from "node:net";
@@ -34,12 +35,28 @@ function isolatedEnv(root, extra = {}) {
   return env;
 }
 
+/** A port free now, for a daemon started (and restarted) on it later. Not one the kernel hands
+ *  out itself (listen(0), a connection's own end): those come from the ephemeral range, where any
+ *  process on a busy machine may take it before the daemon binds; below that range only an
+ *  explicit bind can. */
 async function freePort() {
-  const server = createNetServer();
-  await new Promise((r) => server.listen(0, "127.0.0.1", r));
-  const { port } = server.address();
-  await new Promise((r) => server.close(r));
-  return port;
+  let low = 32768;
+  try {
+    low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]) || low;
+  } catch { /* not Linux: the usual range */ }
+  const base = Math.max(1024, Math.min(low, 32768) - 12000);
+  for (;;) {
+    const port = base + Math.floor(Math.random() * 12000);
+    const server = createNetServer();
+    const bound = await new Promise((r) => {
+      server.once("error", () => r(false));
+      server.listen(port, "127.0.0.1", () => r(true));
+    });
+    if (bound) {
+      await new Promise((r) => server.close(r));
+      return port;
+    }
+  }
 }
 
 function runPython(args, env) {
