@@ -43,7 +43,7 @@ def daemon_factory(short_tmp: Path) -> Iterator[Any]:
     yield make
     for d in made:
         if d.proc is not None and d.proc.poll() is None:
-            d.stop(15)
+            d.stop(60)
 
 
 @pytest.fixture

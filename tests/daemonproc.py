@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-READY_TIMEOUT_S = 60.0
+# A hang guard, not a measure: a daemon's start imports ADK, tens of seconds on a 2-core machine
+# that also runs other work (every process gets a fraction of a core).
+READY_TIMEOUT_S = 180.0
 # How often start() looks for the daemon: bench_store times a cold start with it, so the poll must
 # not be what it measures (5 ms is below a start's spread; a poll is a file read and a connect).
 POLL_S = 0.005

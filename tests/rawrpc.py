@@ -9,7 +9,7 @@ from typing import Any
 
 
 class RawConn:
-    def __init__(self, path: str, timeout: float = 30.0):
+    def __init__(self, path: str, timeout: float = 120.0):  # a hang guard: the first write waits for the engine
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         self.sock.connect(path)

@@ -10,7 +10,7 @@ import httpx
 
 
 class Shim:
-    def __init__(self, info: dict[str, Any], timeout: float = 30.0):
+    def __init__(self, info: dict[str, Any], timeout: float = 120.0):  # a hang guard, as RawConn's
         self.port = info["http"]["port"]
         self.token = info["token"]
         self.base = f"http://127.0.0.1:{self.port}"

@@ -10,10 +10,11 @@ import { fileURLToPath } from "node:url";
 
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 export const FIREFOX = process.env.ZOCRATES_FIREFOX || "/usr/bin/firefox-esr";
-// A daemon's start (engine import, startup maintenance) on a loaded 2-core machine.
-export const READY_TIMEOUT_MS = 60_000;
-/** One step of a browser test (a page reacting, a pane appearing) on that machine. */
-export const STEP_TIMEOUT_MS = 30_000;
+// Hang guards, not measures. A daemon's start (engine import, startup maintenance) on a 2-core
+// machine that also runs other work, where each process gets a fraction of a core.
+export const READY_TIMEOUT_MS = 180_000;
+/** One step of a browser test (a page reacting, a pane appearing, a turn) on that machine. */
+export const STEP_TIMEOUT_MS = 90_000;
 
 /** The Python that runs zocratesd: $ZOCRATES_TEST_PYTHON, else the repo's venv, else python3. */
 export function python() {

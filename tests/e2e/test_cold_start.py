@@ -92,9 +92,11 @@ def test_sigterm_while_the_engine_imports_exits_promptly(daemon_factory: Any, tm
         assert time.monotonic() < deadline, d.stderr_tail(2000)
         time.sleep(0.02)
     t0 = time.monotonic()
-    assert d.stop(timeout=10) == 0
+    assert d.stop(timeout=30) == 0
     took = time.monotonic() - t0
-    assert took < 2.0, f"stopping took {took:.1f} s"
+    # A shutdown that waited for the import would hang until stop() kills it; one that waited out
+    # the 10 s grace for requests would take that long. A loaded machine's stop takes a few seconds.
+    assert took < 9.0, f"stopping took {took:.1f} s"
     assert not d.state_dir.joinpath("daemon.json").exists()  # a clean shutdown, not a kill
 
 

@@ -23,7 +23,7 @@ from zoterofixture import build_zotero_dir, sample_library
 
 pytestmark = pytest.mark.e2e
 
-READY_TIMEOUT_S = 60.0
+READY_TIMEOUT_S = 180.0  # a hang guard: indexing on a loaded machine takes many times its idle time
 
 
 def wait_ready(c: RawConn) -> dict[str, Any]:
@@ -222,7 +222,7 @@ def test_the_embedding_child_is_bounded_by_the_daemon(daemon_factory: Any, what:
         assert d.stop() == 0 and time.monotonic() - t0 < 20.0
     else:
         d.kill()
-    deadline = time.monotonic() + 10.0
+    deadline = time.monotonic() + 30.0
     while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not Path(f"/proc/{child}").exists(), f"the embedding child outlived the daemon ({what})"

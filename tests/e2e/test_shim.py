@@ -167,14 +167,16 @@ def test_a_second_turn_on_a_busy_session_is_409_and_the_first_survives_a_disconn
         busy = shim.request("POST", "/chat", json=body)
         assert busy.status_code == 409 and busy.json()["error"]["code"] == "session_busy"
         # Leaving this block closes the stream mid-turn: the turn must go on.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        messages = shim.ok("GET", f"/sessions/{sid}")["session"]["messages"]
-        if any(m["role"] != "user" and m["text"] for m in messages):
-            break
+    # The session is busy until the turn has ended: a rename is refused until then (the answer is
+    # stored a moment before the session is let go, so the messages alone do not say it is free).
+    deadline = time.monotonic() + 60
+    while (renamed := shim.request("PATCH", f"/sessions/{sid}", json={"title": "after the disconnect"})).status_code == 409:
+        if time.monotonic() > deadline:
+            pytest.fail("the turn did not finish after its client disconnected")
         time.sleep(0.1)
-    else:
-        pytest.fail("the turn did not finish after its client disconnected")
+    assert renamed.status_code == 200, renamed.text
+    messages = shim.ok("GET", f"/sessions/{sid}")["session"]["messages"]
+    assert any(m["role"] != "user" and m["text"] for m in messages), messages
     # ... and the session is free again.
     assert shim.chat(sid, "And HyDE?")[-1]["type"] == "done"
 

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.e2e
 CAP = 8
 HEAD_S = 2.0
 BODY_S = 2.0
-SLACK_S = 1.5  # a loaded test machine's lag, on top of a deadline
+SLACK_S = 5.0  # a loaded test machine's lag, on top of a deadline (a missed deadline never comes)
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +46,41 @@ def d() -> Iterator[DaemonProc]:
     try:
         yield daemon
     finally:
-        daemon.stop(15)
+        daemon.stop(60)
         shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
 def port(d: DaemonProc) -> int:
     p: int = d.info["http"]["port"]
-    time.sleep(HEAD_S + 0.2)  # what an earlier test left open has passed its deadline
+    time.sleep(HEAD_S + 1)  # what an earlier test left open has passed its deadline
     return p
+
+
+def sockets_of(d: DaemonProc) -> int:
+    """How many sockets the daemon has open (its listeners and every connection it accepted)."""
+    assert d.proc is not None
+    fds = Path(f"/proc/{d.proc.pid}/fd")
+    return sum(1 for fd in fds.iterdir() if _link(fd).startswith("socket:"))
+
+
+def _link(fd: Path) -> str:
+    try:
+        return str(fd.readlink())
+    except OSError:  # closed meanwhile
+        return ""
+
+
+def connect_accepted(d: DaemonProc, port: int, n: int, stack: ExitStack) -> list[socket.socket]:
+    """`n` connections, returned once the daemon has accepted them all (a connect completes in the
+    kernel before the daemon's accept loop runs)."""
+    before = sockets_of(d)
+    conns = [stack.enter_context(connect(port)) for _ in range(n)]
+    deadline = time.monotonic() + 30
+    while sockets_of(d) < before + n:
+        assert time.monotonic() < deadline, f"the daemon accepted {sockets_of(d) - before} of {n} connections"
+        time.sleep(0.02)
+    return conns
 
 
 def connect(port: int) -> socket.socket:
@@ -119,7 +145,7 @@ def trickle_until_closed(s: socket.socket, data: bytes, every_s: float, limit_s:
 def test_a_trickled_head_is_cut_at_its_deadline_however_busy_it_looks(port: int) -> None:
     # Slowloris: a byte every 0.2 s would reset any idle timer; the head's deadline holds anyway.
     with connect(port) as s:
-        took = trickle_until_closed(s, b"GET /health HTTP/1.1\r\nX-A: " + b"a" * 200, every_s=0.2, limit_s=HEAD_S + 5)
+        took = trickle_until_closed(s, b"GET /health HTTP/1.1\r\nX-A: " + b"a" * 200, every_s=0.2, limit_s=HEAD_S + SLACK_S + 2)
     assert took is not None and HEAD_S - 0.3 < took < HEAD_S + SLACK_S, took
 
 
@@ -137,21 +163,20 @@ def test_after_a_response_the_connection_idles_but_the_next_head_has_the_same_de
         time.sleep(HEAD_S + 0.5)  # idle between requests: the keep-alive time, not the head's deadline
         s.sendall(request(port))
         assert response(s)[0] == 200
-        took = trickle_until_closed(s, b"GET /health HTTP/1.1\r\nX-A: " + b"a" * 200, every_s=0.2, limit_s=HEAD_S + 5)
+        took = trickle_until_closed(s, b"GET /health HTTP/1.1\r\nX-A: " + b"a" * 200, every_s=0.2, limit_s=HEAD_S + SLACK_S + 2)
     assert took is not None and took < HEAD_S + SLACK_S, took
 
 
 # --- the cap ------------------------------------------------------------------------------------------
 
 
-def test_at_the_cap_a_new_connection_closes_the_longest_waiting_one(port: int) -> None:
+def test_at_the_cap_a_new_connection_closes_the_longest_waiting_one(d: DaemonProc, port: int) -> None:
     with ExitStack() as stack:
-        idle = [stack.enter_context(connect(port)) for _ in range(CAP)]
-        time.sleep(0.2)
+        idle = connect_accepted(d, port, CAP, stack)
         s = stack.enter_context(connect(port))
         s.sendall(request(port))
         assert response(s)[0] == 200  # a real request is served at once
-        assert closed_within(idle[0], 0.5)  # the oldest idle connection made room
+        assert closed_within(idle[0], SLACK_S)  # the oldest idle connection made room
         assert not closed_within(idle[1], 0.1)
 
 
@@ -162,21 +187,23 @@ def test_when_every_connection_is_busy_a_new_one_is_closed_at_once_and_the_unix_
     head = (f"POST /sessions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
             f"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"ti").encode()
     with ExitStack() as stack:
-        busy = [stack.enter_context(connect(port)) for _ in range(CAP)]
+        busy = connect_accepted(d, port, CAP, stack)
         for s in busy:
             s.sendall(head)  # a whole head, a body that stalls: each is serving a request
-        time.sleep(0.3)
+        sent = time.monotonic()
+        time.sleep(1)  # the heads are read (within BODY_S: the bodies' deadline has not come)
         extra = stack.enter_context(connect(port))
-        started = time.monotonic()
-        assert closed_within(extra, 0.5), "a connection over the cap, none to close, was not refused at once"
-        assert time.monotonic() - started < 0.5
+        # Refused: queued, it would get a place when a stalled body's deadline (BODY_S) freed one,
+        # and be closed at its own head's deadline (HEAD_S) after that.
+        assert closed_within(extra, sent + BODY_S + HEAD_S / 2 - time.monotonic()), \
+            "a connection over the cap, none to close, was not refused at once"
         with RawConn(d.socket_path, timeout=5) as c:  # the Unix socket does not care
             assert c.result("initialize", {"protocolVersion": 1})["protocolVersion"] == 1
         # The stalled bodies meet the guard's deadline: 408, then the connection closes.
         for s in busy:
             status, body = response(s)
             assert status == 408 and json.loads(body)["error"]["code"] == "request_timeout"
-            assert closed_within(s, 1)
+            assert closed_within(s, SLACK_S)
 
 
 # --- the guard's deadline for an authenticated body ----------------------------------------------------

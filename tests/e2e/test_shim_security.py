@@ -40,7 +40,7 @@ def module_daemon(tmp_path_factory: Any) -> Iterator[Any]:
     try:
         yield d
     finally:
-        d.stop(15)
+        d.stop(60)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -61,7 +61,7 @@ def module_daemon() -> Iterator[DaemonProc]:
     try:
         yield d
     finally:
-        d.stop(15)
+        d.stop(60)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -443,7 +443,7 @@ def test_zocratesd_open_without_a_daemon_says_so(tmp_path: Path) -> None:
 
 @pytest.fixture
 def slow(daemon_factory: Any) -> Iterator[tuple[DaemonProc, Shim, FakeOpenAI]]:
-    fake = FakeOpenAI(Behaviour(chunk_delay_s=0.5))
+    fake = FakeOpenAI(Behaviour(chunk_delay_s=2.0))  # an answer of ~5 chunks: ~10 s for a cancel to land in
     d = daemon_factory(args=["--http-port", "0"])
     write_library(d.data_dir)
     d.env["ZQ_KEY"] = "sk-e2e"
@@ -480,15 +480,14 @@ def test_cancel_stops_a_running_turn_which_ends_cancelled_and_the_session_goes_o
     busy = shim.request("PATCH", f"/sessions/{sid}", json={"title": "x"})
     assert busy.status_code == 409 and busy.json()["error"]["session_id"] == sid and busy.json()["error"]["activity"]
     assert_snake_case(busy.json())
-    t0 = time.monotonic()
     assert shim.ok("POST", f"/sessions/{sid}/cancel")["cancelled"] is True
     reader.join(30)
     assert not reader.is_alive()
-    stopped_in = time.monotonic() - t0
     done = events[-1]
     assert done["type"] == "done" and done["stop_reason"] == "cancelled" and done["checkpoint"] is None, done
-    # The answer streams in ~2.5 s at 0.5 s a chunk; cancelled, it stops well before.
-    assert stopped_in < 2.0, stopped_in
+    # Stopped mid-answer: its last words never came.
+    answered = "".join(m["text"] for m in done["session"]["messages"] if m["role"] == "assistant")
+    assert "I have seen" not in answered, answered
     assert [e["type"] for e in events].count("done") == 1
     assert shim.ok("POST", f"/sessions/{sid}/cancel")["cancelled"] is False
 

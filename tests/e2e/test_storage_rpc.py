@@ -79,7 +79,9 @@ def test_startup_and_on_demand_maintenance(daemon_factory: Any) -> None:
 
 
 def test_a_session_in_flight_is_immune_and_vacuum_waits(daemon_factory: Any) -> None:
-    fake = FakeOpenAI(Behaviour(chunk_delay_s=0.4, use_tools=False))
+    # Three chunks 3 s apart: the turn runs ~9 s from its model call, time for a maintenance pass
+    # on a loaded machine.
+    fake = FakeOpenAI(Behaviour(chunk_delay_s=3.0, use_tools=False))
     try:
         d = daemon_factory()
         d.state_dir.mkdir(parents=True)
@@ -93,7 +95,10 @@ def test_a_session_in_flight_is_immune_and_vacuum_waits(daemon_factory: Any) -> 
             age(d.db_path, sid, created_days=9, updated_days=9)  # old enough to be deleted...
             a.send({"jsonrpc": "2.0", "id": "turn", "method": "session/prompt",
                     "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "one two three four five six"}]}})
-            time.sleep(0.3)
+            deadline = time.monotonic() + 60
+            while not fake.requests:  # the turn has reached the model: its session is held
+                assert time.monotonic() < deadline, "the turn never called the model"
+                time.sleep(0.01)
             report = b.result("_zocrates/storage/maintenance", {})
             assert report["retention_deleted"] == 0  # ...but its turn is in flight
             assert report["vacuum"]["skipped_reason"] == "chat_in_progress"

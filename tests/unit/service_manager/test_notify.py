@@ -78,7 +78,7 @@ def test_a_full_queue_drops_pings_instead_of_blocking(receiver: tuple[str, socke
     n = Notifier(path)
     started = time.monotonic()
     results = [n.watchdog() for _ in range(5000)]
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 30  # a blocking send would never return: the queue is never read
     assert results[0] is True and results[-1] is False
 
 
