@@ -77,7 +77,7 @@ bad_sent = bad_answered = 0
 started = time.monotonic()
 i = 0
 next_trickle = started
-while time.monotonic() - started < attack_s and any(e[2] is None for e in slow):
+while time.monotonic() - started < attack_s and (bad_sent < bad_n or any(e[2] is None for e in slow)):
     if time.monotonic() >= next_trickle:
         trickle(i)
         i += 1
@@ -164,7 +164,10 @@ def test_another_user_cannot_exhaust_the_shim_nor_flood_the_log(d: DaemonProc) -
     print(f"attack: {phases}; owner probes: {len(latencies)}, slowest {max(latencies):.3f} s")  # shown with -s or on failure
 
     assert phases["idle"]["opened"] >= IDLE * 0.9, phases["idle"]  # the flood did happen
-    assert done["bad_answered"] >= BAD_REQUESTS * 0.9, done
+    # How many bad requests the attacker gets out within the attack depends on the machine's speed; that
+    # the daemon answers what it sent does not.
+    assert done["bad_sent"] >= BAD_REQUESTS // 5, done  # the flood did happen
+    assert done["bad_answered"] >= done["bad_sent"] * 0.9, done
     assert len(latencies) >= 10 and max(latencies) < PROBE_BOUND_S, latencies
     closed_after = done["slowloris_closed_after"]
     assert all(t is not None and t < HEAD_TIMEOUT_S + 2 for t in closed_after), closed_after
