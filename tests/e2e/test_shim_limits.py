@@ -257,8 +257,8 @@ def test_the_daemon_raises_its_soft_open_file_limit(daemon_factory: Any) -> None
 
 
 def test_requests_on_a_kept_alive_connection_are_not_held_back_by_nagle(d: DaemonProc, port: int) -> None:
-    # Each request after the first used to wait ~40 ms: the response's two writes (head, body) met
-    # Nagle's algorithm on the daemon's side and the client's delayed ACK.
+    # Without TCP_NODELAY on the daemon's side, each request after the first waits ~40 ms: the
+    # response's two writes (head, body) meet Nagle's algorithm and the client's delayed ACK.
     token = d.info["token"]
     took = []
     with connect(port) as s:
