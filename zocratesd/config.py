@@ -27,6 +27,7 @@ import msgspec
 from msgspec import Meta, field
 
 from zocratesd import locations
+from zocratesd.limits import ORIGIN_PATTERN
 from zocratesd.logtext import redact_credentials, redact_url
 
 CONFIG_NAME = "zocrates_config.json"
@@ -126,7 +127,7 @@ _LOOPBACK_NAMES: Final = frozenset({"localhost"})
 # http.max_connections at most: each is a file descriptor, and no desktop's fd limit comes near it.
 MAX_HTTP_CONNECTIONS: Final = 65_536
 # An allowed origin: what a browser sends as `Origin` (scheme, host, optional port; no path).
-_ORIGIN: Final = re.compile(r"[a-z][a-z0-9+.-]*://[^\s/?#*@]+", re.IGNORECASE)
+_ORIGIN: Final = re.compile(ORIGIN_PATTERN, re.IGNORECASE)
 # library.poll_interval_s's range, in seconds.
 MIN_POLL_INTERVAL_S: Final = 0.1
 MAX_POLL_INTERVAL_S: Final = 86_400.0

@@ -57,6 +57,13 @@ MAX_QUERY_CHARS: Final = 2000
 # Passages one library search returns: a page of results a model can read; search_library inside
 # a turn asks for 6.
 MAX_SEARCH_TOP_K: Final = 50
+# An origin as a browser sends it in `Origin` (scheme, host, optional port; no path): what
+# `http.allowed_origins` lists, and what the web app's CSP `frame-ancestors` may name. No wildcard,
+# and nothing that could end a CSP source or directive (space, `;`, `,`, a quote). Match it whole
+# (`re.fullmatch`), ignoring case.
+ORIGIN_PATTERN: Final = r"[a-z][a-z0-9+.-]*://[^\s/?#*@;,'\"]+"
+
+
 # Where a page of a list starts (`offset`, get_item's `fulltext_offset`, an MCP resource cursor):
 # no list comes near it, and a larger integer is no longer exact in JavaScript (the web app's and
 # many MCP hosts' language) nor, past 2**63, an integer SQLite can bind.

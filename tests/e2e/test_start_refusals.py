@@ -62,10 +62,11 @@ DEEP = "[" * 20_000 + "]" * 20_000  # far past the parser's depth, within a vari
     ('{"http": {"allowed_origins": ["*"]}}', {}, "http.allowed_origins: '*' is refused: a wildcard"),
     ('{"http": {"allowed_origins": ["https://*.example.org"]}}', {}, "is refused: a wildcard"),
     ('{"http": {"allowed_origins": ["http://localhost:3000/app"]}}', {}, "is not an origin"),
+    ('{"http": {"allowed_origins": ["http://a.test;script-src"]}}', {}, "is not an origin"),
     ('{"library": {"poll_interval_s": 1e-9}}', {}, "library.poll_interval_s: expected a number >= 0.1"),
     ('{"library": {"poll_interval_s": 1e300}}', {}, "library.poll_interval_s: expected a number <= 86400"),
     ('{"http": {"max_connections": 1e300}}', {}, "http.max_connections: expected an integer <= 65536"),
-], ids=["deep-file", "deep-variable", "origin-null", "origin-star", "origin-wildcard", "origin-path", "poll-tiny",
+], ids=["deep-file", "deep-variable", "origin-null", "origin-star", "origin-wildcard", "origin-path", "origin-directive", "poll-tiny",
         "poll-huge", "connections-huge"])
 def test_a_config_out_of_bounds_stops_the_start_with_a_sentence(
     daemon_factory: Any, config: str, env: dict[str, str], said: str

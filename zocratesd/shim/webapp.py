@@ -26,6 +26,7 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from zocratesd.limits import ORIGIN_PATTERN
 from zocratesd.shim.errors import error_response
 
 WEBUI_DIR: Final = Path(__file__).resolve().parent.parent / "webui"
@@ -54,8 +55,8 @@ COMMON_HEADERS: Final = {
 }
 
 
-# An origin as CSP takes it: anything with a space, `;`, `,` or a quote could add a directive.
-_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^\s;,'\"]+", re.I)
+# The config refuses any other origin already; a CSP built from one must not gain a directive all the same.
+_ORIGIN = re.compile(ORIGIN_PATTERN, re.IGNORECASE)
 
 
 def html_csp(allowed_origins: list[str]) -> str:
