@@ -72,9 +72,10 @@ async def run(tmp: Path, rounds: int, chats: dict[str, Any], build_s: float, lib
 
     from zocratesd.compaction import FixedProbe
     from zocratesd.config import ZocratesConfig
-    from zocratesd.core.daemon import Daemon, load_library_passages
+    from zocratesd.core.daemon import Daemon
     from zocratesd.engine.models.offline import OfflineLlm
     from zocratesd.engine.tools import build_search_tool
+    from zocratesd.library.passages import load_passages
     from zocratesd.library.retrieval import InMemoryRetriever
     from zocratesd.store import APP_NAME, USER_ID
     from zocratesd.updates import Usage
@@ -88,7 +89,7 @@ async def run(tmp: Path, rounds: int, chats: dict[str, Any], build_s: float, lib
 
     peer_svc = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{peer_dir / 'sessions.db'}")
     agent = LlmAgent(name="coordinator", model=OfflineLlm(),
-                     tools=[build_search_tool(InMemoryRetriever(load_library_passages(library)))])
+                     tools=[build_search_tool(InMemoryRetriever(load_passages(library)))])
     peer = Runner(app=App(name=APP_NAME, root_agent=agent), session_service=peer_svc)
 
     async def peer_turn(sid: str, text: str) -> float:

@@ -83,7 +83,7 @@ def test_reads_are_answered_and_a_prompt_waits_while_the_engine_loads(daemon_fac
 def test_sigterm_while_the_engine_imports_exits_promptly(daemon_factory: Any, tmp_path: Path) -> None:
     """A SIGTERM in the middle of the engine's import (seconds on a loaded machine; held here, in
     the import thread, for as long as the test likes) stops the daemon at once: the shutdown does
-    not wait for the import thread (core/daemon.py, `in_daemon_thread`)."""
+    not wait for the import thread (process/threads.py, `in_daemon_thread`)."""
     d = daemon_factory()
     d.env[HOLD_ENGINE_ENV] = str(tmp_path / "never-created")
     d.start()

@@ -22,21 +22,12 @@ from typing import Any, Final, Literal, cast, get_args
 
 import msgspec
 
+from zocratesd.core.validation import ITEM_KEY_RE, LIBRARY_RE
 from zocratesd.errors import InvalidInput
 from zocratesd.library.retrieval import Mode, Scope
-from zocratesd.limits import (
-    ITEM_KEY_PATTERN,
-    LIBRARY_PATTERN,
-    MAX_ACTIVE_ITEMS,
-    MAX_ITEM_TITLE_CHARS,
-    MAX_SNIPPET_CHARS,
-    MAX_SNIPPETS,
-    whole,
-)
+from zocratesd.limits import MAX_ACTIVE_ITEMS, MAX_ITEM_TITLE_CHARS, MAX_SNIPPET_CHARS, MAX_SNIPPETS
 
-ITEM_KEY_RE = whole(ITEM_KEY_PATTERN)
 KEY_ATTR_RE = re.compile(r'\s+key="[^"]*"')
-LIBRARY_RE = whole(LIBRARY_PATTERN)
 
 
 class Snippet(msgspec.Struct, frozen=True):

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from zocratesd.library._library import Library, disabled_status
     from zocratesd.library.index import INDEX_NAME
+    from zocratesd.library.passages import PassagesFile
     from zocratesd.library.zotero_db import ZOTERO_DB
 
-__all__ = ["INDEX_NAME", "ZOTERO_DB", "Library", "disabled_status"]
+__all__ = ["INDEX_NAME", "ZOTERO_DB", "Library", "PassagesFile", "disabled_status"]
 
-_LAZY = {"Library": "_library", "disabled_status": "_library", "INDEX_NAME": "index", "ZOTERO_DB": "zotero_db"}
+_LAZY = {"Library": "_library", "disabled_status": "_library", "INDEX_NAME": "index", "ZOTERO_DB": "zotero_db",
+         "PassagesFile": "passages"}
 
 
 def __getattr__(name: str) -> Any:

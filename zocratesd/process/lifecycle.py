@@ -22,6 +22,7 @@ import anyio
 from zocratesd.process.connections import Connections
 from zocratesd.process.give_way import giving_way, watch_of
 from zocratesd.process.logs import PROCESS_LOGGER
+from zocratesd.process.threads import in_daemon_thread
 from zocratesd.service_manager.notify import Notifier
 
 if TYPE_CHECKING:
@@ -145,7 +146,10 @@ async def bring_up(
     sys.setswitchinterval(min(interval, LOADING_SWITCH_INTERVAL_S))
     timings: dict[str, float] = {}
     try:
-        await daemon.start(importer=functools.partial(_import_engine, preloads, asyncio.get_running_loop(), timings))
+        await daemon.start(
+            importer=functools.partial(_import_engine, preloads, asyncio.get_running_loop(), timings),
+            in_thread=functools.partial(in_daemon_thread, name="zocratesd engine import"),
+        )
     except Exception as exc:
         log.exception("could not start the engine; stopping")
         failed.append(exc)

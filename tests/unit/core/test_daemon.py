@@ -19,7 +19,8 @@ from turngate import Gate
 
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.context import PromptContext
-from zocratesd.core.daemon import LIBRARY_PASSAGES_FILE, TITLE_FROM_PROMPT_CHARS, Daemon, title_from_prompt
+from zocratesd.core.daemon import LIBRARY_PASSAGES_FILE, Daemon
+from zocratesd.core.validation import TITLE_FROM_PROMPT_CHARS, title_from_prompt
 from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionBusy, SessionNotFound
 from zocratesd.limits import MAX_INTERRUPT_ID_CHARS, MAX_PROMPT_CHARS, MAX_TITLE_CHARS
 from zocratesd.maintenance import StorageStats

@@ -195,7 +195,7 @@ def test_library_dense_false_switches_the_stage_off_though_installed(tmp_path: P
         for on, first in ((False, ["FACTORY1", "CRASHES1"]), (True, ["CRASHES1", "FACTORY1"])):
             config = load_config(tmp_path, {"library": {"dense": on, "local_api": False}})
             daemon = Daemon(tmp_path, config, load_engine=False)
-            _, lib = daemon._make_library_source()
+            _, lib = daemon.catalogue.make_source()
             assert lib is not None
             lib.indexer.refresh(None)
             assert dense.model_name() == (dense.MODEL_NAME if on else "")

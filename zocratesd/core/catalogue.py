@@ -1,0 +1,243 @@
+"""The library as a catalogue: what `search_library` searches (the retriever), the library index's
+status and suggestions, and browsing it (search, one item, collections, tags, items) without a
+turn. The MCP face's tools, `_zocrates/library/*` and the shim's library routes read it here.
+
+The retriever is the one a caller gave, else the user's Zotero library index (zocratesd/library),
+else, for a data dir with no zotero.sqlite but a `library_passages.jsonl` (tests, demos,
+benchmarks), those passages. It is made once, on first use: the index's modules are loaded then,
+through the library package's own lazy names, so a daemon answers its first requests without them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+import msgspec
+
+from zocratesd import library as library_pkg
+from zocratesd import locations
+from zocratesd.config import ZocratesConfig
+from zocratesd.core.validation import (
+    check_fulltext_offset,
+    check_item_key,
+    check_item_keys,
+    check_library,
+    check_order,
+    check_page,
+    check_query,
+    check_suggestion_limit,
+)
+from zocratesd.errors import InvalidInput, NotFound
+from zocratesd.library import catalog, dense
+from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, InMemoryRetriever, Retriever, Scope
+from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, MAX_SUGGESTIONS
+
+if TYPE_CHECKING:
+    from zocratesd.library import Library
+
+# Where a daemon without a Zotero library index reads passages from, one JSON object per line
+# ({item_key, title, text, creators?, year?, page?, collections?}), when its data dir has no
+# zotero.sqlite to index: tests, demos and benchmarks use it.
+LIBRARY_PASSAGES_FILE: Final = "library_passages.jsonl"
+_FIXED_PASSAGES: Final = "this daemon searches a fixed set of passages, not a Zotero library index"
+
+Collection = tuple[str, str, str | None]  # (key, name, parent key)
+
+
+class LibrarySource(NamedTuple):
+    retriever: Retriever
+    library: Library | None = None  # the Zotero library index, when it is the retriever
+
+
+class SearchScope(msgspec.Struct, frozen=True):
+    mode: str
+    collection: str | None
+    item_keys: tuple[str, ...]
+    library: str | None
+
+
+class SearchResult(msgspec.Struct, frozen=True):
+    """What a turn's `search_library` would find, without a turn, and the index's state then."""
+
+    query: str
+    scope: SearchScope
+    hits: tuple[Hit, ...]
+    library_state: str | None
+    library_message: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        scope = self.scope
+        return {
+            "query": self.query,
+            "scope": {"mode": scope.mode, "collection": scope.collection, "item_keys": list(scope.item_keys),
+                      "library": scope.library},
+            "passages": [h.as_json() for h in self.hits],
+            "library_state": self.library_state,
+            "library_message": self.library_message,
+        }
+
+
+def _empty_page(key: str, offset: int | None) -> dict[str, Any]:
+    return {key: [], "total": 0, "offset": offset or 0, "next_offset": None}
+
+
+class Catalogue:
+    def __init__(
+        self, data_dir: Path, config: ZocratesConfig, retriever: Retriever | None,
+        find_collection: Callable[[str], Awaitable[str]],
+    ) -> None:
+        self.data_dir = data_dir
+        self.config = config
+        # Set once the source is made; the lock keeps two first uses (the import thread and a read
+        # on the event loop) from each opening the index.
+        self._lock = threading.Lock()
+        self._source: LibrarySource | None = LibrarySource(retriever) if retriever is not None else None
+        self._find_collection = find_collection  # a key or a name to its key (core/session_config.py)
+
+    @property
+    def source(self) -> LibrarySource:
+        made = self._source
+        if made is None:
+            with self._lock:
+                if self._source is None:
+                    self._source = self.make_source()
+                made = self._source
+        return made
+
+    @property
+    def made(self) -> LibrarySource | None:
+        """The source if made already (what closing needs: nothing to close otherwise)."""
+        return self._source
+
+    def make_source(self) -> LibrarySource:
+        dense.set_enabled(self.config.library.dense)
+        state = locations.state_dir(self.data_dir)
+        passages = state / LIBRARY_PASSAGES_FILE
+        if passages.exists() and not (self.data_dir / library_pkg.ZOTERO_DB).exists():
+            return LibrarySource(library_pkg.PassagesFile(passages))  # reloaded when it changes
+        cfg = self.config.library
+        if not cfg.enabled:
+            return LibrarySource(InMemoryRetriever([]))
+        index = library_pkg.Library(
+            self.data_dir, state, local_api_url=cfg.local_api_url if cfg.local_api else None,
+            poll_interval_s=cfg.poll_interval_s, include_groups=cfg.include_group_libraries,
+        )
+        return LibrarySource(index, index)
+
+    @property
+    def retriever(self) -> Retriever:
+        return self.source.retriever
+
+    @property
+    def library(self) -> Library | None:
+        """The Zotero library index; None when the daemon searches something else."""
+        return self.source.library
+
+    async def collections(self) -> list[Collection]:
+        """The library's collections: the index's, else (a passages file) the keys its passages name."""
+        if self.library is not None:
+            return await self.library.collections()
+        passages = getattr(self.retriever, "passages", None) or ()
+        keys = sorted({c for p in passages for c in p.collections})
+        return [(k, k, None) for k in keys]
+
+    def status(self, refresh: bool = False) -> dict[str, Any]:
+        if self.library is None:
+            return library_pkg.disabled_status(_FIXED_PASSAGES)
+        return self.library.status(refresh)
+
+    async def suggestions(self, limit: int | None) -> list[Any]:
+        limit = check_suggestion_limit(DEFAULT_SUGGESTIONS if limit is None else limit, MAX_SUGGESTIONS)
+        if self.library is None:
+            return []
+        return list(await self.library.suggestions(limit))
+
+    async def search(
+        self, query: str, *, top_k: int = DEFAULT_TOP_K, collection: str | None = None,
+        item_keys: tuple[str, ...] = (), library: str | None = None,
+    ) -> SearchResult:
+        query = check_query(query, top_k)
+        lib = check_library(library)
+        if collection is not None and item_keys:
+            raise InvalidInput("give a collection or item keys, not both")
+        if collection is not None:
+            key = await self._find_collection(str(collection))
+            scope = Scope(mode="collection", collection=key, library=lib)
+        elif item_keys:
+            scope = Scope(mode="papers", item_keys=check_item_keys(item_keys), library=lib)
+        else:
+            scope = Scope(library=lib)
+        hits = await self.retriever.search(query, scope, top_k)
+        status = self.status()
+        return SearchResult(
+            query, SearchScope(scope.mode, scope.collection, tuple(scope.item_keys), lib), tuple(hits),
+            status.get("state"), status.get("message"),
+        )
+
+    async def item(
+        self, key: str, *, library: str | None = None, fulltext: bool = False, fulltext_offset: int = 0
+    ) -> dict[str, Any]:
+        key = check_item_key(key)
+        offset = check_fulltext_offset(fulltext_offset)
+        lib = check_library(library)
+        found = None
+        if self.library is not None:
+            def read(conn: sqlite3.Connection) -> dict[str, Any] | None:
+                uid = catalog.find_uid(conn, key, lib)
+                return None if uid is None else catalog.get_item(conn, uid, fulltext=fulltext, fulltext_offset=offset)
+
+            found = await self.library.read(read)
+        if found is None:
+            where = f" in {lib}" if lib else ""
+            raise NotFound(f"no item {key}{where} in the library index" + self._no_index_hint(), itemKey=key)
+        return found
+
+    async def collection_list(self, library: str | None = None) -> list[dict[str, Any]]:
+        lib = check_library(library)
+        if self.library is None:
+            return [{"key": k, "name": n, "path": n, "parent_key": p, "library": "user", "library_name": "user",
+                     "items": 0, "items_with_subcollections": 0} for k, n, p in await self.collections()]
+        return await self.library.read(lambda conn: catalog.collections(conn, lib)) or []
+
+    async def tags(
+        self, library: str | None = None, *, limit: int | None = None, offset: int | None = None,
+        contains: str | None = None,
+    ) -> dict[str, Any]:
+        lib = check_library(library)
+        check_page(limit, offset)
+        if self.library is None:
+            return _empty_page("tags", offset)
+        found = await self.library.read(lambda conn: catalog.tags(conn, lib, limit=limit, offset=offset, contains=contains))
+        return found if found is not None else _empty_page("tags", offset)
+
+    async def items(
+        self, library: str | None = None, *, limit: int | None = None, offset: int | None = None, order: str = "added"
+    ) -> dict[str, Any]:
+        lib = check_library(library)
+        check_page(limit, offset)
+        order = check_order(order)
+        if self.library is None:
+            return _empty_page("items", offset)
+        found = await self.library.read(lambda conn: catalog.items(conn, lib, limit=limit, offset=offset, order=order))
+        return found if found is not None else _empty_page("items", offset)
+
+    def _no_index_hint(self) -> str:
+        status = self.status()
+        state, message = status.get("state"), status.get("message")
+        if state == "ready":
+            return ""
+        return f" (library {state}" + (f": {message}" if message else "") + ")"
+
+    def start(self) -> None:
+        """The index's background indexer (a thread of its own): the daemon is ready at once."""
+        if self.library is not None:
+            self.library.start()
+
+    async def aclose(self) -> None:
+        made = self._source  # not made (or being made, left behind by a stop): nothing to close
+        if made is not None and made.library is not None:
+            await made.library.aclose()

@@ -1,0 +1,65 @@
+"""The core's side that needs the engine: ADK's session service, the runner (model, tools) and
+the compactor, built by `load`, and a turn's ADK messages and events.
+
+Imported only once the process has decided to load the engine (`Daemon.start`, in its import
+thread; `Daemon.load_engine` at once): ADK and SQLAlchemy are most of a cold start's work, and a
+daemon serves its reads without them. Importing this module also imports what a first turn would
+otherwise import on the event loop (`preload`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from google.adk.events import Event
+from google.genai import types
+
+# Imported here, in the import thread, rather than by their first use on the event loop: a
+# passages file's index (the library source is made in the same thread) and the store's
+# ADK-facing writer and slim events.
+import zocratesd.library.passages
+import zocratesd.store.slim
+import zocratesd.store.writer  # noqa: F401
+from zocratesd.compaction import Compactor
+from zocratesd.config import ZocratesConfig
+from zocratesd.core.turn_updates import TurnUpdates
+from zocratesd.engine.models import build_model
+from zocratesd.engine.runner import Engine, preload_lazy_imports
+from zocratesd.library.retrieval import Retriever
+from zocratesd.store import SessionsDb
+
+
+class EngineSide:
+    def __init__(self, db: SessionsDb, config: ZocratesConfig, retriever: Retriever) -> None:
+        db.load_service()
+        self.db = db
+        self.engine = Engine(db.service, build_model(config.model), retriever, config.research, config.model)
+        self.compactor = Compactor.from_config(db, config, self.engine.model)
+
+    def updates(self) -> TurnUpdates:
+        """A fresh reader of one turn's events (it reuses the JSON the store wrote for each)."""
+        return TurnUpdates(self.db.service.take_dump)
+
+    def run_turn(
+        self, session_id: str, text: str, *, state_delta: dict[str, Any], window_start: float | None,
+        abort: asyncio.Event,
+    ) -> AsyncIterator[Event]:
+        message = types.Content(role="user", parts=[types.Part(text=text)])
+        return self.engine.run_turn(session_id, message, state_delta=state_delta, window_start=window_start, abort=abort)
+
+    def resume_turn(
+        self, session_id: str, interrupt_id: str, answer: dict[str, Any], *, window_start: float | None,
+        abort: asyncio.Event,
+    ) -> AsyncIterator[Event]:
+        return self.engine.resume_turn(session_id, interrupt_id, answer, window_start=window_start, abort=abort)
+
+
+def preload() -> None:
+    """What ADK imports and builds lazily on a first run, now (blocking: the import thread's work)."""
+    preload_lazy_imports()
+
+
+def load(db: SessionsDb, config: ZocratesConfig, retriever: Retriever) -> EngineSide:
+    return EngineSide(db, config, retriever)
