@@ -69,7 +69,7 @@ class SearchResult(msgspec.Struct, frozen=True):
     library_state: str | None
     library_message: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         scope = self.scope
         return {
             "query": self.query,
@@ -81,7 +81,7 @@ class SearchResult(msgspec.Struct, frozen=True):
         }
 
 
-def _empty_page(key: str, offset: int | None) -> dict[str, Any]:
+def _empty_page(key: str, offset: int | None) -> dict[str, object]:
     return {key: [], "total": 0, "offset": offset or 0, "next_offset": None}
 
 
@@ -180,13 +180,13 @@ class Catalogue:
 
     async def item(
         self, key: str, *, library: str | None = None, fulltext: bool = False, fulltext_offset: int = 0
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         key = check_item_key(key)
         offset = check_fulltext_offset(fulltext_offset)
         lib = check_library(library)
         found = None
         if self.library is not None:
-            def read(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            def read(conn: sqlite3.Connection) -> dict[str, object] | None:
                 uid = catalog.find_uid(conn, key, lib)
                 return None if uid is None else catalog.get_item(conn, uid, fulltext=fulltext, fulltext_offset=offset)
 
@@ -196,7 +196,7 @@ class Catalogue:
             raise NotFound(f"no item {key}{where} in the library index" + self._no_index_hint(), itemKey=key)
         return found
 
-    async def collection_list(self, library: str | None = None) -> list[dict[str, Any]]:
+    async def collection_list(self, library: str | None = None) -> list[dict[str, object]]:
         lib = check_library(library)
         if self.library is None:
             return [{"key": k, "name": n, "path": n, "parent_key": p, "library": "user", "library_name": "user",
@@ -206,7 +206,7 @@ class Catalogue:
     async def tags(
         self, library: str | None = None, *, limit: int | None = None, offset: int | None = None,
         contains: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         lib = check_library(library)
         check_page(limit, offset)
         if self.library is None:
@@ -216,7 +216,7 @@ class Catalogue:
 
     async def items(
         self, library: str | None = None, *, limit: int | None = None, offset: int | None = None, order: str = "added"
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         lib = check_library(library)
         check_page(limit, offset)
         order = check_order(order)

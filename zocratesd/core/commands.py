@@ -9,7 +9,7 @@ a compaction, a rewind). Text that starts with `/` but names no command is an or
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -88,15 +88,15 @@ async def _rewind_last(daemon: Daemon, session_id: str) -> str:
     )
     if last is None:
         raise NotFound("this session has no turn to rewind", sessionId=session_id)
-    done = await daemon.rewind(session_id, last["invocation_id"])
-    asked = " ".join(done["restored"]["text"].split())
+    done = await daemon.turns.rewind(session_id, last["invocation_id"])
+    asked = " ".join(done.restored.text.split())
     shown = asked if len(asked) <= 80 else asked[:79] + "…"
     return (f"Rewound the last turn (\u201c{shown}\u201d). The editor still shows it; "
             "load the session again to see the conversation without it.")
 
 
 async def _status(daemon: Daemon, session_id: str) -> str:
-    lib: dict[str, Any] = daemon.library_status()
+    lib = daemon.library_status()
     stats = await daemon.storage_stats()
     settings = await daemon.session_config.settings(session_id)
     options = {o.id: o for o in await daemon.session_config.options(settings)}

@@ -38,7 +38,7 @@ class Snippet(msgspec.Struct, frozen=True):
     page: int | None = None
     key: str | None = None  # the annotation's or attachment's key: provenance for retrieval tools
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {k: v for k, v in msgspec.structs.asdict(self).items() if v not in (None, "")}
 
 
@@ -88,7 +88,7 @@ class PromptContext(msgspec.Struct, frozen=True):
     def scope(self) -> Scope:
         return Scope(mode=self.mode, item_keys=tuple(k for k, _ in self.items), collection=self.collection, library=self.library)
 
-    def state_delta(self) -> dict[str, Any]:
+    def state_delta(self) -> dict[str, object]:
         return {
             "active_mode": self.mode,
             "active_context_items": [{"item_key": k, "title": t} for k, t in self.items] or None,
@@ -126,7 +126,7 @@ class PromptContext(msgspec.Struct, frozen=True):
 
 def escape(text: str) -> str:
     """XML character data: `&`, `<` and `>` escaped (as xml.sax.saxutils.escape, whose import
-    pulls in xml.sax and urllib.request: ~10 ms of the daemon's start)."""
+    pulls in xml.sax and urllib.request before the daemon's first reply: bench/PROFILE.md)."""
     return text.replace("&", "&amp;").replace(">", "&gt;").replace("<", "&lt;")
 
 

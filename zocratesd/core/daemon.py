@@ -124,6 +124,10 @@ class Daemon:
     def engine(self) -> Engine:
         return self._engine().engine
 
+    @engine.setter
+    def engine(self, engine: Engine) -> None:  # a test's runner over a model of its own
+        self._engine().engine = engine
+
     @property
     def compactor(self) -> Compactor:
         return self._engine().compactor
@@ -161,7 +165,7 @@ class Daemon:
                 await self.db.prepare_tables()
             await anyio.lowlevel.checkpoint()  # a stop that came meanwhile takes effect here
             self.startup_maintenance = report = await self.maintenance.run(startup=True)
-        except BaseException:
+        except Exception:
             self.gate.set(EngineState.FAILED)
             raise
         if report["empty_deleted"] or report["retention_deleted"] or report["vacuum"]["ran"]:
@@ -227,11 +231,11 @@ class Daemon:
         """`cancel()`, SessionNotFound when nothing runs because the session does not exist."""
         return await self.turns.cancel_turn(session_id)
 
-    async def rewind(self, session_id: str, invocation_id: str) -> dict[str, Any]:
+    async def rewind(self, session_id: str, invocation_id: str) -> dict[str, object]:
         """Undo a turn and everything after it; the UI session and what the turn was asked with."""
         return (await self.turns.rewind(session_id, invocation_id)).to_json()
 
-    async def compact_now(self, session_id: str) -> dict[str, Any]:
+    async def compact_now(self, session_id: str) -> dict[str, object]:
         return (await self.turns.compact_now(session_id)).to_json()
 
     # --- settings ---------------------------------------------------------------------------------
@@ -247,10 +251,10 @@ class Daemon:
         await self.gate.wait()
         return await self.session_config.set(session_id, config_id, value, origin=origin)
 
-    def get_settings(self) -> dict[str, Any]:
+    def get_settings(self) -> dict[str, object]:
         return self.settings.view()
 
-    async def update_settings(self, patch: Any) -> dict[str, Any]:
+    async def update_settings(self, patch: Any) -> dict[str, object]:
         return await self.settings.update(patch)
 
     # --- the library ------------------------------------------------------------------------------
@@ -262,32 +266,32 @@ class Daemon:
     def library_status(self, refresh: bool = False) -> dict[str, Any]:
         return self.catalogue.status(refresh)
 
-    async def library_suggestions(self, limit: int | None = None) -> dict[str, Any]:
+    async def library_suggestions(self, limit: int | None = None) -> dict[str, object]:
         return {"suggestions": [s.to_json() for s in await self.catalogue.suggestions(limit)]}
 
     async def search_library(
         self, query: str, *, top_k: int = DEFAULT_TOP_K, collection: str | None = None,
         item_keys: tuple[str, ...] = (), library: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         found = await self.catalogue.search(query, top_k=top_k, collection=collection, item_keys=item_keys, library=library)
         return found.to_json()
 
     async def library_item(
         self, key: str, *, library: str | None = None, fulltext: bool = False, fulltext_offset: int = 0
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         return await self.catalogue.item(key, library=library, fulltext=fulltext, fulltext_offset=fulltext_offset)
 
-    async def library_collections(self, library: str | None = None) -> list[dict[str, Any]]:
+    async def library_collections(self, library: str | None = None) -> list[dict[str, object]]:
         return await self.catalogue.collection_list(library)
 
     async def library_tags(
         self, library: str | None = None, *, limit: int | None = None, offset: int | None = None, contains: str | None = None
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         return await self.catalogue.tags(library, limit=limit, offset=offset, contains=contains)
 
     async def library_items(
         self, library: str | None = None, *, limit: int | None = None, offset: int | None = None, order: str = "added"
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         return await self.catalogue.items(library, limit=limit, offset=offset, order=order)
 
     # --- storage ----------------------------------------------------------------------------------

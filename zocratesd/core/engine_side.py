@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 from google.adk.events import Event
 from google.genai import types
@@ -25,6 +24,7 @@ import zocratesd.store.writer  # noqa: F401
 from zocratesd.compaction import Compactor
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.turn_updates import TurnUpdates
+from zocratesd.core.validation import ResumeAnswer
 from zocratesd.engine.models import build_model
 from zocratesd.engine.runner import Engine, preload_lazy_imports
 from zocratesd.library.retrieval import Retriever
@@ -43,17 +43,17 @@ class EngineSide:
         return TurnUpdates(self.db.service.take_dump)
 
     def run_turn(
-        self, session_id: str, text: str, *, state_delta: dict[str, Any], window_start: float | None,
+        self, session_id: str, text: str, *, state_delta: dict[str, object], window_start: float | None,
         abort: asyncio.Event,
     ) -> AsyncIterator[Event]:
         message = types.Content(role="user", parts=[types.Part(text=text)])
         return self.engine.run_turn(session_id, message, state_delta=state_delta, window_start=window_start, abort=abort)
 
     def resume_turn(
-        self, session_id: str, interrupt_id: str, answer: dict[str, Any], *, window_start: float | None,
+        self, session_id: str, interrupt_id: str, answer: ResumeAnswer, *, window_start: float | None,
         abort: asyncio.Event,
     ) -> AsyncIterator[Event]:
-        return self.engine.resume_turn(session_id, interrupt_id, answer, window_start=window_start, abort=abort)
+        return self.engine.resume_turn(session_id, interrupt_id, answer.to_json(), window_start=window_start, abort=abort)
 
 
 def preload() -> None:

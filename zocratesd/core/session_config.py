@@ -63,7 +63,7 @@ class SessionSettings(msgspec.Struct, frozen=True):
     research_budget: int
     compaction: bool
 
-    def to_state(self) -> dict[str, Any]:
+    def to_state(self) -> dict[str, object]:
         return {
             "scope": self.scope, "collection": self.collection, "model": self.model,
             "research_budget": self.research_budget, "compaction": self.compaction,
@@ -120,7 +120,7 @@ class SessionConfig:
             compaction=compaction if isinstance(compaction, bool) else d.compaction,
         )
 
-    def view(self, settings: SessionSettings) -> dict[str, Any]:
+    def view(self, settings: SessionSettings) -> dict[str, object]:
         """The settings as a UI session shows them: `{scope, model, research_budget, compaction}`,
         `scope` as the option's value (`library`, `papers`, `collection:KEY`)."""
         return {SCOPE: settings.scope_value, MODEL: settings.model, RESEARCH_BUDGET: settings.research_budget,
@@ -238,14 +238,14 @@ class SessionConfig:
 
     # --- a turn's scope -----------------------------------------------------------------------
 
-    def turn_context(self, state: Mapping[str, Any], context: PromptContext) -> tuple[PromptContext, dict[str, Any]]:
+    def turn_context(self, state: Mapping[str, Any], context: PromptContext) -> tuple[PromptContext, dict[str, object]]:
         """The context a turn runs with, and what it adds to the turn's state delta.
 
         A prompt that chose its scope (or linked papers) keeps it, and its papers become the
         session's "linked papers"; one that did not searches where the session's scope says.
         InvalidInput when that is "papers" and no prompt of the session has linked any yet."""
         if context.scope_given:
-            extra = {PAPERS_KEY: [{"item_key": k, "title": t} for k, t in context.items]} if context.items else {}
+            extra: dict[str, object] = {PAPERS_KEY: [{"item_key": k, "title": t} for k, t in context.items]} if context.items else {}
             return context, extra
         settings = self.from_state(state)
         if settings.scope == PAPERS:

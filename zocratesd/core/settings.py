@@ -72,21 +72,24 @@ def _get(config: Any, key: str) -> Any:
     return obj
 
 
-def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _nest(flat: Mapping[str, object]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    sections: dict[str, dict[str, object]] = {}
     for key, value in flat.items():
         head, _, tail = key.partition(".")
         if tail:
-            out.setdefault(head, {})[tail] = value
+            if head not in sections:
+                out[head] = sections[head] = {}
+            sections[head][tail] = value
         else:
             out[head] = value
     return out
 
 
-def _flatten(patch: Mapping[str, Any]) -> dict[str, Any]:
+def _flatten(patch: Mapping[str, Any]) -> dict[str, object]:
     """`{"compaction": {"min_turns": 6}}` as `{"compaction.min_turns": 6}`; InvalidInput naming the
     first key that is not an editable setting or not a plain JSON number (or null)."""
-    flat: dict[str, Any] = {}
+    flat: dict[str, object] = {}
     for name, value in patch.items():
         if name in _SECTIONS:
             if not isinstance(value, dict):

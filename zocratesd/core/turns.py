@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -43,20 +43,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Json = dict[str, Any]
-
 
 class TurnResult(msgspec.Struct, frozen=True):
     stop_reason: str  # "end_turn" | "cancelled"
     invocation_id: str | None
     # The research checkpoint the turn stopped at, unanswered, as a UI session's `pending_hitl`
     # ({invocation_id, interrupt_id, message, payload}); it stays pending until `resume()` or a rewind.
-    pending_hitl: Json | None = None
+    pending_hitl: dict[str, Any] | None = None
 
 
-# How a face answers a research checkpoint while its turn waits: the checkpoint in, the user's
-# `{action, guidance?}` out, or None to leave it pending (the client declined, went away, ...).
-Ask = Callable[[Json], Awaitable[Json | None]]
+# How a face answers a research checkpoint while its turn waits: the checkpoint (as `pending_hitl`)
+# in, the user's `{action, guidance?}` out (checked here: core/validation.py), or None to leave it
+# pending (the client declined, went away, ...).
+Ask = Callable[[dict[str, Any]], Awaitable[object]]
 
 
 class RestoredPrompt(msgspec.Struct, frozen=True):
@@ -70,10 +69,10 @@ class RestoredPrompt(msgspec.Struct, frozen=True):
 
 
 class Rewound(msgspec.Struct, frozen=True):
-    session: Json  # the UI session after the rewind
+    session: Mapping[str, object]  # the UI session after the rewind (store/ui.py)
     restored: RestoredPrompt
 
-    def to_json(self) -> Json:
+    def to_json(self) -> dict[str, object]:
         return {"session": self.session, "restored": msgspec.structs.asdict(self.restored)}
 
 
@@ -83,7 +82,7 @@ class Compacted(msgspec.Struct, frozen=True):
     turns: int
     prompt_tokens: int
 
-    def to_json(self) -> Json:
+    def to_json(self) -> dict[str, object]:
         return {"compacted": self.compacted, "reason": self.reason, "turns": self.turns, "promptTokens": self.prompt_tokens}
 
 
@@ -98,13 +97,13 @@ class _Turn(msgspec.Struct):
     compaction: bool  # the session's setting, read under the lock at the turn's start
 
 
-def _window(state: Json) -> float | None:
+def _window(state: Mapping[str, object]) -> float | None:
     """Where a turn's session load starts: the end of the latest compaction, else everything."""
     window = state.get("compacted_until")
     return float(window) if isinstance(window, (int, float)) else None
 
 
-def _asked(user_event: Json) -> RestoredPrompt:
+def _asked(user_event: Mapping[str, Any]) -> RestoredPrompt:
     asked = ((user_event.get("actions") or {}).get("state_delta")) or {}
     parts = user_event["content"]["parts"]
     return RestoredPrompt(
@@ -177,7 +176,7 @@ class Turns:
             # hears the turn has started can cancel it (`cancel()`), never in a gap.
             if started is not None:
                 started()
-            events = side.resume_turn(session_id, interrupt_id, answer.to_json(), window_start=turn.window, abort=turn.abort)
+            events = side.resume_turn(session_id, interrupt_id, answer, window_start=turn.window, abort=turn.abort)
             return await self._drive(turn, events)
 
     async def _check_pending(self, session_id: str, invocation_id: str, interrupt_id: str) -> None:
@@ -215,7 +214,7 @@ class Turns:
                     session_id, CheckpointAnswered(checkpoint.invocation_id, checkpoint.interrupt_id, answer.to_json())
                 )
                 events = self._side().resume_turn(
-                    session_id, checkpoint.interrupt_id, answer.to_json(), window_start=turn.window, abort=abort
+                    session_id, checkpoint.interrupt_id, answer, window_start=turn.window, abort=abort
                 )
         finally:
             self._aborts.pop(session_id, None)
@@ -299,7 +298,7 @@ class Turns:
             # rename after it) would revert. Titles are the user's, not the turn's: keep it; and
             # the session's settings (core/session_config.py) likewise.
             after = await self.reader.session_state(session_id)
-            keep: Json = {}
+            keep: dict[str, object] = {}
             if title_of(after) != live.title:
                 keep["title"] = live.title
             if settings is not None and after.get(SESSION_CONFIG_KEY) != settings:

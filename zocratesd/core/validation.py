@@ -46,8 +46,8 @@ class ResumeAnswer(msgspec.Struct, frozen=True, omit_defaults=True):
     action: Literal["extend_budget", "synthesize"]
     guidance: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+    def to_json(self) -> dict[str, str]:
+        return {"action": self.action, **({"guidance": self.guidance} if self.guidance else {})}
 
 
 def check_session_id(session_id: Any) -> str:
