@@ -34,7 +34,7 @@ from zocratesd.core.validation import (
 from zocratesd.errors import InvalidInput, NotFound
 from zocratesd.library import catalog, dense
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, InMemoryRetriever, Retriever, Scope
-from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, MAX_SUGGESTIONS
+from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, MAX_SUGGESTIONS, Suggestion
 
 if TYPE_CHECKING:
     from zocratesd.library import Library
@@ -150,7 +150,7 @@ class Catalogue:
             return library_pkg.disabled_status(_FIXED_PASSAGES)
         return self.library.status(refresh)
 
-    async def suggestions(self, limit: int | None) -> list[Any]:
+    async def suggestions(self, limit: int | None) -> list[Suggestion]:
         limit = check_suggestion_limit(DEFAULT_SUGGESTIONS if limit is None else limit, MAX_SUGGESTIONS)
         if self.library is None:
             return []
