@@ -289,8 +289,8 @@ def test_the_first_reply_loads_no_wire_stack_shim_server_or_library_index(tmp_pa
         from zocratesd.rpc.early import StagedMethods
         from zocratesd.shim import HttpFace
 
-        class Peer:
-            state = {}
+        class Peer:  # what the ACP face keeps of a connection: its state, name and close callbacks
+            state, name, on_close = {}, "probe", []
 
         async def main():
             data_dir = Path(sys.argv[1])

@@ -1,28 +1,41 @@
 """The wire contract as pydantic models: params are validated with them, results documented by them.
 
 `protocol/schema/*.json` is generated from these models (`python -m zocratesd.rpc.schema`), and a
-test fails when the committed files drift from them. Params models accept unknown fields
-(`extra="allow"`): ACP grows optional fields and `_meta` over time, and an older daemon must not
-refuse a newer editor. Results are built as plain dicts on the hot paths (a 5000-message session
-would spend tens of milliseconds in validation); tests validate real results against these models.
+test fails when the committed files drift from them. Each limit comes from `zocratesd/limits.py`,
+which the core and the MCP face read too. Params models accept unknown fields (`extra="allow"`):
+ACP grows optional fields and `_meta` over time, and an older daemon must not refuse a newer
+editor. Results are built as plain dicts, not through these models: validating a long session's
+history on every answer costs more than the answer (bench/PROFILE.md); tests validate real
+results against these models instead.
 """
 
-# No `from __future__ import annotations` here: pydantic would compile and evaluate each of the
-# ~180 annotation strings when the classes are created (half of this module's import time).
+# No `from __future__ import annotations` here: pydantic would evaluate every annotation string
+# when the classes are created, which makes importing this module slower (bench/PROFILE.md).
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from zocratesd.limits import (
+    DEFAULT_LIST,
+    DEFAULT_SEARCH_TOP_K,
+    DEFAULT_SUGGESTIONS,
     ITEM_KEY_PATTERN,
     LIBRARY_PATTERN,
     MAX_ACTIVE_ITEMS,
+    MAX_COLLECTION_REF_CHARS,
+    MAX_CONFIG_ID_CHARS,
     MAX_GUIDANCE_CHARS,
     MAX_INTERRUPT_ID_CHARS,
+    MAX_LIST,
     MAX_OFFSET,
+    MAX_PROMPT_BLOCKS,
+    MAX_PROTOCOL_VERSION,
     MAX_QUERY_CHARS,
+    MAX_RESEARCH_BUDGET,
     MAX_SEARCH_TOP_K,
+    MAX_SUGGESTIONS,
+    MAX_TAG_FILTER_CHARS,
     MAX_TITLE_CHARS,
     SESSION_ID_PATTERN,
 )
@@ -30,8 +43,8 @@ from zocratesd.limits import (
 
 class Model(BaseModel):
     """The base of every wire model. A model's validator is built on its first use, not when the
-    module is imported: building all of them took ~24 ms of a cold start whose first reply
-    (`initialize`) needs one (issue 22). Behaviour and generated schemas are the same."""
+    module is imported: a connection uses a few of the dozens declared here, and building them all
+    would delay the daemon's first answer (bench/PROFILE.md). Behaviour and schemas are the same."""
 
     model_config = ConfigDict(defer_build=True)
 
@@ -52,7 +65,7 @@ SessionId = Field(pattern=SESSION_ID_PATTERN, description="A session id (as retu
 
 
 class InitializeParams(Params):
-    protocol_version: int = Field(ge=0, le=65535, description="The latest ACP version the client speaks.")
+    protocol_version: int = Field(ge=0, le=MAX_PROTOCOL_VERSION, description="The latest ACP version the client speaks.")
     client_capabilities: dict[str, Any] | None = None
     client_info: dict[str, Any] | None = None
 
@@ -179,7 +192,7 @@ class CloseSessionResult(Result):
 
 class SetConfigOptionParams(Params):
     session_id: str = SessionId
-    config_id: str = Field(max_length=64, description="`scope`, `model`, `research_budget` or `compaction`.")
+    config_id: str = Field(max_length=MAX_CONFIG_ID_CHARS, description="`scope`, `model`, `research_budget` or `compaction`.")
     type: Literal["boolean"] | str | None = Field(None, description='"boolean" with a boolean value; absent for a select.')
     value: str | bool = Field(description="A value id of the option's choices, or a boolean (`compaction`).")
 
@@ -199,7 +212,7 @@ class DeleteSessionResult(Result):
 class PromptParams(Params):
     session_id: str = SessionId
     prompt: list[dict[str, Any]] = Field(
-        max_length=1000,
+        max_length=MAX_PROMPT_BLOCKS,
         description="ContentBlocks: `text`, and `resource_link` (zotero://select/library/items/KEY adds the item to the scope).",
     )
 
@@ -279,7 +292,7 @@ class SessionSettingsView(Model):
 
     scope: str = Field(description='`library`, `papers` or `collection:<KEY>`.')
     model: str = Field(description="`offline`, or the configured model as `provider:name`.")
-    research_budget: int = Field(ge=1, le=10)
+    research_budget: int = Field(ge=1, le=MAX_RESEARCH_BUDGET)
     compaction: bool
 
 
@@ -428,7 +441,10 @@ class LibraryStatusResult(Model):
 
 
 class LibrarySuggestionsParams(Params):
-    limit: int = Field(4, ge=1, le=8, strict=True, description="How many questions, at most (default 4).")
+    limit: int = Field(
+        DEFAULT_SUGGESTIONS, ge=1, le=MAX_SUGGESTIONS, strict=True,
+        description=f"How many questions, at most (default {DEFAULT_SUGGESTIONS}).",
+    )
 
 
 class SuggestedItem(Model):
@@ -463,15 +479,13 @@ LibraryFilter = Field(
     None, pattern=LIBRARY_PATTERN,
     description='Only this library: "user" (My Library) or "groups/<groupID>"; absent: every library.',
 )
-# The page sizes of the catalogue's lists (library/catalog.py MAX_LIST: one answer stays small).
-MAX_LIST = 500
 
 
 class LibrarySearchParams(Params):
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="A question or keywords.")
-    top_k: int = Field(6, ge=1, le=MAX_SEARCH_TOP_K, description="How many passages (best first).")
+    top_k: int = Field(DEFAULT_SEARCH_TOP_K, ge=1, le=MAX_SEARCH_TOP_K, description="How many passages (best first).")
     collection: str | None = Field(
-        None, min_length=1, max_length=500,
+        None, min_length=1, max_length=MAX_COLLECTION_REF_CHARS,
         description='Only this collection and its subcollections: its key, name or "Parent / Child" path.',
     )
     item_keys: list[str] | None = Field(
@@ -568,9 +582,9 @@ class LibraryCollectionsResult(Model):
 
 class LibraryTagsParams(Params):
     library: str | None = LibraryFilter
-    limit: int = Field(50, ge=1, le=MAX_LIST)
+    limit: int = Field(DEFAULT_LIST, ge=1, le=MAX_LIST)
     offset: int = Field(0, ge=0, le=MAX_OFFSET)
-    contains: str | None = Field(None, max_length=200, description="Only tags containing this (case-insensitive).")
+    contains: str | None = Field(None, max_length=MAX_TAG_FILTER_CHARS, description="Only tags containing this (case-insensitive).")
 
 
 class LibraryTagsResult(Model):
@@ -584,7 +598,7 @@ class LibraryTagsResult(Model):
 
 class LibraryItemsParams(Params):
     library: str | None = LibraryFilter
-    limit: int = Field(50, ge=1, le=MAX_LIST)
+    limit: int = Field(DEFAULT_LIST, ge=1, le=MAX_LIST)
     offset: int = Field(0, ge=0, le=MAX_OFFSET)
     order: Literal["added", "modified"] = Field("added", description="Newest first by date added, or by date modified.")
 

@@ -20,6 +20,7 @@ from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
 from zocratesd.rpc import early, models
 from zocratesd.rpc.acp import build_methods
+from zocratesd.rpc.agent import connection
 from zocratesd.rpc.peer import MethodTable, Peer
 
 pytestmark = pytest.mark.anyio
@@ -142,7 +143,9 @@ async def test_the_early_handshake_answers_as_the_full_table_does(setup: Setup) 
         (e, e_peer), (f, f_peer) = setup.connect(setup.staged), setup.connect(setup.full)
         got, want = await e.call("initialize", params), await f.call("initialize", params)
         assert got == want and "result" in got
-        assert e_peer.state == f_peer.state and e_peer.state[early.CLIENT_INFO] == (params.get("clientInfo") or {})
+        e_conn, f_conn = connection(e_peer), connection(f_peer)
+        assert (e_conn.client_capabilities, e_conn.client_info) == (f_conn.client_capabilities, f_conn.client_info)
+        assert e_conn.client_info == (params.get("clientInfo") or {})
     assert setup.staged.full is None  # all of it answered before the full table served
     ours = want["result"]["agentCapabilities"]["_meta"]["zocrates"]
     assert ours["extensions"] == sorted(n for n in setup.full if n.startswith("_zocrates/"))
