@@ -77,11 +77,15 @@ class ZocratesMeta(Result):
     max_frame_bytes: int = Field(description="The longest line the daemon accepts; longer frames get -32600.")
 
 
+class Supported(Result):
+    """`{}`: ACP's way of saying a capability is there."""
+
+
 class SessionCapabilities(Result):
-    list: dict[str, Any] = Field(default_factory=dict)
-    delete: dict[str, Any] = Field(default_factory=dict)
-    resume: dict[str, Any] = Field(default_factory=dict)
-    close: dict[str, Any] = Field(default_factory=dict)
+    list: Supported = Field(default_factory=Supported)
+    delete: Supported = Field(default_factory=Supported)
+    resume: Supported = Field(default_factory=Supported)
+    close: Supported = Field(default_factory=Supported)
 
 
 class AgentCapabilities(Result):
@@ -389,6 +393,18 @@ class LibraryCounts(Model):
     attachments: int = Field(description="Attachments (PDFs, snapshots, linked files), child and standalone.")
 
 
+class LibraryKinds(Model):
+    """One library of the index, by kind (`_zocrates/library/status`'s `libraries`)."""
+
+    model_config = ConfigDict(extra="allow")
+    library: str = Field(description='"user" or "groups/<groupID>".')
+    name: str
+    items: int
+    notes: int
+    annotations: int
+    texts: int = Field(description="Attachments with full text.")
+
+
 class LibraryStatusResult(Model):
     """`_zocrates/library/status`: the library index (`zocrates-data/library.db`) and its progress."""
 
@@ -422,11 +438,7 @@ class LibraryStatusResult(Model):
     index_path: str | None
     notes_indexed: int = Field(0, description="Notes in the index (child and standalone).")
     annotations_indexed: int = Field(0, description="PDF annotations (highlights, underlines, comments) in the index.")
-    libraries: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description='Per library: `{library: "user" | "groups/<groupID>", name, items, notes, annotations, texts}` '
-        "(feeds are never indexed).",
-    )
+    libraries: list[LibraryKinds] = Field(default_factory=list, description="Per library (feeds are never indexed).")
     kinds: dict[str, int] = Field(
         default_factory=dict,
         description="Totals over the libraries: `{items, notes, annotations, texts}` (texts: attachments with full text).",
@@ -516,11 +528,21 @@ class LibraryPassage(Model):
     score: float
 
 
+class SearchScope(Model):
+    """Where a search looked."""
+
+    model_config = ConfigDict(extra="allow")
+    mode: Literal["library", "collection", "papers"]
+    collection: str | None
+    item_keys: list[str]
+    library: str | None
+
+
 class LibrarySearchResult(Model):
     """`_zocrates/library/search`: the passages a turn's search_library would find, best first."""
 
     query: str
-    scope: dict[str, Any] = Field(description="`{mode: library|collection|papers, collection, item_keys, library}`.")
+    scope: SearchScope
     passages: list[LibraryPassage]
     library_state: str | None = Field(description="The index's state (as _zocrates/library/status); `indexing`: partial results.")
     library_message: str | None
@@ -546,6 +568,62 @@ class ItemSummary(Model):
     link: str = Field(description="`zotero://select/...`.")
 
 
+class Child(Model):
+    """What an item's answer shows of each of its children (extra fields may come)."""
+
+    model_config = ConfigDict(extra="allow")
+    key: str
+    link: str = Field(description="`zotero://select/...` (a PDF: `zotero://open-pdf/...`).")
+
+
+class ItemNote(Child):
+    title: str
+    text: str
+    truncated: bool = Field(description="The text was cut (a long note is shown in part).")
+
+
+class ItemAnnotation(Child):
+    attachment_key: str
+    type: str = Field(description="highlight, underline, note, text, image or ink.")
+    text: str
+    comment: str
+    color: str | None
+    page_label: str | None
+    page: int | None = Field(description="1-based.")
+    tags: list[str]
+
+
+class ItemAttachment(Child):
+    content_type: str | None
+    link_mode: int | None
+    has_text: bool
+
+
+class CollectionRef(Model):
+    model_config = ConfigDict(extra="allow")
+    key: str
+    name: str
+
+
+class FulltextChunk(Model):
+    model_config = ConfigDict(extra="allow")
+    attachment_key: str
+    page: int | None
+    page_label: str | None
+    text: str
+    link: str
+
+
+class FulltextPage(Model):
+    """One page of an item's full text."""
+
+    model_config = ConfigDict(extra="allow")
+    offset: int
+    chunks: list[FulltextChunk]
+    total_chunks: int
+    next_offset: int | None = Field(description="Where the next page starts; null: this is the last page.")
+
+
 class LibraryItemResult(ItemSummary):
     """`_zocrates/library/item`: one item of the index with its children."""
 
@@ -553,31 +631,34 @@ class LibraryItemResult(ItemSummary):
     doi: str | None
     url: str | None
     tags: list[str]
-    collections: list[dict[str, Any]] = Field(description="`[{key, name}]`.")
-    notes: list[dict[str, Any]] = Field(description="`[{key, title, text, truncated, link}]` (child notes; a standalone note: itself).")
-    annotations: list[dict[str, Any]] = Field(
-        description="`[{key, attachment_key, type, text, comment, color, page_label, page, tags, link}]`."
-    )
-    attachments: list[dict[str, Any]] = Field(description="`[{key, content_type, link_mode, has_text, link}]`.")
+    collections: list[CollectionRef]
+    notes: list[ItemNote] = Field(description="Child notes; a standalone note: itself.")
+    annotations: list[ItemAnnotation]
+    attachments: list[ItemAttachment]
     fulltext_chunks: int = Field(description="How many chunks its full text has (0: none indexed).")
-    fulltext: dict[str, Any] | None = Field(
-        None,
-        description="With `fulltext`: `{offset, chunks: [{attachment_key, page, page_label, text, link}], total_chunks, "
-        "next_offset}` (null next_offset: the last page).",
-    )
+    fulltext: FulltextPage | None = Field(None, description="With `fulltext`: one page of the full text.")
 
 
 class LibraryCollectionsParams(Params):
     library: str | None = LibraryFilter
 
 
+class CollectionInfo(Model):
+    model_config = ConfigDict(extra="allow")
+    key: str
+    name: str
+    path: str = Field(description='"Parent / Child".')
+    parent_key: str | None
+    library: str
+    library_name: str
+    items: int
+    items_with_subcollections: int
+
+
 class LibraryCollectionsResult(Model):
     """`_zocrates/library/collections`."""
 
-    collections: list[dict[str, Any]] = Field(
-        description="`[{key, name, path, parent_key, library, library_name, items, items_with_subcollections}]`, "
-        "sorted by library then path."
-    )
+    collections: list[CollectionInfo] = Field(description="Sorted by library then path.")
 
 
 class LibraryTagsParams(Params):
@@ -587,10 +668,15 @@ class LibraryTagsParams(Params):
     contains: str | None = Field(None, max_length=MAX_TAG_FILTER_CHARS, description="Only tags containing this (case-insensitive).")
 
 
+class TagCount(Model):
+    tag: str
+    items: int = Field(description="How many items carry it.")
+
+
 class LibraryTagsResult(Model):
     """`_zocrates/library/tags`: tags by how many items carry them."""
 
-    tags: list[dict[str, Any]] = Field(description="`[{tag, items}]`.")
+    tags: list[TagCount]
     total: int
     offset: int
     next_offset: int | None
