@@ -266,22 +266,6 @@ async def ask_checkpoint(peer: Peer, session_id: str, checkpoint: dict[str, Any]
     return await ask_permission(peer, session_id, checkpoint)
 
 
-async def _put(peer: Peer, session_id: str, method: str, params: dict[str, Any]) -> object:
-    """Ask the client `method` about a checkpoint of `session_id`: its result, or None when the
-    request failed, the client's input has ended, or no answer came in time (each logged)."""
-    with anyio.move_on_after(CHECKPOINT_ANSWER_TIMEOUT_S):
-        try:
-            return await peer.request(
-                method, params, notify_cancel=lambda: connection(peer).withdraws_questions(session_id)
-            )
-        except (RemoteError, PeerClosed) as exc:
-            # A RemoteError carries the client's own text: escaped (logtext.py).
-            log.info("%s: %s failed (%s); the checkpoint stays pending", peer.name, method, escape_for_log(exc))
-            return None
-    log.info("%s: no answer to a checkpoint in %.0f s; it stays pending", peer.name, CHECKPOINT_ANSWER_TIMEOUT_S)
-    return None
-
-
 async def ask_elicitation(peer: Peer, session_id: str, checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     """`elicitation/create` in form mode, scoped to the session and the checkpoint's tool call.
     `accept` with an action answers; `decline`, `cancel` (or no answer in time) leave it pending."""
@@ -292,16 +276,26 @@ async def ask_elicitation(peer: Peer, session_id: str, checkpoint: dict[str, Any
         "message": checkpoint.get("message") or "Research checkpoint",
         "requestedSchema": elicitation_schema(),
     }
-    result = await _put(peer, session_id, "elicitation/create", params)
-    if not isinstance(result, dict) or result.get("action") != "accept":
+    with anyio.move_on_after(CHECKPOINT_ANSWER_TIMEOUT_S):
+        try:
+            result = await peer.request(
+                "elicitation/create", params,
+                notify_cancel=lambda: connection(peer).withdraws_questions(session_id),
+            )
+        except (RemoteError, PeerClosed) as exc:
+            log.info("%s: elicitation/create failed (%s); the checkpoint stays pending", peer.name, escape_for_log(exc))
+            return None
+        if not isinstance(result, dict) or result.get("action") != "accept":
+            return None
+        content: dict[str, Any] = result["content"] if isinstance(result.get("content"), dict) else {}
+        action = content.get("action", EXTEND_OPTION)
+        if action == SYNTHESIZE_OPTION:
+            return {"action": "synthesize"}
+        if action == EXTEND_OPTION:
+            guidance = content.get("guidance")
+            return {"action": "extend_budget", **({"guidance": guidance} if isinstance(guidance, str) and guidance else {})}
         return None
-    content: dict[str, Any] = result["content"] if isinstance(result.get("content"), dict) else {}
-    action = content.get("action", EXTEND_OPTION)
-    if action == SYNTHESIZE_OPTION:
-        return {"action": "synthesize"}
-    if action == EXTEND_OPTION:
-        guidance = content.get("guidance")
-        return {"action": "extend_budget", **({"guidance": guidance} if isinstance(guidance, str) and guidance else {})}
+    log.info("%s: no answer to a checkpoint in %.0f s; it stays pending", peer.name, CHECKPOINT_ANSWER_TIMEOUT_S)
     return None
 
 
@@ -320,18 +314,28 @@ async def ask_permission(peer: Peer, session_id: str, checkpoint: dict[str, Any]
         },
         "options": PERMISSION_OPTIONS,
     }
-    result = await _put(peer, session_id, "session/request_permission", params)
-    outcome = result.get("outcome") if isinstance(result, dict) else None
-    if not isinstance(outcome, dict) or outcome.get("outcome") != "selected":
+    with anyio.move_on_after(CHECKPOINT_ANSWER_TIMEOUT_S):
+        try:
+            result = await peer.request(
+                "session/request_permission", params,
+                notify_cancel=lambda: connection(peer).withdraws_questions(session_id),
+            )
+        except (RemoteError, PeerClosed) as exc:
+            # A RemoteError carries the client's own text: escaped (logtext.py).
+            log.info("%s: session/request_permission failed (%s); the checkpoint stays pending",
+                     peer.name, escape_for_log(exc))
+            return None
+        outcome = (result or {}).get("outcome") if isinstance(result, dict) else None
+        if not isinstance(outcome, dict) or outcome.get("outcome") != "selected":
+            return None
+        if outcome.get("optionId") == SYNTHESIZE_OPTION:
+            return {"action": "synthesize"}
+        if outcome.get("optionId") == EXTEND_OPTION:
+            ours = ((result.get("_meta") or {}).get("zocrates") or {}) if isinstance(result.get("_meta"), dict) else {}
+            guidance = ours.get("guidance") if isinstance(ours, dict) else None
+            return {"action": "extend_budget", **({"guidance": guidance} if isinstance(guidance, str) else {})}
         return None
-    if outcome.get("optionId") == SYNTHESIZE_OPTION:
-        return {"action": "synthesize"}
-    if outcome.get("optionId") == EXTEND_OPTION:
-        assert isinstance(result, dict)
-        meta = result.get("_meta")
-        ours = (meta.get("zocrates") or {}) if isinstance(meta, dict) else {}
-        guidance = ours.get("guidance") if isinstance(ours, dict) else None
-        return {"action": "extend_budget", **({"guidance": guidance} if isinstance(guidance, str) else {})}
+    log.info("%s: no answer to a checkpoint in %.0f s; it stays pending", peer.name, CHECKPOINT_ANSWER_TIMEOUT_S)
     return None
 
 
