@@ -147,12 +147,16 @@ class ListSessionsParams(Params):
     cursor: str | None = Field(None, description="Zocrates answers in one page; any cursor is refused.")
 
 
+class SessionCreated(Result):
+    created_at: float = Field(description="Epoch seconds.")
+
+
 class SessionInfo(Result):
     session_id: str
     cwd: str
     title: str | None = None
     updated_at: str | None = Field(None, description="ISO 8601, UTC.")
-    meta: dict[str, Any] | None = Field(None, alias="_meta", description='`{"zocrates": {"createdAt": epoch seconds}}`')
+    meta: dict[str, SessionCreated] | None = Field(None, alias="_meta", description='`{"zocrates": SessionCreated}`')
 
 
 class ListSessionsResult(Result):
@@ -319,13 +323,32 @@ class RewindParams(Params):
     invocation_id: str = Field(min_length=1, max_length=MAX_INTERRUPT_ID_CHARS, description="The turn to undo, with all after it.")
 
 
+class ContextItem(Model):
+    """A paper a turn was asked about."""
+
+    item_key: str
+    title: str
+
+
+class ContextSnippet(Model):
+    """A passage the user gave a turn (a selection in a PDF, an annotation); empty fields left out."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["text", "image"]
+    item_key: str
+    text: str = ""
+    title: str = ""
+    page: int | None = None
+    key: str | None = Field(None, description="The annotation's or attachment's key.")
+
+
 class Restored(Model):
     """What the rewound turn was asked with, for an inline edit."""
 
     mode: Literal["papers", "collection", "library"]
-    active_context_items: list[dict[str, Any]] | None
+    active_context_items: list[ContextItem] | None
     collection: str | None
-    snippets: list[dict[str, Any]]
+    snippets: list[ContextSnippet]
     text: str
 
 
