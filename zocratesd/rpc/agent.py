@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -47,12 +47,27 @@ _origins = itertools.count(1)  # names connections as the origins of their setti
 _messages = itertools.count(1)  # ids of the agent messages that answer slash commands
 
 
-def _advertised(capabilities: dict[str, Any], *path: str) -> bool:
+def _advertised(capabilities: Mapping[str, object], *path: str) -> bool:
     """Whether the client advertised `clientCapabilities.<path>` (an object: ACP's `{}` = yes)."""
-    node: Any = capabilities
+    node: object = capabilities
     for key in path:
-        node = node.get(key) if isinstance(node, dict) else None
-    return isinstance(node, dict)
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return isinstance(node, Mapping)
+
+
+@dataclass(frozen=True)
+class ClientCapabilities:
+    """What the daemon reads of the `clientCapabilities` a client advertised at `initialize`."""
+
+    boolean_options: bool = False  # `session.configOptions.boolean`: config options of type boolean
+    form_elicitation: bool = False  # `elicitation.form`: a checkpoint asked as a form
+
+    @classmethod
+    def read(cls, advertised: Mapping[str, object]) -> ClientCapabilities:
+        return cls(
+            boolean_options=_advertised(advertised, "session", "configOptions", "boolean"),
+            form_elicitation=_advertised(advertised, "elicitation", "form"),
+        )
 
 
 @dataclass(eq=False)
@@ -60,9 +75,8 @@ class Connection:
     """What the daemon keeps of one client connection, from its first request to its end."""
 
     peer: Peer
-    # As the client said them at `initialize` (ACP objects; unknown members kept).
-    client_capabilities: dict[str, Any] = field(default_factory=dict)
-    client_info: dict[str, Any] = field(default_factory=dict)
+    capabilities: ClientCapabilities = field(default_factory=ClientCapabilities)
+    client_info: Mapping[str, object] = field(default_factory=dict)  # as the client said it at `initialize`
     # This connection's name as the origin of the setting changes it makes: it hears those in its
     # answer, not again as a `config_option_update`.
     origin: str = ""
@@ -77,21 +91,13 @@ class Connection:
     # not implement that optional notification (the official Python SDK 0.12) logs it as an error.
     cancelled_by_client: set[str] = field(default_factory=set)
 
-    def greet(self, capabilities: dict[str, Any], info: dict[str, Any]) -> None:
+    def greet(self, capabilities: Mapping[str, object], info: Mapping[str, object]) -> None:
         """What the client said at `initialize`."""
-        self.client_capabilities, self.client_info = capabilities, info
+        self.capabilities, self.client_info = ClientCapabilities.read(capabilities), info
 
     def __post_init__(self) -> None:
         self.origin = self.origin or f"{self.peer.name}#{next(_origins)}"
         self.peer.on_close.append(self.close_feeds)  # its end closes every feed (their writers end)
-
-    @property
-    def takes_booleans(self) -> bool:
-        return _advertised(self.client_capabilities, "session", "configOptions", "boolean")
-
-    @property
-    def form_elicitation(self) -> bool:
-        return _advertised(self.client_capabilities, "elicitation", "form")
 
     def attach(self, daemon: Daemon, session_id: str) -> SessionFeed:
         """Send this session's updates to this connection from now on (one feed per session)."""
@@ -190,7 +196,7 @@ class SessionFeed:
             while batch := await self.updates.take():
                 if self.updates.closed or self.peer.closed:
                     continue  # dropped: the feed was closed (detached, or the connection is gone)
-                prompting, booleans, origin = self.conn.prompting, self.conn.takes_booleans, self.conn.origin
+                prompting, booleans, origin = self.conn.prompting, self.conn.capabilities.boolean_options, self.conn.origin
                 messages = [
                     jsonrpc.notification(
                         "session/update", {"sessionId": self.session_id, "update": to_acp(u, booleans=booleans)}
@@ -261,7 +267,7 @@ async def ask_checkpoint(peer: Peer, session_id: str, checkpoint: dict[str, Any]
     """Put a checkpoint to the prompting editor: `elicitation/create` (a form, with room for
     guidance) when it advertised `elicitation.form`, else `session/request_permission`, which every
     client has. Its answer as `{action, guidance?}`, or None (as ask_permission)."""
-    if connection(peer).form_elicitation:
+    if connection(peer).capabilities.form_elicitation:
         return await ask_elicitation(peer, session_id, checkpoint)
     return await ask_permission(peer, session_id, checkpoint)
 
@@ -461,7 +467,7 @@ class Agent:
         conn.attach(self.daemon, row.id)
         options = await self.daemon.config_options(row.id)
         self._send_commands(conn, row.id)
-        return {"sessionId": row.id, "configOptions": config_options(options, booleans=conn.takes_booleans)}
+        return {"sessionId": row.id, "configOptions": config_options(options, booleans=conn.capabilities.boolean_options)}
 
     @acp_method("session/list")
     async def list_sessions(self, conn: Connection, params: models.ListSessionsParams) -> dict[str, Any]:
@@ -480,14 +486,14 @@ class Agent:
             for u in updates
         )
         self._send_commands(conn, params.session_id)
-        return {"configOptions": config_options(options, booleans=conn.takes_booleans)}
+        return {"configOptions": config_options(options, booleans=conn.capabilities.boolean_options)}
 
     @acp_method("session/resume")
     async def resume_session(self, conn: Connection, params: models.ResumeSessionParams) -> dict[str, Any]:
         options = await self.daemon.config_options(params.session_id)  # SessionNotFound if it is gone
         conn.attach(self.daemon, params.session_id)
         self._send_commands(conn, params.session_id)
-        return {"configOptions": config_options(options, booleans=conn.takes_booleans)}
+        return {"configOptions": config_options(options, booleans=conn.capabilities.boolean_options)}
 
     @acp_method("session/close")
     async def close_session(self, conn: Connection, params: models.CloseSessionParams) -> dict[str, Any]:
@@ -508,7 +514,7 @@ class Agent:
         if (params.type == "boolean") != isinstance(params.value, bool):
             raise InvalidInput('a boolean value goes with "type": "boolean", and only a boolean', configId=params.config_id)
         options = await self.daemon.set_config_option(params.session_id, params.config_id, params.value, origin=conn.origin)
-        return {"configOptions": config_options(options, booleans=conn.takes_booleans)}
+        return {"configOptions": config_options(options, booleans=conn.capabilities.boolean_options)}
 
     @acp_method("session/prompt")
     async def prompt(self, conn: Connection, params: models.PromptParams) -> dict[str, Any]:

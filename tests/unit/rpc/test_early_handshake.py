@@ -144,7 +144,7 @@ async def test_the_early_handshake_answers_as_the_full_table_does(setup: Setup) 
         got, want = await e.call("initialize", params), await f.call("initialize", params)
         assert got == want and "result" in got
         e_conn, f_conn = connection(e_peer), connection(f_peer)
-        assert (e_conn.client_capabilities, e_conn.client_info) == (f_conn.client_capabilities, f_conn.client_info)
+        assert (e_conn.capabilities, e_conn.client_info) == (f_conn.capabilities, f_conn.client_info)
         assert e_conn.client_info == (params.get("clientInfo") or {})
     assert setup.staged.full is None  # all of it answered before the full table served
     ours = want["result"]["agentCapabilities"]["_meta"]["zocrates"]
