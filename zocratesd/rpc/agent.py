@@ -8,7 +8,7 @@ so a method exists on the wire exactly when it is defined here. What one connect
 (capabilities, feeds, the turns it prompts) is its `Connection`.
 
 This module does not import pydantic or the wire models, so the handshake can be answered before
-they are loaded (rpc/early.py; why: bench/PROFILE.md, "Start-up").
+they are loaded (rpc/handshake.py; why: bench/PROFILE.md, "Start-up").
 """
 
 from __future__ import annotations

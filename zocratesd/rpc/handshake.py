@@ -14,7 +14,7 @@ version and limits, while the wire stack is a large part of a cold start (bench/
   errors, its lax conversions). A held request is cancelled like any other.
 
 `plain_initialize` accepts only what `models.InitializeParams` accepts, with the same values
-(tests/unit/rpc/test_early_handshake.py holds it to that), so where it answers, pydantic would have
+(tests/unit/rpc/test_handshake.py holds it to that), so where it answers, pydantic would have
 answered the same.
 """
 

@@ -1,4 +1,4 @@
-"""The handshake before the wire stack has loaded (rpc/early.py), against the wire model and the ACP
+"""The handshake before the wire stack has loaded (rpc/handshake.py), against the wire model and the ACP
 table it stands in for: through real Peers on in-memory streams, with a real core `Daemon`."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
-from zocratesd.rpc import early, models
+from zocratesd.rpc import handshake, models
 from zocratesd.rpc.acp import build_methods
 from zocratesd.rpc.agent import connection
 from zocratesd.rpc.peer import MethodTable, Peer
@@ -63,7 +63,7 @@ def candidates() -> list[Json]:
 def test_the_plain_check_accepts_only_what_the_model_accepts_with_the_same_values() -> None:
     accepted = refused_but_valid = 0
     for params in [*CLIENT_PARAMS, *candidates()]:
-        plain = early.plain_initialize(params)
+        plain = handshake.plain_initialize(params)
         try:
             model = models.InitializeParams.model_validate(params)
         except ValidationError:
@@ -79,7 +79,7 @@ def test_the_plain_check_accepts_only_what_the_model_accepts_with_the_same_value
 
 def test_what_clients_send_is_plain() -> None:
     for params in CLIENT_PARAMS:
-        assert early.plain_initialize(params) is not None, params
+        assert handshake.plain_initialize(params) is not None, params
 
 
 class Conn:
@@ -118,7 +118,7 @@ class Setup:
     def __init__(self, daemon: Daemon, tg: anyio.abc.TaskGroup) -> None:
         self.daemon, self.tg = daemon, tg
         self.full = build_methods(daemon)
-        self.staged = early.StagedMethods(daemon.version, daemon.config.rpc.max_frame_bytes)
+        self.staged = handshake.StagedMethods(daemon.version, daemon.config.rpc.max_frame_bytes)
 
     def connect(self, methods: MethodTable) -> tuple[Conn, Peer]:
         server_end, client_end = pipe()
