@@ -32,6 +32,13 @@ def whole(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
+# The patterns above for Python code (`ITEM_KEY_RE.match(key)`).
+SESSION_ID_RE: Final = whole(SESSION_ID_PATTERN)
+ITEM_KEY_RE: Final = whole(ITEM_KEY_PATTERN)
+LIBRARY_RE: Final = whole(LIBRARY_PATTERN)
+ITEM_URI_RE: Final = whole(ITEM_URI_PATTERN)
+
+
 # A title is a sidebar row and a `session/list` entry, not a paragraph.
 MAX_TITLE_CHARS: Final = 200
 # A prompt longer than this is refused: ~25k tokens of question is a pasted paper, which belongs in
@@ -55,8 +62,28 @@ MAX_ITEM_TITLE_CHARS: Final = 1000
 # uses its first 24 words anyway (library/index.py MAX_QUERY_TERMS).
 MAX_QUERY_CHARS: Final = 2000
 # Passages one library search returns: a page of results a model can read; search_library inside
-# a turn asks for 6.
+# a turn asks for the default too (every face: protocol/README.md documents it).
 MAX_SEARCH_TOP_K: Final = 50
+DEFAULT_SEARCH_TOP_K: Final = 6
+# A collection named by a client (its key, name or "Parent / Child" path): a deep path fits.
+MAX_COLLECTION_REF_CHARS: Final = 500
+# The text a tag list is filtered by: a word or two.
+MAX_TAG_FILTER_CHARS: Final = 200
+# List pages (tags, items): the most one call returns (a client pages past it with `offset`),
+# and what it returns when it does not say.
+MAX_LIST: Final = 500
+DEFAULT_LIST: Final = 50
+# Questions drawn from the library for a client's first screen.
+MAX_SUGGESTIONS: Final = 8
+DEFAULT_SUGGESTIONS: Final = 4
+# Research rounds a turn may take before it asks (a session's `research_budget` option).
+MAX_RESEARCH_BUDGET: Final = 10
+# Content blocks of one ACP prompt: a question and the papers linked to it, not an archive.
+MAX_PROMPT_BLOCKS: Final = 1000
+# A config option's id (`scope`, `model`, ...): anything longer is no option of ours.
+MAX_CONFIG_ID_CHARS: Final = 64
+# ACP protocol versions are 16-bit unsigned integers (the ACP schema's `ProtocolVersion`).
+MAX_PROTOCOL_VERSION: Final = 65535
 # An origin as a browser sends it in `Origin` (scheme, host, optional port; no path): what
 # `http.allowed_origins` lists, and what the web app's CSP `frame-ancestors` may name. No wildcard,
 # and nothing that could end a CSP source or directive (space, `;`, `,`, a quote). Match it whole

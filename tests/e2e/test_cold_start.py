@@ -106,7 +106,7 @@ def _maps_pydantic(pid: int) -> bool:
 
 
 def test_the_handshake_is_answered_before_the_wire_stack_loads(daemon_factory: Any, tmp_path: Path) -> None:
-    """The socket serves before pydantic and the wire models are imported (rpc/early.py): a plain
+    """The socket serves before pydantic and the wire models are imported (rpc/handshake.py): a plain
     `initialize` is answered at once; everything else, a handshake the plain check leaves to
     pydantic included, waits for them and then gets pydantic's answer. The wire stack is held back
     with its test seam, and the daemon is looked at from outside (its memory maps)."""

@@ -262,7 +262,7 @@ def test_stdio_modules_import_nothing_heavy_even_lazily(module: str) -> None:
 
 # What `zocratesd serve` may not load before its first reply (issue 22: first reply <= 300 ms; issue
 # 31: <= 250 ms): the wire stack (pydantic, the wire models and the ACP methods: the socket answers
-# the handshake before they are imported, rpc/early.py), the HTTP shim's server stack (imported
+# the handshake before they are imported, rpc/handshake.py), the HTTP shim's server stack (imported
 # after the socket serves, process/lifecycle.py Preload), the library index (made on first use,
 # core/catalogue.py; the library's light package and its retrieval types are allowed), and xml.sax
 # (core/context.py escapes by itself).
@@ -290,11 +290,11 @@ def test_the_first_reply_loads_no_wire_stack_shim_server_or_library_index(tmp_pa
         from zocratesd.config import load_config
         from zocratesd.core.daemon import Daemon
         from zocratesd.rpc import dispatch, peer  # noqa: F401
-        from zocratesd.rpc.early import StagedMethods
+        from zocratesd.rpc.handshake import StagedMethods
         from zocratesd.shim import HttpFace
 
-        class Peer:
-            state = {}
+        class Peer:  # what the ACP face keeps of a connection: its state, name and close callbacks
+            state, name, on_close = {}, "probe", []
 
         async def main():
             data_dir = Path(sys.argv[1])

@@ -21,7 +21,7 @@ Start-up order matters, and each step says why:
    sessions.db with sqlite3 alone), then the socket bound (or the manager's socket adopted) and the
    HTTP shim's loopback port bound (zocratesd/shim/), and only then daemon.json is written (with
    the port and a fresh bearer token) and READY=1 sent: a client that finds daemon.json can
-   connect at once; its `initialize` is answered at once (rpc/early.py), its reads
+   connect at once; its `initialize` is answered at once (rpc/handshake.py), its reads
    (session/list, session/load, ...) once the wire stack (pydantic, the wire models, the ACP
    methods) is imported, a moment later (below); the shim's port answers once uvicorn and
    Starlette are imported, after that;
@@ -80,7 +80,7 @@ from zocratesd.service_manager.notify import Notifier
 
 if TYPE_CHECKING:
     from zocratesd.core.daemon import Daemon
-    from zocratesd.rpc.early import StagedMethods
+    from zocratesd.rpc.handshake import StagedMethods
 
 
 log = logging.getLogger(PROCESS_LOGGER)
@@ -181,7 +181,7 @@ async def _run(
     transport.claim(instance)  # before the core is even imported, so a socket in the way fails at once
 
     from zocratesd.core.daemon import Daemon
-    from zocratesd.rpc.early import StagedMethods
+    from zocratesd.rpc.handshake import StagedMethods
     from zocratesd.store.database import StoreDamaged, check_intact, db_path
 
     try:
@@ -195,7 +195,7 @@ async def _run(
         log.warning("--idle-exit-after ignored: it needs socket activation (nothing would start the daemon again)")
         idle_exit = None
     daemon = Daemon(opts.data_dir, config, load_engine=False)  # its engine loads in bring_up
-    # The handshake at once, the rest once the wire stack has loaded (rpc/early.py).
+    # The handshake at once, the rest once the wire stack has loaded (rpc/handshake.py).
     methods = StagedMethods(daemon.version, config.rpc.max_frame_bytes)
     wire = Preload("wire stack", WIRE_MODULES, hold_env=HOLD_WIRE_ENV)
     failed: list[BaseException] = []

@@ -76,7 +76,7 @@ _HOLD_POLL_S: Final = 0.02
 
 # The wire stack: pydantic, the wire models and the ACP methods (and pydantic's plugin loader,
 # which its first validator imports: importlib.metadata). The socket serves before it is loaded:
-# rpc/early.py answers the handshake meanwhile and holds the rest (~40% of the work before a cold
+# rpc/handshake.py answers the handshake meanwhile and holds the rest (~40% of the work before a cold
 # start's first reply, bench/PROFILE.md §13).
 WIRE_MODULES: Final = ("zocratesd.rpc.acp", "pydantic.plugin._loader")
 

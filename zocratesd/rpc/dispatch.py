@@ -52,7 +52,7 @@ def _signature(handler: Handler) -> inspect.Signature:
 
 async def call(methods: Mapping[str, Handler], context: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
     """Run `method`'s handler; the reply's outcome: `{"result": ...}` or `{"error": {...}}`.
-    A table still loading (rpc/early.py `StagedMethods`) names the table to use, maybe after a wait."""
+    A table still loading (rpc/handshake.py `StagedMethods`) names the table to use, maybe after a wait."""
     table_for = getattr(methods, "table_for", None)
     if table_for is not None:
         methods = await table_for(method, params)

@@ -1,28 +1,41 @@
 """The wire contract as pydantic models: params are validated with them, results documented by them.
 
 `protocol/schema/*.json` is generated from these models (`python -m zocratesd.rpc.schema`), and a
-test fails when the committed files drift from them. Params models accept unknown fields
-(`extra="allow"`): ACP grows optional fields and `_meta` over time, and an older daemon must not
-refuse a newer editor. Results are built as plain dicts on the hot paths (a 5000-message session
-would spend tens of milliseconds in validation); tests validate real results against these models.
+test fails when the committed files drift from them. Each limit comes from `zocratesd/limits.py`,
+which the core and the MCP face read too. Params models accept unknown fields (`extra="allow"`):
+ACP grows optional fields and `_meta` over time, and an older daemon must not refuse a newer
+editor. Results are built as plain dicts, not through these models: validating a long session's
+history on every answer costs more than the answer (bench/PROFILE.md); tests validate real
+results against these models instead.
 """
 
-# No `from __future__ import annotations` here: pydantic would compile and evaluate each of the
-# ~180 annotation strings when the classes are created (half of this module's import time).
+# No `from __future__ import annotations` here: pydantic would evaluate every annotation string
+# when the classes are created, which makes importing this module slower (bench/PROFILE.md).
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from zocratesd.limits import (
+    DEFAULT_LIST,
+    DEFAULT_SEARCH_TOP_K,
+    DEFAULT_SUGGESTIONS,
     ITEM_KEY_PATTERN,
     LIBRARY_PATTERN,
     MAX_ACTIVE_ITEMS,
+    MAX_COLLECTION_REF_CHARS,
+    MAX_CONFIG_ID_CHARS,
     MAX_GUIDANCE_CHARS,
     MAX_INTERRUPT_ID_CHARS,
+    MAX_LIST,
     MAX_OFFSET,
+    MAX_PROMPT_BLOCKS,
+    MAX_PROTOCOL_VERSION,
     MAX_QUERY_CHARS,
+    MAX_RESEARCH_BUDGET,
     MAX_SEARCH_TOP_K,
+    MAX_SUGGESTIONS,
+    MAX_TAG_FILTER_CHARS,
     MAX_TITLE_CHARS,
     SESSION_ID_PATTERN,
 )
@@ -30,8 +43,8 @@ from zocratesd.limits import (
 
 class Model(BaseModel):
     """The base of every wire model. A model's validator is built on its first use, not when the
-    module is imported: building all of them took ~24 ms of a cold start whose first reply
-    (`initialize`) needs one (issue 22). Behaviour and generated schemas are the same."""
+    module is imported: a connection uses a few of the dozens declared here, and building them all
+    would delay the daemon's first answer (bench/PROFILE.md). Behaviour and schemas are the same."""
 
     model_config = ConfigDict(defer_build=True)
 
@@ -52,7 +65,7 @@ SessionId = Field(pattern=SESSION_ID_PATTERN, description="A session id (as retu
 
 
 class InitializeParams(Params):
-    protocol_version: int = Field(ge=0, le=65535, description="The latest ACP version the client speaks.")
+    protocol_version: int = Field(ge=0, le=MAX_PROTOCOL_VERSION, description="The latest ACP version the client speaks.")
     client_capabilities: dict[str, Any] | None = None
     client_info: dict[str, Any] | None = None
 
@@ -64,11 +77,15 @@ class ZocratesMeta(Result):
     max_frame_bytes: int = Field(description="The longest line the daemon accepts; longer frames get -32600.")
 
 
+class Supported(Result):
+    """`{}`: ACP's way of saying a capability is there."""
+
+
 class SessionCapabilities(Result):
-    list: dict[str, Any] = Field(default_factory=dict)
-    delete: dict[str, Any] = Field(default_factory=dict)
-    resume: dict[str, Any] = Field(default_factory=dict)
-    close: dict[str, Any] = Field(default_factory=dict)
+    list: Supported = Field(default_factory=Supported)
+    delete: Supported = Field(default_factory=Supported)
+    resume: Supported = Field(default_factory=Supported)
+    close: Supported = Field(default_factory=Supported)
 
 
 class AgentCapabilities(Result):
@@ -130,12 +147,16 @@ class ListSessionsParams(Params):
     cursor: str | None = Field(None, description="Zocrates answers in one page; any cursor is refused.")
 
 
+class SessionCreated(Result):
+    created_at: float = Field(description="Epoch seconds.")
+
+
 class SessionInfo(Result):
     session_id: str
     cwd: str
     title: str | None = None
     updated_at: str | None = Field(None, description="ISO 8601, UTC.")
-    meta: dict[str, Any] | None = Field(None, alias="_meta", description='`{"zocrates": {"createdAt": epoch seconds}}`')
+    meta: dict[str, SessionCreated] | None = Field(None, alias="_meta", description='`{"zocrates": SessionCreated}`')
 
 
 class ListSessionsResult(Result):
@@ -179,7 +200,7 @@ class CloseSessionResult(Result):
 
 class SetConfigOptionParams(Params):
     session_id: str = SessionId
-    config_id: str = Field(max_length=64, description="`scope`, `model`, `research_budget` or `compaction`.")
+    config_id: str = Field(max_length=MAX_CONFIG_ID_CHARS, description="`scope`, `model`, `research_budget` or `compaction`.")
     type: Literal["boolean"] | str | None = Field(None, description='"boolean" with a boolean value; absent for a select.')
     value: str | bool = Field(description="A value id of the option's choices, or a boolean (`compaction`).")
 
@@ -199,7 +220,7 @@ class DeleteSessionResult(Result):
 class PromptParams(Params):
     session_id: str = SessionId
     prompt: list[dict[str, Any]] = Field(
-        max_length=1000,
+        max_length=MAX_PROMPT_BLOCKS,
         description="ContentBlocks: `text`, and `resource_link` (zotero://select/library/items/KEY adds the item to the scope).",
     )
 
@@ -279,7 +300,7 @@ class SessionSettingsView(Model):
 
     scope: str = Field(description='`library`, `papers` or `collection:<KEY>`.')
     model: str = Field(description="`offline`, or the configured model as `provider:name`.")
-    research_budget: int = Field(ge=1, le=10)
+    research_budget: int = Field(ge=1, le=MAX_RESEARCH_BUDGET)
     compaction: bool
 
 
@@ -302,13 +323,32 @@ class RewindParams(Params):
     invocation_id: str = Field(min_length=1, max_length=MAX_INTERRUPT_ID_CHARS, description="The turn to undo, with all after it.")
 
 
+class ContextItem(Model):
+    """A paper a turn was asked about."""
+
+    item_key: str
+    title: str
+
+
+class ContextSnippet(Model):
+    """A passage the user gave a turn (a selection in a PDF, an annotation); empty fields left out."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["text", "image"]
+    item_key: str
+    text: str = ""
+    title: str = ""
+    page: int | None = None
+    key: str | None = Field(None, description="The annotation's or attachment's key.")
+
+
 class Restored(Model):
     """What the rewound turn was asked with, for an inline edit."""
 
     mode: Literal["papers", "collection", "library"]
-    active_context_items: list[dict[str, Any]] | None
+    active_context_items: list[ContextItem] | None
     collection: str | None
-    snippets: list[dict[str, Any]]
+    snippets: list[ContextSnippet]
     text: str
 
 
@@ -376,6 +416,18 @@ class LibraryCounts(Model):
     attachments: int = Field(description="Attachments (PDFs, snapshots, linked files), child and standalone.")
 
 
+class LibraryKinds(Model):
+    """One library of the index, by kind (`_zocrates/library/status`'s `libraries`)."""
+
+    model_config = ConfigDict(extra="allow")
+    library: str = Field(description='"user" or "groups/<groupID>".')
+    name: str
+    items: int
+    notes: int
+    annotations: int
+    texts: int = Field(description="Attachments with full text.")
+
+
 class LibraryStatusResult(Model):
     """`_zocrates/library/status`: the library index (`zocrates-data/library.db`) and its progress."""
 
@@ -409,11 +461,7 @@ class LibraryStatusResult(Model):
     index_path: str | None
     notes_indexed: int = Field(0, description="Notes in the index (child and standalone).")
     annotations_indexed: int = Field(0, description="PDF annotations (highlights, underlines, comments) in the index.")
-    libraries: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description='Per library: `{library: "user" | "groups/<groupID>", name, items, notes, annotations, texts}` '
-        "(feeds are never indexed).",
-    )
+    libraries: list[LibraryKinds] = Field(default_factory=list, description="Per library (feeds are never indexed).")
     kinds: dict[str, int] = Field(
         default_factory=dict,
         description="Totals over the libraries: `{items, notes, annotations, texts}` (texts: attachments with full text).",
@@ -428,7 +476,10 @@ class LibraryStatusResult(Model):
 
 
 class LibrarySuggestionsParams(Params):
-    limit: int = Field(4, ge=1, le=8, strict=True, description="How many questions, at most (default 4).")
+    limit: int = Field(
+        DEFAULT_SUGGESTIONS, ge=1, le=MAX_SUGGESTIONS, strict=True,
+        description=f"How many questions, at most (default {DEFAULT_SUGGESTIONS}).",
+    )
 
 
 class SuggestedItem(Model):
@@ -463,15 +514,13 @@ LibraryFilter = Field(
     None, pattern=LIBRARY_PATTERN,
     description='Only this library: "user" (My Library) or "groups/<groupID>"; absent: every library.',
 )
-# The page sizes of the catalogue's lists (library/catalog.py MAX_LIST: one answer stays small).
-MAX_LIST = 500
 
 
 class LibrarySearchParams(Params):
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="A question or keywords.")
-    top_k: int = Field(6, ge=1, le=MAX_SEARCH_TOP_K, description="How many passages (best first).")
+    top_k: int = Field(DEFAULT_SEARCH_TOP_K, ge=1, le=MAX_SEARCH_TOP_K, description="How many passages (best first).")
     collection: str | None = Field(
-        None, min_length=1, max_length=500,
+        None, min_length=1, max_length=MAX_COLLECTION_REF_CHARS,
         description='Only this collection and its subcollections: its key, name or "Parent / Child" path.',
     )
     item_keys: list[str] | None = Field(
@@ -502,11 +551,21 @@ class LibraryPassage(Model):
     score: float
 
 
+class SearchScope(Model):
+    """Where a search looked."""
+
+    model_config = ConfigDict(extra="allow")
+    mode: Literal["library", "collection", "papers"]
+    collection: str | None
+    item_keys: list[str]
+    library: str | None
+
+
 class LibrarySearchResult(Model):
     """`_zocrates/library/search`: the passages a turn's search_library would find, best first."""
 
     query: str
-    scope: dict[str, Any] = Field(description="`{mode: library|collection|papers, collection, item_keys, library}`.")
+    scope: SearchScope
     passages: list[LibraryPassage]
     library_state: str | None = Field(description="The index's state (as _zocrates/library/status); `indexing`: partial results.")
     library_message: str | None
@@ -532,6 +591,62 @@ class ItemSummary(Model):
     link: str = Field(description="`zotero://select/...`.")
 
 
+class Child(Model):
+    """What an item's answer shows of each of its children (extra fields may come)."""
+
+    model_config = ConfigDict(extra="allow")
+    key: str
+    link: str = Field(description="`zotero://select/...` (a PDF: `zotero://open-pdf/...`).")
+
+
+class ItemNote(Child):
+    title: str
+    text: str
+    truncated: bool = Field(description="The text was cut (a long note is shown in part).")
+
+
+class ItemAnnotation(Child):
+    attachment_key: str
+    type: str = Field(description="highlight, underline, note, text, image or ink.")
+    text: str
+    comment: str
+    color: str | None
+    page_label: str | None
+    page: int | None = Field(description="1-based.")
+    tags: list[str]
+
+
+class ItemAttachment(Child):
+    content_type: str | None
+    link_mode: int | None
+    has_text: bool
+
+
+class CollectionRef(Model):
+    model_config = ConfigDict(extra="allow")
+    key: str
+    name: str
+
+
+class FulltextChunk(Model):
+    model_config = ConfigDict(extra="allow")
+    attachment_key: str
+    page: int | None
+    page_label: str | None
+    text: str
+    link: str
+
+
+class FulltextPage(Model):
+    """One page of an item's full text."""
+
+    model_config = ConfigDict(extra="allow")
+    offset: int
+    chunks: list[FulltextChunk]
+    total_chunks: int
+    next_offset: int | None = Field(description="Where the next page starts; null: this is the last page.")
+
+
 class LibraryItemResult(ItemSummary):
     """`_zocrates/library/item`: one item of the index with its children."""
 
@@ -539,44 +654,52 @@ class LibraryItemResult(ItemSummary):
     doi: str | None
     url: str | None
     tags: list[str]
-    collections: list[dict[str, Any]] = Field(description="`[{key, name}]`.")
-    notes: list[dict[str, Any]] = Field(description="`[{key, title, text, truncated, link}]` (child notes; a standalone note: itself).")
-    annotations: list[dict[str, Any]] = Field(
-        description="`[{key, attachment_key, type, text, comment, color, page_label, page, tags, link}]`."
-    )
-    attachments: list[dict[str, Any]] = Field(description="`[{key, content_type, link_mode, has_text, link}]`.")
+    collections: list[CollectionRef]
+    notes: list[ItemNote] = Field(description="Child notes; a standalone note: itself.")
+    annotations: list[ItemAnnotation]
+    attachments: list[ItemAttachment]
     fulltext_chunks: int = Field(description="How many chunks its full text has (0: none indexed).")
-    fulltext: dict[str, Any] | None = Field(
-        None,
-        description="With `fulltext`: `{offset, chunks: [{attachment_key, page, page_label, text, link}], total_chunks, "
-        "next_offset}` (null next_offset: the last page).",
-    )
+    fulltext: FulltextPage | None = Field(None, description="With `fulltext`: one page of the full text.")
 
 
 class LibraryCollectionsParams(Params):
     library: str | None = LibraryFilter
 
 
+class CollectionInfo(Model):
+    model_config = ConfigDict(extra="allow")
+    key: str
+    name: str
+    path: str = Field(description='"Parent / Child".')
+    parent_key: str | None
+    library: str
+    library_name: str
+    items: int
+    items_with_subcollections: int
+
+
 class LibraryCollectionsResult(Model):
     """`_zocrates/library/collections`."""
 
-    collections: list[dict[str, Any]] = Field(
-        description="`[{key, name, path, parent_key, library, library_name, items, items_with_subcollections}]`, "
-        "sorted by library then path."
-    )
+    collections: list[CollectionInfo] = Field(description="Sorted by library then path.")
 
 
 class LibraryTagsParams(Params):
     library: str | None = LibraryFilter
-    limit: int = Field(50, ge=1, le=MAX_LIST)
+    limit: int = Field(DEFAULT_LIST, ge=1, le=MAX_LIST)
     offset: int = Field(0, ge=0, le=MAX_OFFSET)
-    contains: str | None = Field(None, max_length=200, description="Only tags containing this (case-insensitive).")
+    contains: str | None = Field(None, max_length=MAX_TAG_FILTER_CHARS, description="Only tags containing this (case-insensitive).")
+
+
+class TagCount(Model):
+    tag: str
+    items: int = Field(description="How many items carry it.")
 
 
 class LibraryTagsResult(Model):
     """`_zocrates/library/tags`: tags by how many items carry them."""
 
-    tags: list[dict[str, Any]] = Field(description="`[{tag, items}]`.")
+    tags: list[TagCount]
     total: int
     offset: int
     next_offset: int | None
@@ -584,7 +707,7 @@ class LibraryTagsResult(Model):
 
 class LibraryItemsParams(Params):
     library: str | None = LibraryFilter
-    limit: int = Field(50, ge=1, le=MAX_LIST)
+    limit: int = Field(DEFAULT_LIST, ge=1, le=MAX_LIST)
     offset: int = Field(0, ge=0, le=MAX_OFFSET)
     order: Literal["added", "modified"] = Field("added", description="Newest first by date added, or by date modified.")
 

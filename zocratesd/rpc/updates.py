@@ -44,8 +44,8 @@ def _chunk(kind: str, text: str, message_id: str | None) -> Json:
 def to_acp(u: Update, *, booleans: bool = False) -> Json:
     """The ACP `update` (a `session/update`'s) for one neutral update; every kind has one.
     `booleans`: the client takes boolean config options (`session.configOptions.boolean`)."""
-    # Class patterns without captures, then attributes: capturing keyword patterns cost ~3x as much,
-    # and a 5000-event session/load translates some 6000 of these.
+    # Class patterns without captures, then attributes: capturing keyword patterns are slower, and a
+    # long session/load translates thousands of these (bench/PROFILE.md).
     match u:
         case MessageChunk():
             return _chunk("user_message_chunk" if u.role == "user" else "agent_message_chunk", u.text, u.message_id)

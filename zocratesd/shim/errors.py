@@ -20,8 +20,9 @@ from zocratesd import errors
 
 
 class JSONResponse(_StarletteJSONResponse):
-    """Compact JSON through orjson (a 5000-event session encodes ~7x faster than with the standard
-    library); what orjson refuses (a lone surrogate from a client, huge ints) falls back to it."""
+    """Compact JSON through orjson (a long session encodes several times faster than with the
+    standard library: bench/PROFILE.md); what orjson refuses (a lone surrogate from a client, huge
+    ints) falls back to it."""
 
     def render(self, content: Any) -> bytes:
         try:

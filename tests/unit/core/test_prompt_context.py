@@ -8,7 +8,7 @@ import pytest
 
 from zocratesd.core.context import PromptContext, Snippet
 from zocratesd.errors import InvalidInput
-from zocratesd.rpc.acp import prompt_input
+from zocratesd.rpc.agent import prompt_input
 
 
 def test_plain_values_and_wire_objects_build_the_same_context() -> None:

@@ -198,7 +198,7 @@ def test_prompt_context_carries_a_library_scope() -> None:
 
 
 def test_a_group_items_link_scopes_the_prompt_to_that_group() -> None:
-    from zocratesd.rpc.acp import prompt_input
+    from zocratesd.rpc.agent import prompt_input
 
     def ctx(*uris: str, meta: dict[str, object] | None = None) -> tuple[str | None, tuple[str, ...]]:
         blocks = [{"type": "text", "text": "q"}] + [{"type": "resource_link", "uri": u, "name": "n"} for u in uris]

@@ -25,7 +25,8 @@ from zocratesd.core.daemon import LIBRARY_PASSAGES_FILE, Daemon
 from zocratesd.errors import InvalidInput
 from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.rpc import models
-from zocratesd.rpc.acp import build_methods, prompt_input
+from zocratesd.rpc.acp import build_methods
+from zocratesd.rpc.agent import ClientCapabilities, connection, prompt_input
 from zocratesd.rpc.peer import MethodTable, Peer
 
 pytestmark = pytest.mark.anyio
@@ -229,7 +230,7 @@ async def test_initialize_advertises_what_is_served(world: World) -> None:
     assert ours["protocolVersion"] == PROTOCOL_VERSION
     assert ours["maxFrameBytes"] == world.daemon.config.rpc.max_frame_bytes
     assert result["agentInfo"]["name"] == "zocratesd" and result["authMethods"] == []
-    assert peer.state["client_info"] == info and peer.state["client_capabilities"] == {"fs": {}}
+    assert connection(peer).client_info == info and connection(peer).capabilities == ClientCapabilities()
 
     for name in ours["extensions"]:  # each is served (params or not, never "method not found")
         reply, _ = await a.call(name, {})

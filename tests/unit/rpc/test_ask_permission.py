@@ -16,7 +16,7 @@ import anyio
 import pytest
 from memstream import MemoryByteStream, pipe
 
-from zocratesd.rpc import acp
+from zocratesd.rpc import agent
 from zocratesd.rpc.models import RequestPermissionParams
 from zocratesd.rpc.peer import MethodTable, Peer
 
@@ -61,7 +61,7 @@ async def test_the_question_and_the_answers(connected: Any) -> None:
     answers: list[Any] = []
 
     async def ask() -> None:
-        answers.append(await acp.ask_permission(peer, "s-1", CHECKPOINT))
+        answers.append(await agent.ask_permission(peer, "s-1", CHECKPOINT))
 
     for result, expected in [
         ({"outcome": {"outcome": "selected", "optionId": "extend"}, "_meta": {"zocrates": {"guidance": "limits"}}},
@@ -82,12 +82,12 @@ async def test_the_question_and_the_answers(connected: Any) -> None:
 async def test_an_error_reply_is_logged_escaped(connected: Any, caplog: pytest.LogCaptureFixture) -> None:
     peer, editor, _ = connected
     forged = "no\nERROR zocratesd: the daemon was hacked \x1b[2J\x1b[31mred\r"
-    caplog.set_level(logging.INFO, logger=acp.log.name)
+    caplog.set_level(logging.INFO, logger=agent.log.name)
     async with anyio.create_task_group() as tg:
         answers: list[Any] = []
 
         async def ask() -> None:
-            answers.append(await acp.ask_permission(peer, "s-1", CHECKPOINT))
+            answers.append(await agent.ask_permission(peer, "s-1", CHECKPOINT))
 
         tg.start_soon(ask)
         question = await editor.recv()
@@ -106,7 +106,7 @@ async def test_a_client_whose_input_has_ended_is_not_asked(connected: Any) -> No
         while not peer.input_closed:
             await anyio.sleep(0.01)
     with anyio.fail_after(10):
-        assert await acp.ask_permission(peer, "s-1", CHECKPOINT) is None
+        assert await agent.ask_permission(peer, "s-1", CHECKPOINT) is None
     with pytest.raises(anyio.EndOfStream):  # nothing was sent, and the connection is over
         await editor.recv()
 
@@ -116,12 +116,12 @@ async def test_cancel_request_is_sent_where_the_client_cannot_know(
 ) -> None:
     """No answer in time: the daemon withdraws its question with `$/cancel_request`."""
     peer, editor, _ = connected
-    monkeypatch.setattr(acp, "CHECKPOINT_ANSWER_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(agent, "CHECKPOINT_ANSWER_TIMEOUT_S", 0.2)
     async with anyio.create_task_group() as tg:
         answers: list[Any] = []
 
         async def ask() -> None:
-            answers.append(await acp.ask_permission(peer, "s-1", CHECKPOINT))
+            answers.append(await agent.ask_permission(peer, "s-1", CHECKPOINT))
 
         tg.start_soon(ask)
         question = await editor.recv()
@@ -133,16 +133,16 @@ async def test_cancel_request_is_sent_where_the_client_cannot_know(
 async def test_no_cancel_request_after_the_clients_own_session_cancel(connected: Any) -> None:
     """ACP prompt turn: after `session/cancel` the client answers `cancelled` itself."""
     peer, editor, _ = connected
-    peer.state["prompting"] = {"s-1": 1}
+    agent.connection(peer).prompting["s-1"] = 1
     with anyio.CancelScope() as turn:  # the turn that asks, as core/daemon.py cancels it
         async with anyio.create_task_group() as tg:
 
             async def ask() -> None:
-                await acp.ask_permission(peer, "s-1", CHECKPOINT)
+                await agent.ask_permission(peer, "s-1", CHECKPOINT)
 
             tg.start_soon(ask)
             question = await editor.recv()
-            peer.state.setdefault(acp.CANCELLED_BY_CLIENT, set()).add("s-1")  # what session/cancel notes
+            agent.connection(peer).note_cancel("s-1")  # what session/cancel does
             turn.cancel()
     await editor.send({"jsonrpc": "2.0", "id": question["id"], "result": {"outcome": {"outcome": "cancelled"}}})
     with anyio.move_on_after(0.3):

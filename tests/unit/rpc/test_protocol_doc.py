@@ -124,6 +124,15 @@ def test_the_method_table_lists_exactly_what_the_daemon_serves(served: Any) -> N
     assert set(served.notifications) <= set(NOTIFICATIONS)
 
 
+def test_each_method_is_validated_by_the_model_its_schema_is_generated_from() -> None:
+    """The table validates a method's params with the model its agent method is annotated with
+    (rpc/agent.py, rpc/acp.py); protocol/schema/ is generated from models.METHODS: the same model."""
+    from zocratesd.rpc.acp import PARAMS
+
+    generated = {name: params for name, (params, _result) in METHODS.items()} | NOTIFICATIONS
+    assert {name: generated.get(name) for name in PARAMS} == PARAMS
+
+
 def test_the_daemons_own_requests_are_documented_and_none_else_is_sent() -> None:
     rows = table_names(section("## Requests from the daemon"))
     sent = sent_by_code(r"\.request\(\s*\"([^\"]+)\"")

@@ -1,4 +1,4 @@
-"""The ACP face's session feeds (rpc/acp.py `SessionFeed`): a connection that stops reading holds up
+"""The ACP face's session feeds (rpc/agent.py `SessionFeed`): a connection that stops reading holds up
 neither the turn nor the other connections; it is cut off; answers still follow their updates; one
 writer task per feed, from attach to close or disconnect."""
 
@@ -18,7 +18,7 @@ from memstream import MemoryByteStream, pipe
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
 from zocratesd.library.retrieval import InMemoryRetriever, Passage
-from zocratesd.rpc import acp
+from zocratesd.rpc import agent
 from zocratesd.rpc.acp import build_methods
 from zocratesd.rpc.peer import MethodTable, Peer
 
@@ -93,7 +93,7 @@ async def test_a_connection_that_stops_reading_holds_up_no_turn_and_no_other_con
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Far beyond the test's deadline: only the per-listener queues can keep the turn going.
-    monkeypatch.setattr(acp, "SLOW_CLIENT_TIMEOUT_S", 600.0)
+    monkeypatch.setattr(agent, "SLOW_CLIENT_TIMEOUT_S", 600.0)
     a, _, _ = world.connect("a")
     b, b_peer, b_end = world.connect("b", buffer=0)  # every write waits for b to read
     c, _, _ = world.connect("c")
@@ -115,7 +115,7 @@ async def test_a_connection_that_stops_reading_holds_up_no_turn_and_no_other_con
 
 
 async def test_a_connection_whose_queue_overflows_is_cut_off(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(acp, "SLOW_CLIENT_TIMEOUT_S", 600.0)
+    monkeypatch.setattr(agent, "SLOW_CLIENT_TIMEOUT_S", 600.0)
     monkeypatch.setattr(world.daemon, "watch", functools.partial(Daemon.watch, world.daemon, limit=3))
     a, _, _ = world.connect("a")
     b, b_peer, b_end = world.connect("b", buffer=0)
@@ -182,7 +182,7 @@ async def test_one_writer_per_feed_carries_every_update_of_many_turns_complete_a
 async def test_a_connection_that_stops_reading_is_cut_off_after_the_write_timeout(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(acp, "SLOW_CLIENT_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(agent, "SLOW_CLIENT_TIMEOUT_S", 0.3)
     a, _, _ = world.connect("a")
     b, b_peer, b_end = world.connect("b", buffer=0)
     with anyio.fail_after(30):

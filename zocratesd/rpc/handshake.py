@@ -1,20 +1,20 @@
 """The handshake before the wire stack has loaded: what the daemon serves from the moment its socket
 listens until pydantic and the wire models (rpc/models.py, rpc/acp.py) are imported.
 
-Those imports are ~40% of a cold start's work before its first reply (bench/PROFILE.md §12-13),
-and the first request of every client is `initialize`, whose answer needs nothing but the daemon's
-version and limits. So the socket listens first, the wire stack is imported in the engine's import
-thread (process/lifecycle.py, `WIRE_MODULES`, before the HTTP shim's and ADK's modules), and
-meanwhile `StagedMethods` serves:
+The first request of every client is `initialize`, whose answer needs nothing but the daemon's
+version and limits, while the wire stack is a large part of a cold start (bench/PROFILE.md,
+"Start-up"). So the socket listens first, the process loads the wire stack in the background
+(process/), and meanwhile `StagedMethods` serves:
 
 - `initialize` whose params are plainly valid (`plain_initialize`: exact JSON types, the fields
-  the model names under their wire names): answered at once, the same answer as rpc/acp.py's;
+  the model names under their wire names): answered at once, by the agent's own answer
+  (rpc/agent.py `initialize_result`);
 - everything else, an `initialize` the plain check is unsure of included: held until the full
-  table serves, then dispatched to it, so pydantic validates it exactly as it always has (its
+  table serves, then dispatched to it, so pydantic validates it exactly as it always does (its
   errors, its lax conversions). A held request is cancelled like any other.
 
 `plain_initialize` accepts only what `models.InitializeParams` accepts, with the same values
-(tests/unit/rpc/test_early_handshake.py holds it to that), so where it answers, pydantic would have
+(tests/unit/rpc/test_handshake.py holds it to that), so where it answers, pydantic would have
 answered the same.
 """
 
@@ -25,40 +25,14 @@ from typing import Any, Final
 
 import anyio
 
-from zocratesd.locations import PROTOCOL_VERSION
+from zocratesd.limits import MAX_PROTOCOL_VERSION
+from zocratesd.rpc.agent import NOTIFICATIONS, connection, initialize_result
 from zocratesd.rpc.peer import Handler, MethodTable, Peer
-
-# `peer.state` keys: what the client said at `initialize` (rpc/acp.py reads the capabilities).
-CLIENT_CAPABILITIES: Final = "client_capabilities"
-CLIENT_INFO: Final = "client_info"
-
-# The methods a client may send as notifications (the others are never run without an id).
-NOTIFICATIONS: Final = ("session/cancel",)
-
-# The `_zocrates/*` methods, advertised in `initialize` (DESIGN "Decisions"); rpc/acp.py's table
-# serves exactly these (`build_methods` refuses to build a table that differs).
-EXTENSIONS: Final = (
-    "_zocrates/chat/resume",
-    "_zocrates/library/collections",
-    "_zocrates/library/item",
-    "_zocrates/library/items",
-    "_zocrates/library/search",
-    "_zocrates/library/status",
-    "_zocrates/library/suggestions",
-    "_zocrates/library/tags",
-    "_zocrates/session/get",
-    "_zocrates/session/rename",
-    "_zocrates/session/rewind",
-    "_zocrates/storage/maintenance",
-    "_zocrates/storage/stats",
-)
 
 # The wire names of InitializeParams' fields that hold an object or null, and their Python names:
 # params that use a Python name (pydantic's populate_by_name) are left to pydantic.
 _OBJECT_FIELDS: Final = ("clientCapabilities", "clientInfo", "_meta")
 _PYTHON_NAMES: Final = frozenset({"protocol_version", "client_capabilities", "client_info", "meta"})
-# models.InitializeParams.protocol_version: Field(ge=0, le=65535).
-_MAX_PROTOCOL_VERSION: Final = 65535
 
 
 def plain_initialize(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -67,7 +41,7 @@ def plain_initialize(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[st
     `clientInfo` and `_meta` absent, null or an object, no field under its Python name; any other
     member is an extra, which the model accepts. None: not sure, pydantic decides."""
     version = params.get("protocolVersion")
-    if type(version) is not int or not 0 <= version <= _MAX_PROTOCOL_VERSION:
+    if type(version) is not int or not 0 <= version <= MAX_PROTOCOL_VERSION:
         return None
     for name in _OBJECT_FIELDS:
         value = params.get(name)
@@ -76,37 +50,6 @@ def plain_initialize(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[st
     if not _PYTHON_NAMES.isdisjoint(params):
         return None
     return params.get("clientCapabilities") or {}, params.get("clientInfo") or {}
-
-
-def initialize_result(version: str, max_frame_bytes: int) -> dict[str, Any]:
-    """The answer to `initialize`, the same whichever table serves it."""
-    return {
-        # We speak v1 only; a client asking for another version gets ours and decides.
-        "protocolVersion": PROTOCOL_VERSION,
-        "agentCapabilities": {
-            "loadSession": True,
-            "promptCapabilities": {"image": False, "audio": False, "embeddedContext": False},
-            "mcpCapabilities": {"http": False, "sse": False},
-            "sessionCapabilities": {"list": {}, "delete": {}, "resume": {}, "close": {}},
-            "_meta": {
-                "zocrates": {
-                    "version": version,
-                    "protocolVersion": PROTOCOL_VERSION,
-                    "extensions": list(EXTENSIONS),
-                    "maxFrameBytes": max_frame_bytes,
-                }
-            },
-        },
-        "agentInfo": {"name": "zocratesd", "title": "Zocrates", "version": version},
-        "authMethods": [],
-    }
-
-
-def greet(peer: Peer, capabilities: dict[str, Any], info: dict[str, Any], version: str, max_frame_bytes: int) -> dict[str, Any]:
-    """Record what the client said on its connection and answer it (both tables' `initialize`)."""
-    peer.state[CLIENT_CAPABILITIES] = capabilities
-    peer.state[CLIENT_INFO] = info
-    return initialize_result(version, max_frame_bytes)
 
 
 class StagedMethods(MethodTable):
@@ -145,4 +88,5 @@ class StagedMethods(MethodTable):
     async def _initialize(self, peer: Peer, /, **params: Any) -> dict[str, Any]:
         plain = plain_initialize(params)
         assert plain is not None  # table_for chose this table for it
-        return greet(peer, *plain, self._version, self._max_frame_bytes)
+        connection(peer).greet(*plain)
+        return initialize_result(self._version, self._max_frame_bytes)

@@ -1,4 +1,4 @@
-"""The handshake before the wire stack has loaded (rpc/early.py), against the wire model and the ACP
+"""The handshake before the wire stack has loaded (rpc/handshake.py), against the wire model and the ACP
 table it stands in for: through real Peers on in-memory streams, with a real core `Daemon`."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pydantic import ValidationError
 
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
-from zocratesd.rpc import early, models
+from zocratesd.rpc import handshake, models
 from zocratesd.rpc.acp import build_methods
+from zocratesd.rpc.agent import connection
 from zocratesd.rpc.peer import MethodTable, Peer
 
 pytestmark = pytest.mark.anyio
@@ -62,7 +63,7 @@ def candidates() -> list[Json]:
 def test_the_plain_check_accepts_only_what_the_model_accepts_with_the_same_values() -> None:
     accepted = refused_but_valid = 0
     for params in [*CLIENT_PARAMS, *candidates()]:
-        plain = early.plain_initialize(params)
+        plain = handshake.plain_initialize(params)
         try:
             model = models.InitializeParams.model_validate(params)
         except ValidationError:
@@ -78,7 +79,7 @@ def test_the_plain_check_accepts_only_what_the_model_accepts_with_the_same_value
 
 def test_what_clients_send_is_plain() -> None:
     for params in CLIENT_PARAMS:
-        assert early.plain_initialize(params) is not None, params
+        assert handshake.plain_initialize(params) is not None, params
 
 
 class Conn:
@@ -117,7 +118,7 @@ class Setup:
     def __init__(self, daemon: Daemon, tg: anyio.abc.TaskGroup) -> None:
         self.daemon, self.tg = daemon, tg
         self.full = build_methods(daemon)
-        self.staged = early.StagedMethods(daemon.version, daemon.config.rpc.max_frame_bytes)
+        self.staged = handshake.StagedMethods(daemon.version, daemon.config.rpc.max_frame_bytes)
 
     def connect(self, methods: MethodTable) -> tuple[Conn, Peer]:
         server_end, client_end = pipe()
@@ -142,7 +143,9 @@ async def test_the_early_handshake_answers_as_the_full_table_does(setup: Setup) 
         (e, e_peer), (f, f_peer) = setup.connect(setup.staged), setup.connect(setup.full)
         got, want = await e.call("initialize", params), await f.call("initialize", params)
         assert got == want and "result" in got
-        assert e_peer.state == f_peer.state and e_peer.state[early.CLIENT_INFO] == (params.get("clientInfo") or {})
+        e_conn, f_conn = connection(e_peer), connection(f_peer)
+        assert (e_conn.capabilities, e_conn.client_info) == (f_conn.capabilities, f_conn.client_info)
+        assert e_conn.client_info == (params.get("clientInfo") or {})
     assert setup.staged.full is None  # all of it answered before the full table served
     ours = want["result"]["agentCapabilities"]["_meta"]["zocrates"]
     assert ours["extensions"] == sorted(n for n in setup.full if n.startswith("_zocrates/"))
