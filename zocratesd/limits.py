@@ -57,6 +57,9 @@ MAX_QUERY_CHARS: Final = 2000
 # Passages one library search returns: a page of results a model can read; search_library inside
 # a turn asks for 6.
 MAX_SEARCH_TOP_K: Final = 50
+# Passages a library search returns when the caller does not say (the daemon's `topK`, the MCP
+# `search_library`'s `top_k`): what a turn's own search reads.
+DEFAULT_SEARCH_TOP_K: Final = 6
 # An origin as a browser sends it in `Origin` (scheme, host, optional port; no path): what
 # `http.allowed_origins` lists, and what the web app's CSP `frame-ancestors` may name. No wildcard,
 # and nothing that could end a CSP source or directive (space, `;`, `,`, a quote). Match it whole

@@ -37,8 +37,8 @@ log = logging.getLogger("zocratesd.mcp")
 # How often the keeper looks whether its connection has ended without a caller noticing (the
 # daemon closed it between two tool calls): the next call then connects at once.
 CLOSED_POLL_S: Final = 0.5
-# What we answer (rpc/acp.py ask_checkpoint: form-mode elicitation instead of
-# session/request_permission); the cold face's connection (cold.py) answers nothing.
+# What we answer: form-mode elicitation instead of session/request_permission (rpc/acp.py
+# ask_checkpoint), so a checkpoint can be put to the MCP client as an elicitation of its own.
 CLIENT_CAPABILITIES: Final = {**tools.DAEMON_CLIENT_CAPABILITIES, "elicitation": {"form": {}}}
 
 Elicit = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]

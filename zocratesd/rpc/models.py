@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from zocratesd.limits import (
+    DEFAULT_SEARCH_TOP_K,
     ITEM_KEY_PATTERN,
     LIBRARY_PATTERN,
     MAX_ACTIVE_ITEMS,
@@ -469,7 +470,7 @@ MAX_LIST = 500
 
 class LibrarySearchParams(Params):
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="A question or keywords.")
-    top_k: int = Field(6, ge=1, le=MAX_SEARCH_TOP_K, description="How many passages (best first).")
+    top_k: int = Field(DEFAULT_SEARCH_TOP_K, ge=1, le=MAX_SEARCH_TOP_K, description="How many passages (best first).")
     collection: str | None = Field(
         None, min_length=1, max_length=500,
         description='Only this collection and its subcollections: its key, name or "Parent / Child" path.',
