@@ -425,8 +425,11 @@ class RawFace:
             if msg.get("id") == rid and "method" not in msg:
                 return msg
 
-    def close(self) -> None:
-        assert self.proc.stdin is not None
+    def close(self, *, gone: bool = False) -> None:
+        """Close its stdin (and with `gone`, first its stdout: a client that went away) and wait for it to end."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if gone:
+            self.proc.stdout.close()
         self.proc.stdin.close()
         try:
             self.proc.wait(timeout=30)
@@ -520,8 +523,9 @@ def test_a_cancelled_call_gets_no_reply_and_the_server_goes_on(world: Any) -> No
 
 
 def test_the_daemon_killed_mid_call_is_a_tool_error_then_a_new_daemon(world: Any) -> None:
-    """The daemon stopped (SIGSTOP) with a call in flight, then SIGKILLed: that call is a tool
-    error that says to call again; the next call is answered by a new daemon (the link starts one)."""
+    """The daemon stopped (SIGSTOP) with a write and a read in flight, then SIGKILLed: the write
+    is a tool error that says to call again (it may have been done); the read is tried again on a
+    new daemon (the link starts one), which answers the next calls too."""
     pid = _raw_ready(world)
     face = RawFace(world, world.env)
     try:
@@ -529,13 +533,16 @@ def test_the_daemon_killed_mid_call_is_a_tool_error_then_a_new_daemon(world: Any
         face.send(_tool(2, "list_tags", {}))
         assert not face.reply(2)["result"]["isError"]
         os.kill(pid, signal.SIGSTOP)
-        face.send(_tool(3, "list_collections", {}))
-        _wait_until_queued_for(pid)  # the call has reached the stopped daemon
-        os.kill(pid, signal.SIGKILL)
-        lost = face.reply(3)["result"]
-        assert lost["isError"] and "connection to zocratesd was lost" in lost["content"][0]["text"], lost
+        face.send(_tool(3, "sessions", {"action": "rename", "session_id": "session-x", "title": "T"}))
         face.send(_tool(4, "list_collections", {}))
-        again = face.reply(4, timeout_s=90)["result"]
+        _wait_until_queued_for(pid)  # the calls have reached the stopped daemon
+        os.kill(pid, signal.SIGKILL)
+        replies = {m["id"]: m["result"] for m in _replies_to(face, {3, 4}, timeout_s=90)}
+        lost, retried = replies[3], replies[4]
+        assert lost["isError"] and "connection to zocratesd was lost" in lost["content"][0]["text"], lost
+        assert not retried["isError"] and len(retried["structuredContent"]["collections"]) == 3, retried
+        face.send(_tool(5, "list_collections", {}))
+        again = face.reply(5, timeout_s=90)["result"]
         assert not again["isError"] and len(again["structuredContent"]["collections"]) == 3, again
         restarted = locations.live_daemon(world.data_dir)
         assert restarted is not None and restarted.pid != pid
@@ -599,14 +606,7 @@ def test_a_client_gone_mid_request_ends_the_server_and_leaves_the_daemon_serving
     face.reply(1)
     face.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
     face.send(_tool(2, "search_library", {"query": "axolotl regeneration"}))
-    assert face.proc.stdin is not None and face.proc.stdout is not None
-    face.proc.stdout.close()
-    face.proc.stdin.close()
-    try:
-        face.proc.wait(timeout=30)
-    finally:
-        if face.proc.poll() is None:
-            face.proc.kill()
+    face.close(gone=True)  # fails if the process has not ended within its wait
     after = RawFace(world, world.env)
     try:
         after.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})

@@ -21,6 +21,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -283,8 +284,7 @@ class ZocratesMcp(DaemonCalls):
 
     async def list_prompts(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         return types.ListPromptsResult(prompts=[
-            types.Prompt(name=p["name"], title=p["title"], description=p["description"],
-                         arguments=[types.PromptArgument(**arg) for arg in p["arguments"]])
+            types.Prompt(name=p.name, title=p.title, description=p.description, arguments=list(p.arguments))
             for p in PROMPTS.values()
         ])
 
@@ -294,11 +294,11 @@ class ZocratesMcp(DaemonCalls):
             raise MCPError(types.INVALID_PARAMS, f"unknown prompt {escape_for_log(params.name)[:80]!r}; "
                            "the prompts are: " + ", ".join(PROMPTS))
         args = dict(params.arguments or {})
-        for arg in prompt["arguments"]:
-            if arg.get("required") and not str(args.get(arg["name"]) or "").strip():
-                raise MCPError(types.INVALID_PARAMS, f"prompt {params.name} needs the argument {arg['name']}")
-        text = prompt["render"](args)
-        return types.GetPromptResult(description=prompt["description"], messages=[
+        for arg in prompt.arguments:
+            if arg.required and not str(args.get(arg.name) or "").strip():
+                raise MCPError(types.INVALID_PARAMS, f"prompt {params.name} needs the argument {arg.name}")
+        text = prompt.render(args)
+        return types.GetPromptResult(description=prompt.description, messages=[
             types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))
         ])
 
@@ -314,7 +314,7 @@ async def _progress(ctx: ServerRequestContext[Any], n: int, message: str) -> Non
 # --- prompts ----------------------------------------------------------------------------------------
 
 
-def _review(args: dict[str, Any]) -> str:
+def _review(args: dict[str, str]) -> str:
     focus = str(args.get("focus") or "").strip()
     return (
         f"Write a literature review of the Zotero collection {args['collection']!r}"
@@ -328,7 +328,7 @@ def _review(args: dict[str, Any]) -> str:
     )
 
 
-def _compare(args: dict[str, Any]) -> str:
+def _compare(args: dict[str, str]) -> str:
     keys = [k for k in re.split(r"[\s,;]+", str(args["item_keys"])) if k]
     aspect = str(args.get("aspect") or "").strip()
     return (
@@ -341,19 +341,23 @@ def _compare(args: dict[str, Any]) -> str:
     )
 
 
-PROMPTS: Final[dict[str, dict[str, Any]]] = {
-    "literature_review": {
-        "name": "literature_review", "title": "Literature review of a collection",
-        "description": "A cited literature review of one Zotero collection, from its papers, notes and annotations.",
-        "arguments": [{"name": "collection", "description": "The collection's name, path or key.", "required": True},
-                      {"name": "focus", "description": "A theme or question to focus on (optional).", "required": False}],
-        "render": _review,
-    },
-    "compare_papers": {
-        "name": "compare_papers", "title": "Compare these papers",
-        "description": "A side-by-side comparison of some Zotero items, cited.",
-        "arguments": [{"name": "item_keys", "description": "Zotero item keys, separated by commas or spaces.", "required": True},
-                      {"name": "aspect", "description": "What to compare them on (optional).", "required": False}],
-        "render": _compare,
-    },
-}
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    name: str
+    title: str
+    description: str
+    arguments: tuple[types.PromptArgument, ...]
+    render: Callable[[dict[str, str]], str]
+
+
+PROMPTS: Final = {p.name: p for p in (
+    Prompt("literature_review", "Literature review of a collection",
+           "A cited literature review of one Zotero collection, from its papers, notes and annotations.",
+           (types.PromptArgument(name="collection", description="The collection's name, path or key.", required=True),
+            types.PromptArgument(name="focus", description="A theme or question to focus on (optional).", required=False)),
+           _review),
+    Prompt("compare_papers", "Compare these papers", "A side-by-side comparison of some Zotero items, cited.",
+           (types.PromptArgument(name="item_keys", description="Zotero item keys, separated by commas or spaces.", required=True),
+            types.PromptArgument(name="aspect", description="What to compare them on (optional).", required=False)),
+           _compare),
+)}
