@@ -14,9 +14,12 @@ Only `zocratesd mcp` imports this package (cli.py), so it imports the SDK at onc
 
 from __future__ import annotations
 
+import functools
+import gc
 import logging
 import socket
 from pathlib import Path
+from typing import Final
 
 import anyio
 
@@ -25,6 +28,12 @@ from zocratesd.mcp.link import DaemonLink, standalone_pair
 from zocratesd.mcp.server import ZocratesMcp
 
 __all__ = ["DaemonLink", "run", "serve_standalone_face", "standalone_pair"]
+
+# The client's `initialize` is answered once the daemon's connection is up (the client's first
+# tool call then waits for nothing but the call), or at the latest after this long: a daemon this
+# process starts may take seconds on a loaded machine, and a client gives its handshake only so
+# long (the MCP Inspector's CLI, 10 s); past it, the first tool call waits for the rest instead.
+HANDSHAKE_WAITS_FOR_DAEMON_S: Final = 5.0
 
 
 def _logging(level: str) -> None:
@@ -49,10 +58,14 @@ async def serve_standalone_face(data_dir: Path, sock: socket.socket) -> int:
 async def _serve(link: DaemonLink) -> int:
     """Serve MCP on stdin/stdout until the client closes stdin."""
     server = ZocratesMcp(link).server()
+    # What is loaded now (the SDK's protocol models, most of the heap) lives as long as the
+    # process: frozen, the collections that serving triggers never scan it again.
+    gc.freeze()
     with stdio.claim_stdio() as (wire_in, wire_out):
         async with anyio.create_task_group() as tg:
             tg.start_soon(link.run)
-            link.want()  # connect (or start the daemon) while the client shakes hands
-            await stdio.serve(server, wire_in, wire_out)
+            link.want()  # connect (or start the daemon) as the client's first line comes
+            ready = functools.partial(link.settled, HANDSHAKE_WAITS_FOR_DAEMON_S)
+            await stdio.serve(server, wire_in, wire_out, before_initialize=ready)
             tg.cancel_scope.cancel()
     return 0

@@ -16,6 +16,7 @@ MCP client is asked or the checkpoint is left pending for the `resume` tool.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -78,6 +79,11 @@ class DaemonLink:
             await changed.wait()
             if self._client is None and self._error is not None:
                 raise LinkDown(self._error)
+
+    async def settled(self, timeout_s: float) -> None:
+        """Until a connection is up, or an attempt to make one has failed; at most `timeout_s`."""
+        with anyio.move_on_after(timeout_s), contextlib.suppress(LinkDown):
+            await self.client()
 
     def lost(self) -> None:
         """A caller saw ConnectionLost: drop the connection (the next `client()` reconnects)."""

@@ -17,7 +17,7 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Final
 
 import anyio
@@ -74,15 +74,19 @@ def claim_stdio() -> Iterator[tuple[int, int]]:
         # Not closed: the reader thread may still be blocked on wire_in (it is a daemon thread).
 
 
-async def serve(server: Server[Any], wire_in: int, wire_out: int) -> None:
+async def serve(
+    server: Server[Any], wire_in: int, wire_out: int, *, before_initialize: Callable[[], Awaitable[None]] | None = None,
+) -> None:
     """Serve `server` on the wire's fds until the client closes its end (stdin's EOF) or stops
-    reading (stdout's EPIPE)."""
-    await _Wire(wire_in, wire_out).serve(server)
+    reading (stdout's EPIPE). The client's `initialize` reaches the server once `before_initialize`
+    has returned."""
+    await _Wire(wire_in, wire_out, before_initialize).serve(server)
 
 
 class _Wire:
-    def __init__(self, wire_in: int, wire_out: int) -> None:
+    def __init__(self, wire_in: int, wire_out: int, before_initialize: Callable[[], Awaitable[None]] | None = None) -> None:
         self.wire_in, self.wire_out = wire_in, wire_out
+        self.before_initialize = before_initialize
         self.outbox, self._frames = anyio.create_memory_object_stream[bytes](math.inf)
 
     async def serve(self, server: Server[Any]) -> None:
@@ -122,7 +126,7 @@ class _Wire:
                         if isinstance(message, bytes):
                             anyio.from_thread.run_sync(self.outbox.send_nowait, message, token=token)
                         else:
-                            anyio.from_thread.run(to_server.send, message, token=token)
+                            anyio.from_thread.run(self._deliver, to_server, message, token=token)
                     if decoder.dropped > dropped:
                         log.warning("dropped a line of more than %d bytes", MAX_FRAME_BYTES)
                     if not data:
@@ -135,6 +139,13 @@ class _Wire:
 
         threading.Thread(target=read_all, name="zocratesd-mcp stdin", daemon=True).start()
         await done.wait()
+
+    async def _deliver(self, to_server: MemoryObjectSendStream[SessionMessage | Exception],
+                       message: SessionMessage | Exception) -> None:
+        if (self.before_initialize is not None and isinstance(message, SessionMessage)
+                and isinstance(message.message, types.JSONRPCRequest) and message.message.method == "initialize"):
+            await self.before_initialize()
+        await to_server.send(message)
 
     @staticmethod
     def _message(line: bytes) -> SessionMessage | Exception | bytes:
