@@ -47,6 +47,9 @@ def _logging(level: str) -> None:
 def run(data_dir: Path, *, serve_args: list[str] | None = None, log_level: str = "WARNING") -> int:
     """`zocratesd mcp` with a daemon: the running one, or one it starts."""
     _logging(log_level)
+    # What is loaded now (the SDK's protocol models, most of the heap) lives as long as the
+    # process: frozen, the collections that serving triggers never scan it again.
+    gc.freeze()
     return int(anyio.run(_serve, DaemonLink(data_dir, serve_args=serve_args)))
 
 
@@ -58,13 +61,10 @@ async def serve_standalone_face(data_dir: Path, sock: socket.socket) -> int:
 async def _serve(link: DaemonLink) -> int:
     """Serve MCP on stdin/stdout until the client closes stdin."""
     server = ZocratesMcp(link).server()
-    # What is loaded now (the SDK's protocol models, most of the heap) lives as long as the
-    # process: frozen, the collections that serving triggers never scan it again.
-    gc.freeze()
     with stdio.claim_stdio() as (wire_in, wire_out):
         async with anyio.create_task_group() as tg:
             tg.start_soon(link.run)
-            link.want()  # connect (or start the daemon) as the client's first line comes
+            link.want()  # connect (or start the daemon) now, as the client's handshake comes in
             ready = functools.partial(link.settled, HANDSHAKE_WAITS_FOR_DAEMON_S)
             await stdio.serve(server, wire_in, wire_out, before_initialize=ready)
             tg.cancel_scope.cancel()
