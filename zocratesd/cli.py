@@ -284,7 +284,6 @@ def main(argv: list[str] | None = None) -> int:
         serve_args = ["--model", args.model] if args.model else []
         return pump.run(data_dir, serve_args)
     if args.command == "mcp" and not args.standalone:
-        gc.disable()  # a cold start's imports go faster without it; on once the SDK is loaded (mcp/__init__.py)
         from zocratesd import mcp
 
         return int(mcp.run(data_dir, serve_args=["--model", args.model] if args.model else [], log_level=args.log_level))

@@ -61,9 +61,10 @@ MAX_ITEM_TITLE_CHARS: Final = 1000
 # A library search's query (`_zocrates/library/search`): a question or a few keywords; the index
 # uses its first 24 words anyway (library/index.py MAX_QUERY_TERMS).
 MAX_QUERY_CHARS: Final = 2000
-# Passages one library search returns: a page of results a model can read; search_library inside
-# a turn asks for the default too (every face: protocol/README.md documents it).
+# Passages one library search returns: a page of results a model can read.
 MAX_SEARCH_TOP_K: Final = 50
+# Passages a library search returns when the caller does not say (the daemon's `topK`, the MCP
+# `search_library`'s `top_k`): what a turn's own search reads.
 DEFAULT_SEARCH_TOP_K: Final = 6
 # A collection named by a client (its key, name or "Parent / Child" path): a deep path fits.
 MAX_COLLECTION_REF_CHARS: Final = 500

@@ -5,7 +5,8 @@ itself, as an MCP client would run it) and the in-process core (`--standalone`).
 Every tool, the item resources and the prompts; bad arguments (a tool error, and the server goes
 on); an `ask` cancelled half-way; an `ask` paused at a research checkpoint, resumed with the
 `resume` tool and, with a client that takes elicitations, answered in the call itself; a session
-continued by id after its daemon was SIGKILLed. The SDK's client checks each result's
+continued by id after its daemon was SIGKILLed; on raw JSON lines, a call cancelled at once, a
+daemon killed mid-call, a client gone mid-request. The SDK's client checks each result's
 `structuredContent` against the tool's `outputSchema` itself.
 
 The MCP Inspector's CLI (`@modelcontextprotocol/inspector`, npm, pinned in package.json) lists and
@@ -31,7 +32,6 @@ import anyio
 import mcp_types as types
 import pytest
 from fake_openai import Behaviour, FakeOpenAI
-from fences import same_but_boundaries
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcpworld import mcp_world
@@ -389,9 +389,7 @@ def test_the_mcp_inspector_cli_lists_and_calls_the_tools(world: Any) -> None:
     assert bad["isError"] and "item_key" in bad["content"][0]["text"]
 
 
-# --- the early path: answers while the SDK is still being imported ---------------------------------------
-
-HOLD_SDK = "ZOCRATES_TEST_MCP_HOLD_SDK_UNTIL"  # zocratesd/mcp/__init__.py: the SDK's import waits for this file
+# --- raw JSON lines on its stdio ---------------------------------------------------------------------------
 
 
 class RawFace:
@@ -427,8 +425,11 @@ class RawFace:
             if msg.get("id") == rid and "method" not in msg:
                 return msg
 
-    def close(self) -> None:
-        assert self.proc.stdin is not None
+    def close(self, *, gone: bool = False) -> None:
+        """Close its stdin (and with `gone`, first its stdout: a client that went away) and wait for it to end."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if gone:
+            self.proc.stdout.close()
         self.proc.stdin.close()
         try:
             self.proc.wait(timeout=30)
@@ -437,112 +438,6 @@ class RawFace:
                 self.proc.kill()
 
 
-def _opening(version: str) -> list[dict[str, Any]]:
-    """A client's first messages: the handshake, tools/list, ping, and tool calls that fail before any daemon call."""
-    return [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-         "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
-        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "search_library", "arguments": {"top_k": 0}}},
-        {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "no_such_tool", "arguments": {}}},
-        {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "sessions", "arguments": {"action": "show"}}},
-    ]
-
-
-async def _sdk_answers(world: Any, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The SDK's own server (server.py's, on the SDK's memory streams) answering `messages`."""
-    from mcp.shared.message import SessionMessage
-
-    from zocratesd.mcp.link import DaemonLink
-    from zocratesd.mcp.server import ZocratesMcp
-
-    server = ZocratesMcp(DaemonLink(world.data_dir)).server()
-    to_server, server_in = anyio.create_memory_object_stream[Any](10)
-    server_out, from_server = anyio.create_memory_object_stream[Any](10)
-    answers = []
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.run, server_in, server_out, server.create_initialization_options())
-        for msg in messages:
-            await to_server.send(SessionMessage(types.jsonrpc_message_adapter.validate_python(msg, by_name=False)))
-            if "id" in msg:
-                with anyio.fail_after(10):
-                    out = await from_server.receive()
-                answers.append(json.loads(out.message.model_dump_json(by_alias=True, exclude_unset=True)))
-        tg.cancel_scope.cancel()
-    return answers
-
-
-async def test_the_early_answers_are_the_sdks(world: Any) -> None:
-    """With the SDK's import held back, every answer is the early path's; each equals the SDK's
-    own answer to the same request: the handshake (the newest version, an older one, an unknown
-    one), tools/list, ping, tool errors."""
-    env = {**world.env, HOLD_SDK: str(world.data_dir.parent / "never")}
-    for version in ("2025-11-25", "2024-11-05", "1999-01-01"):
-        opening = _opening(version)
-        face = RawFace(world, env)
-        try:
-            for msg in opening:
-                face.send(msg)
-            early = [face.reply(msg["id"]) for msg in opening if "id" in msg]
-        finally:
-            face.close()
-        sdk = await _sdk_answers(world, opening)
-        assert early == sdk, version
-        assert early[0]["result"]["protocolVersion"] == ("2025-11-25" if version == "1999-01-01" else version)
-        assert {t["name"] for t in early[1]["result"]["tools"]} == TOOLS
-
-
-async def test_the_early_path_answers_while_the_sdk_loads_and_hands_over(world: Any) -> None:
-    """The SDK's import held: the handshake and quick tools are answered; an `ask` waits, a
-    cancelled one is dropped; once the SDK is loaded the waiting ask is answered by it, and the
-    SDK's tools/list and search_library equal the early ones."""
-    hold = world.data_dir.parent / "sdk-may-load"
-    world.env[HOLD_SDK] = str(hold)
-    async with mcp(world) as s:
-        early_tools = [t.model_dump(by_alias=True) for t in (await s.list_tools()).tools]
-        await ready(s)
-        query = {"query": "transformer attention heads", "top_k": 3}
-        early_found = await call(s, "search_library", query)
-        assert ok(early_found)["passages"][0]["item_key"] == "ANNPAPER"
-
-        answered: list[types.CallToolResult] = []
-
-        async def ask(question: str) -> None:
-            answered.append(await call(s, "ask", {"question": question}))
-
-        dropped = anyio.CancelScope()
-
-        async def ask_then_cancel() -> None:
-            with dropped:
-                await ask("A question that is cancelled while it waits")
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ask, "What do transformer attention heads specialise in?")
-            tg.start_soon(ask_then_cancel)
-            await anyio.sleep(0.3)
-            dropped.cancel()  # the client sends notifications/cancelled for it
-            # Held: the asks wait, and the quick tools still answer meanwhile.
-            assert ok(await call(s, "list_tags", {}))["tags"][0]["tag"] == "rag"
-            await anyio.sleep(0.5)
-            assert not answered and not hold.exists()
-            hold.touch()  # the SDK loads now
-        assert len(answered) == 1 and ok(answered[0])["status"] == "answered"
-        # The cancelled ask never reached the daemon: one session.
-        assert len(ok(await call(s, "sessions", {"action": "list"}))["sessions"]) == 1
-        # Now through the SDK: the same lists and results.
-        assert [t.model_dump(by_alias=True) for t in (await s.list_tools()).tools] == early_tools
-        # (each result's fence has a boundary of its own)
-        again = await call(s, "search_library", query)
-        assert same_but_boundaries(again.model_dump_json(by_alias=True)) == same_but_boundaries(early_found.model_dump_json(by_alias=True))
-
-
-# --- the cold face: a live daemon at spawn, answered before asyncio, anyio or the SDK load ---------
-
-# Shared objects that only the anyio face or the SDK loads: their absence from the process's
-# memory map says, from outside, that neither asyncio nor pydantic (nor anyio's ssl) was imported.
-NOT_COLD = ("/_asyncio.", "/_pydantic_core.", "/_ssl.")
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
 
 
@@ -603,42 +498,11 @@ def _tool(rid: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": name, "arguments": args}}
 
 
-def _mapped(pid: int) -> list[str]:
-    return [lib for lib in NOT_COLD if lib in Path(f"/proc/{pid}/maps").read_text()]
-
-
-def test_the_cold_face_answers_a_tool_call_before_asyncio_or_the_sdk_load(world: Any) -> None:
-    """The SDK's import held: a fresh `zocratesd mcp` answers the handshake, tools/list and a
-    search from the live daemon with no asyncio and no pydantic in its memory; a request for the
-    SDK (prompts/list) waits, and is answered once the SDK may load."""
+def test_a_cancelled_call_gets_no_reply_and_the_server_goes_on(world: Any) -> None:
+    """A tool call and its `notifications/cancelled` in one write: the call is dropped (no reply,
+    its daemon request cancelled) and what follows is answered."""
     _raw_ready(world)
-    hold = world.data_dir.parent / "sdk-may-load"
-    face = RawFace(world, {**world.env, HOLD_SDK: str(hold)})
-    try:
-        face.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
-        face.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        face.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
-        face.send(_tool(3, "search_library", {"query": "transformer attention heads", "top_k": 3}))
-        face.send({"jsonrpc": "2.0", "id": 4, "method": "prompts/list"})
-        assert {t["name"] for t in face.reply(2)["result"]["tools"]} == TOOLS
-        found = face.reply(3)["result"]
-        assert not found["isError"] and found["structuredContent"]["passages"][0]["item_key"] == "ANNPAPER"
-        assert not _mapped(face.proc.pid), _mapped(face.proc.pid)
-        hold.touch()
-        assert face.reply(4)["result"]["prompts"]  # the SDK's own, after the hand-over
-        assert _mapped(face.proc.pid)
-        face.send(_tool(5, "list_tags", {}))
-        assert face.reply(5)["result"]["structuredContent"]["tags"][0]["tag"] == "rag"
-    finally:
-        face.close()
-    assert face.proc.returncode == 0
-
-
-def test_a_cancelled_cold_call_gets_no_reply_and_the_face_goes_on(world: Any) -> None:
-    """A tool call and its `notifications/cancelled` in one write: the cold face drops the call
-    (no reply, its daemon request cancelled) and answers what follows."""
-    _raw_ready(world)
-    face = RawFace(world, {**world.env, HOLD_SDK: str(world.data_dir.parent / "never")})
+    face = RawFace(world, world.env)
     try:
         face.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
         face.reply(1)
@@ -654,29 +518,31 @@ def test_a_cancelled_cold_call_gets_no_reply_and_the_face_goes_on(world: Any) ->
         seen += _messages_until(face, 4)
         assert [m.get("id") for m in seen] == [3, 4]
         assert seen[0]["result"]["structuredContent"]["tags"][0]["tag"] == "rag"
-        assert not _mapped(face.proc.pid)  # all of it the cold face's
     finally:
         face.close()
 
 
-def test_the_daemon_killed_under_the_cold_face_is_a_tool_error_then_a_new_daemon(world: Any) -> None:
-    """The daemon stopped (SIGSTOP) with a cold call in flight, then SIGKILLed: that call is a
-    tool error that says to call again; the next call is answered by a new daemon (the anyio
-    face's link starts one), the SDK still held."""
+def test_the_daemon_killed_mid_call_is_a_tool_error_then_a_new_daemon(world: Any) -> None:
+    """The daemon stopped (SIGSTOP) with a write and a read in flight, then SIGKILLed: the write
+    is a tool error that says to call again (it may have been done); the read is tried again on a
+    new daemon (the link starts one), which answers the next calls too."""
     pid = _raw_ready(world)
-    face = RawFace(world, {**world.env, HOLD_SDK: str(world.data_dir.parent / "never")})
+    face = RawFace(world, world.env)
     try:
         face.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
         face.send(_tool(2, "list_tags", {}))
         assert not face.reply(2)["result"]["isError"]
         os.kill(pid, signal.SIGSTOP)
-        face.send(_tool(3, "list_collections", {}))
-        _wait_until_queued_for(pid)  # the call has reached the stopped daemon
-        os.kill(pid, signal.SIGKILL)
-        lost = face.reply(3)["result"]
-        assert lost["isError"] and "connection to zocratesd was lost" in lost["content"][0]["text"], lost
+        face.send(_tool(3, "sessions", {"action": "rename", "session_id": "session-x", "title": "T"}))
         face.send(_tool(4, "list_collections", {}))
-        again = face.reply(4, timeout_s=90)["result"]
+        _wait_until_queued_for(pid)  # the calls have reached the stopped daemon
+        os.kill(pid, signal.SIGKILL)
+        replies = {m["id"]: m["result"] for m in _replies_to(face, {3, 4}, timeout_s=90)}
+        lost, retried = replies[3], replies[4]
+        assert lost["isError"] and "connection to zocratesd was lost" in lost["content"][0]["text"], lost
+        assert not retried["isError"] and len(retried["structuredContent"]["collections"]) == 3, retried
+        face.send(_tool(5, "list_collections", {}))
+        again = face.reply(5, timeout_s=90)["result"]
         assert not again["isError"] and len(again["structuredContent"]["collections"]) == 3, again
         restarted = locations.live_daemon(world.data_dir)
         assert restarted is not None and restarted.pid != pid
@@ -699,20 +565,17 @@ def _wait_until_queued_for(pid: int, timeout_s: float = 60) -> None:
         time.sleep(0.02)
 
 
-def test_the_hand_over_mid_stream_answers_every_request_once_in_order(world: Any) -> None:
-    """Requests keep coming while the SDK's import is let go: every one is answered exactly once
-    with its own result, whoever took it (the cold face, the anyio face's early path, the SDK),
-    and the requests kept for the SDK are answered in the order they were sent."""
+def test_a_stream_of_requests_from_the_start_is_answered_once_each(world: Any) -> None:
+    """Requests keep coming from the first moment of a fresh `zocratesd mcp`: every one is
+    answered exactly once with its own result, and prompts/list (answered by the server itself)
+    in the order they were sent."""
     _raw_ready(world)
-    hold = world.data_dir.parent / "sdk-may-load"
-    face = RawFace(world, {**world.env, HOLD_SDK: str(hold)})
+    face = RawFace(world, world.env)
     try:
         face.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
         face.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         kinds: dict[int, str] = {}
         for i in range(60):
-            if i == 10:
-                hold.touch()
             rid = 10 + 2 * i
             face.send(_tool(rid, "list_tags", {}))
             face.send({"jsonrpc": "2.0", "id": rid + 1, "method": "prompts/list"})
@@ -732,3 +595,23 @@ def test_the_hand_over_mid_stream_answers_every_request_once_in_order(world: Any
     finally:
         face.close()
     assert face.proc.returncode == 0
+
+
+def test_a_client_gone_mid_request_ends_the_server_and_leaves_the_daemon_serving(world: Any) -> None:
+    """The client closes both pipes with a tool call in flight: `zocratesd mcp` ends (nothing to
+    say to anyone), and the daemon answers the next `zocratesd mcp`."""
+    _raw_ready(world)
+    face = RawFace(world, world.env)
+    face.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
+    face.reply(1)
+    face.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    face.send(_tool(2, "search_library", {"query": "axolotl regeneration"}))
+    face.close(gone=True)  # fails if the process has not ended within its wait
+    after = RawFace(world, world.env)
+    try:
+        after.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
+        after.reply(1)
+        after.send(_tool(2, "list_tags", {}))
+        assert after.reply(2)["result"]["structuredContent"]["tags"][0]["tag"] == "rag"
+    finally:
+        after.close()

@@ -8,8 +8,8 @@ write, a screen clear, a bidirectional override, a NUL).
 - integers past `limits.MAX_OFFSET` (get_item's `fulltext_offset`, a page's `offset`, a
   `resources/list` cursor) are a clear refusal naming the bound, not an internal error;
 - an item URI with a trailing newline is not an item URI;
-- a line that is not JSON, or nests deeper than `early.MAX_JSON_DEPTH`, gets an error reply, both
-  before and after the SDK has taken over.
+- a line that is not JSON, or nests deeper than `stdio.MAX_JSON_DEPTH`, gets an error reply, and
+  the server goes on, whether it started the daemon or found it running.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from test_mcp import RawFace
 from zoterofixture import Item, Library
 
 from zocratesd.limits import MAX_OFFSET
-from zocratesd.mcp.early import MAX_JSON_DEPTH
+from zocratesd.mcp.stdio import MAX_JSON_DEPTH
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -147,14 +147,13 @@ def _deep(rid: int) -> bytes:
             f'"arguments":{{"item_key":{value}}}}}}}').encode()
 
 
-def test_lines_not_json_or_nested_too_deep_are_answered_before_and_after_the_hand_over(world: Any) -> None:
-    # The first face finds no daemon (the anyio face serves, and starts one); the second finds it
-    # running (the cold face serves until the SDK is loaded).
-    for face_kind in ("anyio", "cold"):
+def test_lines_not_json_or_nested_too_deep_are_answered_and_the_server_goes_on(world: Any) -> None:
+    # The first face finds no daemon (and starts one); the second finds it running.
+    for face_kind in ("starting the daemon", "with the daemon running"):
         face = _opened(world)
         try:
-            for rid, stage in ((10, "early"), (20, "handed over")):
-                where = f"{face_kind} face, {stage}"
+            for rid, stage in ((10, "first"), (20, "again")):
+                where = f"{face_kind}, {stage}"
                 _send_line(face, _deep(rid))
                 refused = face.reply(rid)["error"]
                 assert refused == {"code": -32600, "message": "Invalid Request",
@@ -165,7 +164,7 @@ def test_lines_not_json_or_nested_too_deep_are_answered_before_and_after_the_han
                 assert face.reply(None)["error"]["code"] == -32700, where
                 face.send({"jsonrpc": "2.0", "id": rid + 1, "method": "ping"})
                 assert face.reply(rid + 1)["result"] == {}
-                face.send({"jsonrpc": "2.0", "id": rid + 2, "method": "prompts/list"})  # the SDK's: it reads every line after
+                face.send({"jsonrpc": "2.0", "id": rid + 2, "method": "prompts/list"})  # the server reads every line after
                 assert face.reply(rid + 2)["result"]["prompts"]
         finally:
             face.close()

@@ -4,56 +4,36 @@ Cursor, ...), over stdio, with the official `mcp` SDK.
 A face like `zocratesd stdio`: a thin process between an MCP client and the daemon. It reaches the
 daemon of the Zotero data dir through its socket (starting one when none runs, as `zocratesd
 stdio` does), or, with `--standalone`, a core it runs in this very process over a socket pair
-(process/boot.py `serve_face_standalone`). Every tool is a JSON-RPC call (tools.py, server.py); MCP
-sessions are not Zocrates sessions: an `ask` names its Zocrates session in its result. Read-only
-towards Zotero, like every face.
+(process/boot.py `serve_face_standalone`). The SDK's low-level server (server.py) answers every
+request; each tool is a JSON-RPC call to the daemon (tools.py, calls.py, link.py). MCP sessions
+are not Zocrates sessions: an `ask` names its Zocrates session in its result. Read-only towards
+Zotero, like every face. stdout carries MCP frames only (stdio.py); logs go to stderr.
 
-Three stages share one connection to the client, in order, each handing the next what it kept:
-the cold face (cold.py: a selectors loop and a blocking client, answering the handshake and the
-quick tools before asyncio is even imported), the anyio face (face.py: the same early answers,
-while the SDK finishes loading), and the SDK's server (server.py). The SDK is imported in a thread
-from the start (loader.py). stdout carries MCP frames only (stdio.py); logs go to stderr.
-
-This module is the entry and stays light: what it names is imported on first use.
+Only `zocratesd mcp` imports this package (cli.py), so it imports the SDK at once.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
+import gc
 import logging
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Final
 
-if TYPE_CHECKING:
-    from types import ModuleType
+import anyio
 
-    from zocratesd.mcp.face import serve_stdio
-    from zocratesd.mcp.link import DaemonLink, standalone_pair
-    from zocratesd.mcp.loader import HOLD_SDK_ENV
+from zocratesd.mcp import stdio
+from zocratesd.mcp.link import DaemonLink, standalone_pair
+from zocratesd.mcp.server import ZocratesMcp
 
-__all__ = ["HOLD_SDK_ENV", "DaemonLink", "run", "serve_stdio", "serve_standalone_face", "standalone_pair"]
+__all__ = ["DaemonLink", "run", "serve_standalone_face", "standalone_pair"]
 
-_WHERE = {
-    "serve_stdio": "zocratesd.mcp.face", "DaemonLink": "zocratesd.mcp.link", "standalone_pair": "zocratesd.mcp.link",
-    "HOLD_SDK_ENV": "zocratesd.mcp.loader",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'zocratesd.mcp' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def _import_sdk() -> ModuleType:
-    """The server module (and with it the SDK): what `zocratesd mcp` imports before the SDK serves."""
-    from zocratesd.mcp.loader import import_sdk
-
-    return import_sdk()
+# The client's `initialize` is answered once the daemon's connection is up (the client's first
+# tool call then waits for nothing but the call), or at the latest after this long: a daemon this
+# process starts may take seconds on a loaded machine, and a client gives its handshake only so
+# long (the MCP Inspector's CLI, 10 s); past it, the first tool call waits for the rest instead.
+HANDSHAKE_WAITS_FOR_DAEMON_S: Final = 5.0
 
 
 def _logging(level: str) -> None:
@@ -65,52 +45,27 @@ def _logging(level: str) -> None:
 
 
 def run(data_dir: Path, *, serve_args: list[str] | None = None, log_level: str = "WARNING") -> int:
-    """`zocratesd mcp` with a daemon (the running one, or one it starts): the cold face while a
-    live daemon answers and the SDK loads, then the anyio face (see the module docstring)."""
-    import gc
-
-    from zocratesd.mcp import cold
-    from zocratesd.mcp.loader import SdkLoader
-    from zocratesd.mcp.stdio import claim_stdio
-
+    """`zocratesd mcp` with a daemon: the running one, or one it starts."""
     _logging(log_level)
-    gc_off = not gc.isenabled()
-    loader = SdkLoader()
-    client = cold.connect(data_dir)
-    if client is None:
-        # No live daemon: the anyio face starts one, serving early meanwhile. It starts the
-        # loader too, once the daemon's start is under way: a loader started now would share the
-        # GIL with anyio's import and put the daemon's start (the long pole, ~1 s) off by as much.
-        return _serve_anyio(data_dir, serve_args, loader=loader, gc_off=gc_off)
-    loader.start()
-    with claim_stdio() as wire:
-        face = cold.ColdFace(client, *wire, loader)
-        stop = face.serve()
-        client.close()
-        if stop is cold.Stop.GONE or (stop is cold.Stop.EOF and not face.session.has_queued):
-            return 0
-        return _serve_anyio(data_dir, serve_args, loader=loader, gc_off=gc_off, session=face.session,
-                            decoder=face.decoder, wire=wire)
-
-
-def _serve_anyio(data_dir: Path, serve_args: list[str] | None, **handed: Any) -> int:
-    import functools
-
-    import anyio
-
-    from zocratesd.mcp.link import DaemonLink
-
-    link = DaemonLink(data_dir, serve_args=serve_args)
-    # Looked up here, not imported: tests/unit/test_import_rules.py puts a probe in its place.
-    serve = globals().get("serve_stdio") or __getattr__("serve_stdio")
-    return int(anyio.run(functools.partial(serve, link, **handed)))
+    # What is loaded now (the SDK's protocol models, most of the heap) lives as long as the
+    # process: frozen, the collections that serving triggers never scan it again.
+    gc.freeze()
+    return int(anyio.run(_serve, DaemonLink(data_dir, serve_args=serve_args)))
 
 
 async def serve_standalone_face(data_dir: Path, sock: socket.socket) -> int:
-    """The face of `zocratesd mcp --standalone`: MCP on stdio, the core at the other end of `sock`
-    (the anyio face from the start: the core's own start dwarfs the imports)."""
-    from zocratesd.mcp.face import serve_stdio
-    from zocratesd.mcp.link import DaemonLink
+    """The face of `zocratesd mcp --standalone`: MCP on stdio, the core at the other end of `sock`."""
+    return await _serve(DaemonLink(data_dir, standalone=sock))
 
-    return await serve_stdio(DaemonLink(data_dir, standalone=sock))
 
+async def _serve(link: DaemonLink) -> int:
+    """Serve MCP on stdin/stdout until the client closes stdin."""
+    server = ZocratesMcp(link).server()
+    with stdio.claim_stdio() as (wire_in, wire_out):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(link.run)
+            link.want()  # connect (or start the daemon) now, as the client's handshake comes in
+            ready = functools.partial(link.settled, HANDSHAKE_WAITS_FOR_DAEMON_S)
+            await stdio.serve(server, wire_in, wire_out, before_initialize=ready)
+            tg.cancel_scope.cancel()
+    return 0

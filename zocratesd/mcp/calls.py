@@ -1,10 +1,8 @@
-"""The tools over the async client (`DaemonLink`): tools.py's generators driven with anyio.
+"""The daemon's calls for the tools, over `DaemonLink`: tools.py's generators driven with anyio.
 
-The anyio face's early path and the SDK's server (server.py's `ZocratesMcp`, which adds `ask`
-and `resume`) call `Tools.call`; the cold face (cold.py) drives the same generators with its
-blocking client. Here only the connection's failures are handled: a read lost with its
-connection is tried once more on a fresh one (the daemon restarted meanwhile); a daemon that
-cannot be reached, or a connection lost again, is a tool error that says what to do.
+Here only the connection's failures are handled: a read lost with its connection is tried once
+more on a fresh one (the daemon restarted meanwhile); a daemon that cannot be reached, or a
+connection lost again, propagates (server.py makes it a tool error that says what to do).
 """
 
 from __future__ import annotations
@@ -14,37 +12,17 @@ from typing import Any, TypeVar
 
 from zocrates_client import ConnectionLost, RpcError
 from zocratesd.mcp import tools
-from zocratesd.mcp.link import DaemonLink, LinkDown
-from zocratesd.mcp.tools import DaemonCall, ToolError, lost_result, unreachable_result
+from zocratesd.mcp.link import DaemonLink
+from zocratesd.mcp.tools import DaemonCall
 
 T = TypeVar("T")
 
 
-class Tools:
-    """The tools over one `DaemonLink`; server.py's `ZocratesMcp` adds `ask` and `resume`."""
+class DaemonCalls:
+    """The tools' calls over one `DaemonLink`; server.py's `ZocratesMcp` builds on it."""
 
     def __init__(self, link: DaemonLink) -> None:
         self.link = link
-
-    async def call(self, name: str, args: dict[str, Any], ctx: Any = None) -> dict[str, Any]:
-        """Run tool `name` (`ctx`: the SDK's request context, for the tools that need one) and
-        return its `CallToolResult` as JSON. Never raises for a bad call: that is a tool error."""
-        try:
-            if name in tools.QUICK_TOOLS or getattr(self, f"_tool_{name}", None) is None:
-                return await self.drive(tools.run(name, args))
-            bad = tools.check_arguments(name, args)
-            if bad is not None:
-                return bad
-            try:
-                structured, text = await getattr(self, f"_tool_{name}")(ctx, args)
-            except (ToolError, RpcError) as exc:
-                return tools.failure_result(name, exc)
-            return tools.tool_result(structured, text)
-        except LinkDown as exc:
-            return unreachable_result(exc)
-        except ConnectionLost as exc:
-            self.link.lost()
-            return lost_result(exc)
 
     async def drive(self, work: Generator[DaemonCall, Any, T]) -> T:
         """Run a tool generator to its end over the link: each call's result is sent in, an

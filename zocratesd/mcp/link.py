@@ -16,6 +16,7 @@ MCP client is asked or the checkpoint is left pending for the `resume` tool.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -37,8 +38,8 @@ log = logging.getLogger("zocratesd.mcp")
 # How often the keeper looks whether its connection has ended without a caller noticing (the
 # daemon closed it between two tool calls): the next call then connects at once.
 CLOSED_POLL_S: Final = 0.5
-# What we answer (rpc/acp.py ask_checkpoint: form-mode elicitation instead of
-# session/request_permission); the cold face's connection (cold.py) answers nothing.
+# What we answer: form-mode elicitation instead of session/request_permission (rpc/acp.py
+# ask_checkpoint), so a checkpoint can be put to the MCP client as an elicitation of its own.
 CLIENT_CAPABILITIES: Final = {**tools.DAEMON_CLIENT_CAPABILITIES, "elicitation": {"form": {}}}
 
 Elicit = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -78,6 +79,11 @@ class DaemonLink:
             await changed.wait()
             if self._client is None and self._error is not None:
                 raise LinkDown(self._error)
+
+    async def settled(self, timeout_s: float) -> None:
+        """Until a connection is up, or an attempt to make one has failed; at most `timeout_s`."""
+        with anyio.move_on_after(timeout_s), contextlib.suppress(LinkDown):
+            await self.client()
 
     def lost(self) -> None:
         """A caller saw ConnectionLost: drop the connection (the next `client()` reconnects)."""

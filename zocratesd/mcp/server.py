@@ -2,9 +2,9 @@
 mapping onto the daemon's JSON-RPC.
 
 Every tool is one or two `_zocrates/*` or ACP calls (protocol/README.md) through `DaemonLink`;
-nothing here reads the library or the session store itself. The tools' work and results are
-tools.py's, as plain JSON that the face's early path (early.py) answers with too; the handlers
-here wrap them in the SDK's types. A bad argument, an unknown key, a daemon that cannot be
+nothing here reads the library or the session store itself. The quick tools' work and results
+are tools.py's, as plain JSON; `ask` and `resume` are here. One table, built from the tool list,
+says which handler runs each tool. A bad argument, an unknown key, a daemon that cannot be
 reached: a tool result with `isError` that says what to do, and the server carries on.
 
 `ask` and `resume` run a whole Zocrates turn. Search rounds become progress notifications (when
@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -33,10 +34,12 @@ from zocrates_client.client import prompt_params
 from zocratesd import __version__
 from zocratesd.limits import ITEM_URI_PATTERN, MAX_OFFSET, whole
 from zocratesd.logtext import escape_for_log
-from zocratesd.mcp import schemas, tools
-from zocratesd.mcp.calls import Tools
+from zocratesd.mcp import answers, schemas, tools
+from zocratesd.mcp.answers import Checkpoint, TurnOutcome
+from zocratesd.mcp.calls import DaemonCalls
+from zocratesd.mcp.inputs import AskArgs, ResumeArgs
 from zocratesd.mcp.link import DaemonLink, LinkDown
-from zocratesd.mcp.tools import ToolError
+from zocratesd.mcp.tools import Made, ToolError, Work
 from zocratesd.untrusted import fence
 
 log = logging.getLogger("zocratesd.mcp")
@@ -49,8 +52,6 @@ RESOURCES_PAGE: Final = 100
 CANCELLED_TURN_GRACE_S: Final = 10.0
 BUSY_RETRY_S: Final = 0.05
 SESSION_BUSY: Final = 1001  # the daemon's "session busy" code (protocol/README.md, Errors)
-# Sources an `ask` result lists when the answer cited nothing (the passages it found instead).
-MAX_UNCITED_SOURCES: Final = 20
 # JSON-RPC "resource not found" (the daemon's -32002; MCP servers use it for an unknown URI).
 RESOURCE_NOT_FOUND: Final = -32002
 # What an item resource's fence says it holds (untrusted.py).
@@ -58,15 +59,25 @@ ITEM_SOURCE: Final = "an item of the user's Zotero library"
 ITEM_URI_RE: Final = whole(ITEM_URI_PATTERN)
 # A search's progress line: `Round 2: searched "..." (3 passages)` (engine/tools.py).
 _ROUND_RE: Final = re.compile(r"^Round (\d+):")
-# "[2] Lewis et al. (2020). Title. p. 4. (zotero://select/library/items/KEY)": the answer's source list.
-_CITED_RE: Final = re.compile(r"^\[(\d+)\] .*\((zotero://select/(library|groups/\d+)/items/([A-Z0-9]{8}))\)\s*$", re.M)
+# `tools/list`'s tools: the same on every call.
+_TOOL_LIST: Final = [spec.listing() for spec in schemas.TOOLS]
 
-class ZocratesMcp(Tools):
+# A tool's handler: its parsed arguments in, its structured result and text out.
+Handler = Callable[[ServerRequestContext[Any], Any], Awaitable[Made]]
+
+
+class ZocratesMcp(DaemonCalls):
     """The server's handlers, over one `DaemonLink`: the tools of tools.py wrapped in the SDK's
     types, `ask` and `resume`, the item resources and the prompts."""
 
     def __init__(self, link: DaemonLink) -> None:
         super().__init__(link)
+        turns: dict[str, Handler] = {"ask": self._ask, "resume": self._resume}
+        # Every listed tool has a handler (a KeyError here names one that has none).
+        self._handlers: dict[str, Handler] = {
+            spec.name: turns[spec.name] if spec.name in turns else self._quick(tools.QUICK[spec.name])
+            for spec in schemas.TOOLS
+        }
         link.on_elicit = self._elicit
         # The MCP request running each session's turn: where its checkpoint is asked.
         self._asking: dict[str, ServerRequestContext[Any]] = {}
@@ -84,39 +95,57 @@ class ZocratesMcp(Tools):
     # --- tools ------------------------------------------------------------------------------------
 
     async def list_tools(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult.model_validate({"tools": tools.tool_list()}, by_name=False)
+        return types.ListToolsResult.model_validate({"tools": _TOOL_LIST}, by_name=False)
 
     async def call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
-        result = await self.call(params.name, dict(params.arguments or {}), ctx)
-        return types.CallToolResult.model_validate(result, by_name=False)
+        return await self.call(params.name, dict(params.arguments or {}), ctx)
 
-    async def _tool_ask(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    async def call(self, name: str, args: dict[str, Any], ctx: ServerRequestContext[Any]) -> types.CallToolResult:
+        """Run tool `name`. Never raises for a bad call or a daemon out of reach: that is a tool error."""
+        try:
+            parsed = tools.arguments(name, args)
+            made = await self._handlers[name](ctx, parsed)
+        except (ToolError, RpcError) as exc:
+            return tools.failure_result(name, exc)
+        except LinkDown as exc:
+            return tools.unreachable_result(exc)
+        except ConnectionLost as exc:
+            self.link.lost()
+            return tools.lost_result(exc)
+        return tools.tool_result(made)
+
+    def _quick(self, work: Callable[[Any], Work]) -> Handler:
+        async def run(ctx: ServerRequestContext[Any], args: Any) -> Made:
+            return await self.drive(work(args))
+
+        return run
+
+    async def _ask(self, ctx: ServerRequestContext[Any], a: AskArgs) -> Made:
         client = await self.link.client()
-        collection = await self._collection_key(a["collection"]) if a.get("collection") else None
-        sid = a.get("session_id")
+        collection = await self._collection_key(a.collection) if a.collection else None
+        sid = a.session_id
         if sid is None:
             sid = await client.new_session(cwd=str(self.link.data_dir), title=None)
-        items = tuple(a.get("item_keys") or ())
-        params = prompt_params(sid, a["question"], None, items, collection, ())
-        if a.get("library"):
-            params.setdefault("_meta", {}).setdefault("zocrates", {})["library"] = a["library"]
-        result = await self._turn(ctx, sid, lambda: Turn(client, sid, "session/prompt", params, DEFAULT_UPDATES_BUFFER))
-        return result, schemas.turn_text(result)
+        params = prompt_params(sid, a.question, None, tuple(a.item_keys or ()), collection, ())
+        if a.library:
+            params.setdefault("_meta", {}).setdefault("zocrates", {})["library"] = a.library
+        outcome = await self._turn(ctx, sid, lambda: Turn(client, sid, "session/prompt", params, DEFAULT_UPDATES_BUFFER))
+        return Made(outcome.structured(), outcome.text())
 
-    async def _tool_resume(self, ctx: ServerRequestContext[Any], a: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    async def _resume(self, ctx: ServerRequestContext[Any], a: ResumeArgs) -> Made:
         client = await self.link.client()
-        sid = a["session_id"]
+        sid = a.session_id
         session = await client.get_session(sid)
         hitl = session.get("pending_hitl")
         if not hitl:
             raise ToolError(f"session {sid} has no research checkpoint waiting; ask a new question instead")
-        action: CheckpointAction = "extend_budget" if a["action"] == "extend" else "synthesize"
-        result = await self._turn(
-            ctx, sid, lambda: client.stream_resume(sid, hitl["invocation_id"], hitl["interrupt_id"], action, a.get("guidance"))
+        action: CheckpointAction = "extend_budget" if a.action == "extend" else "synthesize"
+        outcome = await self._turn(
+            ctx, sid, lambda: client.stream_resume(sid, hitl["invocation_id"], hitl["interrupt_id"], action, a.guidance)
         )
-        return result, schemas.turn_text(result)
+        return Made(outcome.structured(), outcome.text())
 
-    async def _turn(self, ctx: ServerRequestContext[Any], sid: str, make: Callable[[], Turn]) -> dict[str, Any]:
+    async def _turn(self, ctx: ServerRequestContext[Any], sid: str, make: Callable[[], Turn]) -> TurnOutcome:
         """Run a turn to its end (`make` builds its request); see `_run_turn`. A turn of this
         session that a cancelled tool call stopped may still be ending in the daemon (the cancel
         is sent, not awaited): a new turn refused as busy then is tried again for a moment."""
@@ -129,11 +158,11 @@ class ZocratesMcp(Tools):
                     raise
             await anyio.sleep(BUSY_RETRY_S)
 
-    async def _run_turn(self, ctx: ServerRequestContext[Any], sid: str, turn: Turn) -> dict[str, Any]:
+    async def _run_turn(self, ctx: ServerRequestContext[Any], sid: str, turn: Turn) -> TurnOutcome:
         """Run a turn to its end: its answer, sources, and how it ended; search rounds reported
         as progress. Cancelled with the tool (the daemon stops the turn)."""
         answer: list[str] = []
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[str, answers.Found] = {}
         rounds = 0
         self._asking[sid] = ctx
         try:
@@ -156,7 +185,7 @@ class ZocratesMcp(Tools):
                             m = _ROUND_RE.match(line)
                             rounds = max(rounds, int(m.group(1))) if m else rounds
                             await _progress(ctx, rounds, line)
-                        _collect(found, update.get("rawOutput"))
+                        answers.collect(found, update.get("rawOutput"))
             result = turn.result
         except ConnectionLost:
             self.link.lost()
@@ -169,13 +198,11 @@ class ZocratesMcp(Tools):
                 del self._asking[sid]
         text = "".join(answer)
         hitl = result.pending_hitl
-        status = "checkpoint" if hitl else "cancelled" if result.stop_reason == "cancelled" else "answered"
-        return {
-            "session_id": sid, "status": status, "answer": text, "sources": _sources(text, found),
-            "search_rounds": rounds, "invocation_id": result.invocation_id,
-            "checkpoint": {"message": hitl.get("message"), "invocation_id": hitl["invocation_id"],
-                           "interrupt_id": hitl["interrupt_id"]} if hitl else None,
-        }
+        return TurnOutcome(
+            sid, "checkpoint" if hitl else "cancelled" if result.stop_reason == "cancelled" else "answered", text,
+            answers.sources(text, found), rounds, result.invocation_id,
+            Checkpoint(hitl.get("message"), hitl["invocation_id"], hitl["interrupt_id"]) if hitl else None,
+        )
 
     async def _elicit(self, params: dict[str, Any]) -> dict[str, Any]:
         """A checkpoint of a running `ask`: asked through the MCP client's elicitation when it
@@ -257,8 +284,7 @@ class ZocratesMcp(Tools):
 
     async def list_prompts(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         return types.ListPromptsResult(prompts=[
-            types.Prompt(name=p["name"], title=p["title"], description=p["description"],
-                         arguments=[types.PromptArgument(**arg) for arg in p["arguments"]])
+            types.Prompt(name=p.name, title=p.title, description=p.description, arguments=list(p.arguments))
             for p in PROMPTS.values()
         ])
 
@@ -268,11 +294,11 @@ class ZocratesMcp(Tools):
             raise MCPError(types.INVALID_PARAMS, f"unknown prompt {escape_for_log(params.name)[:80]!r}; "
                            "the prompts are: " + ", ".join(PROMPTS))
         args = dict(params.arguments or {})
-        for arg in prompt["arguments"]:
-            if arg.get("required") and not str(args.get(arg["name"]) or "").strip():
-                raise MCPError(types.INVALID_PARAMS, f"prompt {params.name} needs the argument {arg['name']}")
-        text = prompt["render"](args)
-        return types.GetPromptResult(description=prompt["description"], messages=[
+        for arg in prompt.arguments:
+            if arg.required and not str(args.get(arg.name) or "").strip():
+                raise MCPError(types.INVALID_PARAMS, f"prompt {params.name} needs the argument {arg.name}")
+        text = prompt.render(args)
+        return types.GetPromptResult(description=prompt.description, messages=[
             types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))
         ])
 
@@ -285,42 +311,10 @@ async def _progress(ctx: ServerRequestContext[Any], n: int, message: str) -> Non
         pass
 
 
-def _collect(found: dict[str, dict[str, Any]], raw: Any) -> None:
-    """Remember each item a search_library result brought (first passage's metadata, its pages)."""
-    passages = raw.get("passages") if isinstance(raw, dict) else None
-    for p in passages if isinstance(passages, list) else ():
-        if not isinstance(p, dict) or not isinstance(p.get("item_key"), str):
-            continue
-        seen = found.setdefault(p["item_key"], {
-            "item_key": p["item_key"], "library": p.get("library") or "user", "title": p.get("title"),
-            "creators": list(p.get("creators") or []), "year": p.get("year"), "pages": [],
-        })
-        if isinstance(p.get("page"), int) and p["page"] not in seen["pages"]:
-            seen["pages"].append(p["page"])
-
-
-def _sources(answer: str, found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The answer's `# Cited Sources` entries, with what the searches knew of each item; when it
-    cites nothing (a model that writes no list), the items the searches found, uncited."""
-    out: list[dict[str, Any]] = []
-    for m in _CITED_RE.finditer(answer):
-        key = m.group(4)
-        library = "user" if m.group(3) == "library" else m.group(3)
-        meta = found.get(key, {})
-        out.append({"n": int(m.group(1)), "item_key": key, "library": library, "title": meta.get("title"),
-                    "creators": meta.get("creators", []), "year": meta.get("year"), "pages": sorted(meta.get("pages", [])),
-                    "link": m.group(2), "cited": True})
-    if out:
-        return out
-    return [{"n": None, **meta, "pages": sorted(meta["pages"]), "cited": False,
-             "link": f"zotero://select/{'library' if meta['library'] == 'user' else meta['library']}/items/{key}"}
-            for key, meta in list(found.items())[:MAX_UNCITED_SOURCES]]
-
-
 # --- prompts ----------------------------------------------------------------------------------------
 
 
-def _review(args: dict[str, Any]) -> str:
+def _review(args: dict[str, str]) -> str:
     focus = str(args.get("focus") or "").strip()
     return (
         f"Write a literature review of the Zotero collection {args['collection']!r}"
@@ -334,7 +328,7 @@ def _review(args: dict[str, Any]) -> str:
     )
 
 
-def _compare(args: dict[str, Any]) -> str:
+def _compare(args: dict[str, str]) -> str:
     keys = [k for k in re.split(r"[\s,;]+", str(args["item_keys"])) if k]
     aspect = str(args.get("aspect") or "").strip()
     return (
@@ -347,19 +341,23 @@ def _compare(args: dict[str, Any]) -> str:
     )
 
 
-PROMPTS: Final[dict[str, dict[str, Any]]] = {
-    "literature_review": {
-        "name": "literature_review", "title": "Literature review of a collection",
-        "description": "A cited literature review of one Zotero collection, from its papers, notes and annotations.",
-        "arguments": [{"name": "collection", "description": "The collection's name, path or key.", "required": True},
-                      {"name": "focus", "description": "A theme or question to focus on (optional).", "required": False}],
-        "render": _review,
-    },
-    "compare_papers": {
-        "name": "compare_papers", "title": "Compare these papers",
-        "description": "A side-by-side comparison of some Zotero items, cited.",
-        "arguments": [{"name": "item_keys", "description": "Zotero item keys, separated by commas or spaces.", "required": True},
-                      {"name": "aspect", "description": "What to compare them on (optional).", "required": False}],
-        "render": _compare,
-    },
-}
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    name: str
+    title: str
+    description: str
+    arguments: tuple[types.PromptArgument, ...]
+    render: Callable[[dict[str, str]], str]
+
+
+PROMPTS: Final = {p.name: p for p in (
+    Prompt("literature_review", "Literature review of a collection",
+           "A cited literature review of one Zotero collection, from its papers, notes and annotations.",
+           (types.PromptArgument(name="collection", description="The collection's name, path or key.", required=True),
+            types.PromptArgument(name="focus", description="A theme or question to focus on (optional).", required=False)),
+           _review),
+    Prompt("compare_papers", "Compare these papers", "A side-by-side comparison of some Zotero items, cited.",
+           (types.PromptArgument(name="item_keys", description="Zotero item keys, separated by commas or spaces.", required=True),
+            types.PromptArgument(name="aspect", description="What to compare them on (optional).", required=False)),
+           _compare),
+)}

@@ -1,9 +1,11 @@
 """The quick tools as call generators (zocratesd/mcp/tools.py), driven by hand: the calls they
-yield, what they make of the answers and of the daemon's errors; and calls.py's async driver
-over a fake link (a lost connection retried for a read, not for a write)."""
+yield, what they make of the answers and of the daemon's errors; and the server's dispatch with
+calls.py's async driver over a fake link (bad calls refused before any daemon call, a lost
+connection retried for a read, not for a write)."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 import pytest
@@ -11,12 +13,25 @@ from fences import fenced_body
 
 from zocrates_client import ConnectionLost, RpcError
 from zocratesd.mcp import tools
-from zocratesd.mcp.calls import Tools
-from zocratesd.mcp.tools import DaemonCall
+from zocratesd.mcp.server import ZocratesMcp
+from zocratesd.mcp.tools import DaemonCall, ToolError
 from zocratesd.untrusted import NOTE
 
 
-def drive(run: tools.ToolRun, answers: dict[str, Any]) -> tuple[list[DaemonCall], dict[str, Any]]:
+def run(name: str, args: dict[str, Any]) -> Generator[DaemonCall, Any, dict[str, Any]]:
+    """A quick tool's `tools/call` result (as JSON), its calls answered by whoever drives it."""
+    try:
+        made = yield from tools.QUICK[name](tools.arguments(name, args))
+    except (ToolError, RpcError) as exc:
+        return _json(tools.failure_result(name, exc))
+    return _json(tools.tool_result(made))
+
+
+def _json(result: Any) -> dict[str, Any]:
+    return dict(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+
+def drive(run: Generator[DaemonCall, Any, dict[str, Any]], answers: dict[str, Any]) -> tuple[list[DaemonCall], dict[str, Any]]:
     """Run a tool to its end, answering each call by its method (an RpcError is thrown in)."""
     calls: list[DaemonCall] = []
     try:
@@ -32,7 +47,7 @@ def drive(run: tools.ToolRun, answers: dict[str, Any]) -> tuple[list[DaemonCall]
 def test_search_library_maps_its_arguments_and_returns_text_and_structured_content() -> None:
     found = {"query": "attention", "passages": [{"item_key": "ANNPAPER", "title": "Heads", "kind": "metadata"}],
              "library_state": "ready"}
-    calls, result = drive(tools.run("search_library", {"query": "attention", "top_k": 3, "collection": "Field",
+    calls, result = drive(run("search_library", {"query": "attention", "top_k": 3, "collection": "Field",
                                                          "item_keys": ["ANNPAPER"]}),
                           {"_zocrates/library/search": found})
     assert calls == [DaemonCall("_zocrates/library/search", {"query": "attention", "topK": 3, "collection": "Field",
@@ -44,9 +59,9 @@ def test_search_library_maps_its_arguments_and_returns_text_and_structured_conte
 
 def test_a_daemon_error_is_a_tool_error_with_its_detail() -> None:
     refused = RpcError(-32002, "Not found", {"kind": "not_found", "message": "no item ABCDEFGH"})
-    calls, result = drive(tools.run("get_item", {"item_key": "ABCDEFGH"}), {"_zocrates/library/item": refused})
+    calls, result = drive(run("get_item", {"item_key": "ABCDEFGH"}), {"_zocrates/library/item": refused})
     assert calls[0].params == {"itemKey": "ABCDEFGH", "fulltext": False, "fulltextOffset": 0}
-    assert result == tools.error_result("get_item: no item ABCDEFGH")
+    assert result == _json(tools.error_result("get_item: no item ABCDEFGH"))
 
 
 @pytest.mark.parametrize(("name", "args", "says"), [
@@ -55,16 +70,18 @@ def test_a_daemon_error_is_a_tool_error_with_its_detail() -> None:
     ("sessions", {"action": "show"}, "needs a session_id"),
     ("sessions", {"action": "rename", "session_id": "s1"}, "needs a title"),
 ])
-def test_bad_calls_are_tool_errors_before_any_daemon_call(name: str, args: dict[str, Any], says: str) -> None:
-    calls, result = drive(tools.run(name, args), {})
-    assert not calls and result["isError"] and says in result["content"][0]["text"]
+@pytest.mark.anyio
+async def test_bad_calls_are_tool_errors_before_any_daemon_call(name: str, args: dict[str, Any], says: str) -> None:
+    link = FakeLink([])
+    result = _json(await ZocratesMcp(link).call(name, args, None))  # type: ignore[arg-type]
+    assert link.asked == 0 and result["isError"] and says in result["content"][0]["text"]
 
 
 def test_sessions_writes_are_not_retried_and_reads_are() -> None:
-    calls, result = drive(tools.run("sessions", {"action": "rename", "session_id": "s1", "title": "T"}),
+    calls, result = drive(run("sessions", {"action": "rename", "session_id": "s1", "title": "T"}),
                           {"_zocrates/session/rename": {"session_id": "s1", "title": "T"}})
     assert [c.retry for c in calls] == [False] and result["structuredContent"]["session"]["title"] == "T"
-    calls, result = drive(tools.run("sessions", {"action": "list"}), {"session/list": {"sessions": []}})
+    calls, result = drive(run("sessions", {"action": "list"}), {"session/list": {"sessions": []}})
     assert [c.retry for c in calls] == [True] and result["structuredContent"] == {"action": "list", "sessions": [], "untrusted": NOTE}
 
 
@@ -101,8 +118,10 @@ class FakeLink:
     def __init__(self, answers: list[Any]) -> None:
         self.answers = answers
         self.losses = 0
+        self.asked = 0
 
     async def client(self) -> FakeClient:
+        self.asked += 1
         return FakeClient(self.answers)
 
     def lost(self) -> None:
@@ -112,15 +131,15 @@ class FakeLink:
 @pytest.mark.anyio
 async def test_the_async_driver_retries_a_lost_read_once() -> None:
     link = FakeLink([ConnectionLost("gone"), {"tags": [], "total": 0}])
-    result = await Tools(link).call("list_tags", {})  # type: ignore[arg-type]
+    result = _json(await ZocratesMcp(link).call("list_tags", {}, None))  # type: ignore[arg-type]
     assert not result["isError"] and link.losses == 1
     link = FakeLink([ConnectionLost("gone"), ConnectionLost("gone again")])
-    result = await Tools(link).call("list_tags", {})  # type: ignore[arg-type]
+    result = _json(await ZocratesMcp(link).call("list_tags", {}, None))  # type: ignore[arg-type]
     assert result["isError"] and "connection to zocratesd was lost" in result["content"][0]["text"]
 
 
 @pytest.mark.anyio
 async def test_the_async_driver_does_not_retry_a_lost_write() -> None:
     link = FakeLink([ConnectionLost("gone"), {"session_id": "s1"}])
-    result = await Tools(link).call("sessions", {"action": "delete", "session_id": "s1"})  # type: ignore[arg-type]
+    result = _json(await ZocratesMcp(link).call("sessions", {"action": "delete", "session_id": "s1"}, None))  # type: ignore[arg-type]
     assert result["isError"] and link.answers == [{"session_id": "s1"}]

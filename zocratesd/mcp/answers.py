@@ -1,0 +1,107 @@
+"""What `ask` and `resume` return: a turn's outcome as typed structs, JSON (`structuredContent`,
+schemas.py's `_TURN_OUTPUT`) and text only at the edge.
+
+The sources are the answer's `# Cited Sources` entries, with what the turn's searches knew of
+each item (`Found`, gathered from the search tool's results as the turn streams them); when the
+answer cites nothing (a model that writes no list), the items the searches found, uncited.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from zocratesd.mcp.schemas import escape_text
+
+# Sources an `ask` result lists when the answer cited nothing (the passages it found instead).
+MAX_UNCITED_SOURCES: Final = 20
+# "[2] Lewis et al. (2020). Title. p. 4. (zotero://select/library/items/KEY)": the answer's source list.
+_CITED_RE: Final = re.compile(r"^\[(\d+)\] .*\((zotero://select/(library|groups/\d+)/items/([A-Z0-9]{8}))\)\s*$", re.M)
+
+
+@dataclass(slots=True)
+class Found:
+    """An item a search of the turn brought: its first passage's metadata, and its pages."""
+
+    item_key: str
+    library: str
+    title: str | None
+    creators: list[str]
+    year: int | None
+    pages: set[int] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    item_key: str
+    library: str
+    link: str
+    cited: bool
+    n: int | None = None
+    title: str | None = None
+    creators: tuple[str, ...] = ()
+    year: int | None = None
+    pages: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    message: str | None
+    invocation_id: str
+    interrupt_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    session_id: str
+    status: Literal["answered", "checkpoint", "cancelled"]
+    answer: str
+    sources: tuple[Source, ...]
+    search_rounds: int
+    invocation_id: str | None
+    checkpoint: Checkpoint | None
+
+    def structured(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def text(self) -> str:
+        text = escape_text(self.answer)  # the model quotes library text: escaped as the other tools' text is
+        if self.checkpoint is not None:
+            text += (f"\n\n[Research checkpoint] {escape_text(self.checkpoint.message or '')}\nContinue with the resume "
+                     f"tool: session_id={self.session_id}, action=extend (search further; optional guidance) or "
+                     "synthesize (answer now).")
+        elif self.status == "cancelled":
+            text += "\n\n[cancelled]"
+        return f"{text}\n\n(session_id: {self.session_id})"
+
+
+def collect(found: dict[str, Found], raw: Any) -> None:
+    """Remember each item a search_library result (a tool call's raw output) brought."""
+    passages = raw.get("passages") if isinstance(raw, dict) else None
+    for p in passages if isinstance(passages, list) else ():
+        if not isinstance(p, dict) or not isinstance(p.get("item_key"), str):
+            continue
+        seen = found.setdefault(p["item_key"], Found(p["item_key"], p.get("library") or "user", p.get("title"),
+                                                     list(p.get("creators") or []), p.get("year")))
+        if isinstance(p.get("page"), int):
+            seen.pages.add(p["page"])
+
+
+def sources(answer: str, found: dict[str, Found]) -> tuple[Source, ...]:
+    """The answer's cited sources, or, when it cites none, the items the searches found."""
+    cited = []
+    for m in _CITED_RE.finditer(answer):
+        key = m.group(4)
+        meta = found.get(key)
+        cited.append(Source(key, "user" if m.group(3) == "library" else m.group(3), m.group(2), True, int(m.group(1)),
+                            meta.title if meta else None, tuple(meta.creators) if meta else (),
+                            meta.year if meta else None, tuple(sorted(meta.pages)) if meta else ()))
+    if cited:
+        return tuple(cited)
+    return tuple(
+        Source(key, meta.library, f"zotero://select/{'library' if meta.library == 'user' else meta.library}/items/{key}",
+               False, None, meta.title, tuple(meta.creators), meta.year, tuple(sorted(meta.pages)))
+        for key, meta in list(found.items())[:MAX_UNCITED_SOURCES]
+    )

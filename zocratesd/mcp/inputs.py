@@ -1,0 +1,183 @@
+"""The MCP tools' arguments: pydantic models whose constraints are the wire's.
+
+Each argument that maps onto a daemon call's parameter takes that parameter's constraints, default
+and description from its params model in rpc/models.py (`wire`), and the rest from limits.py, so
+a limit is declared once. The tools' `inputSchema`s are generated from these models (`input_schema`)
+and arguments are validated by them (`parse`); tool argument names are snake_case, as MCP tools'
+commonly are, where the daemon's are camelCase.
+
+The SDK's low-level server does not validate arguments: `parse` does, and words its refusal as a
+tool error naming the argument, in JSON Schema's terms (the schema the client was shown).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import CoreSchema, ErrorDetails
+
+from zocratesd.limits import ITEM_KEY_PATTERN, MAX_PROMPT_CHARS, SESSION_ID_PATTERN
+from zocratesd.logtext import escape_for_log
+from zocratesd.rpc.models import (
+    LibraryCollectionsParams,
+    LibraryItemParams,
+    LibraryItemsParams,
+    LibrarySearchParams,
+    LibraryTagsParams,
+    RenameSessionParams,
+    ResumeAnswer,
+)
+
+# A page of list_tags or recent_items: a screenful for a model, smaller than the daemon's default.
+DEFAULT_PAGE: Final = 20
+# How much of a refusal's wording a tool error carries (it quotes the bad value).
+MAX_ERROR_CHARS: Final = 300
+
+
+def wire(model: type[BaseModel], name: str, **change: Any) -> Any:
+    """Parameter `name` of the wire model `model` as a tool argument: its constraints, default and
+    description (`change` overrides the last two), without its camelCase wire alias."""
+    info = model.model_fields[name]
+    field = Field(change.pop("default", info.default), description=change.pop("description", info.description))
+    if change:
+        raise TypeError(f"wire() changes only default and description, not {sorted(change)}")
+    field.metadata.extend(info.metadata)
+    return field
+
+
+# An item key inside a list (the wire's item-key lists check each key in the core).
+ItemKey = Annotated[str, StringConstraints(pattern=ITEM_KEY_PATTERN), Field(description="A Zotero item key (8 characters A-Z, 0-9).")]
+SessionId = Annotated[str, StringConstraints(pattern=SESSION_ID_PATTERN)]
+SESSION_ID: Final = "A Zocrates session id (from ask or sessions)."
+LIBRARY: Final = 'Only this library: "user" (My Library) or "groups/<groupID>" (a group library). Default: every library.'
+COLLECTION: Final = 'A collection: its key, its name, or its "Parent / Child" path (subcollections included).'
+
+
+class Args(BaseModel):
+    """A tool's arguments: no unknown ones, no coercion (a "3" is not a number)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class SearchLibraryArgs(Args):
+    query: str = wire(LibrarySearchParams, "query")
+    collection: str | None = wire(LibrarySearchParams, "collection", description=COLLECTION)
+    item_keys: list[ItemKey] | None = wire(LibrarySearchParams, "item_keys", description="Only these items.")
+    library: str | None = wire(LibrarySearchParams, "library", description=LIBRARY)
+    top_k: int = wire(LibrarySearchParams, "top_k", description="How many passages.")
+
+
+class GetItemArgs(Args):
+    item_key: str = wire(LibraryItemParams, "item_key")
+    library: str | None = wire(LibraryItemParams, "library", description=LIBRARY)
+    fulltext: bool = wire(LibraryItemParams, "fulltext", description="Include a page of the full text.")
+    fulltext_offset: int = wire(LibraryItemParams, "fulltext_offset",
+                                description="Where the page starts (the previous page's next_offset).")
+
+
+class ListCollectionsArgs(Args):
+    library: str | None = wire(LibraryCollectionsParams, "library", description=LIBRARY)
+
+
+class ListTagsArgs(Args):
+    library: str | None = wire(LibraryTagsParams, "library", description=LIBRARY)
+    contains: str | None = wire(LibraryTagsParams, "contains")
+    limit: int = wire(LibraryTagsParams, "limit", default=DEFAULT_PAGE)
+    offset: int = wire(LibraryTagsParams, "offset")
+
+
+class RecentItemsArgs(Args):
+    library: str | None = wire(LibraryItemsParams, "library", description=LIBRARY)
+    order: Literal["added", "modified"] = wire(LibraryItemsParams, "order")
+    limit: int = wire(LibraryItemsParams, "limit", default=DEFAULT_PAGE)
+    offset: int = wire(LibraryItemsParams, "offset")
+
+
+class AskArgs(Args):
+    question: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    session_id: SessionId | None = Field(None, description=SESSION_ID)
+    collection: str | None = wire(LibrarySearchParams, "collection", description=COLLECTION)
+    item_keys: list[ItemKey] | None = wire(LibrarySearchParams, "item_keys", description="Only these items.")
+    library: str | None = wire(LibrarySearchParams, "library", description=LIBRARY)
+
+
+class ResumeArgs(Args):
+    session_id: SessionId = Field(description=SESSION_ID)
+    # The checkpoint's answers as a user says them; the wire's are extend_budget and synthesize.
+    action: Literal["extend", "synthesize"]
+    guidance: str | None = wire(ResumeAnswer, "guidance", description="What to search for next (extend only).")
+
+
+class SessionsArgs(Args):
+    action: Literal["list", "show", "rename", "delete"]
+    session_id: SessionId | None = Field(None, description=SESSION_ID)
+    title: str | None = wire(RenameSessionParams, "title", default=None, description="The new title (rename).")
+
+
+class _ToolSchema(GenerateJsonSchema):
+    """JSON Schema as MCP clients take it: an optional argument is one that may be left out, not
+    a null (clients that map tool schemas onto a one-type dialect refuse `anyOf` with null), and
+    no generated titles."""
+
+    def nullable_schema(self, schema: CoreSchema) -> JsonSchemaValue:
+        return self.generate_inner(schema["schema"])
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+
+def input_schema(model: type[Args]) -> dict[str, Any]:
+    """A tool's `inputSchema`, generated from its arguments' model."""
+    schema = model.model_json_schema(schema_generator=_ToolSchema)
+    schema.pop("title", None)
+    schema.pop("description", None)
+    for prop in schema.get("properties", {}).values():
+        if prop.get("default", 0) is None:
+            del prop["default"]
+    return schema
+
+
+A = TypeVar("A", bound=Args)
+
+
+class BadArguments(Exception):
+    """Arguments a tool's model refused; the message names the argument and what is wrong."""
+
+
+def parse(model: type[A], tool: str, arguments: dict[str, Any]) -> A:
+    """`arguments` as `model`; BadArguments (the first problem, by argument name) otherwise."""
+    try:
+        return model.model_validate(arguments)
+    except ValidationError as exc:
+        first = min(exc.errors(include_url=False), key=lambda e: [str(p) for p in e["loc"]])
+        where = "arguments" if first["type"] in ("missing", "extra_forbidden") else ".".join(map(str, first["loc"]))
+        raise BadArguments(f"invalid arguments for {tool}: {where}: {escape_for_log(_wording(first))[:MAX_ERROR_CHARS]}") from None
+
+
+# pydantic's type errors, as the JSON Schema type the tool's schema names.
+_JSON_TYPES: Final = {"string_type": "string", "int_type": "integer", "bool_type": "boolean", "list_type": "array",
+                      "dict_type": "object", "model_type": "object"}
+
+
+def _wording(error: ErrorDetails) -> str:
+    """A refusal in the words of the JSON Schema keyword it broke (as jsonschema words them)."""
+    kind, ctx, value = error["type"], error.get("ctx", {}), error.get("input")
+    shown = repr(value)[:MAX_ERROR_CHARS]
+    name = repr(error["loc"][-1]) if error["loc"] else "arguments"
+    wording = {
+        "missing": f"{name} is a required property",
+        "extra_forbidden": f"Additional properties are not allowed ({name} was unexpected)",
+        "less_than_equal": f"{shown} is greater than the maximum of {ctx.get('le')}",
+        "greater_than_equal": f"{shown} is less than the minimum of {ctx.get('ge')}",
+        "string_too_short": f"{shown} is too short",
+        "string_too_long": f"{shown} is too long",
+        "too_short": f"{shown} is too short",
+        "too_long": f"{shown} is too long",
+        "string_pattern_mismatch": f"{shown} does not match {ctx.get('pattern')!r}",
+        "literal_error": f"{shown} is not one of {ctx.get('expected')}",
+    }.get(kind)
+    if wording is None and kind in _JSON_TYPES:
+        wording = f"{shown} is not of type {_JSON_TYPES[kind]!r}"
+    return wording or error["msg"]
