@@ -18,11 +18,15 @@ from typing import Final
 SESSION_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 # Zotero item and collection keys: 8 characters of [23456789A-Z] (any A-Z0-9 is accepted). A key
 # names a folder under Zotero's storage/, so anything else is refused.
-ITEM_KEY_PATTERN: Final = r"^[A-Z0-9]{8}$"
+ITEM_KEY: Final = r"[A-Z0-9]{8}"
+ITEM_KEY_PATTERN: Final = rf"^{ITEM_KEY}$"
 # A library, as in zotero:// links: the user's own, or a group by its numeric id.
-LIBRARY_PATTERN: Final = r"^(user|groups/[1-9][0-9]{0,11})$"
-# An item's zotero:// link (an MCP resource's URI, a resource link in a prompt): its library, its key.
-ITEM_URI_PATTERN: Final = r"^zotero://select/(library|groups/[1-9][0-9]{0,11})/items/([A-Z0-9]{8})$"
+GROUP_LIBRARY: Final = r"groups/[1-9][0-9]{0,11}"
+LIBRARY_PATTERN: Final = rf"^(user|{GROUP_LIBRARY})$"
+# An item's zotero:// link (an MCP resource's URI, a resource link in a prompt, a cited source):
+# its library (group 1), its key (group 2).
+ITEM_URI: Final = rf"zotero://select/(library|{GROUP_LIBRARY})/items/({ITEM_KEY})"
+ITEM_URI_PATTERN: Final = rf"^{ITEM_URI}$"
 
 
 def whole(pattern: str) -> re.Pattern[str]:

@@ -22,10 +22,9 @@ from typing import Any, Final, Literal, cast, get_args
 
 import msgspec
 
-from zocratesd.core.validation import ITEM_KEY_RE, LIBRARY_RE
 from zocratesd.errors import InvalidInput
 from zocratesd.library.retrieval import Mode, Scope
-from zocratesd.limits import MAX_ACTIVE_ITEMS, MAX_ITEM_TITLE_CHARS, MAX_SNIPPET_CHARS, MAX_SNIPPETS
+from zocratesd.limits import ITEM_KEY_RE, LIBRARY_RE, MAX_ACTIVE_ITEMS, MAX_ITEM_TITLE_CHARS, MAX_SNIPPET_CHARS, MAX_SNIPPETS
 
 KEY_ATTR_RE = re.compile(r'\s+key="[^"]*"')
 

@@ -25,10 +25,11 @@ import msgspec
 from msgspec.structs import replace
 
 from zocratesd.config import ZocratesConfig
-from zocratesd.core.context import ITEM_KEY_RE, PromptContext
+from zocratesd.core.context import PromptContext
 from zocratesd.engine import SESSION_CONFIG_KEY
 from zocratesd.engine.models import model_choices, model_id
 from zocratesd.errors import InvalidInput
+from zocratesd.limits import ITEM_KEY_RE
 from zocratesd.store import SessionLocks, SessionsDb
 from zocratesd.updates import ConfigChoice, ConfigOption, ConfigOptions, Update
 

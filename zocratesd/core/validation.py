@@ -15,8 +15,8 @@ import msgspec
 
 from zocratesd.errors import InvalidInput
 from zocratesd.limits import (
-    ITEM_KEY_PATTERN,
-    LIBRARY_PATTERN,
+    ITEM_KEY_RE,
+    LIBRARY_RE,
     MAX_ACTIVE_ITEMS,
     MAX_GUIDANCE_CHARS,
     MAX_INTERRUPT_ID_CHARS,
@@ -25,13 +25,9 @@ from zocratesd.limits import (
     MAX_QUERY_CHARS,
     MAX_SEARCH_TOP_K,
     MAX_TITLE_CHARS,
-    SESSION_ID_PATTERN,
-    whole,
+    SESSION_ID_RE,
 )
 
-SESSION_ID_RE: Final = whole(SESSION_ID_PATTERN)
-ITEM_KEY_RE: Final = whole(ITEM_KEY_PATTERN)  # Zotero item and collection keys
-LIBRARY_RE: Final = whole(LIBRARY_PATTERN)
 _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]+")
 
 # A title made from the first prompt keeps this many characters (a sidebar row).

@@ -13,12 +13,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from zocratesd.limits import ITEM_URI
 from zocratesd.mcp.schemas import escape_text
 
 # Sources an `ask` result lists when the answer cited nothing (the passages it found instead).
 MAX_UNCITED_SOURCES: Final = 20
 # "[2] Lewis et al. (2020). Title. p. 4. (zotero://select/library/items/KEY)": the answer's source list.
-_CITED_RE: Final = re.compile(r"^\[(\d+)\] .*\((zotero://select/(library|groups/\d+)/items/([A-Z0-9]{8}))\)\s*$", re.M)
+_CITED_RE: Final = re.compile(rf"^\[(\d+)\] .*\(({ITEM_URI})\)\s*$", re.M)
 
 
 @dataclass(slots=True)

@@ -32,7 +32,7 @@ from mcp.shared.exceptions import MCPError
 from zocrates_client import DEFAULT_UPDATES_BUFFER, CheckpointAction, ConnectionLost, RpcError, Turn, last_progress_line
 from zocrates_client.client import prompt_params
 from zocratesd import __version__
-from zocratesd.limits import ITEM_URI_PATTERN, MAX_OFFSET, whole
+from zocratesd.limits import ITEM_URI_RE, MAX_OFFSET
 from zocratesd.logtext import escape_for_log
 from zocratesd.mcp import answers, schemas, tools
 from zocratesd.mcp.answers import Checkpoint, TurnOutcome
@@ -56,7 +56,6 @@ SESSION_BUSY: Final = 1001  # the daemon's "session busy" code (protocol/README.
 RESOURCE_NOT_FOUND: Final = -32002
 # What an item resource's fence says it holds (untrusted.py).
 ITEM_SOURCE: Final = "an item of the user's Zotero library"
-ITEM_URI_RE: Final = whole(ITEM_URI_PATTERN)
 # A search's progress line: `Round 2: searched "..." (3 passages)` (engine/tools.py).
 _ROUND_RE: Final = re.compile(r"^Round (\d+):")
 # `tools/list`'s tools: the same on every call.
