@@ -87,16 +87,20 @@ def test_the_dense_model_is_loaded_by_the_first_search_not_at_start(daemon_facto
         assert _mapped(d.proc.pid, "tokenizers"), "the search did not use the dense stage"
 
 
-def _children(pid: int) -> dict[int, str]:
-    """The processes whose parent is `pid`: {pid: state} ("Z": a zombie)."""
+def _children(pid: int, *, python_only: bool = False) -> dict[int, str]:
+    """The processes whose parent is `pid`: {pid: "state name"} ("Z": a zombie). `python_only`:
+    only Python processes (the embedding child), not a short-lived helper a library the daemon
+    imports may run (`ldconfig` through `ctypes.util.find_library`, say)."""
     out = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            text = stat.read_text()
+            name = text[text.index("(") + 1 : text.rindex(")")]
+            fields = text.rsplit(")", 1)[1].split()
+        except (OSError, ValueError, IndexError):
             continue
-        if int(fields[1]) == pid:
-            out[int(stat.parent.name)] = fields[0]
+        if int(fields[1]) == pid and (not python_only or name.startswith("python")):
+            out[int(stat.parent.name)] = f"{fields[0]} {name}"
     return out
 
 
@@ -148,7 +152,7 @@ def test_a_library_indexed_at_start_is_embedded_by_a_child_not_the_daemon(daemon
         assert st["state"] == "ready" and st["chunks_indexed"] > 10, st
         for lib in ("numpy", "tokenizers"):
             assert not _mapped(d.proc.pid, lib), f"the daemon loaded {lib} to index"
-        assert _children(d.proc.pid) == {}, "the embedding child is still there"
+        assert (left := _children(d.proc.pid, python_only=True)) == {}, f"the embedding child is still there: {left}"
         stored, texts, missing = _vectors(st["index_path"])
         assert missing is None and stored == _as_in_process(texts)
         sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
@@ -171,7 +175,7 @@ def test_a_failing_embedding_child_leaves_bm25_and_the_next_start_fills_the_vect
         assert st["state"] == "ready" and st["items_indexed"] == 6, st
         stored, _, missing = _vectors(st["index_path"])
         assert missing == "1" and set(stored.values()) == {None}
-        assert _children(d.proc.pid) == {}, "the failed child was not reaped"
+        assert (left := _children(d.proc.pid, python_only=True)) == {}, f"the failed child was not reaped: {left}"
         sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
         assert cited(ask(c, sid, "What does HyDE do?", mode="library"))[0] == "GAOHYDE1"
     d.stop()
@@ -207,7 +211,7 @@ def test_the_embedding_child_is_bounded_by_the_daemon(daemon_factory: Any, what:
         with RawConn(d.socket_path) as c:
             st = wait_ready(c)
             assert st["state"] == "ready" and st["items_indexed"] == 6, st
-            assert _children(d.proc.pid) == {}, "the killed child was not reaped"
+            assert (left := _children(d.proc.pid, python_only=True)) == {}, f"the killed child was not reaped: {left}"
             assert _vectors(st["index_path"])[2] == "1"
             sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
             assert cited(ask(c, sid, "What does HyDE do?", mode="library"))[0] == "GAOHYDE1"
