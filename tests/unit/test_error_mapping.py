@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import zocratesd
+from zocrates_wire import jsonrpc
 from zocratesd import errors
-from zocratesd.rpc import jsonrpc
 from zocratesd.rpc.errors import RPC_CODES, code_of, to_rpc_error
 from zocratesd.shim.errors import HTTP_STATUSES, HttpStatus, core_error_response, http_status_of
 

@@ -41,9 +41,9 @@ from typing import Any
 
 import orjson
 
-from zocrates_client._errors import ConnectError, ConnectionLost, MessageTooLarge, RpcError
 from zocrates_client.blocking import Answer, BlockingClient
 from zocrates_client.blocking import connect as connect_blocking
+from zocrates_client.errors import ConnectError, ConnectionLost, MessageTooLarge, RpcError
 from zocratesd import locations
 from zocratesd.mcp import tools
 from zocratesd.mcp.early import (

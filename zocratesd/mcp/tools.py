@@ -20,7 +20,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from zocrates_client._errors import RpcError
+from zocrates_client.errors import RpcError
 from zocratesd import __version__
 from zocratesd.limits import ITEM_KEY_PATTERN, whole
 from zocratesd.logtext import escape_for_log

@@ -15,6 +15,8 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ValidationError
 
+from zocrates_wire import jsonrpc
+from zocrates_wire.errors import RpcError as JsonRpcError
 from zocratesd.core import commands
 from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import Daemon
@@ -22,10 +24,9 @@ from zocratesd.core.watchers import Subscription
 from zocratesd.errors import InvalidInput, ZocratesError
 from zocratesd.limits import ITEM_URI_PATTERN, MAX_GUIDANCE_CHARS, whole
 from zocratesd.logtext import escape_for_log
-from zocratesd.rpc import early, jsonrpc, models
+from zocratesd.rpc import early, models
 from zocratesd.rpc.early import CLIENT_CAPABILITIES
 from zocratesd.rpc.errors import to_rpc_error
-from zocratesd.rpc.jsonrpc import JsonRpcError
 from zocratesd.rpc.peer import MethodTable, Peer, PeerClosed, RemoteError
 from zocratesd.rpc.updates import checkpoint_call_id, config_options, session_info, to_acp
 from zocratesd.updates import ConfigOption, ConfigOptions, MessageChunk

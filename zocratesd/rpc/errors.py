@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from zocrates_wire import jsonrpc
+from zocrates_wire.errors import RpcError as JsonRpcError
 from zocratesd import errors
-from zocratesd.rpc import jsonrpc
-from zocratesd.rpc.jsonrpc import JsonRpcError
 
 # The nearest class along an error's MRO decides (SessionNotFound answers as NotFound); the root
 # catches a class someone forgot to map, as an internal error, which the mapping test refuses.

@@ -20,7 +20,7 @@ import anyio
 import pytest
 from memstream import MemoryByteStream, pipe
 
-from zocratesd.rpc.jsonrpc import JsonRpcError
+from zocrates_wire.errors import RpcError as JsonRpcError
 from zocratesd.rpc.peer import MethodTable, Peer
 
 pytestmark = pytest.mark.anyio

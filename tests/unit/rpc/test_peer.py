@@ -10,8 +10,8 @@ import anyio
 import pytest
 from memstream import MemoryByteStream, pipe
 
+from zocrates_wire.errors import RpcError as JsonRpcError
 from zocratesd.rpc import peer as peer_mod
-from zocratesd.rpc.jsonrpc import JsonRpcError
 from zocratesd.rpc.peer import MethodTable, Peer, PeerClosed, RemoteError
 
 pytestmark = pytest.mark.anyio
