@@ -13,6 +13,7 @@ dicts, because they go straight to the encoder, with their members declared. `pa
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Final, NotRequired, TypedDict, TypeGuard, cast
 
 import msgspec
@@ -62,8 +63,9 @@ UNKNOWN_CODE = ErrorCode(0, "Error", "error")
 
 Id = int | str | None
 RequestId = int | str
-#: A method's params: an object whose members the method defines (validated where it is handled).
-Params = dict[str, Any]
+#: The params we send: an object whose members the method defines. What comes in is the parsed
+#: JSON object itself (`Request.params`), validated where it is handled.
+Params = Mapping[str, Any]
 
 
 class ErrorObject(TypedDict, total=False):
@@ -104,12 +106,12 @@ Outgoing = RequestMessage | NotificationMessage | Reply
 class Request(msgspec.Struct, frozen=True):
     id: RequestId
     method: str
-    params: Params
+    params: dict[str, Any]
 
 
 class Notification(msgspec.Struct, frozen=True):
     method: str
-    params: Params
+    params: dict[str, Any]
 
 
 class Response(msgspec.Struct, frozen=True):

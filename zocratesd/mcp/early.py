@@ -34,7 +34,7 @@ import orjson
 from zocratesd.mcp import schemas, tools
 
 # A line longer than this is dropped (the SDK's stdio transport had no cap; the daemon's wire has
-# the same 16 MiB, rpc/framing.py): a tool call's arguments are at most a few KiB.
+# the same 16 MiB, zocrates_wire/framing.py): a tool call's arguments are at most a few KiB.
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 # Messages kept for the SDK while it loads: past this many, the face stops reading its input until
 # the SDK takes them (a client does not send hundreds of requests in its first second).

@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final, assert_never
+from typing import Any, Final, NotRequired, TypedDict, assert_never
 
 import anyio
 import anyio.abc
@@ -94,8 +94,34 @@ OUTGOING_QUEUE_FRAMES: Final = 64
 # anyio 4.7 renamed wait_socket_readable (pyproject allows anyio 4.4).
 _wait_readable = getattr(anyio, "wait_readable", None) or anyio.wait_socket_readable
 
-# ACP client capabilities: this library offers the agent no file system and no terminal.
-CLIENT_CAPABILITIES: Final[dict[str, Any]] = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+class _FsCapabilities(TypedDict):
+    readTextFile: bool
+    writeTextFile: bool
+
+
+class ClientCapabilities(TypedDict):
+    """ACP `clientCapabilities`."""
+
+    fs: _FsCapabilities
+    terminal: bool
+
+
+# This library offers the agent no file system and no terminal.
+CLIENT_CAPABILITIES: Final[ClientCapabilities] = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+
+
+class CheckpointResponse(TypedDict):
+    action: CheckpointAction
+    guidance: NotRequired[str]
+
+
+class ResumeParams(TypedDict):
+    """`_zocrates/chat/resume` params."""
+
+    sessionId: str
+    invocationId: str
+    interruptId: str
+    response: CheckpointResponse
 
 
 class Updates:
@@ -188,7 +214,7 @@ class Turn:
     A research checkpoint comes to the connection's `on_request` handler, as any request does.
     """
 
-    def __init__(self, client: Client, session_id: str, method: str, params: dict[str, Any], max_buffer: int):
+    def __init__(self, client: Client, session_id: str, method: str, params: Params, max_buffer: int):
         self.session_id = session_id
         self._client = client
         self._method = method
@@ -297,8 +323,8 @@ def prompt_params(
 
 def resume_params(
     session_id: str, invocation_id: str, interrupt_id: str, action: CheckpointAction, guidance: str | None
-) -> dict[str, Any]:
-    response: dict[str, Any] = {"action": action}
+) -> ResumeParams:
+    response: CheckpointResponse = {"action": action}
     if guidance:
         response["guidance"] = guidance
     return {"sessionId": session_id, "invocationId": invocation_id, "interruptId": interrupt_id, "response": response}
@@ -372,9 +398,8 @@ class Client:
     async def new_session(self, cwd: str | None = None, title: str | None = None) -> str:
         """Create a session and return its id. `cwd` defaults to the current directory; `title`
         (1-200 characters, else -32602) is sent as `_meta.zocrates.title`, else the daemon names it."""
-        params: dict[str, Any] = {"cwd": cwd if cwd is not None else os.getcwd(), "mcpServers": []}
-        if title is not None:
-            params["_meta"] = {"zocrates": {"title": title}}
+        meta = {"_meta": {"zocrates": {"title": title}}} if title is not None else {}
+        params = {"cwd": cwd if cwd is not None else os.getcwd(), "mcpServers": [], **meta}
         result = await self.call("session/new", params)
         return str(result["sessionId"])
 
@@ -491,7 +516,7 @@ class Client:
 
     # --- generic --------------------------------------------------------------------------------
 
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def call(self, method: str, params: Params | None = None) -> Any:
         """Send a request and return its `result`; raises RpcError, ConnectionLost, MessageTooLarge."""
         return await self._request(method, params)
 
