@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 from _report import timer
 
-from zocratesd.rpc import jsonrpc
-from zocratesd.rpc.framing import NEED_DATA, FrameDecoder, FrameTooLarge, encode_message
+from zocrates_wire import jsonrpc
+from zocrates_wire.framing import NEED_DATA, FrameDecoder, FrameTooLarge, encode_message
 
 INITIALIZE_PARAMS: dict[str, Any] = {
     "protocolVersion": 1,

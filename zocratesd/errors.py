@@ -12,7 +12,8 @@ ConfigError, RuntimeFileError, AlreadyRunning, ActivationError and ServiceError 
 or a CLI command at start-up; StoreBusy, SwapBusy and SwapCheckFailed become a VACUUM skip reason
 in the maintenance report; ProbeError is logged and the compactor does not compact; IndexCorrupt,
 ZoteroDbError and LocalApiError become the library's status (or a fallback to the database);
-PumpError, PeerClosed and RemoteError belong to the rpc face's transport, HttpError to the shim.
+PumpError belongs to the rpc face's transport, HttpError to the shim; a call's ConnectionLost and
+RpcError are the wire's (zocrates_wire/errors.py).
 """
 
 from __future__ import annotations

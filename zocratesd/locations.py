@@ -37,7 +37,9 @@ from typing import Any
 
 import msgspec
 
-PROTOCOL_VERSION = 1
+# daemon.json names the protocol its socket speaks (the wire's); its readers import it from here.
+from zocrates_wire import PROTOCOL_VERSION as PROTOCOL_VERSION
+
 DATA_SUBDIR = "zocrates-data"
 DB_NAME = "sessions.db"
 LOCK_NAME = "zocratesd.lock"

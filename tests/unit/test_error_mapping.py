@@ -7,7 +7,7 @@ documented for clients.
   error, 500) is the net for a class someone forgot, never its mapping;
 - its JSON-RPC (code, message, kind) is a row of protocol/README.md's "Errors" table, and its HTTP
   (status, code) a row of protocol/http.md's; the HTTP code is the class's kind;
-- every code of `rpc/jsonrpc.py`'s table is documented, and no undocumented code is documented.
+- every code of `zocrates_wire/jsonrpc.py`'s table is documented, and no undocumented code is documented.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import zocratesd
+from zocrates_wire import jsonrpc
 from zocratesd import errors
-from zocratesd.rpc import jsonrpc
 from zocratesd.rpc.errors import RPC_CODES, code_of, to_rpc_error
 from zocratesd.shim.errors import HTTP_STATUSES, HttpStatus, core_error_response, http_status_of
 

@@ -7,7 +7,11 @@
 - the library (Zotero's data, our index, the retrieval types) imports nothing of the engine: the
   engine (ADK, the agent, the answerer) imports the types from the library;
 - `zocratesd stdio` (an editor starts one per chat panel) never loads ADK, SQLAlchemy or pydantic;
-- `zocratesd mcp` (an MCP client starts one per chat) never loads ADK, SQLAlchemy or the core.
+- `zocratesd mcp` (an MCP client starts one per chat) never loads ADK, SQLAlchemy or the core;
+- the wire (`zocrates_wire`: framing, JSON-RPC, the sans-IO connection, the errors) is the bottom
+  both sides stand on: it imports neither the daemon nor the client library, and no I/O library;
+  the client library uses the daemon's package only for the few things named below, and the
+  daemon uses only the client library's public modules.
 
 Every import counts, at module level or inside a function, `TYPE_CHECKING` blocks included: a
 type-only import is still a dependency a reader has to follow.
@@ -25,6 +29,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "zocratesd"
+WIRE = PACKAGE.parent / "zocrates_wire"
+CLIENT = PACKAGE.parent / "clients" / "python" / "zocrates_client"
 
 FACES = frozenset({"rpc", "shim", "mcp"})
 # The composition root: it builds the core and hands it to the faces.
@@ -200,6 +206,46 @@ def _package_cycles(package: str) -> tuple[list[list[str]], list[str]]:
     return cycles, sorted(detail)
 
 
+# What the wire may not import: either side, or anything that does I/O or runs a loop.
+WIRE_FORBIDDEN = ("zocratesd", "zocrates_client", "anyio", "asyncio", "trio", "socket", "selectors", "threading")
+
+# The daemon's modules the client library uses, and why: each is standard-library only.
+CLIENT_USES_OF_DAEMON = {
+    "zocratesd.locations": "finding the daemon: its runtime files and the rules for trusting them",
+    "zocratesd.rpc.pump": "starting the daemon and connecting to it, as `zocratesd stdio` does",
+    "zocratesd.logtext": "escaping the daemon's text for a terminal: one rule for the daemon and the CLI",
+    "zocratesd.rpc.library_status": "the library status rendered as `zocratesd status` renders it",
+    "zocratesd.weblink": "`zocrates open`: the web app's link, made as `zocratesd open` makes it",
+}
+
+
+def _imports_under(root: Path) -> list[tuple[str, str]]:
+    """(module imported, where) for every import in the files under `root`."""
+    return [(mod, f"{path.relative_to(PACKAGE.parent)}:{line} imports {mod}")
+            for path in sorted(root.rglob("*.py")) for line, mod in _imports(path)]
+
+
+def test_the_wire_imports_neither_side_and_does_no_io() -> None:
+    imported = _imports_under(WIRE)
+    assert any(mod.startswith("zocrates_wire.") for mod, _ in imported)  # the parser sees the package
+    bad = [where for mod, where in imported if mod.split(".")[0] in WIRE_FORBIDDEN]
+    assert not bad, "the wire is the bottom layer, sans-IO:\n" + "\n".join(bad)
+
+
+def test_the_client_uses_the_wire_and_only_named_daemon_modules() -> None:
+    imported = _imports_under(CLIENT)
+    assert any(mod.startswith("zocrates_wire.") for mod, _ in imported)
+    bad = [where for mod, where in imported if mod.startswith("zocratesd.") and mod not in CLIENT_USES_OF_DAEMON]
+    assert not bad, "the client library imports the daemon beyond what it needs of it:\n" + "\n".join(bad)
+
+
+def test_the_daemon_uses_only_the_client_librarys_public_modules() -> None:
+    imported = _imports_under(PACKAGE)
+    assert any(mod.startswith("zocrates_client") for mod, _ in imported)
+    bad = [where for mod, where in imported if mod.startswith("zocrates_client._")]
+    assert not bad, "a private module of the client library is imported from outside it:\n" + "\n".join(bad)
+
+
 def test_the_rules_see_every_package() -> None:
     assert {"zocratesd", "zocratesd.engine", "zocratesd.engine.answer", "zocratesd.library"} <= set(_packages())
 
@@ -257,7 +303,7 @@ def test_stdio_modules_import_nothing_heavy_even_lazily(module: str) -> None:
         for line, mod in _imports(p):
             if mod.startswith(STDIO_FORBIDDEN):
                 heavy.append(f"{p.relative_to(PACKAGE.parent)}:{line} imports {mod}")
-            if mod.startswith("zocratesd"):
+            if mod.startswith(("zocratesd", "zocrates_wire")):
                 target = PACKAGE.parent / (mod.replace(".", "/") + ".py")
                 if not target.exists():
                     target = PACKAGE.parent / mod.replace(".", "/") / "__init__.py"

@@ -19,7 +19,7 @@ from typing import Any, Final, NamedTuple
 
 import mcp_types as types
 
-from zocrates_client import RpcError
+from zocrates_client.errors import RpcError
 from zocratesd import __version__
 from zocratesd.limits import ITEM_KEY_PATTERN, whole
 from zocratesd.logtext import escape_for_log

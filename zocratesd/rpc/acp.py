@@ -14,24 +14,25 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from zocrates_wire import jsonrpc
+from zocrates_wire.errors import RpcError
 from zocratesd.core.daemon import Daemon
 from zocratesd.errors import ZocratesError
-from zocratesd.rpc import agent, jsonrpc, models
+from zocratesd.rpc import agent, models
 from zocratesd.rpc.agent import NOTIFICATIONS, ROUTES, Agent, Route, connection
 from zocratesd.rpc.errors import to_rpc_error
-from zocratesd.rpc.jsonrpc import JsonRpcError
 from zocratesd.rpc.peer import MethodTable, Peer
 
 Handler = Callable[..., Awaitable[Any]]
 
 
-def invalid_params(exc: ValidationError) -> JsonRpcError:
+def invalid_params(exc: ValidationError) -> RpcError:
     """-32602 with what pydantic found wrong, field by field."""
     errors = [
         {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()
     ]
     code = jsonrpc.ERROR_CODES[jsonrpc.INVALID_PARAMS]
-    return JsonRpcError(code.code, code.message, {"kind": code.kind, "errors": errors})
+    return RpcError(code.code, code.message, {"kind": code.kind, "errors": errors})
 
 
 def params_model(route: Route) -> type[models.Params]:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 
+from zocrates_wire import jsonrpc
+from zocrates_wire.errors import ConnectionLost, RpcError
 from zocratesd.core import commands
 from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import Daemon
@@ -30,8 +32,7 @@ from zocratesd.errors import InvalidInput, ZocratesError
 from zocratesd.limits import ITEM_URI_RE, MAX_GUIDANCE_CHARS
 from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.logtext import escape_for_log
-from zocratesd.rpc import jsonrpc
-from zocratesd.rpc.peer import Peer, PeerClosed, RemoteError
+from zocratesd.rpc.peer import Peer
 from zocratesd.rpc.updates import checkpoint_call_id, config_options, session_info, to_acp
 from zocratesd.updates import ConfigOptions, MessageChunk
 
@@ -288,7 +289,7 @@ async def ask_elicitation(peer: Peer, session_id: str, checkpoint: dict[str, Any
                 "elicitation/create", params,
                 notify_cancel=lambda: connection(peer).withdraws_questions(session_id),
             )
-        except (RemoteError, PeerClosed) as exc:
+        except (RpcError, ConnectionLost) as exc:
             log.info("%s: elicitation/create failed (%s); the checkpoint stays pending", peer.name, escape_for_log(exc))
             return None
         if not isinstance(result, dict) or result.get("action") != "accept":
@@ -326,8 +327,8 @@ async def ask_permission(peer: Peer, session_id: str, checkpoint: dict[str, Any]
                 "session/request_permission", params,
                 notify_cancel=lambda: connection(peer).withdraws_questions(session_id),
             )
-        except (RemoteError, PeerClosed) as exc:
-            # A RemoteError carries the client's own text: escaped (logtext.py).
+        except (RpcError, ConnectionLost) as exc:
+            # An RpcError carries the client's own text: escaped (logtext.py).
             log.info("%s: session/request_permission failed (%s); the checkpoint stays pending",
                      peer.name, escape_for_log(exc))
             return None

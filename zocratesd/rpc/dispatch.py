@@ -1,21 +1,19 @@
 """Run one inbound request's handler and shape its reply: method lookup, arity check, error mapping.
 
 A handler is called as `handler(context, **params)` (the peer is the context) and returns its
-result; it answers with an error by raising `jsonrpc.JsonRpcError`. What a client can get here:
+result; it answers with an error by raising `RpcError`. What a client can get here:
 
 - the method is not in the table: -32601, `data.detail` the method name;
 - the params do not bind to the handler's signature: -32602, `data.detail` Python's reason
   ("missing a required argument: 'b'"); the ACP handlers take `**params` and validate with
   pydantic themselves (rpc/acp.py, `adapter`), so this catches only a table's plainer handlers;
-- the handler raised `JsonRpcError`: that error;
+- the handler raised `RpcError`: that error;
 - the handler raised anything else: -32603, `data.detail` the exception's text; it is logged.
 
-This was jsonrpcserver's dispatch until issue 22, and every reply is byte-for-byte what it wrote
-(tests/unit/rpc/test_dispatch.py), `"id"` last included. The package was dropped because importing
-it cost ~60 ms of the 300 ms cold-start budget (its `__init__` pulls in jsonschema and http.server,
-neither of which this daemon uses) for the few dozen lines below. A notification's outcome is
-never sent (the caller drops it), and a handler runs in the caller's task, so a cancel of the
-request reaches the handler directly and its cleanup ends before the request is answered.
+Replies put `"id"` last, the order clients have always seen (tests/unit/rpc/test_dispatch.py pins
+the bytes). A notification's outcome is never sent (the caller drops it), and a handler runs in
+the caller's task, so a cancel of the request reaches the handler directly and its cleanup ends
+before the request is answered.
 """
 
 from __future__ import annotations
@@ -26,17 +24,18 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from zocrates_wire import jsonrpc
+from zocrates_wire.errors import RpcError
+from zocrates_wire.jsonrpc import Params, Reply
 from zocratesd.logtext import escape_for_log
-from zocratesd.rpc import jsonrpc
-from zocratesd.rpc.jsonrpc import JsonRpcError
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[..., Awaitable[Any]]
 
 
-# Each handler's signature, read once (~15 us a time); weak, so a dropped method table (a test's
-# daemon, whose handlers close over it) is not kept alive by this cache.
+# Each handler's signature, read once (reading it costs more than most calls); weak, so a dropped
+# method table (a test's daemon, whose handlers close over it) is not kept alive by this cache.
 _signatures: weakref.WeakKeyDictionary[Handler, inspect.Signature] = weakref.WeakKeyDictionary()
 
 
@@ -50,7 +49,7 @@ def _signature(handler: Handler) -> inspect.Signature:
         return inspect.signature(handler)
 
 
-async def call(methods: Mapping[str, Handler], context: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+async def call(methods: Mapping[str, Handler], context: Any, method: str, params: Params) -> Reply:
     """Run `method`'s handler; the reply's outcome: `{"result": ...}` or `{"error": {...}}`.
     A table still loading (rpc/handshake.py `StagedMethods`) names the table to use, maybe after a wait."""
     table_for = getattr(methods, "table_for", None)
@@ -65,14 +64,14 @@ async def call(methods: Mapping[str, Handler], context: Any, method: str, params
         return {"error": jsonrpc.error_object(jsonrpc.INVALID_PARAMS, data=str(exc))}
     try:
         result = await handler(context, **params)
-    except JsonRpcError as exc:
-        return {"error": jsonrpc.error_object(exc.code, exc.message, exc.data)}
+    except RpcError as exc:
+        return {"error": exc.to_wire()}
     except Exception as exc:
         log.exception("method %s failed", escape_for_log(method, 100))
         return {"error": jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, data=str(exc))}
     return {"result": result}
 
 
-def reply(request_id: jsonrpc.Id, outcome: dict[str, Any]) -> dict[str, Any]:
-    """The response to send for `outcome` (members in jsonrpcserver's order: `id` last)."""
+def reply(request_id: jsonrpc.Id, outcome: Reply) -> Reply:
+    """The response to send for `outcome` (`id` last)."""
     return {"jsonrpc": "2.0", **outcome, "id": request_id}

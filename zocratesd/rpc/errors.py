@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from zocrates_wire import jsonrpc
+from zocrates_wire.errors import RpcError
 from zocratesd import errors
-from zocratesd.rpc import jsonrpc
-from zocratesd.rpc.jsonrpc import JsonRpcError
 
 # The nearest class along an error's MRO decides (SessionNotFound answers as NotFound); the root
 # catches a class someone forgot to map, as an internal error, which the mapping test refuses.
@@ -35,6 +35,6 @@ def rpc_error_data(exc: errors.ZocratesError) -> dict[str, Any]:
     return {"kind": exc.kind, "message": exc.message, **exc.data}
 
 
-def to_rpc_error(exc: errors.ZocratesError) -> JsonRpcError:
+def to_rpc_error(exc: errors.ZocratesError) -> RpcError:
     code = code_of(type(exc))
-    return JsonRpcError(code.code, code.message, rpc_error_data(exc))
+    return RpcError(code.code, code.message, rpc_error_data(exc))

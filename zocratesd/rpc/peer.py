@@ -1,14 +1,14 @@
-"""One JSON-RPC connection, both ways: the I/O around `rpc.connection.Connection`.
+"""One JSON-RPC connection, both ways: the daemon's I/O around `zocrates_wire.connection.Connection`.
 
 `rpc.dispatch` runs the requests that come in (method lookup, arity, handler errors). The state
-of the connection (our pending requests and their `"z:<n>"` ids, the client's requests in flight,
+of the connection (our calls, their `"z:<n>"` ids and outcomes, the client's requests in flight,
 duplicate ids, the in-flight limit, `$/cancel_request`, -32800) is the sans-IO `Connection`, which
-the Python client uses too; this module performs what it decides, with anyio:
+the Python clients are built on too; this module performs what it decides, with anyio:
 
 - each inbound request runs in its own task, so a `session/prompt` that lasts a whole turn never
   blocks the `session/cancel` behind it; `$/cancel_request` cancels that task's scope;
 - our own requests to the client (`session/request_permission`) wait on an event until the
-  connection reports their answer, or fails them because the input ended; once it has ended, none
+  connection settles them: answered, or failed because the input ended; once it has ended, none
   is sent (the other side could never answer it);
 - one writer task per connection, the only one to write to its stream: senders queue whole frames
   (`framing.SendQueue`) and wait until theirs are written; the writer writes everything queued as
@@ -37,9 +37,8 @@ from typing import Any, Final, assert_never
 import anyio
 import anyio.abc
 
-from zocratesd.logtext import escape_for_log
-from zocratesd.rpc import dispatch, jsonrpc
-from zocratesd.rpc.connection import (
+from zocrates_wire import jsonrpc
+from zocrates_wire.connection import (
     NEED_DATA,
     CancelRequested,
     Connection,
@@ -47,12 +46,14 @@ from zocratesd.rpc.connection import (
     NotificationReceived,
     OversizeFrame,
     Rejected,
-    RequestId,
     RequestReceived,
     ResponseReceived,
     UnexpectedResponse,
 )
-from zocratesd.rpc.framing import DEFAULT_MAX_FRAME_BYTES, SendQueue, encode_message
+from zocrates_wire.framing import DEFAULT_MAX_FRAME_BYTES, READ_CHUNK_BYTES, SendQueue, encode_message
+from zocrates_wire.jsonrpc import Outgoing, Params, Reply
+from zocratesd.logtext import escape_for_log
+from zocratesd.rpc import dispatch
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,6 @@ log = logging.getLogger(__name__)
 # 256 is far above what an editor or the Zotero sidebar keeps in flight (a handful).
 MAX_INFLIGHT_REQUESTS: Final = 256
 
-READ_CHUNK_BYTES: Final = 256 * 1024
 # A replayed history is queued in chunks of about this size: large enough that a 5000-event
 # replay takes a dozen writes, small enough not to hold one huge buffer per connection.
 WRITE_BATCH_BYTES: Final = 256 * 1024
@@ -79,32 +79,13 @@ class MethodTable(dict[str, Handler]):
         self.notifications = frozenset(notifications)
 
 
-class PeerClosed(Exception):
-    """The connection ended before the other side answered our request."""
-
-
-class RemoteError(Exception):
-    """The other side answered our request with a JSON-RPC error."""
-
-    def __init__(self, error: dict[str, Any]):
-        self.code = error.get("code")
-        self.error = error
-        super().__init__(f"{error.get('code')}: {error.get('message')}")
-
-
-class _Waiter:
-    """What `request()` waits on; `response` stays None when the connection failed the request."""
-
-    __slots__ = ("done", "response")
-
-    def __init__(self) -> None:
-        self.done = anyio.Event()
-        self.response: jsonrpc.Response | None = None
+# How `request()` fails, by the names the ACP face catches: the connection ended before the
+# answer (or the input had ended: it could not answer), or the other side answered with an error.
 
 
 class Peer:
     """A connection's JSON-RPC endpoint. Handlers are called as `handler(peer, **params)` and
-    return their result, or raise `jsonrpc.JsonRpcError` (rpc/dispatch.py).
+    return their result, or raise `RpcError` (rpc/dispatch.py).
 
     Only the methods a `MethodTable` names as notifications (e.g. `session/cancel`) run when sent
     without an id; any other message without an id is ignored, as are unknown notifications.
@@ -133,8 +114,6 @@ class Peer:
         self._batch_lock = anyio.Lock(fast_acquire=True)
         # "z:<n>": our ids can never collide with the client's.
         self._conn = Connection(id_prefix="z:", max_in_flight=max_inflight_requests, max_frame_bytes=max_frame_bytes)
-        self._waiters: dict[RequestId, _Waiter] = {}  # our pending requests, by the ids _conn minted
-        self._handlers: dict[RequestId, anyio.CancelScope] = {}  # the client's requests in flight
         # The client's requests admitted but not yet answered on the wire, and an event set at each
         # answer: once the input has ended and this is 0, nothing more can come (see run()).
         self._unanswered = 0
@@ -189,15 +168,18 @@ class Peer:
 
     # --- sending ------------------------------------------------------------------------------
 
-    async def send_message(self, message: dict[str, Any]) -> bool:
+    async def send_message(self, message: Outgoing) -> bool:
         """Write one message; False when the connection is gone (the message is dropped)."""
-        ticket = await self.queue_messages((message,))
+        return await self._send_frames(encode_message(message))
+
+    async def _send_frames(self, frames: bytes) -> bool:
+        ticket = await self._queue_frames(frames)
         return ticket is not None and await self.written(ticket)
 
-    async def notify(self, method: str, params: dict[str, Any] | None = None) -> bool:
+    async def notify(self, method: str, params: Params | None = None) -> bool:
         return await self.send_message(jsonrpc.notification(method, params))
 
-    async def send_messages(self, messages: Iterable[dict[str, Any]]) -> bool:
+    async def send_messages(self, messages: Iterable[Outgoing]) -> bool:
         """Write many messages (a history replay) in few writes, still one message per line.
 
         Frames are joined into writes of about WRITE_BATCH_BYTES: one syscall and one scheduler
@@ -220,13 +202,17 @@ class Peer:
                     batch, size = [], 0
             return await self.written(self._push(b"".join(batch))) if batch else not self._conn.closed
 
-    async def queue_messages(self, messages: Iterable[dict[str, Any]]) -> int | None:
+    async def queue_messages(self, messages: Iterable[Outgoing]) -> int | None:
         """Queue messages for the writer, after everything queued before them (and after a
         `send_messages` batch being written, never inside it); their ticket for `written`, or None
         when the connection is gone. Anything queued after this returns is written after them."""
         if self._conn.closed:
             return None
-        frames = b"".join(encode_message(m) for m in messages)
+        return await self._queue_frames(b"".join(encode_message(m) for m in messages))
+
+    async def _queue_frames(self, frames: bytes) -> int | None:
+        if self._conn.closed:
+            return None
         if not frames:
             return 0  # nothing to write: written at once
         if not self._batch_lock.locked():
@@ -280,14 +266,15 @@ class Peer:
     async def request(
         self,
         method: str,
-        params: dict[str, Any] | None = None,
+        params: Params | None = None,
         *,
         notify_cancel: Callable[[], bool] | None = None,
     ) -> Any:
         """Send a request to the other side and wait for its result.
 
-        Raises RemoteError for an error answer, and PeerClosed at once when the other side's input
-        has ended (it can never answer) or when the connection ends before the answer.
+        Raises RpcError for an error answer, and ConnectionLost at once
+        when the other side's input has ended (it can never answer) or when the connection ends
+        before the answer.
 
         A caller cancelled meanwhile gives the request up (its late answer is dropped) and tells
         the other side with `$/cancel_request`, ACP's cascading cancel, unless `notify_cancel()`
@@ -295,31 +282,21 @@ class Peer:
         `session/cancel` the client answers its `session/request_permission` itself), the notice
         is redundant, and a client without the optional `$/cancel_request` may log it as an error.
         """
-        if self._conn.input_closed:
-            state = "closed" if self._conn.closed else "input ended; it cannot answer"
-            raise PeerClosed(f"{self.name}: connection {state} ({method} not sent)")
-        outbound = self._conn.start_request(method, params)
-        waiter = _Waiter()
-        self._waiters[outbound.id] = waiter
+        call = self._conn.call(method, params)
+        settled = anyio.Event()
+        call.on_settled = settled.set
         try:
-            if not await self.send_message(outbound.message):
-                raise PeerClosed(f"{self.name}: connection closed")
-            await waiter.done.wait()
+            # A send that fails closes the connection, which settles the call.
+            await self._send_frames(call.frame)
+            await settled.wait()
         except BaseException:
             # None when there is nothing to cancel: answered meanwhile, or failed by a close.
-            notice = self._conn.cancel_request(outbound.id)
+            notice = self._conn.cancel_request(call.id)
             if notice is not None and (notify_cancel is None or notify_cancel()):
                 with anyio.CancelScope(shield=True):
                     await self.send_message(notice)
             raise
-        finally:
-            self._waiters.pop(outbound.id, None)
-        response = waiter.response
-        if response is None:
-            raise PeerClosed(f"{self.name}: connection closed before {method} was answered")
-        if response.error is not None:
-            raise RemoteError(response.error)
-        return response.result
+        return call.outcome()
 
     # --- receiving ----------------------------------------------------------------------------
 
@@ -346,7 +323,7 @@ class Peer:
                     await self._drain()
                 # End of input, or stop_reading(): no answer to a request of ours can come now,
                 # and request() refuses to ask (a question nobody can answer must not hold a turn).
-                self._fail(self._conn.close_input())
+                self._conn.close_input(f"{self.name}: connection input ended; it cannot answer")
                 # Nothing more can come once every request read has been answered: the client
                 # can send no more, and its answers (with the updates each request produced,
                 # written before it) are out. The connection is over then, even while a session
@@ -380,19 +357,12 @@ class Peer:
         match event:
             case RequestReceived(request=request):
                 scope = anyio.CancelScope()
-                self._handlers[request.id] = scope
+                self._conn.on_cancel(request.id, scope.cancel)
                 self._unanswered += 1
                 assert self._tg is not None
                 self._tg.start_soon(self._dispatch_request, request, scope)
-            case CancelRequested(request_id=request_id):
-                handler = self._handlers.get(request_id)
-                if handler is not None:
-                    handler.cancel()
-            case ResponseReceived(response=response):
-                waiter = self._waiters.get(response.id)
-                if waiter is not None:
-                    waiter.response = response
-                    waiter.done.set()
+            case CancelRequested() | ResponseReceived():
+                pass  # the connection cancelled the handler, or settled the call (its waiter woke)
             case UnexpectedResponse(response=response, late=late):
                 log.debug("%s: dropped %s answer to %s", self.name, "a late" if late else "an unknown",
                           escape_for_log(repr(response.id), 100))
@@ -414,7 +384,7 @@ class Peer:
                 assert_never(event)
 
     async def _dispatch_request(self, msg: jsonrpc.Request, scope: anyio.CancelScope) -> None:
-        reply: dict[str, Any] | None = None
+        reply: Reply | None = None
         after: list[Callable[[], Awaitable[Any]]] = []
         token = _AFTER_ANSWER.set(after)
         try:
@@ -425,7 +395,6 @@ class Peer:
                     reply = dispatch.reply(msg.id, await dispatch.call(self._methods, self, msg.method, msg.params))
             finally:
                 _AFTER_ANSWER.reset(token)
-                self._handlers.pop(msg.id, None)
                 answer = self._conn.finish_request(msg.id, reply, cancelled=scope.cancelled_caught)
             # Queued, then what `after` sends joins it in one write; the request counts as unanswered
             # until its answer is written (MAX_INFLIGHT_REQUESTS bounds what a client that does not
@@ -443,17 +412,10 @@ class Peer:
     async def _dispatch_notification(self, msg: jsonrpc.Notification) -> None:
         await dispatch.call(self._methods, self, msg.method, msg.params)  # its outcome is dropped, as JSON-RPC says
 
-    def _fail(self, request_ids: list[RequestId]) -> None:
-        """Wake the callers of requests the connection failed; request() raises PeerClosed."""
-        for request_id in request_ids:
-            waiter = self._waiters.get(request_id)
-            if waiter is not None:
-                waiter.done.set()  # response stays None
-
     def _mark_closed(self) -> None:
         if self._conn.closed:
             return
-        self._fail(self._conn.close())
+        self._conn.close(f"{self.name}: connection closed")  # settles our calls: request() raises
         # Nothing more is written: the writer stops (in a write to a client that stopped
         # reading, too), what is queued is dropped and its senders hear False.
         self._writer.cancel()

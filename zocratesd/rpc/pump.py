@@ -2,7 +2,7 @@
 
 The socket speaks the same NDJSON as stdio, so nothing is parsed here. This module imports only
 the standard library and `zocratesd.locations`: an editor starts it for every chat panel, and its
-first `initialize` answer must arrive within 150 ms when the daemon is already up.
+first `initialize` answer must come at once when the daemon is already up (its budget: bench/PROFILE.md).
 
 - The daemon is found through `<data>/zocrates-data/daemon.json`. Without a live one, the data
   dir's socket is tried next: under systemd or launchd (`zocratesd service install`) the service

@@ -20,11 +20,12 @@ and `stream_resume` give a turn's updates as they arrive (`Turn`); a research ch
 the `on_request` handler of `connect()` as `session/request_permission` (`Checkpoint` parses it and
 builds the answer). `zocrates_client.cli` is the `zocrates` command, built on these.
 
-Importing it is light: the standard library, anyio, and the daemon's sans-IO wire code
-(`zocratesd.locations`, `zocratesd.rpc.framing`, `zocratesd.rpc.jsonrpc`, `zocratesd.rpc.connection`,
-`zocratesd.rpc.pump`) - never ADK, pydantic or the daemon core. And lazy (PEP 562): each name is
-imported on first use, so `zocrates_client.blocking` (a synchronous client, no anyio: the cold
-`zocratesd mcp` face's) does not pay for the async client's imports.
+Importing it is light: the standard library, anyio, the wire package both ends share
+(`zocrates_wire`: framing, JSON-RPC messages, the sans-IO connection, the errors), and, to find
+and start the daemon, its stdlib-only `zocratesd.locations` and `zocratesd.rpc.pump` - never ADK,
+pydantic or the daemon core. And lazy (PEP 562): each name is imported on first use, so
+`zocrates_client.blocking` (a synchronous client, no anyio: the cold `zocratesd mcp` face's) does
+not pay for the async client's imports. The exceptions are in `zocrates_client.errors` too.
 """
 
 from __future__ import annotations
@@ -33,15 +34,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from zocrates_client._errors import (
-        ConnectError,
-        ConnectionLost,
-        DaemonNotRunning,
-        MessageTooLarge,
-        RpcError,
-        UpdatesOverflow,
-        ZocratesClientError,
-    )
     from zocrates_client._types import (
         Checkpoint,
         CheckpointAction,
@@ -61,8 +53,16 @@ if TYPE_CHECKING:
         last_progress_line,
     )
     from zocrates_client.client import DEFAULT_UPDATES_BUFFER, Client, Turn, Updates, connect
-    from zocratesd import __version__
-    from zocratesd.rpc.jsonrpc import (
+    from zocrates_client.errors import (
+        ConnectError,
+        ConnectionLost,
+        DaemonNotRunning,
+        MessageTooLarge,
+        RpcError,
+        UpdatesOverflow,
+        ZocratesClientError,
+    )
+    from zocrates_wire.jsonrpc import (
         INTERNAL_ERROR,
         INVALID_PARAMS,
         METHOD_NOT_FOUND,
@@ -70,16 +70,17 @@ if TYPE_CHECKING:
         RESOURCE_NOT_FOUND,
         SESSION_BUSY,
     )
+    from zocratesd import __version__
 
 # Where each public name lives (imported on first use).
 _WHERE: dict[str, str] = {
-    'ConnectError': 'zocrates_client._errors',
-    'ConnectionLost': 'zocrates_client._errors',
-    'DaemonNotRunning': 'zocrates_client._errors',
-    'MessageTooLarge': 'zocrates_client._errors',
-    'RpcError': 'zocrates_client._errors',
-    'UpdatesOverflow': 'zocrates_client._errors',
-    'ZocratesClientError': 'zocrates_client._errors',
+    'ConnectError': 'zocrates_client.errors',
+    'ConnectionLost': 'zocrates_client.errors',
+    'DaemonNotRunning': 'zocrates_client.errors',
+    'MessageTooLarge': 'zocrates_client.errors',
+    'RpcError': 'zocrates_client.errors',
+    'UpdatesOverflow': 'zocrates_client.errors',
+    'ZocratesClientError': 'zocrates_client.errors',
     'Checkpoint': 'zocrates_client._types',
     'CheckpointAction': 'zocrates_client._types',
     'InitializeResult': 'zocrates_client._types',
@@ -102,12 +103,12 @@ _WHERE: dict[str, str] = {
     'Updates': 'zocrates_client.client',
     'connect': 'zocrates_client.client',
     '__version__': 'zocratesd',
-    'INTERNAL_ERROR': 'zocratesd.rpc.jsonrpc',
-    'INVALID_PARAMS': 'zocratesd.rpc.jsonrpc',
-    'METHOD_NOT_FOUND': 'zocratesd.rpc.jsonrpc',
-    'REQUEST_CANCELLED': 'zocratesd.rpc.jsonrpc',
-    'RESOURCE_NOT_FOUND': 'zocratesd.rpc.jsonrpc',
-    'SESSION_BUSY': 'zocratesd.rpc.jsonrpc',
+    'INTERNAL_ERROR': 'zocrates_wire.jsonrpc',
+    'INVALID_PARAMS': 'zocrates_wire.jsonrpc',
+    'METHOD_NOT_FOUND': 'zocrates_wire.jsonrpc',
+    'REQUEST_CANCELLED': 'zocrates_wire.jsonrpc',
+    'RESOURCE_NOT_FOUND': 'zocrates_wire.jsonrpc',
+    'SESSION_BUSY': 'zocrates_wire.jsonrpc',
 }
 
 

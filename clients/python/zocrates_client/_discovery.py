@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from zocrates_client._errors import ConnectError, DaemonNotRunning
+from zocrates_client.errors import ConnectError, DaemonNotRunning
 from zocratesd import locations
 from zocratesd.rpc import pump
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from zocratesd.rpc.framing import DEFAULT_MAX_FRAME_BYTES
+from zocrates_wire.framing import DEFAULT_MAX_FRAME_BYTES
 
 # What we send is capped at the daemon's default frame cap: a larger frame would be answered with
 # an `id: null` error that no pending call could be matched to, so the call would wait forever.
@@ -16,6 +16,3 @@ MAX_OUTGOING_FRAME_BYTES: Final = DEFAULT_MAX_FRAME_BYTES
 # cap. A larger frame cannot be matched to its call, so it ends the connection with a
 # ConnectionLost that says so, instead of leaving a call waiting forever.
 DEFAULT_MAX_INCOMING_FRAME_BYTES: Final = 4 * DEFAULT_MAX_FRAME_BYTES
-
-# One read of the socket.
-READ_CHUNK_BYTES: Final = 256 * 1024

@@ -1,11 +1,11 @@
-"""A small synchronous client of zocratesd: a socket and the sans-IO `Connection`, no anyio.
+"""A small synchronous client of zocratesd: a socket around the sans-IO `Connection`, no anyio.
 
-Why: the async client (client.py) costs anyio, asyncio and a thread or two to start: ~240 M
-instructions of imports alone (callgrind; bench/PROFILE.md, "The cold MCP face"), ~50 ms of a
-cold process. A face that must answer within a few tens of milliseconds of its own start
-(the cold `zocratesd mcp`, zocratesd/mcp/cold.py) speaks to the daemon with this instead. It is
-the same wire and the same `zocratesd.rpc.connection.Connection` the async client and the daemon
-are built on: ids, pending requests, late answers and cancels are decided there, not here.
+Why: the async client (client.py) costs anyio, asyncio and a thread or two to start
+(bench/PROFILE.md, "The cold MCP face"). A face that must answer within a few tens of
+milliseconds of its own start (the cold `zocratesd mcp`, zocratesd/mcp/cold.py) speaks to the
+daemon with this instead. It is the same wire and the same `zocrates_wire.connection.Connection`
+the async client and the daemon are built on: ids, pending calls and their outcomes, late answers,
+cancels and error answers are decided there; this module only reads and writes the socket.
 
 Two ways to use it:
 
@@ -31,30 +31,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, assert_never
 
-from zocrates_client._errors import (
-    ConnectError,
-    ConnectionLost,
-    DaemonNotRunning,
-    MessageTooLarge,
-    RpcError,
-    ZocratesClientError,
-)
-from zocrates_client._limits import DEFAULT_MAX_INCOMING_FRAME_BYTES, MAX_OUTGOING_FRAME_BYTES, READ_CHUNK_BYTES
-from zocratesd import locations
-from zocratesd.rpc import jsonrpc, pump
-from zocratesd.rpc.connection import (
+from zocrates_client._limits import DEFAULT_MAX_INCOMING_FRAME_BYTES, MAX_OUTGOING_FRAME_BYTES
+from zocrates_client.errors import ConnectError, ConnectionLost, DaemonNotRunning, ZocratesClientError
+from zocrates_wire.connection import (
     NEED_DATA,
+    Call,
     CancelRequested,
     Connection,
     NotificationReceived,
     OversizeFrame,
     Rejected,
-    RequestId,
     RequestReceived,
     ResponseReceived,
     UnexpectedResponse,
 )
-from zocratesd.rpc.framing import encode_message
+from zocrates_wire.framing import READ_CHUNK_BYTES, encode_message
+from zocrates_wire.jsonrpc import Params, RequestId
+
+# Finding and starting the daemon is the daemon's own logic (its runtime files and their trust
+# rules, the detached `zocratesd serve`), shared with `zocratesd stdio`; both modules are stdlib-only.
+from zocratesd import locations
+from zocratesd.rpc import pump
 
 __all__ = ["Answer", "BlockingClient", "connect"]
 
@@ -70,53 +67,52 @@ class Answer:
     result: Any = None
     error: ZocratesClientError | None = None
 
+    @classmethod
+    def of(cls, call: Call) -> Answer:
+        """The answer of a settled call."""
+        error = call.error()
+        return cls(call.id, error=error) if error is not None else cls(call.id, result=call.outcome())
+
 
 class BlockingClient:
     """One connection to the daemon over a connected, blocking socket (see the module docstring)."""
 
     def __init__(self, sock: socket.socket, *, max_frame_bytes: int = DEFAULT_MAX_INCOMING_FRAME_BYTES) -> None:
         self._sock = sock
-        self._conn = Connection(max_frame_bytes=max_frame_bytes)
-        self._methods: dict[RequestId, str] = {}  # pending id -> method, for the error messages
-        self._end_reason: str | None = None
+        self._conn = Connection(max_frame_bytes=max_frame_bytes, max_send_bytes=MAX_OUTGOING_FRAME_BYTES)
+        self._calls: dict[RequestId, Call] = {}  # the calls whose Answer the caller still expects
 
     @property
     def closed(self) -> bool:
         """The connection has ended: every call now raises ConnectionLost."""
-        return self._end_reason is not None
+        return self._conn.closed
 
     @property
     def pending(self) -> frozenset[RequestId]:
-        return frozenset(self._methods)
+        return frozenset(self._calls)
 
     def fileno(self) -> int:
         return self._sock.fileno()
 
     # --- requests -------------------------------------------------------------------------------
 
-    def start(self, method: str, params: dict[str, Any] | None = None) -> RequestId:
+    def start(self, method: str, params: Params | None = None) -> RequestId:
         """Send a request; its `Answer` comes out of a later `read()`. Raises ConnectionLost (the
         connection has ended: nothing was sent) or MessageTooLarge (nothing was sent either)."""
-        if self._end_reason is not None:
-            raise ConnectionLost(self._end_reason)
-        outbound = self._conn.start_request(method, params)
-        data = encode_message(outbound.message)
-        if len(data) > MAX_OUTGOING_FRAME_BYTES:
-            self._conn.discard_request(outbound.id)
-            raise MessageTooLarge(f"{method} is {len(data)} bytes, over the {MAX_OUTGOING_FRAME_BYTES}-byte frame cap")
-        self._methods[outbound.id] = method
-        if not self._send(data):
-            raise ConnectionLost(self._end_reason or "the connection is closed")
-        return outbound.id
+        call = self._conn.call(method, params)
+        self._calls[call.id] = call
+        if not self._send(call.frame):
+            raise ConnectionLost(self._conn.end_reason or "the connection is closed")
+        return call.id
 
     def cancel(self, request_id: RequestId) -> None:
         """Give up request `request_id`: the daemon is told (`$/cancel_request`), its late answer dropped."""
-        self._methods.pop(request_id, None)
+        self._calls.pop(request_id, None)
         note = self._conn.cancel_request(request_id)
-        if note is not None and self._end_reason is None:
+        if note is not None and not self._conn.closed:
             self._send(encode_message(note))
 
-    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    def call(self, method: str, params: Params | None = None) -> Any:
         """Send a request and block until its answer: its result, or raises RpcError, ConnectionLost."""
         rid = self.start(method, params)
         while True:
@@ -131,7 +127,7 @@ class BlockingClient:
     def read(self) -> list[Answer]:
         """Read once (blocking, unless the caller's selector said the socket is readable) and return
         the answers that came; at the end of the connection, every pending call's ConnectionLost."""
-        if self._end_reason is not None:
+        if self._conn.closed:
             return self._fail_pending()
         try:
             data = self._sock.recv(READ_CHUNK_BYTES)
@@ -140,9 +136,9 @@ class BlockingClient:
             return self._fail_pending()
         self._conn.receive_data(data)
         answers = self._events()
-        if not data and self._end_reason is None:
+        if not data:
             self._end("zocratesd closed the connection")
-        if self._end_reason is not None:
+        if self._conn.closed:
             answers += self._fail_pending()
         return answers
 
@@ -153,22 +149,15 @@ class BlockingClient:
             if event is NEED_DATA:
                 return answers
             match event:
-                case ResponseReceived(response=response):
-                    method = self._methods.pop(response.id, None)
-                    if response.error is not None:
-                        answers.append(Answer(response.id, error=RpcError.from_wire(response.error, method)))
-                    else:
-                        answers.append(Answer(response.id, result=response.result))
+                case ResponseReceived(call=call):
+                    if self._calls.pop(call.id, None) is not None:
+                        answers.append(Answer.of(call))
                 case UnexpectedResponse():
                     pass  # an answer to a call cancelled meanwhile, or not ours: dropped
                 case NotificationReceived():
                     pass  # session updates and the like: nobody here subscribes
                 case RequestReceived(request=request):
-                    reply = jsonrpc.error(
-                        jsonrpc.METHOD_NOT_FOUND, request.id,
-                        data={"kind": "method_not_found", "message": f"this client does not handle {request.method}"},
-                    )
-                    self._send(encode_message(self._conn.finish_request(request.id, reply)))
+                    self._send(encode_message(self._conn.refuse_request(request)))
                 case CancelRequested():
                     pass  # requests of the daemon are answered at once: nothing to cancel
                 case Rejected(reply=reply):
@@ -185,7 +174,7 @@ class BlockingClient:
     def close(self) -> None:
         """Close the connection; pending calls are abandoned."""
         self._end("the client was closed")
-        self._methods.clear()
+        self._calls.clear()
 
     def __enter__(self) -> BlockingClient:
         return self
@@ -203,15 +192,14 @@ class BlockingClient:
         return True
 
     def _end(self, reason: str) -> None:
-        if self._end_reason is None:
-            self._end_reason = reason
-            self._conn.close()
+        """End the connection once: the connection settles every pending call with ConnectionLost."""
+        if not self._conn.closed:
+            self._conn.close(reason)
             self._sock.close()
 
     def _fail_pending(self) -> list[Answer]:
-        reason = self._end_reason or "the connection is closed"
-        failed = [Answer(rid, error=ConnectionLost(f"{method}: {reason}")) for rid, method in self._methods.items()]
-        self._methods.clear()
+        failed = [Answer.of(call) for call in self._calls.values()]
+        self._calls.clear()
         return failed
 
 

@@ -42,12 +42,6 @@ from typing import Any, Final, TextIO
 import anyio
 import anyio.abc
 
-from zocrates_client._errors import (
-    ConnectionLost,
-    DaemonNotRunning,
-    RpcError,
-    ZocratesClientError,
-)
 from zocrates_client._types import (
     Checkpoint,
     CheckpointAction,
@@ -59,9 +53,17 @@ from zocrates_client._types import (
     last_progress_line,
 )
 from zocrates_client.client import Client, Turn, connect
+from zocrates_client.errors import (
+    ConnectionLost,
+    DaemonNotRunning,
+    RpcError,
+    ZocratesClientError,
+)
+from zocrates_wire import jsonrpc
 from zocratesd import __version__, locations
 from zocratesd.logtext import escape_for_log, escape_for_terminal
-from zocratesd.rpc import jsonrpc, library_status
+from zocratesd.rpc import library_status
+from zocratesd.weblink import CODE_TTL_WORDS, WebLinkError, open_in_browser, web_app_link
 
 PROG: Final = "zocrates"
 EXIT_ERROR: Final = 1
@@ -695,8 +697,6 @@ def _open(args: argparse.Namespace) -> int:
             f"zocratesd (pid {live.pid}) runs without its web face (--no-http); restart it with "
             f"`zocratesd stop --zotero-data-dir {_q(data_dir)} && zocratesd serve --zotero-data-dir {_q(data_dir)}`"
         )
-    from zocratesd.weblink import CODE_TTL_WORDS, WebLinkError, open_in_browser, web_app_link
-
     try:
         link = web_app_link(live.raw, page_file=not args.print_only)
     except WebLinkError as exc:

@@ -11,12 +11,13 @@ Contract:
   sends us. Leaving the `async with` block fails calls still pending in other tasks with
   `ConnectionLost`, ends subscriptions, cancels those tasks and closes the socket; an exception
   raised in the block comes out of it unchanged (never wrapped in an ExceptionGroup, on trio either).
-- The wire state (ids, the pending table, requests in flight, `$/cancel_request`) is the daemon's own
-  sans-IO `zocratesd.rpc.connection.Connection`; this module is the anyio I/O around it.
-- Requests get integer ids minted by the client and wait in a pending table. An error answer raises
-  `RpcError`; a connection that ends first fails every pending call, and every later one, with
-  `ConnectionLost`. A call cancelled by its caller sends `$/cancel_request` for it (ACP's cascading
-  cancel) and its late answer is ignored.
+- The wire state (ids, pending calls and their outcomes, requests in flight, `$/cancel_request`,
+  error answers as `RpcError`) is the sans-IO `zocrates_wire.connection.Connection` the daemon is
+  built on too; this module is the anyio I/O around it.
+- Requests get integer ids minted by the client and wait until the connection settles them. An
+  error answer raises `RpcError`; a connection that ends first fails every pending call, and every
+  later one, with `ConnectionLost`. A call cancelled by its caller sends `$/cancel_request` for it
+  (ACP's cascading cancel) and its late answer is ignored.
 - Frames are written whole by one writer task, so cancelling a caller never leaves half a frame on
   the wire.
 - `session/update` notifications go to every open `Updates` subscription (`client.updates()`), each
@@ -37,7 +38,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final, assert_never
+from typing import Any, Final, NotRequired, TypedDict, assert_never
 
 import anyio
 import anyio.abc
@@ -46,8 +47,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from zocrates_client._discovery import Endpoint, open_endpoint
-from zocrates_client._errors import ConnectionLost, MessageTooLarge, RpcError, UpdatesOverflow
-from zocrates_client._limits import DEFAULT_MAX_INCOMING_FRAME_BYTES, MAX_OUTGOING_FRAME_BYTES, READ_CHUNK_BYTES
+from zocrates_client._limits import DEFAULT_MAX_INCOMING_FRAME_BYTES, MAX_OUTGOING_FRAME_BYTES
 from zocrates_client._types import (
     CheckpointAction,
     InitializeResult,
@@ -61,22 +61,24 @@ from zocrates_client._types import (
     UiSession,
     Update,
 )
-from zocratesd import __version__
-from zocratesd.locations import PROTOCOL_VERSION
-from zocratesd.rpc import jsonrpc
-from zocratesd.rpc.connection import (
+from zocrates_client.errors import ConnectionLost, MessageTooLarge, RpcError, UpdatesOverflow
+from zocrates_wire import PROTOCOL_VERSION, jsonrpc
+from zocrates_wire.connection import (
     CancelRequested,
     Connection,
     NeedData,
     NotificationReceived,
     OversizeFrame,
     Rejected,
-    RequestId,
     RequestReceived,
     ResponseReceived,
     UnexpectedResponse,
 )
-from zocratesd.rpc.framing import encode_message
+from zocrates_wire.framing import READ_CHUNK_BYTES, encode_message
+from zocrates_wire.jsonrpc import Params, Reply, RequestId
+
+# The version `initialize` reports as the client's: the distribution's, which ships this client.
+from zocratesd import __version__
 
 log = logging.getLogger("zocrates_client")
 
@@ -92,18 +94,34 @@ OUTGOING_QUEUE_FRAMES: Final = 64
 # anyio 4.7 renamed wait_socket_readable (pyproject allows anyio 4.4).
 _wait_readable = getattr(anyio, "wait_readable", None) or anyio.wait_socket_readable
 
-# ACP client capabilities: this library offers the agent no file system and no terminal.
-CLIENT_CAPABILITIES: Final[dict[str, Any]] = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+class _FsCapabilities(TypedDict):
+    readTextFile: bool
+    writeTextFile: bool
 
 
-class _Waiter:
-    """What a call waits on; `response` stays None when the connection ended first."""
+class ClientCapabilities(TypedDict):
+    """ACP `clientCapabilities`."""
 
-    __slots__ = ("done", "response")
+    fs: _FsCapabilities
+    terminal: bool
 
-    def __init__(self) -> None:
-        self.done = anyio.Event()
-        self.response: jsonrpc.Response | None = None
+
+# This library offers the agent no file system and no terminal.
+CLIENT_CAPABILITIES: Final[ClientCapabilities] = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+
+
+class CheckpointResponse(TypedDict):
+    action: CheckpointAction
+    guidance: NotRequired[str]
+
+
+class ResumeParams(TypedDict):
+    """`_zocrates/chat/resume` params."""
+
+    sessionId: str
+    invocationId: str
+    interruptId: str
+    response: CheckpointResponse
 
 
 class Updates:
@@ -196,7 +214,7 @@ class Turn:
     A research checkpoint comes to the connection's `on_request` handler, as any request does.
     """
 
-    def __init__(self, client: Client, session_id: str, method: str, params: dict[str, Any], max_buffer: int):
+    def __init__(self, client: Client, session_id: str, method: str, params: Params, max_buffer: int):
         self.session_id = session_id
         self._client = client
         self._method = method
@@ -305,8 +323,8 @@ def prompt_params(
 
 def resume_params(
     session_id: str, invocation_id: str, interrupt_id: str, action: CheckpointAction, guidance: str | None
-) -> dict[str, Any]:
-    response: dict[str, Any] = {"action": action}
+) -> ResumeParams:
+    response: CheckpointResponse = {"action": action}
     if guidance:
         response["guidance"] = guidance
     return {"sessionId": session_id, "invocationId": invocation_id, "interruptId": interrupt_id, "response": response}
@@ -336,24 +354,26 @@ class Client:
         self._on_request = on_request
         # Integer ids (no prefix); the daemon's are "z:<n>". The daemon is trusted not to flood us
         # with requests, so no in-flight limit.
-        self._conn = Connection(max_frame_bytes=max_frame_bytes)
-        self._waiters: dict[RequestId, _Waiter] = {}  # our pending calls, by the ids _conn minted
+        self._conn = Connection(max_frame_bytes=max_frame_bytes, max_send_bytes=MAX_OUTGOING_FRAME_BYTES)
         # Replays being collected: request id -> (session id, the updates so far). An entry is
         # removed by the reader when the answer arrives, so a replay ends exactly at its answer.
         self._replays: dict[RequestId, tuple[str, list[Update]]] = {}
         self._subscriptions: set[Updates] = set()
-        self._handlers: dict[RequestId, anyio.CancelScope] = {}  # the daemon's requests in flight
         out: tuple[MemoryObjectSendStream[bytes], MemoryObjectReceiveStream[bytes]]
         out = anyio.create_memory_object_stream[bytes](OUTGOING_QUEUE_FRAMES)
         self._out_send, self._out_recv = out
         self._tg: anyio.abc.TaskGroup | None = None
-        self._end_reason: str | None = None  # set once: why the connection ended
         self._lost = False  # ended by the daemon or the network, not by leaving `connect()`
 
     @property
     def closed(self) -> bool:
         """True once the connection has ended, for whatever reason."""
-        return self._end_reason is not None
+        return self._conn.closed
+
+    @property
+    def _end_reason(self) -> str | None:
+        """Why the connection ended (None while it lasts)."""
+        return self._conn.end_reason
 
     # --- typed methods --------------------------------------------------------------------------
 
@@ -378,9 +398,8 @@ class Client:
     async def new_session(self, cwd: str | None = None, title: str | None = None) -> str:
         """Create a session and return its id. `cwd` defaults to the current directory; `title`
         (1-200 characters, else -32602) is sent as `_meta.zocrates.title`, else the daemon names it."""
-        params: dict[str, Any] = {"cwd": cwd if cwd is not None else os.getcwd(), "mcpServers": []}
-        if title is not None:
-            params["_meta"] = {"zocrates": {"title": title}}
+        meta = {"_meta": {"zocrates": {"title": title}}} if title is not None else {}
+        params = {"cwd": cwd if cwd is not None else os.getcwd(), "mcpServers": [], **meta}
         result = await self.call("session/new", params)
         return str(result["sessionId"])
 
@@ -497,13 +516,13 @@ class Client:
 
     # --- generic --------------------------------------------------------------------------------
 
-    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def call(self, method: str, params: Params | None = None) -> Any:
         """Send a request and return its `result`; raises RpcError, ConnectionLost, MessageTooLarge."""
         return await self._request(method, params)
 
-    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+    async def notify(self, method: str, params: Params | None = None) -> None:
         """Send a notification (no answer comes). Raises ConnectionLost, MessageTooLarge."""
-        await self._send(self._encode(jsonrpc.notification(method, params)))
+        await self._send(self._conn.notification(method, params))
 
     def updates(self, session_id: str | None = None, *, max_buffer: int = DEFAULT_UPDATES_BUFFER) -> Updates:
         """Subscribe to `session/update` notifications (of one session, or all), from now on.
@@ -520,14 +539,6 @@ class Client:
 
     # --- requests -------------------------------------------------------------------------------
 
-    def _encode(self, message: dict[str, Any]) -> bytes:
-        data = encode_message(message)
-        if len(data) > MAX_OUTGOING_FRAME_BYTES:
-            raise MessageTooLarge(
-                f"{message.get('method', 'message')} is {len(data)} bytes, over the {MAX_OUTGOING_FRAME_BYTES}-byte frame cap"
-            )
-        return data
-
     async def _send(self, data: bytes) -> None:
         if self._end_reason is not None:
             raise ConnectionLost(self._end_reason)
@@ -539,46 +550,32 @@ class Client:
     async def _request(
         self,
         method: str,
-        params: dict[str, Any] | None,
+        params: Params | None,
         replay: tuple[str, list[Update]] | None = None,
     ) -> Any:
-        if self._end_reason is not None:
-            raise ConnectionLost(self._end_reason)
-        outbound = self._conn.start_request(method, params)
-        try:
-            data = self._encode(outbound.message)
-        except BaseException:
-            self._conn.discard_request(outbound.id)  # never sent: nothing to cancel
-            raise
-        req_id = outbound.id
-        waiter = _Waiter()
-        self._waiters[req_id] = waiter
+        call = self._conn.call(method, params)
+        settled = anyio.Event()
+        call.on_settled = settled.set
         if replay is not None:
-            self._replays[req_id] = replay
+            self._replays[call.id] = replay
         try:
-            await self._send(data)
-            await waiter.done.wait()
+            await self._send(call.frame)
+            await settled.wait()
         except BaseException:
             # None when there is nothing to cancel: answered meanwhile, or the connection ended.
-            notice = self._conn.cancel_request(req_id)
+            notice = self._conn.cancel_request(call.id)
             if notice is not None:
                 # Cancelled by our caller: tell the daemon to stop working on it. Best effort and
                 # without waiting (a cancelled task must not block); the daemon answers -32800 and
                 # the connection reports that late answer as unexpected, so it is dropped.
                 try:
-                    self._out_send.send_nowait(self._encode(notice))
+                    self._out_send.send_nowait(encode_message(notice))
                 except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pass
             raise
         finally:
-            self._waiters.pop(req_id, None)
-            self._replays.pop(req_id, None)
-        response = waiter.response
-        if response is None:
-            raise ConnectionLost(f"{self._end_reason or 'the connection ended'} before {method} was answered")
-        if response.error is not None:
-            raise RpcError.from_wire(response.error, method)
-        return response.result
+            self._replays.pop(call.id, None)
+        return call.outcome()
 
     # --- the tasks ------------------------------------------------------------------------------
 
@@ -646,11 +643,7 @@ class Client:
                 case OversizeFrame():
                     return False
                 case ResponseReceived(response=response):
-                    self._replays.pop(response.id, None)
-                    waiter = self._waiters.get(response.id)
-                    if waiter is not None:
-                        waiter.response = response
-                        waiter.done.set()
+                    self._replays.pop(response.id, None)  # its call was settled: its caller wakes
                 case UnexpectedResponse():
                     pass  # an answer to a call cancelled meanwhile, or not ours: dropped
                 case NotificationReceived(notification=note):
@@ -658,20 +651,14 @@ class Client:
                         self._deliver_update(note.params)
                     else:
                         log.debug("ignored notification %s", note.method)
-                case CancelRequested(request_id=request_id):
-                    handler = self._handlers.get(request_id)
-                    if handler is not None:
-                        handler.cancel()
+                case CancelRequested():
+                    pass  # the connection cancelled the handler's scope
                 case RequestReceived(request=request):
                     if self._on_request is None:
-                        reply = jsonrpc.error(
-                            jsonrpc.METHOD_NOT_FOUND, request.id,
-                            data={"kind": "method_not_found", "message": f"this client does not handle {request.method}"},
-                        )
-                        self._reply_soon(self._conn.finish_request(request.id, reply))
+                        self._reply_soon(self._conn.refuse_request(request))
                     else:
                         scope = anyio.CancelScope()
-                        self._handlers[request.id] = scope
+                        self._conn.on_cancel(request.id, scope.cancel)
                         assert self._tg is not None
                         self._tg.start_soon(self._serve_request, self._on_request, request, scope)
                 case Rejected(reply=reply):
@@ -680,7 +667,7 @@ class Client:
                 case _:
                     assert_never(event)
 
-    def _deliver_update(self, params: dict[str, Any]) -> None:
+    def _deliver_update(self, params: Params) -> None:
         session_id, update = params.get("sessionId"), params.get("update")
         if not isinstance(session_id, str) or not isinstance(update, dict):
             log.warning("ignored a malformed session/update")
@@ -692,7 +679,7 @@ class Client:
         for sub in list(self._subscriptions):
             sub._push(item)
 
-    def _reply_soon(self, message: dict[str, Any]) -> None:
+    def _reply_soon(self, message: Reply) -> None:
         # Sent from a task, never from the reader: the reader must not wait on a full queue, or a
         # daemon that waits for us to read would deadlock with us.
         assert self._tg is not None
@@ -705,7 +692,7 @@ class Client:
             pass  # the daemon is gone; nobody is waiting for this answer any more
 
     async def _serve_request(self, handler: RequestHandler, msg: jsonrpc.Request, scope: anyio.CancelScope) -> None:
-        reply: dict[str, Any] | None = None
+        reply: Reply | None = None
         try:
             with scope:
                 try:
@@ -719,10 +706,11 @@ class Client:
                         data={"kind": "internal", "message": f"{type(exc).__name__}: {exc}"},
                     )
         finally:
-            self._handlers.pop(msg.id, None)
             answer = self._conn.finish_request(msg.id, reply, cancelled=scope.cancelled_caught)
         try:
-            data = self._encode(answer)
+            data = encode_message(answer)
+            if len(data) > MAX_OUTGOING_FRAME_BYTES:
+                raise MessageTooLarge(f"{len(data)} bytes, over the {MAX_OUTGOING_FRAME_BYTES}-byte frame cap")
         except (TypeError, ValueError, MessageTooLarge) as exc:
             log.error("the result of %s cannot be sent: %s", msg.method, exc)
             data = encode_message(
@@ -737,21 +725,16 @@ class Client:
 
     def _end(self, reason: str, *, lost: bool) -> None:
         """End the connection once: fail pending calls, end subscriptions, stop the writer."""
-        if self._end_reason is not None:
+        if self._conn.closed:
             return
-        self._end_reason = reason
+        self._conn.close(reason)  # settles every pending call: its caller raises ConnectionLost
         self._lost = lost
         if lost:
             log.warning("%s", reason)
         self._out_send.close()
-        for request_id in self._conn.close():
-            waiter = self._waiters.get(request_id)
-            if waiter is not None:
-                waiter.done.set()  # response stays None: the caller raises ConnectionLost
         for sub in list(self._subscriptions):
             sub._finish(self._end_error_spec())
-        for scope in self._handlers.values():
-            scope.cancel()
+        self._conn.cancel_in_flight()
 
 
 @asynccontextmanager

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from zocrates_client._errors import ConnectionLost, DaemonNotRunning, MessageTooLarge, RpcError
 from zocrates_client.blocking import Answer, BlockingClient, connect
+from zocrates_client.errors import ConnectionLost, DaemonNotRunning, MessageTooLarge, RpcError
 
 STEP_TIMEOUT_S = 5.0
 
@@ -154,14 +154,17 @@ def test_a_frame_over_the_cap_ends_the_connection(pair: tuple[BlockingClient, Fa
     assert client.closed
 
 
-def test_a_message_over_the_outgoing_cap_is_not_sent(pair: tuple[BlockingClient, FakeDaemon], monkeypatch: pytest.MonkeyPatch) -> None:
-    client, daemon = pair
+def test_a_message_over_the_outgoing_cap_is_not_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The cap is given to the client's connection when the client is made.
     monkeypatch.setattr(sys.modules["zocrates_client.blocking"], "MAX_OUTGOING_FRAME_BYTES", 100)
-    with pytest.raises(MessageTooLarge):
-        client.start("x", {"text": "y" * 200})
-    assert not client.pending and not client.closed
-    rid = client.start("small")
-    assert daemon.received()["id"] == rid
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with BlockingClient(ours, max_frame_bytes=4096) as client, theirs:
+        daemon = FakeDaemon(theirs)
+        with pytest.raises(MessageTooLarge):
+            client.start("x", {"text": "y" * 200})
+        assert not client.pending and not client.closed
+        rid = client.start("small")
+        assert daemon.received()["id"] == rid
 
 
 def test_call_blocks_until_its_answer(pair: tuple[BlockingClient, FakeDaemon]) -> None:

@@ -27,7 +27,7 @@ from zocrates_client import (
     UpdatesOverflow,
     connect,
 )
-from zocratesd.rpc.framing import NEED_DATA, FrameDecoder, encode_message
+from zocrates_wire.framing import NEED_DATA, FrameDecoder, encode_message
 
 pytestmark = pytest.mark.anyio
 

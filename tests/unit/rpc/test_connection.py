@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from zocratesd.rpc import connection as connection_mod
-from zocratesd.rpc.connection import (
+from zocrates_wire import connection as connection_mod
+from zocrates_wire.connection import (
     NEED_DATA,
     CancelRequested,
     Connection,
@@ -22,7 +22,7 @@ from zocratesd.rpc.connection import (
     ResponseReceived,
     UnexpectedResponse,
 )
-from zocratesd.rpc.framing import encode_message
+from zocrates_wire.framing import encode_message
 
 
 def feed(conn: Connection, *messages: dict[str, Any] | bytes) -> list[Event]:

@@ -20,7 +20,7 @@ import anyio
 import pytest
 from memstream import MemoryByteStream, pipe
 
-from zocratesd.rpc.jsonrpc import JsonRpcError
+from zocrates_wire.errors import RpcError
 from zocratesd.rpc.peer import MethodTable, Peer
 
 pytestmark = pytest.mark.anyio
@@ -63,10 +63,10 @@ def generic_table(log: list[str]) -> MethodTable:
     async def refuse(peer: Peer, /, **params: Any) -> Any:
         kind, data = params["kind"], params.get("data")
         if kind == "no data":
-            raise JsonRpcError(-32002, "Resource not found")
+            raise RpcError(-32002, "Resource not found")
         if kind == "unknown code":
-            raise JsonRpcError(4242, "Teapot")
-        raise JsonRpcError(-32002, "Resource not found", data)
+            raise RpcError(4242, "Teapot")
+        raise RpcError(-32002, "Resource not found", data)
 
     async def boom(peer: Peer, /, **params: Any) -> Any:
         raise RuntimeError(params.get("why", ""))

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from zocratesd.rpc.framing import NEED_DATA, FrameDecoder, FrameTooLarge, SendQueue, encode_message
+from zocrates_wire.framing import NEED_DATA, FrameDecoder, FrameTooLarge, SendQueue, encode_message
 
 
 def frames(decoder: FrameDecoder) -> list[object]:

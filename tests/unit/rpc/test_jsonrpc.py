@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from zocratesd.rpc import jsonrpc
-from zocratesd.rpc.jsonrpc import Invalid, Notification, Request, Response, parse_frame
+from zocrates_wire import jsonrpc
+from zocrates_wire.jsonrpc import Invalid, Notification, Request, Response, parse_frame
 
 
 def err(msg: object) -> tuple[int, object, str]:

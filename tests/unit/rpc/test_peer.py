@@ -10,9 +10,9 @@ import anyio
 import pytest
 from memstream import MemoryByteStream, pipe
 
+from zocrates_wire.errors import ConnectionLost, RpcError
 from zocratesd.rpc import peer as peer_mod
-from zocratesd.rpc.jsonrpc import JsonRpcError
-from zocratesd.rpc.peer import MethodTable, Peer, PeerClosed, RemoteError
+from zocratesd.rpc.peer import MethodTable, Peer
 
 pytestmark = pytest.mark.anyio
 
@@ -52,14 +52,14 @@ def methods(log: list[str]) -> dict[str, Any]:
         raise RuntimeError("kaboom")
 
     async def refuse(peer: Peer, /, **params: Any) -> Any:
-        raise JsonRpcError(-32002, "Resource not found", {"kind": "not_found", "sessionId": "x"})
+        raise RpcError(-32002, "Resource not found", {"kind": "not_found", "sessionId": "x"})
 
     async def ask(peer: Peer, /, **params: Any) -> Any:
         try:
             answer = await peer.request("client/question", {"q": params.get("q")})
-        except RemoteError as exc:
+        except RpcError as exc:
             return {"remote_error": exc.code}
-        except PeerClosed:
+        except ConnectionLost:
             log.append("ask: peer closed")
             raise
         return {"answer": answer}
@@ -245,7 +245,7 @@ async def test_nothing_is_asked_of_a_client_whose_input_has_ended() -> None:
         with anyio.fail_after(10):
             try:
                 await peer.request("session/request_permission", {"sessionId": "s"})
-            except PeerClosed as exc:
+            except ConnectionLost as exc:
                 return {"refused": str(exc)}
         return "answered?"
 

@@ -3,13 +3,18 @@
 `parse_frame(frame)` returns a `Request`, `Notification`, `Response` or `Invalid`. `Invalid`
 carries the error response to send: its id is the frame's id whenever that id is readable, so a
 client's pending request never hangs on an `id: null` error. A handler answers with an error by
-raising `JsonRpcError` (rpc/dispatch.py turns it into the reply).
+raising `errors.RpcError`.
+
+The messages we build are TypedDicts (`RequestMessage`, `NotificationMessage`, `Reply`): plain
+dicts, because they go straight to the encoder, with their members declared. `params` and
+`result` are the methods' own shapes, typed by the faces that know them.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any, Final, NotRequired, TypedDict, TypeGuard, cast
 
 import msgspec
 
@@ -54,13 +59,52 @@ ERROR_CODES: Final[dict[int, ErrorCode]] = {
     )
 }
 # A code not in the table (one a peer sent us, or a newer daemon's) still gets a message and a kind.
-_UNKNOWN_CODE = ErrorCode(0, "Error", "error")
+UNKNOWN_CODE = ErrorCode(0, "Error", "error")
 
 Id = int | str | None
+RequestId = int | str
+#: The params we send: an object whose members the method defines. What comes in is the parsed
+#: JSON object itself (`Request.params`), validated where it is handled.
+Params = Mapping[str, Any]
+
+
+class ErrorObject(TypedDict, total=False):
+    """A reply's `error` member. What a peer sends may lack any member or hold the wrong type, so
+    readers check each (errors.RpcError.from_wire); what we send has all three."""
+
+    code: int
+    message: str
+    data: Any
+
+
+class RequestMessage(TypedDict):
+    jsonrpc: str
+    id: RequestId
+    method: str
+    params: NotRequired[Params]
+
+
+class NotificationMessage(TypedDict):
+    jsonrpc: str
+    method: str
+    params: NotRequired[Params]
+
+
+class Reply(TypedDict, total=False):
+    """A response: `result` or `error`; `id` null when the request's id could not be read."""
+
+    jsonrpc: str
+    result: Any
+    error: ErrorObject
+    id: Id
+
+
+#: Any message we send.
+Outgoing = RequestMessage | NotificationMessage | Reply
 
 
 class Request(msgspec.Struct, frozen=True):
-    id: int | str
+    id: RequestId
     method: str
     params: dict[str, Any]
 
@@ -73,15 +117,15 @@ class Notification(msgspec.Struct, frozen=True):
 class Response(msgspec.Struct, frozen=True):
     """An answer from the other side to one of our own requests."""
 
-    id: int | str
+    id: RequestId
     result: Any = None
-    error: dict[str, Any] | None = None
+    error: ErrorObject | None = None
 
 
 class Invalid(msgspec.Struct, frozen=True):
     """A frame we cannot act on; `reply` is the error to send (None: say nothing)."""
 
-    reply: dict[str, Any] | None
+    reply: Reply | None
 
 
 Message = Request | Notification | Response | Invalid
@@ -89,7 +133,7 @@ Message = Request | Notification | Response | Invalid
 
 def error_data(code: int, data: Any) -> dict[str, Any]:
     """`data` as an object that always has `kind`; a bare value becomes its `detail`."""
-    kind = ERROR_CODES.get(code, _UNKNOWN_CODE).kind
+    kind = ERROR_CODES.get(code, UNKNOWN_CODE).kind
     if isinstance(data, dict):
         return data if "kind" in data else {"kind": kind, **data}
     out: dict[str, Any] = {"kind": kind}
@@ -98,31 +142,20 @@ def error_data(code: int, data: Any) -> dict[str, Any]:
     return out
 
 
-def error_object(code: int, message: str | None = None, data: Any = None) -> dict[str, Any]:
+def error_object(code: int, message: str | None = None, data: Any = None) -> ErrorObject:
     """An error response's `error` member: the code's standard message unless given, `data` with its `kind`."""
     return {
         "code": code,
-        "message": message or ERROR_CODES.get(code, _UNKNOWN_CODE).message,
+        "message": message or ERROR_CODES.get(code, UNKNOWN_CODE).message,
         "data": error_data(code, data),
     }
 
 
-def error(code: int, id: Id, message: str | None = None, data: Any = None) -> dict[str, Any]:
+def error(code: int, id: Id, message: str | None = None, data: Any = None) -> Reply:
     return {"jsonrpc": "2.0", "id": id, "error": error_object(code, message, data)}
 
 
-class JsonRpcError(Exception):
-    """Raised by a method handler to answer its request with this error (`data` as `error_data`
-    shapes it: an object keeps its `kind` or gets the code's; a bare value becomes `detail`)."""
-
-    def __init__(self, code: int, message: str | None = None, data: Any = None):
-        super().__init__(code, message, data)
-        self.code = code
-        self.message = message or ERROR_CODES.get(code, _UNKNOWN_CODE).message
-        self.data = data
-
-
-def normalise_error(reply: dict[str, Any]) -> dict[str, Any]:
+def normalise_error(reply: Reply) -> Reply:
     """Give an error reply built elsewhere (a handler's, a client's) the same `data.kind` shape."""
     err = reply.get("error")
     if isinstance(err, dict):
@@ -130,25 +163,25 @@ def normalise_error(reply: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-def success(id: int | str, result: Any) -> dict[str, Any]:
+def success(id: RequestId, result: Any) -> Reply:
     return {"jsonrpc": "2.0", "id": id, "result": result}
 
 
-def request(id: int | str, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+def request(id: RequestId, method: str, params: Params | None) -> RequestMessage:
+    msg: RequestMessage = {"jsonrpc": "2.0", "id": id, "method": method}
     if params is not None:
         msg["params"] = params
     return msg
 
 
-def notification(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+def notification(method: str, params: Params | None) -> NotificationMessage:
+    msg: NotificationMessage = {"jsonrpc": "2.0", "method": method}
     if params is not None:
         msg["params"] = params
     return msg
 
 
-def valid_id(value: Any) -> bool:
+def valid_id(value: Any) -> TypeGuard[RequestId]:
     # bool is an int in Python but not a JSON-RPC id; floats are allowed by the spec but a
     # fractional id is a client bug we would rather report than round.
     return (isinstance(value, str) or isinstance(value, int)) and not isinstance(value, bool)
@@ -185,7 +218,8 @@ def parse_frame(frame: bytes) -> Message:
             if not valid_id(obj["id"]):
                 return Invalid(None)  # a response we could never have asked for: ignore it
             err = obj.get("error")
-            return Response(obj["id"], obj.get("result"), err if isinstance(err, dict) else None)
+            # Its members are checked where they are read (errors.RpcError.from_wire).
+            return Response(obj["id"], obj.get("result"), cast(ErrorObject, err) if isinstance(err, dict) else None)
         return Invalid(error(INVALID_REQUEST, msg_id, data='a message needs "method", or "id" with "result"/"error"'))
 
     method = obj["method"]

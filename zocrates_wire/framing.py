@@ -20,6 +20,7 @@ Contract of `FrameDecoder`:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
@@ -30,6 +31,9 @@ import orjson
 # and rust-sdk #342 argues the cap must be finite and configurable. 16 MiB holds a prompt with
 # hundreds of pasted snippets; `rpc.max_frame_bytes` in the config changes it.
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+
+# One read of a socket or pipe: a few frames of a turn's stream, or a slice of a large one.
+READ_CHUNK_BYTES: Final = 256 * 1024
 
 NEED_DATA: Final = object()
 
@@ -156,7 +160,7 @@ class SendQueue:
         self._taken = self.written = self._pushed
 
 
-def encode_message(message: Any) -> bytes:
+def encode_message(message: Mapping[str, Any]) -> bytes:
     """One message as one line: compact JSON, UTF-8, `\\n`. Compact JSON never holds a raw newline
     (control characters inside strings are always escaped)."""
     try:
