@@ -49,9 +49,10 @@ from _report import env_info, markdown_table, summarize, timer, write_json
 
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import LIBRARY_PASSAGES_FILE, Daemon
-from zocratesd.library import Library, dense
+from zocratesd.library import dense
 from zocratesd.library import writer as zw
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Scope
+from zocratesd.library.service import Library
 
 DATA_DIR = REPO_DIR.parent / "shared" / "data" / "beir" / "scifact"
 # Targets on test (issue 20, item 8): both layouts, nDCG@10 and Recall@100.

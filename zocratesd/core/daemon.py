@@ -70,7 +70,7 @@ if TYPE_CHECKING:  # the engine side imports ADK (~1.3 s): `Daemon.load_engine`,
     from zocratesd.compaction import Compactor
     from zocratesd.core.turn_updates import TurnUpdates
     from zocratesd.engine.runner import Engine
-    from zocratesd.library import Library
+    from zocratesd.library.service import Library
 
 
 # How long a stop waits for ADK's first-run table creation rather than cancel it half-way
@@ -342,8 +342,10 @@ class Daemon:
 
     def _make_library_source(self) -> tuple[Retriever, Library | None]:
         from zocratesd import locations
-        from zocratesd.library import ZOTERO_DB, Library, dense
+        from zocratesd.library import dense
         from zocratesd.library.passages import PassagesFile
+        from zocratesd.library.service import Library
+        from zocratesd.library.zotero_db import ZOTERO_DB
 
         dense.set_enabled(self.config.library.dense)
 
@@ -405,7 +407,7 @@ class Daemon:
         """`_zocrates/library/status`: the index's state, counts and progress; `refresh` checks
         Zotero for changes now rather than at the next poll."""
         if self.library is None:
-            from zocratesd.library import disabled_status
+            from zocratesd.library.service import disabled_status
 
             return disabled_status("this daemon searches a fixed set of passages, not a Zotero library index")
         return self.library.status(refresh)

@@ -22,6 +22,8 @@ import os
 import stat
 from pathlib import Path
 
+import pypdf
+
 from zocratesd.library._records import valid_key
 
 log = logging.getLogger(__name__)
@@ -74,8 +76,6 @@ def page_labels(data_dir: Path, attachment_key: str) -> list[str] | None:
 
 
 def _read_labels(f: object, attachment_key: str) -> list[str] | None:
-    import pypdf
-
     # pypdf reports what it repairs in damaged files through logging, with bytes of the file in
     # the message: not for our log (a damaged file simply has no labels).
     logging.getLogger("pypdf").setLevel(logging.ERROR)

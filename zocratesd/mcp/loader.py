@@ -25,8 +25,6 @@ import time
 from types import ModuleType
 from typing import Final
 
-from zocratesd.process.give_way import GiveWay
-
 log = logging.getLogger("zocratesd.mcp")
 
 # Test seam: when set, the SDK's import (in its thread) does not start until this file exists, so
@@ -50,15 +48,7 @@ def import_sdk(idle: threading.Event | None = None) -> ModuleType:
         log.warning("%s is set: the SDK's import waits for %s", HOLD_SDK_ENV, hold)
         while not os.path.exists(hold):
             time.sleep(_HOLD_POLL_S)
-    if idle is None:
-        return importlib.import_module(SERVER_MODULE)
-    finder = GiveWay(idle, each_s=MAX_WAIT_EACH_S, total_s=MAX_WAIT_TOTAL_S)
-    # Replaced, never changed in place: another thread may be iterating over it mid-import.
-    sys.meta_path = [finder, *sys.meta_path]
-    try:
-        return importlib.import_module(SERVER_MODULE)
-    finally:
-        sys.meta_path = [f for f in sys.meta_path if f is not finder]
+    return importlib.import_module(SERVER_MODULE)
 
 
 class SdkLoader:

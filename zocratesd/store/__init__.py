@@ -12,7 +12,6 @@ from zocratesd.store.database import SessionsDb, bookkeeping_event
 from zocratesd.store.locks import SessionLocks
 from zocratesd.store.reader import SessionReader, SessionRow
 from zocratesd.store.sqlite import APP_NAME, USER_ID
-from zocratesd.store.ui import format_session_for_ui
 
 __all__ = [
     "APP_NAME",
@@ -22,5 +21,4 @@ __all__ = [
     "SessionRow",
     "SessionsDb",
     "bookkeeping_event",
-    "format_session_for_ui",
 ]

@@ -20,7 +20,7 @@ import msgspec
 import orjson
 
 from zocratesd.errors import SessionNotFound
-from zocratesd.foreground import FOREGROUND
+from zocratesd.store import slim
 from zocratesd.store.sqlite import APP_NAME, USER_ID, StoreGate, sqlite_datetime
 from zocratesd.store.thread import ConnectionThread
 from zocratesd.store.ui import Json, apply_rewinds, title_of, ui_view
@@ -149,8 +149,7 @@ class SessionReader:
             return await self._thread.run(self._serve, fn)
 
     def _serve(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        with FOREGROUND.work():  # a background thread gives way to it (zocratesd/foreground.py)
-            return fn(self._connection())
+        return fn(self._connection())
 
     async def aclose(self) -> None:
         """Close the connection (reopened on the next read); waits for a read in progress. Not
@@ -257,16 +256,14 @@ class SessionReader:
 
     async def ui_session(self, session_id: str) -> Json:
         """The UI view (spec 2.2) of one session; raises SessionNotFound. The view reads a dozen
-        keys per event, so the events are decoded only that far (store/slim.py: ~30% less CPU for
-        a 5000-event session); the result equals `live_session(...).ui()` byte for byte."""
+        keys per event, so the events are decoded only that far (store/slim.py; bench/PROFILE.md has
+        the measurements); the result equals `live_session(...).ui()` byte for byte."""
         head, rows = await self._rows(session_id)
         with gc_paused():
             return self._view(session_id, head, rows)
 
     @staticmethod
     def _view(session_id: str, head: Any, rows: list[Any]) -> Json:
-        from zocratesd.store import slim  # its decoder: built by the first view, not before serving
-
         try:
             events = slim.decode_events(rows)
         except (slim.DecodeError, TypeError):  # not events as ADK writes them: whole, as before

@@ -18,8 +18,8 @@ from zocratesd.engine.answer.segment import split_sentences
 from zocratesd.engine.models.offline import compose_answer
 from zocratesd.engine.research import MAX_ASPECTS, Research
 from zocratesd.engine.tools import _numbered
-from zocratesd.library import Library
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Scope
+from zocratesd.library.service import Library
 from zocratesd.library.writer import Annotation, Attachment, Item, pdf_file, write
 from zocratesd.library.writer import Library as ZoteroLibrary
 from zocratesd.textnorm import glued_heading

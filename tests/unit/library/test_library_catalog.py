@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import pytest
 from zoterofixture import Attachment, Collection, Item, Library, Note, rich_library
 
-from zocratesd.library import Library as LibraryIndex
 from zocratesd.library import catalog
+from zocratesd.library.service import Library as LibraryIndex
 from zocratesd.library.writer import write
 
 T = TypeVar("T")

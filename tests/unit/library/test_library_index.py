@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from zoterofixture import FixtureAttachment, FixtureItem, build_zotero_dir, sample_library, touch_items
 
-from zocratesd.library import Library
 from zocratesd.library.index import INDEX_NAME, match_expression
 from zocratesd.library.retrieval import Scope
+from zocratesd.library.service import Library
 
 
 def make(tmp_path: Path, version: int = 123) -> Library:

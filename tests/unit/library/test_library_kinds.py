@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from zoterofixture import rich_library
 
-from zocratesd.library import Library
 from zocratesd.library.retrieval import Hit, Scope
+from zocratesd.library.service import Library
 from zocratesd.library.writer import write
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 
-from google.adk.models._capabilities import LlmCapabilities
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
+from zocratesd.adkcompat import LlmCapabilities
 from zocratesd.engine.answer import compose_answer
 
 SEARCH_TOOL = "search_library"
