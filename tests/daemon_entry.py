@@ -11,6 +11,7 @@ command=TEST_ENTRY)`, tests/daemonproc.py) and names what it wants in the daemon
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -18,6 +19,7 @@ from typing import Final
 
 from zocratesd import cli
 from zocratesd.library import embedproc
+from zocratesd.process.logs import PROCESS_LOGGER
 from zocratesd.process.startup import ENGINE, WIRE
 
 HOLD_WIRE_ENV: Final = "ZOCRATES_TEST_HOLD_WIRE_UNTIL"
@@ -33,7 +35,8 @@ def before_stage(name: str) -> None:
     env = _HOLDS.get(name)
     hold = os.environ.get(env) if env else None
     if hold:
-        print(f"zocratesd test entry: {env} is set: the {name} waits for {hold}", file=sys.stderr, flush=True)
+        # In the daemon's log, where a test reads it (DaemonProc.stderr_text).
+        logging.getLogger(PROCESS_LOGGER).warning("%s is set: the %s waits for %s", env, name, hold)
         while not os.path.exists(hold):
             time.sleep(HOLD_POLL_S)
 

@@ -16,13 +16,17 @@ type-only import is still a dependency a reader has to follow.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from zocratesd.process.startup import ENGINE, MCP_SDK, SHIM, WIRE
 
 PACKAGE = Path(__file__).resolve().parents[2] / "zocratesd"
 
@@ -260,14 +264,12 @@ def test_stdio_modules_import_nothing_heavy_even_lazily(module: str) -> None:
     assert not heavy, "\n".join(heavy)
 
 
-# What `zocratesd serve` may not load before its first reply (issue 22: first reply <= 300 ms; issue
-# 31: <= 250 ms): the wire stack (pydantic, the wire models and the ACP methods: the socket answers
-# the handshake before they are imported, rpc/early.py), the HTTP shim's server stack (imported
-# after the socket serves, process/lifecycle.py Preload), the library index (made on first use,
-# core/daemon.py; the library's light package and its retrieval types are allowed), and xml.sax
-# (core/context.py escapes by itself).
-FIRST_REPLY_FORBIDDEN = (*STDIO_FORBIDDEN[:4], "uvicorn", "starlette", "h11", "click", "zocratesd.library.",
-                         "zocratesd.shim.routes", "zocratesd.rpc.models", "zocratesd.rpc.acp", "xml.sax")
+# What `zocratesd serve` may not load before its first reply: every module of the start-up plan's
+# stages (process/startup.py: the wire stack, the HTTP shim's server stack, the engine), loaded in
+# the background once the socket serves; and besides them, the library index (loaded with the
+# engine; the library's retrieval types are allowed) and xml.sax (core/context.py escapes by itself).
+FIRST_REPLY_FORBIDDEN = (*STDIO_FORBIDDEN[:4], *WIRE.modules, *SHIM.modules, *ENGINE.modules, "starlette", "h11",
+                         "click", "zocratesd.library.", "zocratesd.shim.routes", "zocratesd.rpc.models", "xml.sax")
 FIRST_REPLY_ALLOWED = frozenset({"zocratesd.library.retrieval"})
 
 
@@ -314,6 +316,13 @@ def test_the_first_reply_loads_no_wire_stack_shim_server_or_library_index(tmp_pa
     assert "zocratesd.shim.server" in loaded and "zocratesd.core.daemon" in loaded
     early = [m for m in loaded if m.startswith(FIRST_REPLY_FORBIDDEN) and m not in FIRST_REPLY_ALLOWED]
     assert not early, f"the daemon loads {early[:10]} before its first reply"
+
+
+@pytest.mark.parametrize("stage", [WIRE, SHIM, ENGINE, MCP_SDK], ids=lambda s: s.name)
+def test_every_module_of_the_start_up_plan_exists(stage: Any) -> None:
+    """A stage that named a module moved away would fail the daemon's start only at run time."""
+    missing = [m for m in stage.modules if importlib.util.find_spec(m) is None]
+    assert not missing, f"the start-up plan's {stage.name!r} stage names {missing}"
 
 
 # What `zocratesd mcp` may not load: it is a client of the daemon (zocratesd/mcp/), not the daemon.

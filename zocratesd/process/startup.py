@@ -61,7 +61,6 @@ ENGINE: Final = Stage(
     (
         "zocratesd.engine.runner",
         "zocratesd.store.writer",
-        "zocratesd.store.slim",
         "zocratesd.compaction",
         "zocratesd.core.turn_updates",
         "zocratesd.library.passages",
