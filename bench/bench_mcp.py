@@ -4,7 +4,7 @@
     ./dev bench bench/bench_mcp.py --quick    # smoke run (~40 s)
 
 1. builds a Zotero data dir (tests/zoterofixture.py `generate_library`, written by
-   zocratesd/library/writer.py) and starts the real daemon on it, waiting for its index;
+   zocratesd/demo/zotero_dir.py) and starts the real daemon on it, waiting for its index;
 2. warm: one `zocratesd mcp` process (MCP handshake done, and the SDK's server serving: a
    `prompts/list`, which only the SDK answers, has been answered, so no warm search is the cold
    face's or the early path's) and one socket connection; each query goes, alternating, through

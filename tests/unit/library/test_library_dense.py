@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from zocratesd.demo import zotero_dir as zw
 from zocratesd.library import dense
-from zocratesd.library import writer as zw
 from zocratesd.library.index import INDEX_NAME, IndexCorrupt, open_index
 from zocratesd.library.retrieval import Scope
 from zocratesd.library.service import Library

@@ -8,7 +8,7 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from zocratesd.library import writer as zw
+from zocratesd.demo import zotero_dir as zw
 from zocratesd.library.index import INDEX_NAME
 from zocratesd.library.retrieval import Scope
 from zocratesd.library.service import Library
