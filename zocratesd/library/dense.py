@@ -108,7 +108,7 @@ class Embedder:
         for text in texts:
             out.append(self.pack(text))
             # Python work that holds the GIL: let the event loop's thread in between chunks (on a
-            # loaded machine the loop otherwise stalled for ~0.3 s).
+            # loaded machine the loop otherwise stalled for a visible moment).
             time.sleep(0)
         return out
 
@@ -155,7 +155,7 @@ def _read_table(path: Path) -> np.ndarray:
 
 
 def _load() -> Embedder | None:
-    # wordllama is used for its files only (importing it costs ~1.5 s and brings more with it).
+    # wordllama is used for its files only (importing it costs seconds and brings more with it).
     files = _files()
     if files is None:
         return None
@@ -193,7 +193,7 @@ def _files() -> tuple[Path, Path] | None:
 
 
 def embedder(search: bool = False) -> Embedder | None:
-    """The process's embedder, loaded on first use (~0.2 s and ~50-65 MiB, off the event loop:
+    """The process's embedder, loaded on first use (its memory is in the module doc; off the event loop:
     callers are the indexer thread and search threads), not at start: a daemon whose library is
     indexed holds it from its first search on. `search`: a search asks (it then stays loaded;
     see `release`). None when the stage is off or wordllama is missing or broken."""
@@ -215,7 +215,7 @@ def loaded() -> Embedder | None:
 def release() -> None:
     """Drop the embedder an indexing pass loaded when no search has asked for it yet: a library
     indexed at start then goes back to the idle memory of one that was indexed before (the next
-    search loads it again, ~0.2 s). Called after each indexing pass."""
+    search loads it again). Called after each indexing pass."""
     with _lock:
         if not _loaded or _loaded[0] is None or _searched[0]:
             return

@@ -2,8 +2,8 @@
 
 Embedding a library's passages needs the dense model (numpy, the token table, the tokenizer:
 ~50-65 MiB, library/dense.py), and a pass over a large library fragments the heap. Done in the
-daemon, a library indexed at start left it idling ~30 MiB over one already indexed (170 against
-~112 MiB; bench/PROFILE.md sections 10 and 11), over the 150 MiB budget until the next start. So
+daemon, a library indexed at start left it idling well over one already indexed, over the idle
+memory budget until the next start (bench/PROFILE.md has the figures). So
 the indexer sends the chunks' texts to a child that loads the model, embeds, and exits with the
 pass: its memory goes back to the system whole, and the embedding's CPU is off the daemon's GIL.
 A search still loads the model in the daemon, at its first query (dense.embedder(search=True)).
@@ -46,9 +46,8 @@ log = logging.getLogger(__name__)
 # (~80 MiB resident); this leaves room for a large request (and another platform's allocator)
 # while a runaway child fails with MemoryError instead of taking the machine's memory.
 MAX_CHILD_MEMORY: Final = 1024 * 1024 * 1024
-# Waits for an answer: starting (the interpreter, numpy, the model: ~0.3 s alone, seconds on a
-# loaded machine) and each request (REQUEST_TEXTS chunks: ~50 ms alone). Far above both: only a
-# hung or swapping child reaches them.
+# Waits for an answer: starting (the interpreter, numpy, the model: seconds on a loaded machine)
+# and each request (REQUEST_TEXTS chunks). Far above both: only a hung or swapping child reaches them.
 LOAD_TIMEOUT_S: Final = 60.0
 REQUEST_TIMEOUT_S: Final = 60.0
 # Texts per request: bounds a request's JSON (~1,200 characters a chunk) and the child's memory.

@@ -213,8 +213,8 @@ class HttpFace:
                     continue
                 try:
                     # uvicorn writes a response in two pieces (head, body): with Nagle's algorithm
-                    # the second waits for the client's delayed ACK of the first, ~40 ms on every
-                    # request after the first on a kept-alive connection. asyncio's transport sets
+                    # the second waits for the client's delayed ACK of the first on every request
+                    # after the first on a kept-alive connection (bench/PROFILE.md section 15). asyncio's transport sets
                     # TCP_NODELAY only on a socket made with proto IPPROTO_TCP, and ours says 0.
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     await loop.connect_accepted_socket(factory, conn)

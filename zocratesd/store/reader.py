@@ -1,6 +1,6 @@
 """The fast read path: sessions and events straight from ADK's tables, without pydantic.
 
-ADK's `get_session` turns every row into a pydantic Event (~0.15 ms each); showing a session needs
+ADK's `get_session` turns every row into a pydantic Event; showing a session needs
 only the stored JSON. The SQL here mirrors ADK 2.13's own queries (`database_session_service.py`):
 events ordered by (timestamp, id), the same order ADK gives after reversing its DESC scan, and
 `update_time` read as naive UTC exactly as `StorageSession.get_update_timestamp` does, so the
@@ -115,8 +115,7 @@ class SessionReader:
     """Reads over a connection of its own: plain sqlite3 in a thread of its own (store/thread.py),
     `query_only`.
 
-    SQLAlchemy's async adapter costs ~2x a plain fetch on a 5000-row session (measured 12.8 vs
-    6.6 ms). In WAL mode this reader never blocks the writer and is never blocked by it. Queries
+    SQLAlchemy's async adapter costs about twice a plain fetch (bench/PROFILE.md). In WAL mode this reader never blocks the writer and is never blocked by it. Queries
     run one at a time, in order; each is a few milliseconds.
     Every read passes the file's `StoreGate`, so it waits while maintenance has the store paused.
     Made by `SessionsDb`: `connect` opens the connection (lazily, again after `aclose()`);

@@ -2,10 +2,10 @@
 `Session` objects, a fraction of the cost.
 
 A turn loads its session once and appends five or six events. ADK's `DatabaseSessionService`
-spends ~12 ms on each append (measured on the 2-core CI machine: an ORM unit of work, three
-SELECTs and ~10 thread hand-offs through aiosqlite) and ~5 ms of ORM on each load before any
-event is validated. This subclass does both with plain `sqlite3`, in one transaction and one hop
-to the connection's own thread (~1 ms; store/thread.py), and changes nothing else: sessions are
+spends an ORM unit of work, three SELECTs and about ten thread hand-offs through aiosqlite on each
+append, and ORM work on each load before any event is validated (bench/PROFILE.md). This subclass
+does both with plain `sqlite3`, in one transaction and one hop to the connection's own thread
+(store/thread.py), and changes nothing else: sessions are
 created, listed, deleted and rewound by ADK's own code, which reads back exactly what it would have
 written (`tests/unit/store/test_fast_append.py` compares rows byte for byte and sessions field by
 field).
@@ -23,8 +23,8 @@ ADK did not load (no update marker) go through ADK's own path unchanged.
 The connection's thread keeps the event loop free while SQLite waits on a lock (busy timeout), so a
 write held up by another connection of this process can never deadlock it.
 
-ADK's own service (and SQLAlchemy, aiosqlite and the dialects ADK's schema module imports: ~0.3 s
-of CPU, a quarter of the engine's import) is built only when something needs it (`adk()`): making
+ADK's own service (and SQLAlchemy, aiosqlite and the dialects ADK's schema module imports: a
+quarter of the engine's import, store/adk_service.py) is built only when something needs it (`adk()`): making
 the tables of a new file, the first session of a new file, listing or deleting sessions, app or
 user state. A daemon that starts on an existing store and answers a prompt never imports it: the
 first turn after a cold start does not wait for it. The check that a file is as ADK 2.13 prepares it
