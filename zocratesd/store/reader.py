@@ -115,8 +115,9 @@ class SessionReader:
     """Reads over a connection of its own: plain sqlite3 in a thread of its own (store/thread.py),
     `query_only`.
 
-    SQLAlchemy's async adapter costs about twice a plain fetch (bench/PROFILE.md). In WAL mode this reader never blocks the writer and is never blocked by it. Queries
-    run one at a time, in order; each is a few milliseconds.
+    SQLAlchemy's async adapter costs about twice a plain fetch (bench/PROFILE.md). In WAL mode
+    this reader never blocks the writer and is never blocked by it. Queries run one at a time, in
+    order; each is a few milliseconds.
     Every read passes the file's `StoreGate`, so it waits while maintenance has the store paused.
     Made by `SessionsDb`: `connect` opens the connection (lazily, again after `aclose()`);
     `tables` says whether ADK's tables exist (asked until they do): a store the engine has not made
