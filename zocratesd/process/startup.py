@@ -45,6 +45,13 @@ class Stage:
     modules: tuple[str, ...]
     then: Callable[[], None] | None = None
 
+    def load(self) -> None:
+        """Import the stage's modules and run `then` (blocking: the loading thread's work)."""
+        for name in self.modules:
+            importlib.import_module(name)
+        if self.then is not None:
+            self.then()
+
 
 def _prepare_engine() -> None:
     """What ADK imports and builds only on its first turn, done now (engine/runner.py)."""
@@ -103,10 +110,7 @@ class Plan:
             if self.before_stage is not None:
                 self.before_stage(stage.name)
             started = time.monotonic()
-            for name in stage.modules:
-                importlib.import_module(name)
-            if stage.then is not None:
-                stage.then()
+            stage.load()
             self.timings[stage.name] = time.monotonic() - started
             try:
                 call_soon(loaded.done.set)
