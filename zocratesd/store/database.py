@@ -85,7 +85,7 @@ def _write_path() -> ModuleType:
 
 def bookkeeping_event(state_delta: Mapping[str, Any]) -> Event:
     """A content-less event that only changes state (store/writer.py `bookkeeping_event`)."""
-    event: Event = _write_path().bookkeeping_event(dict(state_delta))
+    event: Event = _write_path().bookkeeping_event(state_delta)
     return event
 
 

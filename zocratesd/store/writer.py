@@ -41,7 +41,7 @@ import sqlite3
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -413,14 +413,14 @@ class FastAppendSessionService(BaseSessionService):
         return _marker(stored_time)
 
 
-def bookkeeping_event(state_delta: dict[str, Any]) -> Event:
+def bookkeeping_event(state_delta: Mapping[str, Any]) -> Event:
     """A content-less event that only changes state (a title, the seed of a new session). It never
     reaches a prompt (no content) or the UI (no text), and it is not a message, so it does not make
     an empty session non-empty (maintenance/_select.py)."""
     return Event(
         author="user",
         invocation_id=f"zocrates-meta-{Event.new_id()}",
-        actions=EventActions(state_delta=state_delta),
+        actions=EventActions(state_delta=dict(state_delta)),
     )
 
 
