@@ -8,6 +8,8 @@
   engine (ADK, the agent, the answerer) imports the types from the library;
 - `zocratesd stdio` (an editor starts one per chat panel) never loads ADK, SQLAlchemy or pydantic;
 - `zocratesd mcp` (an MCP client starts one per chat) never loads ADK, SQLAlchemy or the core.
+- `zocratesd serve` loads none of its start-up plan's stages (process/startup.py) before its first
+  reply, and every module a stage names exists.
 
 Every import counts, at module level or inside a function, `TYPE_CHECKING` blocks included: a
 type-only import is still a dependency a reader has to follow.
