@@ -90,7 +90,7 @@ def index_retriever(items: dict[str, Any], tmp: Path) -> Retriever:
     """The library as a Zotero data dir, indexed by the daemon's indexer (what a daemon searches)."""
     from zoterofixture import PAGE_BREAK, FixtureAttachment, FixtureItem, build_zotero_dir
 
-    from zocratesd.library import Library
+    from zocratesd.library.service import Library
 
     fixture = [
         FixtureItem(key, it["title"], creators=[_creator(c) for c in it["creators"]], date=str(it["year"]),

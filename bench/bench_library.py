@@ -36,8 +36,10 @@ from _procs import short_tmpdir
 from _report import env_info, fmt_ms, markdown_table, summarize, timer, write_json
 from zoterofixture import build_zotero_dir, generate_library, touch_items  # tests/, on sys.path by _paths
 
-from zocratesd.library import INDEX_NAME, Library, dense
+from zocratesd.library import dense
+from zocratesd.library.index import INDEX_NAME
 from zocratesd.library.retrieval import Scope, tokens
+from zocratesd.library.service import Library
 
 TARGET_BUILD_S = 120.0
 TARGET_REFRESH_S = 1.0

@@ -4,7 +4,7 @@
     ./dev bench bench/bench_mcp.py --quick    # smoke run (~30 s)
 
 1. builds a Zotero data dir (tests/zoterofixture.py `generate_library`, written by
-   zocratesd/library/writer.py) and starts the real daemon on it, waiting for its index;
+   zocratesd/demo/zotero_dir.py) and starts the real daemon on it, waiting for its index;
 2. warm: one `zocratesd mcp` process (MCP handshake done) and one socket connection; each query
    goes, alternating, through MCP (`tools/call search_library`, text and structuredContent) and
    through the socket (`_zocrates/library/search`, the call the tool makes); p50 overhead;

@@ -511,7 +511,7 @@ def measure(args: argparse.Namespace, rec: Recorder, data: dict[str, Any], zc: R
 
 
 def in_big_get(peer: Any, sid: str) -> tuple[float, int]:
-    from zocratesd.store import format_session_for_ui
+    from zocratesd.store.writer import format_session_for_ui
 
     async def go() -> tuple[float, int]:
         t0 = timer()

@@ -8,7 +8,7 @@ abstracts, 1,109 claims, relevance judgments `qrels/train.tsv` (809 queries) and
 (300). Tune on train, report test beside it (the README of the data says the same).
 
 Layouts, each a data dir the daemon reads as a user's would be:
-- `abstract`: a Zotero database (library/writer.py, Zotero 10's schema) with each paper's title in
+- `abstract`: a Zotero database (demo/zotero_dir.py, Zotero 10's schema) with each paper's title in
   its title field and its abstract in `abstractNote`, indexed by the daemon's own indexer;
 - `fulltext`: the same papers with no abstract field, the abstract arriving as a PDF's text (the
   `.zotero-ft-cache` Zotero's PDF worker writes), chunked by the indexer as any PDF is;
@@ -49,9 +49,10 @@ from _report import env_info, markdown_table, summarize, timer, write_json
 
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import LIBRARY_PASSAGES_FILE, Daemon
-from zocratesd.library import Library, dense
-from zocratesd.library import writer as zw
+from zocratesd.demo import zotero_dir as zw
+from zocratesd.library import dense
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Scope
+from zocratesd.library.service import Library
 
 DATA_DIR = REPO_DIR.parent / "shared" / "data" / "beir" / "scifact"
 # Targets on test (issue 20, item 8): both layouts, nDCG@10 and Recall@100.

@@ -124,7 +124,7 @@ class Peer:
         return self.run(go())
 
     def time_get_formatted(self, session_id: str) -> tuple[float, int]:
-        from zocratesd.store import format_session_for_ui
+        from zocratesd.store.writer import format_session_for_ui
 
         async def go() -> tuple[float, int]:
             t0 = timer()
@@ -229,7 +229,7 @@ def verify_daemon(client: RpcClient, peer_session: Any, peer_listing: list[Any])
     from google.adk.events._rewind_events import _apply_rewinds
 
     from zocratesd.rpc.updates import to_acp
-    from zocratesd.store import format_session_for_ui
+    from zocratesd.store.writer import format_session_for_ui
     from zocratesd.updates import history_updates
 
     sid = peer_session.id

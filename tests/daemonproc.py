@@ -25,6 +25,9 @@ READY_TIMEOUT_S = 180.0
 POLL_S = 0.005
 # What the daemon logs once its engine is up (process/lifecycle.py, bring_up).
 ENGINE_READY = "engine ready in"
+# `zocratesd` with the test hooks injected (tests/daemon_entry.py): the `command` of a test that
+# holds a stage of the start or the embedding child; the console script's `-m zocratesd` otherwise.
+TEST_ENTRY = [sys.executable, str(Path(__file__).with_name("daemon_entry.py"))]
 
 
 def daemon_env(runtime_dir: Path) -> dict[str, str]:

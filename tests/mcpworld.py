@@ -1,5 +1,5 @@
 """A world for `zocratesd mcp` tests: a Zotero data dir written as Zotero makes it
-(zocratesd/library/writer.py) with a config, a private runtime dir and the environment; the
+(zocratesd/demo/zotero_dir.py) with a config, a private runtime dir and the environment; the
 daemon a test's `zocratesd mcp` starts is stopped at the end."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from daemonproc import daemon_env
 from zoterofixture import Library
 
-from zocratesd.library.writer import write
+from zocratesd.demo.zotero_dir import write
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""Build Zotero data dirs for tests and benchmarks: a thin layer over `zocratesd.library.writer`,
+"""Build Zotero data dirs for tests and benchmarks: a thin layer over `zocratesd.demo.zotero_dir`,
 which writes `zotero.sqlite` exactly as Zotero makes it (schema.json's ids: author is creator type
 10; real `*Combined` tables; triggers; `version` rows of a real release) and the storage folder
 (`.zotero-ft-cache` as Zotero's PDF worker writes it, `.zotero-ft-unprocessed`).
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from zocratesd.library.writer import (
+from zocratesd.demo.zotero_dir import (
     KEY_ALPHABET,
     LINK_MODES,
     Annotation,

@@ -1,7 +1,7 @@
 """zocratesd: the local daemon behind Zocrates.
 
 Importing this package is cheap on purpose: `zocratesd stdio` (the editor-facing byte pump) must
-answer within 150 ms, so nothing here imports ADK, pydantic or the event loop machinery.
+answer at once, so nothing here imports ADK, pydantic or the event loop machinery.
 """
 
 __version__ = "0.1.0"

@@ -1,14 +1,21 @@
-"""`zocratesd serve|stdio|mcp|status|stop|open|service|demo`. Imports are lazy: `stdio` must not pay for ADK or pydantic."""
+"""`zocratesd serve|stdio|mcp|status|stop|open|service|demo`.
+
+Each subcommand imports what it runs, in its own function: `zocratesd stdio` (an editor starts one
+per chat panel) and `zocratesd mcp` must start in milliseconds, without the daemon's modules
+(tests/unit/test_import_rules.py); `serve` hands over to the process layer (process/startup.py).
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,18 +122,17 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return o
 
 
-def _serve(args: argparse.Namespace, data_dir: Path) -> int:
+def _serve(args: argparse.Namespace, data_dir: Path, before_stage: Callable[[str], None] | None) -> int:
     # Off until the engine is up: the objects a start makes live as long as the daemon, and the
     # collector's passes over them cost a quarter of the engine's import and find almost nothing
     # (process/lifecycle.py freeze_startup_heap, which turns it on, has the numbers).
     gc.disable()
-    # pydantic looks for plugins (a scan of every installed package's entry points, ~5 ms) when
-    # it makes its first model; the daemon uses none.
+    # pydantic looks for plugins (a scan of every installed package's entry points) when it makes
+    # its first model; the daemon uses none.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     import anyio
 
-    from zocratesd.process.boot import ServeOptions, serve, serve_stdio_standalone
-    from zocratesd.process.give_way import new_event_loop
+    from zocratesd.process.boot import ServeOptions, serve, serve_face_standalone, serve_stdio_standalone
 
     opts = ServeOptions(
         data_dir=data_dir,
@@ -134,19 +140,16 @@ def _serve(args: argparse.Namespace, data_dir: Path) -> int:
         overrides=_overrides(args),
         log_level=args.log_level,
         idle_exit_after=getattr(args, "idle_exit_after", None),
+        before_stage=before_stage,
     )
     if args.command == "mcp":
-        from functools import partial
-
         from zocratesd import mcp
-        from zocratesd.process.boot import serve_face_standalone
 
-        main: Any = partial(serve_face_standalone, face=partial(mcp.serve_standalone_face, data_dir))
+        main: Any = functools.partial(serve_face_standalone, face=functools.partial(mcp.serve_standalone_face, data_dir))
     else:
         main = serve_stdio_standalone if args.command == "stdio" else serve
     try:
-        # A loop that says when it is idle: the engine's import thread gives way to serving (process/give_way.py).
-        return int(anyio.run(main, opts, backend_options={"loop_factory": new_event_loop}))
+        return int(anyio.run(main, opts))
     finally:
         gc.enable()  # a start that failed before the engine was up left it off
 
@@ -273,7 +276,9 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, before_stage: Callable[[str], None] | None = None) -> int:
+    """The console script. `before_stage` is called before each stage of a daemon's start-up plan
+    loads (process/startup.py): a test's hook, none in production."""
     args = _parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)
@@ -288,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return int(mcp.run(data_dir, serve_args=["--model", args.model] if args.model else [], log_level=args.log_level))
     if args.command in ("serve", "stdio", "mcp"):
-        return _serve(args, data_dir)
+        return _serve(args, data_dir, before_stage)
     if args.command == "status":
         return _status(args, data_dir)
     if args.command == "service":

@@ -31,17 +31,17 @@ from zocratesd.limits import ORIGIN_PATTERN
 from zocratesd.logtext import redact_credentials, redact_url
 
 CONFIG_NAME = "zocrates_config.json"
-# The variables' names and how they are read are pydantic-settings' (`env_values`), which config.py
-# used until importing it took ~50 ms of a cold start (issue 22).
+# The variables' names and how they are read are pydantic-settings' (`env_values`), the convention
+# users of pydantic-based tools know.
 ENV_PREFIX: Final = "ZOCRATES_"
 ENV_NESTED_DELIMITER: Final = "__"
 
 
-# Values as pydantic's lax mode took them (config.py was pydantic models until issue 31: building
-# them cost every cold start before its first reply), so a file or variable that loaded still
-# loads: `_lax` converts them, then msgspec checks types and bounds strictly. msgspec's own lax
-# mode differs (it reads "null" as null, which would quietly lift a retention limit, and refuses
-# " 5 ").
+# Values are taken as pydantic's lax mode takes them, the convention of settings files and
+# variables (pydantic-settings): `_lax` converts them, then msgspec checks types and bounds
+# strictly. The config is msgspec, not pydantic, because it is read before the first reply and
+# pydantic is not (bench/PROFILE.md, "Start-up"). msgspec's own lax mode differs (it reads
+# "null" as null, which would quietly lift a retention limit, and refuses " 5 ").
 _TRUE: Final = frozenset({"1", "on", "t", "true", "y", "yes"})
 _FALSE: Final = frozenset({"0", "off", "f", "false", "n", "no"})
 

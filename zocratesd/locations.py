@@ -31,11 +31,13 @@ import json
 import os
 import stat
 import tempfile
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import platformdirs
 
 # daemon.json names the protocol its socket speaks (the wire's); its readers import it from here.
 from zocrates_wire import PROTOCOL_VERSION as PROTOCOL_VERSION
@@ -75,8 +77,6 @@ def resolve_data_dir(flag: str | os.PathLike[str] | None = None, env: Mapping[st
     home_zotero = Path.home() / "Zotero"
     if home_zotero.is_dir():
         return home_zotero.resolve()
-    import platformdirs
-
     return Path(platformdirs.user_data_dir("zocrates")).resolve()
 
 
@@ -87,10 +87,6 @@ def state_dir(data_dir: Path) -> Path:
 
 def runtime_dir() -> Path:
     """`platformdirs.user_runtime_dir("zocrates")`; raises RuntimeFileError when it has none to offer."""
-    import warnings
-
-    import platformdirs
-
     # Without a usable $XDG_RUNTIME_DIR platformdirs falls back to /run/user/<uid> or
     # $TMPDIR/runtime-<uid> and warns; we check whatever it picks (ensure_socket_dir), so the
     # warning would only be noise on stderr. Recent versions refuse a fallback another user made.

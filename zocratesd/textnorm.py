@@ -13,8 +13,9 @@ never quotes one (engine/answer/segment.py), nor one that PDF extraction glued t
 after it ("Results Symbiont shuffling increased ...": `glued_heading`).
 
 The patterns are compiled when first used, not at import: this module is imported before the
-daemon's first reply (core.context -> library.retrieval), and compiling them all cost ~9-14 ms
-there (the CJK classes and the section names' alternations, case-folded, are the costly ones).
+daemon's first reply (core.context -> library.retrieval), and compiling them all there was a
+visible share of it (the CJK classes and the section names' alternations, case-folded, are the
+costly ones; bench/PROFILE.md section 16).
 """
 
 from __future__ import annotations

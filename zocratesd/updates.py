@@ -12,8 +12,8 @@ conversation. Some kinds only happen live: `ToolProgress`, `CheckpointAnswered`,
 A leaf module: it imports nothing of zocratesd, so every layer may use it.
 
 Why `msgspec.Struct`, here and for the other value classes the daemon defines before its first
-reply: a Struct class is built in C, ~40x faster than a dataclass, whose methods are generated
-source run through `exec` (0.5-0.8 ms a class, ~37 ms of the start), and its instances are cheaper
+reply: a Struct class is built in C, far faster than a dataclass, whose methods are generated
+source run through `exec` (bench/PROFILE.md section 16 has the figures), and its instances are cheaper
 to make (one per streamed chunk). Use `msgspec.structs.asdict/replace/fields`; never hand one to
 orjson, which serializes dataclasses but not Structs.
 """

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import webbrowser
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,4 @@ def open_in_browser(link: WebLink) -> bool:
     when there is no page or no browser could be started."""
     if link.page_file is None:
         return False
-    import webbrowser
-
     return webbrowser.open(link.page_file.as_uri())

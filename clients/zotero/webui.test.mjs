@@ -165,7 +165,7 @@ const LIBRARY_SCRIPT = [
   "items, collections = sample_library()",
   "items.append(FixtureItem('PHISHNOT', 'Membership of the Amateur Astronomers Guild', date='2024', abstract="
     + "'Members renew their guild subscription at [the guild members page](https://attacker.example/renew) every spring.'))",
-  "from zocratesd.library.writer import Attachment, Group, Item",
+  "from zocratesd.demo.zotero_dir import Attachment, Group, Item",
   // A group library's paper with a PDF: its page links open the group's copy.
   "reef = Item('GRPREEF1', 'Reef recovery after bleaching', creators=[('Terry', 'Hughes')], date='2018', attachments=["
     + "Attachment('GRPPDF01', pages=['Field sites and methods of the survey.', "

@@ -1,8 +1,9 @@
-"""A daemon serves before its engine is loaded (issue 22), on a real `zocratesd serve`.
+"""A daemon serves before its engine is loaded, on a real `zocratesd serve`.
 
-The engine is held back with the process layer's test seam (`ZOCRATES_TEST_HOLD_ENGINE_UNTIL`:
-it starts loading once the named file exists), so what is answered meanwhile is answered
-without it: were a read to need the engine, it would hang here and the test would time out.
+The engine is held back by a hook the tests' entry module injects (tests/daemon_entry.py,
+`HOLD_ENGINE_ENV`: it starts loading once the named file exists), so what is answered meanwhile
+is answered without it: were a read to need the engine, it would hang here and the test would
+time out.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from daemon_entry import HOLD_ENGINE_ENV, HOLD_WIRE_ENV
+from daemonproc import TEST_ENTRY
 from rawrpc import RawConn
 from shimhttp import Shim
-
-from zocratesd.process.lifecycle import HOLD_ENGINE_ENV, HOLD_WIRE_ENV
 
 QUESTION = "What is retrieval augmented generation?"
 
@@ -38,6 +39,7 @@ def _pending(c: RawConn, wait_s: float) -> list[dict[str, Any]]:
 
 def test_reads_are_answered_and_a_prompt_waits_while_the_engine_loads(daemon_factory: Any, tmp_path: Path) -> None:
     d = daemon_factory()
+    d.command = TEST_ENTRY
     d.start()
     with RawConn(d.socket_path) as c:
         c.result("initialize", {"protocolVersion": 1})
@@ -85,6 +87,7 @@ def test_sigterm_while_the_engine_imports_exits_promptly(daemon_factory: Any, tm
     the import thread, for as long as the test likes) stops the daemon at once: the shutdown does
     not wait for the import thread (process/threads.py, `in_daemon_thread`)."""
     d = daemon_factory()
+    d.command = TEST_ENTRY
     d.env[HOLD_ENGINE_ENV] = str(tmp_path / "never-created")
     d.start()
     deadline = time.monotonic() + 30
@@ -112,6 +115,7 @@ def test_the_handshake_is_answered_before_the_wire_stack_loads(daemon_factory: A
     with its test seam, and the daemon is looked at from outside (its memory maps)."""
     hold = tmp_path / "let-the-wire-stack-load"
     d = daemon_factory()
+    d.command = TEST_ENTRY
     d.env[HOLD_WIRE_ENV] = str(hold)
     d.start()
     pid = d.info["pid"]

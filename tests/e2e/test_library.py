@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_entry import EMBED_HOLD_ENV, EMBED_MEMORY_ENV
+from daemonproc import TEST_ENTRY
 from fake_zotero_api import FakeZoteroApi
 from rawrpc import RawConn
 from zoterofixture import build_zotero_dir, sample_library
@@ -167,7 +169,8 @@ def test_a_failing_embedding_child_leaves_bm25_and_the_next_start_fills_the_vect
     logged error; the library is indexed and searched by its words; the next start computes the
     vectors that are missing."""
     d = library_daemon(daemon_factory, 129)
-    d.env["ZOCRATES_TEST_EMBED_MEMORY"] = str(40 * 1024 * 1024)
+    d.command = TEST_ENTRY
+    d.env[EMBED_MEMORY_ENV] = str(40 * 1024 * 1024)
     d.start()
     assert d.proc is not None
     with RawConn(d.socket_path) as c:
@@ -180,7 +183,7 @@ def test_a_failing_embedding_child_leaves_bm25_and_the_next_start_fills_the_vect
         assert cited(ask(c, sid, "What does HyDE do?", mode="library"))[0] == "GAOHYDE1"
     d.stop()
     assert "the process that computes the passages' vectors failed to start" in d.stderr_text()
-    del d.env["ZOCRATES_TEST_EMBED_MEMORY"]
+    del d.env[EMBED_MEMORY_ENV]
     d.start()
     with RawConn(d.socket_path) as c:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -198,7 +201,8 @@ def test_the_embedding_child_is_bounded_by_the_daemon(daemon_factory: Any, what:
     (BM25 answers) and the error is logged; the daemon stopping or killed takes it along (no
     orphan left embedding, no zombie)."""
     d = library_daemon(daemon_factory, 129)
-    d.env["ZOCRATES_TEST_EMBED_HOLD_S"] = "60"
+    d.command = TEST_ENTRY
+    d.env[EMBED_HOLD_ENV] = "60"
     d.start()
     assert d.proc is not None
     child = _embed_child(d.proc.pid)

@@ -1,5 +1,5 @@
 """Notes, annotations, group libraries, Chinese text and unprocessed full text through a real
-`zocratesd serve` over the socket, from a schema-true Zotero 10 data dir (zocratesd/library/writer.py):
+`zocratesd serve` over the socket, from a schema-true Zotero 10 data dir (zocratesd/demo/zotero_dir.py):
 each question's only answer is in one of them, and the answer cites that item. One daemon for all."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from rawrpc import RawConn
 from zoterofixture import rich_library
 
-from zocratesd.library.writer import ZOTERO_10, write
+from zocratesd.demo.zotero_dir import ZOTERO_10, write
 
 pytestmark = pytest.mark.e2e
 

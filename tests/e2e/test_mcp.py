@@ -1,5 +1,5 @@
 """`zocratesd mcp` driven by the official MCP Python SDK's client over stdio, on a schema-true
-Zotero library (zocratesd/library/writer.py), against real daemons (started by `zocratesd mcp`
+Zotero library (zocratesd/demo/zotero_dir.py), against real daemons (started by `zocratesd mcp`
 itself, as an MCP client would run it) and the in-process core (`--standalone`).
 
 Every tool, the item resources and the prompts; bad arguments (a tool error, and the server goes

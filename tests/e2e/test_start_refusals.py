@@ -22,7 +22,7 @@ from daemonproc import READY_TIMEOUT_S, DaemonProc
 from rawrpc import RawConn
 from zoterofixture import rich_library
 
-from zocratesd.library.writer import write
+from zocratesd.demo.zotero_dir import write
 from zocratesd.limits import MAX_OFFSET
 
 pytestmark = pytest.mark.e2e

@@ -11,7 +11,9 @@
 - the wire (`zocrates_wire`: framing, JSON-RPC, the sans-IO connection, the errors) is the bottom
   both sides stand on: it imports neither the daemon nor the client library, and no I/O library;
   the client library uses the daemon's package only for the few things named below, and the
-  daemon uses only the client library's public modules.
+  daemon uses only the client library's public modules;
+- `zocratesd serve` loads none of its start-up plan's stages (process/startup.py) before its first
+  reply, and every module a stage names exists.
 
 Every import counts, at module level or inside a function, `TYPE_CHECKING` blocks included: a
 type-only import is still a dependency a reader has to follow.
@@ -20,16 +22,20 @@ type-only import is still a dependency a reader has to follow.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from zocratesd.process.startup import ENGINE, SHIM, WIRE
+
 PACKAGE = Path(__file__).resolve().parents[2] / "zocratesd"
-WIRE = PACKAGE.parent / "zocrates_wire"
+WIRE_PACKAGE = PACKAGE.parent / "zocrates_wire"
 CLIENT = PACKAGE.parent / "clients" / "python" / "zocrates_client"
 
 FACES = frozenset({"rpc", "shim", "mcp"})
@@ -226,7 +232,7 @@ def _imports_under(root: Path) -> list[tuple[str, str]]:
 
 
 def test_the_wire_imports_neither_side_and_does_no_io() -> None:
-    imported = _imports_under(WIRE)
+    imported = _imports_under(WIRE_PACKAGE)
     assert any(mod.startswith("zocrates_wire.") for mod, _ in imported)  # the parser sees the package
     bad = [where for mod, where in imported if mod.split(".")[0] in WIRE_FORBIDDEN]
     assert not bad, "the wire is the bottom layer, sans-IO:\n" + "\n".join(bad)
@@ -312,14 +318,12 @@ def test_stdio_modules_import_nothing_heavy_even_lazily(module: str) -> None:
     assert not heavy, "\n".join(heavy)
 
 
-# What `zocratesd serve` may not load before its first reply (issue 22: first reply <= 300 ms; issue
-# 31: <= 250 ms): the wire stack (pydantic, the wire models and the ACP methods: the socket answers
-# the handshake before they are imported, rpc/handshake.py), the HTTP shim's server stack (imported
-# after the socket serves, process/lifecycle.py Preload), the library index (made on first use,
-# core/catalogue.py; the library's light package and its retrieval types are allowed), and xml.sax
-# (core/context.py escapes by itself).
-FIRST_REPLY_FORBIDDEN = (*STDIO_FORBIDDEN[:4], "uvicorn", "starlette", "h11", "click", "zocratesd.library.",
-                         "zocratesd.shim.routes", "zocratesd.rpc.models", "zocratesd.rpc.acp", "xml.sax")
+# What `zocratesd serve` may not load before its first reply: every module of the start-up plan's
+# stages (process/startup.py: the wire stack, the HTTP shim's server stack, the engine), loaded in
+# the background once the socket serves; and besides them, the library index (loaded with the
+# engine; the library's retrieval types are allowed) and xml.sax (core/context.py escapes by itself).
+FIRST_REPLY_FORBIDDEN = (*STDIO_FORBIDDEN[:4], *WIRE.modules, *SHIM.modules, *ENGINE.modules, "starlette", "h11",
+                         "click", "zocratesd.library.", "zocratesd.shim.routes", "zocratesd.rpc.models", "xml.sax")
 # The catalogue's helpers (core/catalogue.py imports them at its top) use the standard library alone:
 # the SQL of browsing the index, the suggestions' limits, the dense stage's switch (its model loads
 # on first use), the records' keys. The index itself (`Library`, FTS5, the indexer) stays out.
@@ -370,6 +374,13 @@ def test_the_first_reply_loads_no_wire_stack_shim_server_or_library_index(tmp_pa
     assert "zocratesd.shim.server" in loaded and "zocratesd.core.daemon" in loaded
     early = [m for m in loaded if m.startswith(FIRST_REPLY_FORBIDDEN) and m not in FIRST_REPLY_ALLOWED]
     assert not early, f"the daemon loads {early[:10]} before its first reply"
+
+
+@pytest.mark.parametrize("stage", [WIRE, SHIM, ENGINE], ids=lambda s: s.name)
+def test_every_module_of_the_start_up_plan_exists(stage: Any) -> None:
+    """A stage that named a module moved away would fail the daemon's start only at run time."""
+    missing = [m for m in stage.modules if importlib.util.find_spec(m) is None]
+    assert not missing, f"the start-up plan's {stage.name!r} stage names {missing}"
 
 
 # What `zocratesd mcp` may not load: it is a client of the daemon (zocratesd/mcp/), not the daemon.

@@ -1,4 +1,4 @@
-"""Post-turn adaptive compaction (spec section 4, issue 6).
+"""Post-turn adaptive compaction (spec section 4).
 
 `Compactor.after_turn(session_id, usage)` is the one entry point: the Daemon builds one Compactor
 (from its `SessionsDb`, the compaction config, a probe and a summariser) and calls it after the

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
-from zocratesd import library as library_pkg
-from zocratesd import locations
+from zocratesd import deferred, locations
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.validation import (
     check_fulltext_offset,
@@ -37,7 +36,7 @@ from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, InMemoryRetriever, R
 from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, MAX_SUGGESTIONS, Suggestion
 
 if TYPE_CHECKING:
-    from zocratesd.library import Library
+    from zocratesd.library.service import Library
 
 # Where a daemon without a Zotero library index reads passages from, one JSON object per line
 # ({item_key, title, text, creators?, year?, page?, collections?}), when its data dir has no
@@ -117,12 +116,14 @@ class Catalogue:
         dense.set_enabled(self.config.library.dense)
         state = locations.state_dir(self.data_dir)
         passages = state / LIBRARY_PASSAGES_FILE
-        if passages.exists() and not (self.data_dir / library_pkg.ZOTERO_DB).exists():
-            return LibrarySource(library_pkg.PassagesFile(passages))  # reloaded when it changes
+        # The index's modules are the start-up plan's (process/startup.py), loaded by now.
+        zotero_db, service = deferred.load("zocratesd.library.zotero_db"), deferred.load("zocratesd.library.service")
+        if passages.exists() and not (self.data_dir / zotero_db.ZOTERO_DB).exists():
+            return LibrarySource(deferred.load("zocratesd.library.passages").PassagesFile(passages))  # reloaded when it changes
         cfg = self.config.library
         if not cfg.enabled:
             return LibrarySource(InMemoryRetriever([]))
-        index = library_pkg.Library(
+        index = service.Library(
             self.data_dir, state, local_api_url=cfg.local_api_url if cfg.local_api else None,
             poll_interval_s=cfg.poll_interval_s, include_groups=cfg.include_group_libraries,
         )
@@ -147,7 +148,8 @@ class Catalogue:
 
     def status(self, refresh: bool = False) -> dict[str, Any]:
         if self.library is None:
-            return library_pkg.disabled_status(_FIXED_PASSAGES)
+            disabled: dict[str, Any] = deferred.load("zocratesd.library.service").disabled_status(_FIXED_PASSAGES)
+            return disabled
         return self.library.status(refresh)
 
     async def suggestions(self, limit: int | None) -> list[Suggestion]:

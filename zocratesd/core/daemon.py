@@ -15,7 +15,6 @@ Results are the core's typed structs, turned into the JSON shapes the faces send
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import anyio.lowlevel
 
-from zocratesd import __version__
+from zocratesd import __version__, deferred
 from zocratesd.config import ZocratesConfig, config_path
 from zocratesd.core.catalogue import LIBRARY_PASSAGES_FILE, Catalogue
 from zocratesd.core.context import PromptContext
@@ -46,7 +45,7 @@ if TYPE_CHECKING:
     from zocratesd.compaction import Compactor
     from zocratesd.core.engine_side import EngineSide
     from zocratesd.engine.runner import Engine
-    from zocratesd.library import Library
+    from zocratesd.library.service import Library
 
 __all__ = [
     "LIBRARY_PASSAGES_FILE", "Daemon", "TurnResult", "check_resume_response", "check_session_id", "import_engine",
@@ -65,7 +64,7 @@ log = logging.getLogger(__name__)
 
 
 def _engine_side() -> ModuleType:
-    return importlib.import_module(ENGINE_SIDE)
+    return deferred.load(ENGINE_SIDE)
 
 
 def import_engine() -> None:

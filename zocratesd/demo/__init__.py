@@ -2,7 +2,7 @@
 
 30 papers on three topics (retrieval-augmented generation, sleep and memory, coral reefs), four
 collections (one nested), 16 PDFs' extracted text of three pages each, child notes and a standalone
-note, written by `zocratesd.library.writer` exactly as Zotero 7 lays out a data dir. The content
+note, written by `zocratesd.demo.zotero_dir` exactly as Zotero 7 lays out a data dir. The content
 is ours (`papers.py`); the papers and their authors are invented.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from zocratesd.demo import zotero_dir
 from zocratesd.demo.papers import COLLECTIONS, PAPERS, STANDALONE_NOTES, Paper
-from zocratesd.library import writer
 
 # Where `zocratesd demo` writes without --dir: beside (never inside) a real ~/Zotero.
 DEFAULT_DIR_NAME: Final = "Zotero-demo"
@@ -34,38 +34,38 @@ def default_dir() -> Path:
     return Path.home() / DEFAULT_DIR_NAME
 
 
-def build() -> writer.Library:
-    """The demo library, as the writer describes one."""
+def build() -> zotero_dir.Library:
+    """The demo library, as zotero_dir describes one."""
     rng = random.Random(KEY_SEED)
     used = {p.key for p in PAPERS} | {c[0] for c in COLLECTIONS} | {n[0] for n in STANDALONE_NOTES}
 
     def key() -> str:
         while True:
-            k = writer.new_key(rng)
+            k = zotero_dir.new_key(rng)
             if k not in used:
                 used.add(k)
                 return k
 
     items = [_item(i, p, key) for i, p in enumerate(PAPERS)]
-    return writer.Library(
+    return zotero_dir.Library(
         items=items,
-        collections=[writer.Collection(k, name, parent=parent) for k, name, parent in COLLECTIONS],
-        notes=[writer.Note(k, text, collections=colls) for k, text, colls in STANDALONE_NOTES],
+        collections=[zotero_dir.Collection(k, name, parent=parent) for k, name, parent in COLLECTIONS],
+        notes=[zotero_dir.Note(k, text, collections=colls) for k, text, colls in STANDALONE_NOTES],
     )
 
 
-def _item(i: int, p: Paper, new_key: Callable[[], str]) -> writer.Item:
+def _item(i: int, p: Paper, new_key: Callable[[], str]) -> zotero_dir.Item:
     fields = {"abstractNote": p.abstract, "publicationTitle": p.venue, **p.extra_fields}
     if p.doi:
         fields["DOI"] = p.doi
     attachments = []
     if p.pages:
         slug = "".join(c for c in p.authors[0][1] if c.isalnum())
-        attachments.append(writer.Attachment(new_key(), filename=f"{slug} - {p.date} - {p.title[:40]}.pdf", pages=p.pages))
-    notes = [writer.Note(new_key(), p.note)] if p.note else []
+        attachments.append(zotero_dir.Attachment(new_key(), filename=f"{slug} - {p.date} - {p.title[:40]}.pdf", pages=p.pages))
+    notes = [zotero_dir.Note(new_key(), p.note)] if p.note else []
     # Added over a few months, as a real library grows.
     added = f"2024-{1 + i % 9:02d}-{1 + (i * 7) % 27:02d} {9 + i % 8:02d}:{(i * 13) % 60:02d}:00"
-    return writer.Item(
+    return zotero_dir.Item(
         p.key, p.title, item_type=p.item_type, creators=list(p.authors), date=p.date, fields=fields,
         tags=list(p.tags), collections=list(p.collections), attachments=attachments, notes=notes,
         date_added=added, date_modified=added,
@@ -75,11 +75,11 @@ def _item(i: int, p: Paper, new_key: Callable[[], str]) -> writer.Item:
 def write_demo(data_dir: Path) -> bool:
     """Write the demo library to `data_dir`; False when it is already there (nothing changed).
     Raises DemoError for a directory with a Zotero library that is not the demo."""
-    if (data_dir / MARKER).exists() and (data_dir / writer.ZOTERO_DB).exists():
+    if (data_dir / MARKER).exists() and (data_dir / zotero_dir.ZOTERO_DB).exists():
         return False
-    if (data_dir / writer.ZOTERO_DB).exists():
+    if (data_dir / zotero_dir.ZOTERO_DB).exists():
         raise DemoError(f"{data_dir} already holds a Zotero library; the demo never touches one (choose another --dir)")
-    writer.write(data_dir, build(), version=writer.ZOTERO_7)
+    zotero_dir.write(data_dir, build(), version=zotero_dir.ZOTERO_7)
     (data_dir / MARKER).write_text(
         "A demo Zotero library written by `zocratesd demo`: invented papers for trying Zocrates.\n"
         "Delete this directory when you no longer need it.\n"

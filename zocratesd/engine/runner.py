@@ -8,8 +8,8 @@ Every run (a prompt, or the answer to a checkpoint) is bounded by the model sect
 `max_turn_s` seconds. Past either, the run stops through ADK's abort (which seals the history as
 a cancel does) and the turn ends with a ModelError, so the session takes the next prompt.
 
-Importing this module imports ADK (~1.3 s): the daemon does it in the background, after it
-answers its first request (process/boot.py); zocratesd/engine/__init__.py stays light.
+Importing this module imports ADK, the largest part of a start: the daemon does it in the
+background, after it answers its first request (process/startup.py, `ENGINE`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ RUN_TELEMETRY: Final = TelemetryConfig(capture_message_content=ContentCapturingM
 
 # ADK's graph builder (workflow/utils/_workflow_graph_utils.build_node, twice a turn) tries the
 # optional `RemoteA2aAgent` on every call; without the `a2a` package that import fails each time,
-# after reading and executing two modules again (~1 ms a turn, and file-system calls). A `None`
+# after reading and executing two modules again (file-system calls on every turn). A `None`
 # in sys.modules makes the same import fail at once, as it would anyway.
 _A2A_AGENT_MODULE = "google.adk.agents.remote_a2a_agent"
 if importlib.util.find_spec("a2a") is None:
@@ -159,8 +159,8 @@ class Engine:
 # The modules ADK imports inside functions on a run's path, found by diffing sys.modules around a
 # first turn (tests/unit/engine/test_runner_preload.py checks the list against ADK): FastAPI's
 # OpenAPI models, authlib, cryptography and requests come in through ADK's auth types. On the
-# first turn they cost ~0.9 s of imports on the event loop; preloaded, they cost it in the worker
-# thread that imports the engine (`Daemon.start`), while the loop serves.
+# first turn they would be imported on the event loop; preloaded, they are imported in the thread
+# that loads the engine (process/startup.py, `ENGINE`), while the loop serves.
 LAZY_ADK_MODULES: Final = (
     "google.adk.workflow._workflow",
     "google.adk.workflow._dynamic_node_scheduler",
@@ -192,7 +192,7 @@ LAZY_ADK_MODULES: Final = (
 
 
 # google.genai's types whose pydantic schema is left unbuilt at import (forward references): the
-# first instance of each builds it (`model_rebuild`), ~40 ms for these, on the event loop in a
+# first instance of each builds it (`model_rebuild`), on the event loop in a
 # first turn. Found with a spy on `BaseModel.model_rebuild` around a first turn (the same test
 # checks that none is left).
 LAZY_GENAI_MODELS: Final = (

@@ -1,6 +1,6 @@
 """`search_library`: the coordinator's one tool, and where its evidence is recorded.
 
-Isolation choice (issue 3, research/adk.md section 5): the tool is an async-generator FunctionTool,
+Isolation choice (research/adk.md section 5): the tool is an async-generator FunctionTool,
 which ADK 2.13 runs as a FunctionNode on the tool's own branch `search_library@<call id>`. Whatever
 the pipeline emits there (its rounds and its checkpoints, engine/research.py) stays off the
 coordinator's prompt: the coordinator sees only the call and its result. We chose this over the

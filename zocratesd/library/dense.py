@@ -27,6 +27,8 @@ says how it is combined and what it gains.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
 import importlib.util
 import itertools
@@ -38,6 +40,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from zocratesd import deferred
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,9 +78,7 @@ class Embedder:
     """Text -> unit vector (float32), from a token table and a tokenizer; thread-safe."""
 
     def __init__(self, tokenizer: Any, table: np.ndarray):
-        import numpy as np
-
-        self._np = np
+        self._np = deferred.load("numpy")
         self._table = table
         # Over a partial, not a bound method: the cache would hold the embedder in a cycle, and
         # `release` could then free it only at the garbage collector's next full pass.
@@ -106,7 +108,7 @@ class Embedder:
         for text in texts:
             out.append(self.pack(text))
             # Python work that holds the GIL: let the event loop's thread in between chunks (on a
-            # loaded machine the loop otherwise stalled for ~0.3 s).
+            # loaded machine the loop otherwise stalled for a visible moment).
             time.sleep(0)
         return out
 
@@ -136,33 +138,33 @@ def set_enabled(enabled: bool) -> None:
 
 def _read_table(path: Path) -> np.ndarray:
     """The token table from a safetensors file (8-byte header length, JSON header, raw data),
-    read directly: wordllama's own loader held the GIL for ~0.4 s, stalling the event loop."""
-    import numpy as np
+    read directly: wordllama's own loader held the GIL long enough to stall the event loop."""
+    numpy = deferred.load("numpy")
 
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(n))
         t = header[TENSOR]
-        dtype = {"F16": np.float16, "F32": np.float32}[t["dtype"]]
+        dtype = {"F16": numpy.float16, "F32": numpy.float32}[t["dtype"]]
         start, end = t["data_offsets"]
         f.seek(8 + n + start)
-        data = np.frombuffer(f.read(end - start), dtype=dtype)
+        data = numpy.frombuffer(f.read(end - start), dtype=dtype)
     # Kept as shipped (float16: 16 MiB instead of 31); a passage's tokens are averaged in float32.
-    return data.reshape(t["shape"])
+    table: np.ndarray = data.reshape(t["shape"])
+    return table
 
 
 def _load() -> Embedder | None:
-    # wordllama is used for its files only (importing it costs ~1.5 s and brings more with it).
+    # wordllama is used for its files only (importing it costs seconds and brings more with it).
     files = _files()
     if files is None:
         return None
     weights, tokenizer_file = files
     try:
-        import numpy  # noqa: F401  (wordllama's dependency; absent, the stage is off)
-        from tokenizers import Tokenizer
-
+        # Loaded here, on first use: the model's memory is not the idle daemon's (module doc).
+        tokenizers = deferred.load("tokenizers")
         table = _read_table(weights)
-        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_file))
         tokenizer.no_padding()
         tokenizer.no_truncation()
     except Exception as exc:  # a broken install must not break search: BM25 alone
@@ -191,7 +193,7 @@ def _files() -> tuple[Path, Path] | None:
 
 
 def embedder(search: bool = False) -> Embedder | None:
-    """The process's embedder, loaded on first use (~0.2 s and ~50-65 MiB, off the event loop:
+    """The process's embedder, loaded on first use (its memory is in the module doc; off the event loop:
     callers are the indexer thread and search threads), not at start: a daemon whose library is
     indexed holds it from its first search on. `search`: a search asks (it then stays loaded;
     see `release`). None when the stage is off or wordllama is missing or broken."""
@@ -213,7 +215,7 @@ def loaded() -> Embedder | None:
 def release() -> None:
     """Drop the embedder an indexing pass loaded when no search has asked for it yet: a library
     indexed at start then goes back to the idle memory of one that was indexed before (the next
-    search loads it again, ~0.2 s). Called after each indexing pass."""
+    search loads it again). Called after each indexing pass."""
     with _lock:
         if not _loaded or _loaded[0] is None or _searched[0]:
             return
@@ -224,9 +226,6 @@ def release() -> None:
 def trim_heap() -> None:
     """Give freed heap back to the system (glibc's malloc_trim): the tokenizer, or an indexing
     pass's rows, are many small allocations, which free() alone keeps in the process."""
-    import ctypes
-    import ctypes.util
-
     try:
         ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc

@@ -2,8 +2,8 @@
 
 Embedding a library's passages needs the dense model (numpy, the token table, the tokenizer:
 ~50-65 MiB, library/dense.py), and a pass over a large library fragments the heap. Done in the
-daemon, a library indexed at start left it idling ~30 MiB over one already indexed (170 against
-~112 MiB; bench/PROFILE.md sections 10 and 11), over the 150 MiB budget until the next start. So
+daemon, a library indexed at start left it idling well over one already indexed, over the idle
+memory budget until the next start (bench/PROFILE.md has the figures). So
 the indexer sends the chunks' texts to a child that loads the model, embeds, and exits with the
 pass: its memory goes back to the system whole, and the embedding's CPU is off the daemon's GIL.
 A search still loads the model in the daemon, at its first query (dense.embedder(search=True)).
@@ -22,9 +22,11 @@ an error.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
+import resource
 import select
 import signal
 import struct
@@ -33,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import IO, Final, NoReturn
 
 from zocratesd.library import dense
@@ -43,9 +46,8 @@ log = logging.getLogger(__name__)
 # (~80 MiB resident); this leaves room for a large request (and another platform's allocator)
 # while a runaway child fails with MemoryError instead of taking the machine's memory.
 MAX_CHILD_MEMORY: Final = 1024 * 1024 * 1024
-# Waits for an answer: starting (the interpreter, numpy, the model: ~0.3 s alone, seconds on a
-# loaded machine) and each request (REQUEST_TEXTS chunks: ~50 ms alone). Far above both: only a
-# hung or swapping child reaches them.
+# Waits for an answer: starting (the interpreter, numpy, the model: seconds on a loaded machine)
+# and each request (REQUEST_TEXTS chunks). Far above both: only a hung or swapping child reaches them.
 LOAD_TIMEOUT_S: Final = 60.0
 REQUEST_TIMEOUT_S: Final = 60.0
 # Texts per request: bounds a request's JSON (~1,200 characters a chunk) and the child's memory.
@@ -57,12 +59,19 @@ PIPE_CHUNK: Final = 4096
 MAX_FRAME: Final = 64 * 1024 * 1024
 # The child's stderr (a traceback) kept for the log line when it fails.
 STDERR_TAIL: Final = 2000
-# Test hook: the child sleeps this many seconds before it reads each request (to kill it then).
-HOLD_ENV: Final = "ZOCRATES_TEST_EMBED_HOLD_S"
-# Test hook: the child's address-space limit in bytes instead of MAX_CHILD_MEMORY (a failing child).
-MEMORY_ENV: Final = "ZOCRATES_TEST_EMBED_MEMORY"
 _LEN = struct.Struct(">I")
 _RECORD = 1 + dense.DIM
+
+
+@dataclass(frozen=True)
+class ChildSettings:
+    memory: int = MAX_CHILD_MEMORY  # the child's address-space limit, bytes
+    hold_s: float = 0.0  # the child sleeps this long before it reads each request: tests only
+
+
+# What each `EmbedChild` gets unless it is given its own. Tests replace it in the daemon they
+# start (tests/daemon_entry.py), to hold the child mid-request or make it fail to load.
+DEFAULT_SETTINGS = ChildSettings()
 
 
 class EmbedFailed(Exception):
@@ -110,7 +119,8 @@ def decode_vectors(payload: bytes, n: int) -> list[bytes | None]:
 class EmbedChild:
     """A child process that embeds texts for the indexer (one thread uses it; `kill` from any)."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: ChildSettings | None = None) -> None:
+        self.settings = settings or DEFAULT_SETTINGS
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr: IO[bytes] | None = None
         self._killed = False
@@ -126,12 +136,12 @@ class EmbedChild:
         # would reserve address space and memory for nothing (a word at a time is encoded).
         env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
         self._stderr = tempfile.TemporaryFile()
-        limit = os.environ.get(MEMORY_ENV) or str(MAX_CHILD_MEMORY)
         try:
             self._proc = subprocess.Popen(
                 # -P: the daemon's working directory is not put on the child's path (a `numpy.py`
                 # there would run); zocratesd comes from where it is installed.
-                [sys.executable, "-P", "-m", __name__, str(os.getpid()), limit],
+                [sys.executable, "-P", "-m", __name__, str(os.getpid()), str(self.settings.memory),
+                 str(self.settings.hold_s)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env, close_fds=True,
             )
         except OSError as exc:
@@ -259,11 +269,7 @@ def _signal_name(code: int) -> str:
 
 def _bound_self(parent: int, limit: int) -> None:
     """Die with the daemon (Linux: a signal when it exits; elsewhere stdin's end) and cap memory."""
-    import resource
-
     if sys.platform.startswith("linux"):
-        import ctypes
-
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # it died before the signal was asked for
@@ -272,7 +278,7 @@ def _bound_self(parent: int, limit: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
 
 
-def _serve(parent: int, limit: int) -> int:
+def _serve(parent: int, limit: int, hold: float) -> int:
     # The protocol owns fd 1: anything a library prints goes to stderr instead.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
@@ -288,7 +294,6 @@ def _serve(parent: int, limit: int) -> int:
         return 1
     out.write(frame(b"R"))
     out.flush()
-    hold = float(os.environ.get(HOLD_ENV) or 0)
     while True:
         if hold:
             time.sleep(hold)  # before reading: a large request then fills the pipe
@@ -305,4 +310,4 @@ def _serve(parent: int, limit: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_serve(int(sys.argv[1]), int(sys.argv[2])))
+    sys.exit(_serve(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])))

@@ -43,11 +43,11 @@ Each passage links to where it is (`zotero://open-pdf/.../items/<attachmentKey>?
 Ranking: BM25 over the chunks (title weighted), then, with the dense stage on, the best
 DENSE_POOL candidates re-scored as BM25 / the query's best BM25 + DENSE_WEIGHT x cosine(query,
 chunk) (a query with CJK text keeps BM25 and the rank fusion). Only chunks the words found can
-rank: one vector read per candidate, no scan of the library, ~0.1 ms to embed the query. BEIR
-SciFact test nDCG@10 (bench/bench_retrieval.py; weights tuned on train): 0.685 -> 0.716 in each
-layout (abstract field, PDF full text, passages file; train 0.704 -> 0.724), Recall@100 0.924 ->
-0.943; ~3 ms more CPU per search (the 200 vectors, a larger candidate sort). Pools of 100 or 50 rank the top 10
-as well (train), if that time is ever needed.
+rank: one vector read per candidate, no scan of the library. BEIR SciFact test nDCG@10
+(bench/bench_retrieval.py; weights tuned on train): 0.685 -> 0.716 in each layout (abstract field,
+PDF full text, passages file; train 0.704 -> 0.724), Recall@100 0.924 -> 0.943, for a little more
+CPU per search (bench/PROFILE.md). Pools of 100 or 50 rank the top 10 as well (train), if that
+time is ever needed.
 
 Scope (spec 2.3 `active_mode`, and optionally one library) is a SQL condition on `chunks.uid`:
 the selected keys, or the members of a collection *and of all its subcollections* (a recursive
@@ -99,7 +99,7 @@ INDEX_SCHEMA_VERSION = 7
 TITLE_WEIGHT = 3.0
 BODY_WEIGHT = 1.5
 # Items written per transaction while indexing: each commit makes progress durable and visible to
-# searches; 100 items with ~40 chunks each keeps a commit under ~0.3 s on a 2-core machine.
+# searches; 100 items of a few dozen chunks each keep a commit short on a 2-core machine.
 BATCH_ITEMS = 100
 # Chunks whose missing vectors are computed per transaction by `IndexWriter.fill_vectors` (~a batch's worth).
 FILL_CHUNKS = 2000

@@ -25,7 +25,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -83,6 +83,50 @@ class IndexerOptions:
     include_groups: bool = True
 
 
+@dataclass
+class IndexCounts:
+    """What the index holds (IndexWriter.counts), as the status reports it."""
+
+    items_indexed: int = 0
+    chunks_indexed: int = 0
+    attachments_with_text: int = 0
+    collections: int = 0
+    notes_indexed: int = 0
+    annotations_indexed: int = 0
+    libraries: list[dict[str, Any]] = field(default_factory=list)
+    kinds: dict[str, int] = field(default_factory=lambda: {"items": 0, "notes": 0, "annotations": 0, "texts": 0})
+
+
+@dataclass
+class IndexStatus:
+    """The indexer's progress, as `_zocrates/library/status` reports it (protocol/README.md):
+    `state` is "starting", "indexing", "ready", "unavailable", "error" or "stopped"."""
+
+    data_dir: str | None  # None: a daemon with no library index (service.py `disabled_status`)
+    index_path: str | None
+    summary: str
+    state: str = "starting"
+    source: str | None = None
+    zotero_schema_version: int | None = None
+    items_total: int = 0
+    items_to_index: int = 0
+    items_done: int = 0
+    percent: float = 0.0
+    counts: dict[str, int] = field(default_factory=library_counts)
+    last_refresh: str | None = None
+    last_refresh_ms: float | None = None
+    refreshes: int = 0
+    message: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    index: IndexCounts = field(default_factory=IndexCounts)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The wire's flat shape: the index's counts beside the rest."""
+        out = asdict(self)
+        out.update(out.pop("index"))
+        return out
+
+
 class Indexer:
     def __init__(self, opts: IndexerOptions, reader: IndexReader):
         self.opts = opts
@@ -93,15 +137,11 @@ class Indexer:
         self._rebuild = False
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._status: dict[str, Any] = {
-            "state": "starting", "source": None, "zotero_schema_version": None, "items_total": 0,
-            "items_to_index": 0, "items_done": 0, "percent": 0.0, "items_indexed": 0, "chunks_indexed": 0,
-            "attachments_with_text": 0, "collections": 0, "last_refresh": None, "last_refresh_ms": None,
-            "refreshes": 0, "message": None, "warnings": [], "index_path": str(self.index_path),
-            "notes_indexed": 0, "annotations_indexed": 0, "libraries": [],
-            "kinds": {"items": 0, "notes": 0, "annotations": 0, "texts": 0}, "counts": library_counts(),
-            "data_dir": str(opts.data_dir), "summary": f"starting: the library in {opts.data_dir} is read shortly",
-        }
+        # Replaced whole under `_lock` (`_update`), never changed in place: `status()` hands it out.
+        self._status = IndexStatus(
+            data_dir=str(opts.data_dir), index_path=str(self.index_path),
+            summary=f"starting: the library in {opts.data_dir} is read shortly",
+        )
         self._announced: str | None = None  # the last summary logged (logged again only when it changes)
         self._forced = False
         self._last_stamp: object = None
@@ -137,7 +177,7 @@ class Indexer:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 log.warning("library: the indexer did not stop within %.0f s", timeout)
-        self._set(state="stopped")
+        self._update(state="stopped")
 
     def request_refresh(self, rebuild: bool = False) -> None:
         """Refresh now (and from scratch if `rebuild`), whatever the poll and duty limits say."""
@@ -146,20 +186,29 @@ class Indexer:
             self._forced = True
         self._wake.set()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> IndexStatus:
         with self._lock:
-            return {**self._status, "warnings": list(self._status["warnings"])}
+            return self._status
 
     # --- the thread -----------------------------------------------------------------------------
 
-    def _set(self, **values: Any) -> None:
+    def _update(
+        self, *, state: str | None = None, message: str | None = None, index: IndexCounts | None = None, **values: Any
+    ) -> None:
+        """A new status: `state` (and `message`, None clearing it when a state is given), the
+        index's counts, and any other field by name."""
         with self._lock:
-            self._status.update(values)
+            current = self._status
+            if state is not None:
+                values.update(state=state, message=message)
+            if index is not None:
+                values["index"] = index
+            self._status = replace(current, **values)
 
     def _announce(self, summary: str, level: int = logging.INFO) -> None:
         """Put `summary` in the status and log it when it differs from the last one logged: the log
         says where the library comes from and its state at start and whenever that changes."""
-        self._set(summary=summary)
+        self._update(summary=summary)
         if summary != self._announced:
             self._announced = summary
             log.log(level, "library: %s", escape_for_log(summary))
@@ -173,7 +222,7 @@ class Indexer:
                     self._maybe_refresh(api)
                 except Exception as exc:  # the thread must survive anything; say what happened
                     log.exception("library: refresh failed")
-                    self._set(state="error", message=f"indexing failed: {escape_for_log(exc)}")
+                    self._update(state="error", message=f"indexing failed: {escape_for_log(exc)}")
                 self._wake.wait(self.opts.poll_interval_s)
                 self._wake.clear()
         finally:
@@ -185,7 +234,7 @@ class Indexer:
             rebuild, self._rebuild = self._rebuild, False
             forced, self._forced = self._forced, False
         stamp: object = (change_stamp(self.opts.data_dir), self._api_stamp(api))
-        stale = time.monotonic() - self._last_attempt > RETRY_AFTER_S and self.status()["state"] in ("error", "unavailable")
+        stale = time.monotonic() - self._last_attempt > RETRY_AFTER_S and self.status().state in ("error", "unavailable")
         if not (forced or rebuild or stale) and (stamp == self._last_stamp or time.monotonic() < self._next_allowed):
             return  # unchanged, or too soon after a long refresh (the change is seen at a later poll)
         self._last_attempt = time.monotonic()
@@ -233,7 +282,7 @@ class Indexer:
             if why is not None:  # nothing to read: say so without creating an index
                 msg = (f"no Zotero library found in {self.opts.data_dir}: it has no {ZOTERO_DB}, and {why}. "
                        f"{WHAT_TO_DO}")
-                self._set(state="unavailable", source=None, message=msg)
+                self._update(state="unavailable", message=msg, source=None)
                 self._announce(msg, logging.WARNING)
                 return
             api_checked = True
@@ -324,7 +373,7 @@ class Indexer:
             snap, read_text = self._read(api, have, api_checked)
         except (ZoteroDbError, LocalApiError) as exc:
             msg = str(exc)  # our words, local paths, and the server's text escaped where it was quoted
-            self._set(state="error", message=msg, **_counts(writer))
+            self._update(state="error", message=msg, index=_counts(writer))
             self._announce(f"the library in {self.opts.data_dir} cannot be read: {msg}", logging.WARNING)
             return
         changed, removed = writer.plan(snap, have)
@@ -339,10 +388,10 @@ class Indexer:
         else:
             writer.set_db_item_keys(snap.stamps)
         total = len(changed)
-        self._set(
+        self._update(
             state="indexing" if total or removed else "ready", source=snap.source,
             zotero_schema_version=snap.schema_version, items_total=len(snap.stamps), counts=snap.counts, items_to_index=total,
-            items_done=0, percent=0.0 if total else 100.0, message=None, warnings=snap.warnings,
+            items_done=0, percent=0.0 if total else 100.0, warnings=list(snap.warnings),
         )
         origin = _origin(snap.source, self.opts.data_dir)
         if total:
@@ -376,12 +425,12 @@ class Indexer:
             except ListenerChanged as exc:  # the batches written before came from the listener we checked
                 msg = str(exc)
                 log.warning("library: indexing stopped at %d/%d items: %s", done, total, msg)
-                self._set(state="error", message=msg, **_counts(writer))
+                self._update(state="error", message=msg, index=_counts(writer))
                 return
             writer.write_items(batch, labels)
             done += len(batch)
             pct = round(100.0 * done / total, 1)
-            self._set(items_done=done, percent=pct)
+            self._update(items_done=done, percent=pct)
             if self.on_batch is not None:
                 self.on_batch(done, total)
             if time.monotonic() - last_log >= PROGRESS_LOG_INTERVAL_S:
@@ -394,19 +443,19 @@ class Indexer:
         writer.set_meta({"last_refresh": time.time(), "source": snap.source, "zotero_schema_version": snap.schema_version})
         counts = _counts(writer)
         with self._lock:
-            refreshes = self._status["refreshes"] + 1
-        self._set(
+            refreshes = self._status.refreshes + 1
+        self._update(
             state="ready", percent=100.0, last_refresh=datetime.now(UTC).isoformat(timespec="seconds"),
-            last_refresh_ms=ms, refreshes=refreshes, **counts,
+            last_refresh_ms=ms, refreshes=refreshes, index=counts,
         )
-        kinds = counts["kinds"]
+        kinds = counts.kinds
         extra = "".join(f", {kinds[k]:,} {k}" for k in ("notes", "annotations") if kinds[k])
-        groups = sum(1 for lib in counts["libraries"] if lib["library"] != USER_LIBRARY)
+        groups = sum(1 for lib in counts.libraries if lib["library"] != USER_LIBRARY)
         where = f" in {1 + groups} libraries" if groups else ""
         # Stable while nothing changes, so it is logged once, and again only when the library changes.
         self._announce(f"library ready: {kinds['items']:,} items, {kinds['texts']:,} full texts{extra}{where} (from {origin})")
         if total or removed:
-            log.info("library: %d items re-indexed in %.1f s; %d passages in the index", total, ms / 1000, counts["chunks_indexed"])
+            log.info("library: %d items re-indexed in %.1f s; %d passages in the index", total, ms / 1000, counts.chunks_indexed)
 
 
 class _WatchedChild(EmbedChild):
@@ -424,13 +473,15 @@ class _WatchedChild(EmbedChild):
             raise
 
 
-def _counts(writer: IndexWriter) -> dict[str, Any]:
+def _counts(writer: IndexWriter) -> IndexCounts:
     c = writer.counts()
     libraries = list((c.libraries or {}).values())
     kinds = {k: sum(int(lib[k]) for lib in libraries) for k in ("items", "notes", "annotations", "texts")}
-    return {"items_indexed": c.items, "chunks_indexed": c.chunks, "attachments_with_text": c.attachments_with_text,
-            "collections": c.collections, "notes_indexed": c.notes, "annotations_indexed": c.annotations,
-            "libraries": libraries, "kinds": kinds}
+    return IndexCounts(
+        items_indexed=c.items, chunks_indexed=c.chunks, attachments_with_text=c.attachments_with_text,
+        collections=c.collections, notes_indexed=c.notes, annotations_indexed=c.annotations, libraries=libraries,
+        kinds=kinds,
+    )
 
 
 def _origin(source: str, data_dir: Path) -> str:

@@ -25,14 +25,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
+
+import httpx
 
 from zocratesd.library import _listeners
 from zocratesd.library._listeners import Ownership, listener_owner
-
-if TYPE_CHECKING:  # httpx is imported when a LocalApi is made: not on the daemon's way to its first reply
-    import httpx
 from zocratesd.library._records import (
     AttachmentRecord,
     CollectionRecord,
@@ -130,8 +129,6 @@ class LocalApi:
         self._uid = uid
         self.schema_version: int | None = None
         self._fulltext_endpoint = True
-        import httpx
-
         self._client = httpx.Client(
             base_url=self.base_url, timeout=READ_TIMEOUT_S,
             # identity: the limits count the bytes we hold; a compressed body could inflate past them.
@@ -162,8 +159,6 @@ class LocalApi:
 
     def _get(self, path: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> _Answer:
         """One GET, its body read as a stream and refused past the limit (never buffered whole)."""
-        import httpx
-
         limit = self.limits.max_response_bytes
         deadline = time.monotonic() + RESPONSE_DEADLINE_S
         try:

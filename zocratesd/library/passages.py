@@ -11,9 +11,8 @@ One index, one path: the passages are written into the same FTS5 index a Zotero 
 (library/index.py, in `library_passages.db` beside the file, rebuilt at each load) and searched
 by the same `search`, so a passages file ranks as a library does (stemming, title weight, scope
 in SQL). Each passage is indexed as an attachment's text under a key of its own, and a hit is
-answered with the passage as the file gives it (its page, its attachment key or none). The
-in-memory BM25 this replaced had no stemming: 0.668 nDCG@10 on SciFact against 0.694 for the
-index, and 117 ms per query (bench/bench_retrieval.py).
+answered with the passage as the file gives it (its page, its attachment key or none), ranked
+as well as a library is (bench/bench_retrieval.py).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ import os
 import stat
 from pathlib import Path
 
+from zocratesd import deferred
 from zocratesd.library._records import valid_key
 
 log = logging.getLogger(__name__)
@@ -74,13 +75,13 @@ def page_labels(data_dir: Path, attachment_key: str) -> list[str] | None:
 
 
 def _read_labels(f: object, attachment_key: str) -> list[str] | None:
-    import pypdf
-
+    # Loaded on the first PDF read, by the indexer's thread: not on the engine's way to a first turn.
+    pypdf = deferred.load("pypdf")
     # pypdf reports what it repairs in damaged files through logging, with bytes of the file in
     # the message: not for our log (a damaged file simply has no labels).
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
-        reader = pypdf.PdfReader(f, strict=False)  # type: ignore[arg-type]
+        reader = pypdf.PdfReader(f, strict=False)
         if reader.is_encrypted and not reader.decrypt(""):
             return None
         if "/PageLabels" not in reader.root_object:

@@ -1,7 +1,7 @@
 """What `search_library` retrieves from: passages of the user's library, within a scope.
 
 `Retriever` is the interface the search pipeline (engine/research.py, engine/tools.py) calls.
-`Library` (library/_library.py: Zotero's data + a full-text index) is the real one;
+`Library` (library/service.py: Zotero's data + a full-text index) is the real one;
 `InMemoryRetriever` is a complete BM25 retriever over passages held in memory, used by tests and by
 a daemon that has no library index yet. The types live here, where passages are made: the library
 knows nothing of the engine (or ADK), and the engine imports them from here.

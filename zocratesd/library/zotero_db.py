@@ -239,16 +239,7 @@ def read_library(
     libs = _libraries(conn, groups)
     if not any(lib == USER_LIBRARY for lib, _ in libs.values()):
         raise ZoteroDbError("zotero.sqlite has no user library")
-    types = dict(conn.execute("SELECT itemTypeID, typeName FROM itemTypesCombined"))
-    trashed = {r[0] for r in conn.execute("SELECT itemID FROM deletedItems")}
-    items: dict[int, _Row] = {}
-    for item_id, lib_id, key, type_id, added, modified, client_modified in conn.execute(
-        "SELECT itemID, libraryID, key, itemTypeID, dateAdded, dateModified, clientDateModified FROM items"
-    ):
-        if item_id not in trashed and lib_id in libs and valid_key(key):
-            items[item_id] = _Row(key, type_id, types.get(type_id, "unknown"), str(modified or ""), str(client_modified or ""),
-                                  libs[lib_id][0], str(added or ""))
-
+    items = _items(conn, libs)
     collections: list[CollectionRecord] = []
     coll_keys: dict[int, str] = {}
     for lib_id, (lib, _) in libs.items():
@@ -261,26 +252,7 @@ def read_library(
         if ck and item_id in items:
             member.setdefault(item_id, []).append(ck)
 
-    atts: dict[int, list[AttachmentRecord]] = {}
-    att_owner: dict[int, int] = {}  # attachment id -> the record that carries it (parent, or itself)
-    standalone: set[int] = set()
-    for item_id, parent_id, link_mode, content_type in conn.execute(
-        "SELECT itemID, parentItemID, linkMode, contentType FROM itemAttachments"
-    ):
-        it = items.get(item_id)
-        if it is None or it.type != "attachment":
-            continue  # trashed, a feed's, or a bad key
-        rec = AttachmentRecord(
-            key=it.key, content_type=content_type, link_mode=link_mode,
-            modified=f"{it.modified}|{it.client_modified}", cache_stamp=cache_stamp(data_dir, it.key),
-        )
-        if parent_id is None:
-            standalone.add(item_id)
-            atts[item_id] = [rec]
-            att_owner[item_id] = item_id
-        elif parent_id in items:
-            atts.setdefault(parent_id, []).append(rec)
-            att_owner[item_id] = parent_id
+    atts, att_owner, standalone = _attachments(conn, items, data_dir)
 
     # Notes (itemNotes also holds attachments' own notes: only items of type note count) and
     # annotations hang on the record of their parent item (an annotation's parent is its attachment).
@@ -332,6 +304,48 @@ def read_library(
         source=source, schema_version=version, items=out, stamps=stamps, collections=collections, warnings=warnings,
         libraries=names, counts=counts,
     )
+
+
+def _items(conn: sqlite3.Connection, libs: dict[int, tuple[str, str]]) -> dict[int, _Row]:
+    """Every item of `libs` that is not in the trash and has a valid key, by item id."""
+    types = dict(conn.execute("SELECT itemTypeID, typeName FROM itemTypesCombined"))
+    trashed = {r[0] for r in conn.execute("SELECT itemID FROM deletedItems")}
+    items: dict[int, _Row] = {}
+    for item_id, lib_id, key, type_id, added, modified, client_modified in conn.execute(
+        "SELECT itemID, libraryID, key, itemTypeID, dateAdded, dateModified, clientDateModified FROM items"
+    ):
+        if item_id not in trashed and lib_id in libs and valid_key(key):
+            items[item_id] = _Row(key, type_id, types.get(type_id, "unknown"), str(modified or ""), str(client_modified or ""),
+                                  libs[lib_id][0], str(added or ""))
+    return items
+
+
+def _attachments(
+    conn: sqlite3.Connection, items: dict[int, _Row], data_dir: Path
+) -> tuple[dict[int, list[AttachmentRecord]], dict[int, int], set[int]]:
+    """The attachments of `items`, by the record that carries them (their parent, or a standalone
+    attachment itself); each attachment's carrier; and the standalone ones."""
+    atts: dict[int, list[AttachmentRecord]] = {}
+    att_owner: dict[int, int] = {}  # attachment id -> the record that carries it (parent, or itself)
+    standalone: set[int] = set()
+    for item_id, parent_id, link_mode, content_type in conn.execute(
+        "SELECT itemID, parentItemID, linkMode, contentType FROM itemAttachments"
+    ):
+        it = items.get(item_id)
+        if it is None or it.type != "attachment":
+            continue  # trashed, a feed's, or a bad key
+        rec = AttachmentRecord(
+            key=it.key, content_type=content_type, link_mode=link_mode,
+            modified=f"{it.modified}|{it.client_modified}", cache_stamp=cache_stamp(data_dir, it.key),
+        )
+        if parent_id is None:
+            standalone.add(item_id)
+            atts[item_id] = [rec]
+            att_owner[item_id] = item_id
+        elif parent_id in items:
+            atts.setdefault(parent_id, []).append(rec)
+            att_owner[item_id] = parent_id
+    return atts, att_owner, standalone
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Session retention and space reclamation for sessions.db (spec section 8, issue 7).
+"""Session retention and space reclamation for sessions.db (spec section 8).
 
 One public class, `Maintenance`: `run(startup=...)` is a pass (retention, then VACUUM when it
 pays, as an atomic swap of a vacuumed copy that a crash cannot corrupt), `stats()` the live size

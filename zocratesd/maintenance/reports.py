@@ -2,7 +2,7 @@
 
 These are the bodies the faces serve: `_zocrates/storage/maintenance` and the shim's
 `MaintenanceResponse` (`MaintenanceReport`), `_zocrates/storage/stats` and `StorageStatsResponse`
-(`StorageStats`). Field names are issue 7's; do not rename them.
+(`StorageStats`). Field names are the protocol's (protocol/README.md); do not rename them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The maintenance pass (spec section 8, issue 7): retention, then VACUUM when it pays.
+"""The maintenance pass (spec section 8): retention, then VACUUM when it pays.
 
 Order of a pass, as the spec draws it:
 

@@ -16,23 +16,19 @@ Start-up order matters, and each step says why:
 3. the instance lock is taken before the socket is touched: whoever holds it knows any socket or
    daemon.json on disk is stale (a crashed daemon), so removing them cannot hurt a live one
    (process/instance.py); the socket path is claimed (under its own lock, `<socket>.lock`, which
-   keeps a daemon of another data dir off the same --socket) before the core is even imported;
-4. the core is made without its engine (no ADK import: `Daemon(..., load_engine=False)` reads
-   sessions.db with sqlite3 alone), then the socket bound (or the manager's socket adopted) and the
-   HTTP shim's loopback port bound (zocratesd/shim/), and only then daemon.json is written (with
-   the port and a fresh bearer token) and READY=1 sent: a client that finds daemon.json can
-   connect at once; its `initialize` is answered at once (rpc/handshake.py), its reads
-   (session/list, session/load, ...) once the wire stack (pydantic, the wire models, the ACP
-   methods) is imported, a moment later (below); the shim's port answers once uvicorn and
-   Starlette are imported, after that;
-5. meanwhile the root task group brings the engine up (`lifecycle.bring_up`: in a daemon thread,
-   the wire stack imported (then the full method table served), the shim's modules, then ADK,
-   each module only while nothing is served (bounded:
-   process/give_way.py); the runner built, the store's tables prepared, start-up
-   maintenance run), and only then any write: a new session or a turn asked for earlier waits
-   for it (`Daemon.start`). The garbage collector stays off until then (cli.py;
+   keeps a daemon of another data dir off the same --socket);
+4. the core is made without its engine (`Daemon(..., load_engine=False)` reads sessions.db with
+   sqlite3 alone), then the socket bound (or the manager's socket adopted) and the HTTP shim's
+   loopback port bound (zocratesd/shim/), and only then daemon.json is written (with the port and
+   a fresh bearer token) and READY=1 sent: a client that finds daemon.json can connect at once;
+   its `initialize` is answered at once (rpc/handshake.py), every other request once the wire stack
+   is loaded, a moment later; the shim's port answers once its stage is loaded, after that;
+5. meanwhile the root task group brings the engine up (`lifecycle.bring_up`): the start-up plan's
+   stages loaded in a daemon thread (process/startup.py), the runner built, the store's tables
+   prepared, start-up maintenance run, and only then any write: a new session or a turn asked
+   for earlier waits for it (`Daemon.start`). The garbage collector stays off until then (cli.py;
    `lifecycle.freeze_startup_heap` says why).
-   If that fails, the daemon stops (exit 1). A shutdown meanwhile does not wait for the import
+   If that fails, the daemon stops (exit 1). A shutdown meanwhile does not wait for the imports
    (seconds on a loaded machine): the thread is a daemon thread, left behind at exit.
 Shutdown (SIGTERM, SIGINT, --idle-exit-after when socket-activated, or stdin closed for stdio)
 stops accepting, sends STOPPING=1, stops the HTTP shim accepting, lets requests in flight (HTTP
@@ -51,37 +47,33 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import msgspec
 
-from zocratesd import __version__, locations
+from zocratesd import __version__, deferred, locations
 from zocratesd.config import ConfigError, ZocratesConfig, load_config
+from zocratesd.core.daemon import Daemon
 from zocratesd.process.connections import Connections
 from zocratesd.process.fdlimit import raise_fd_limit
 from zocratesd.process.fdstream import FdStream
 from zocratesd.process.instance import Instance
 from zocratesd.process.lifecycle import (
-    HOLD_WIRE_ENV,
     SHUTDOWN_GRACE_S,
     STOP_SIGNALS,
-    WIRE_MODULES,
-    Preload,
     bring_up,
     stop_on_signal,
     stop_when_idle,
     watchdog,
 )
 from zocratesd.process.logs import PROCESS_LOGGER, setup_logging
+from zocratesd.process.startup import WIRE, Plan, StageHook, daemon_plan
 from zocratesd.process.transports import PairTransport, SocketTransport, StdioTransport, Transport
+from zocratesd.rpc.handshake import StagedMethods
 from zocratesd.service_manager.activation import ActivationError
 from zocratesd.service_manager.notify import Notifier
-
-if TYPE_CHECKING:
-    from zocratesd.core.daemon import Daemon
-    from zocratesd.rpc.handshake import StagedMethods
-
+from zocratesd.store.database import StoreDamaged, check_intact, db_path
 
 log = logging.getLogger(PROCESS_LOGGER)
 
@@ -94,6 +86,8 @@ class ServeOptions(msgspec.Struct):
     # Socket-activated only: exit 0 once no connection has been open for this long (the manager
     # keeps the socket and starts a new daemon on the next connection).
     idle_exit_after: float | None = None
+    # Called before each stage of the start-up plan loads (process/startup.py); tests only.
+    before_stage: StageHook | None = None
 
 
 async def serve(opts: ServeOptions) -> int:
@@ -178,12 +172,7 @@ async def _run(
     opts: ServeOptions, config: ZocratesConfig, instance: Instance, transport: Transport, notifier: Notifier
 ) -> int:
     """Step 4 and the shutdown, with the instance lock held."""
-    transport.claim(instance)  # before the core is even imported, so a socket in the way fails at once
-
-    from zocratesd.core.daemon import Daemon
-    from zocratesd.rpc.handshake import StagedMethods
-    from zocratesd.store.database import StoreDamaged, check_intact, db_path
-
+    transport.claim(instance)  # before the store is opened, so a socket in the way fails at once
     try:
         check_intact(db_path(opts.data_dir))  # before anything opens it to write (store/database.py)
     except StoreDamaged as exc:
@@ -197,22 +186,21 @@ async def _run(
     daemon = Daemon(opts.data_dir, config, load_engine=False)  # its engine loads in bring_up
     # The handshake at once, the rest once the wire stack has loaded (rpc/handshake.py).
     methods = StagedMethods(daemon.version, config.rpc.max_frame_bytes)
-    wire = Preload("wire stack", WIRE_MODULES, hold_env=HOLD_WIRE_ENV)
     failed: list[BaseException] = []
     try:
         conns = Connections(methods, max_frame_bytes=config.rpc.max_frame_bytes)
         await transport.open(instance, daemon, conns)
-        preloads = (wire, transport.preload) if transport.preload else (wire,)
+        plan = daemon_plan(http=transport.serves_http, before_stage=opts.before_stage)
         async with anyio.create_task_group() as root:
-            root.start_soon(bring_up, daemon, root.cancel_scope, failed, preloads)
-            root.start_soon(_serve_full_table, wire, daemon, methods)
+            root.start_soon(bring_up, daemon, plan, root.cancel_scope, failed)
+            root.start_soon(_serve_full_table, plan, daemon, methods)
             if notifier.watchdog_interval_s:
                 root.start_soon(watchdog, notifier, notifier.watchdog_interval_s)
             async with anyio.create_task_group() as connections:
                 # Signals are caught from here on, before READY=1: a manager may stop us right after.
                 with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
                     async with anyio.create_task_group() as accepting:
-                        transport.start(accepting, connections, conns)
+                        transport.start(accepting, connections, conns, plan)
                         accepting.start_soon(stop_on_signal, signals, accepting.cancel_scope)
                         if idle_exit is not None:
                             accepting.start_soon(stop_when_idle, conns, idle_exit, accepting.cancel_scope)
@@ -234,12 +222,12 @@ async def _run(
     return 1 if failed else 0
 
 
-async def _serve_full_table(wire: Preload, daemon: Daemon, methods: StagedMethods) -> None:
-    """Once the wire stack is imported: every request to the ACP table (the held ones first)."""
+async def _serve_full_table(plan: Plan, daemon: Daemon, methods: StagedMethods) -> None:
+    """Once the wire stack is loaded: every request to the ACP table (the held ones first)."""
+    wire = plan.stage(WIRE.name)
+    assert wire is not None
     await wire.done.wait()
-    from zocratesd.rpc.acp import build_methods
-
-    methods.serve(build_methods(daemon))
+    methods.serve(deferred.load("zocratesd.rpc.acp").build_methods(daemon))
 
 
 def _load_config_or_exit(opts: ServeOptions) -> ZocratesConfig:

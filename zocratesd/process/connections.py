@@ -7,16 +7,14 @@ import errno
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import anyio
 import anyio.abc
 
 from zocratesd.process.logs import PROCESS_LOGGER
 from zocratesd.process.peercred import peer_uid
-
-if TYPE_CHECKING:
-    from zocratesd.rpc.peer import MethodTable, Peer
+from zocratesd.rpc.peer import MethodTable, Peer
 
 log = logging.getLogger(PROCESS_LOGGER)
 
@@ -98,10 +96,6 @@ class Connections:
                 on_close()
 
     async def _run_peer(self, stream: anyio.abc.ByteStream, name: str) -> None:
-        # Imported here, not at the top: the process checks its socket path before it pays for
-        # the JSON-RPC stack (and the core), so a socket in the way fails at once.
-        from zocratesd.rpc.peer import Peer
-
         if self.draining:  # accepted in the last instant before shutdown: nothing read yet, close it
             await stream.aclose()
             return

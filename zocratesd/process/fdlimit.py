@@ -5,7 +5,7 @@ which cannot watch higher descriptors) under a much higher hard limit (systemd: 
 it to a program that needs more to raise its own soft limit. The daemon never uses select() (asyncio
 uses epoll or kqueue), and every connection, to the Unix socket or the HTTP shim, takes a
 descriptor: at 1,024, another local user's idle connections to the shim once took them all and the
-Unix socket's clients could no longer connect (issue 16). The shim's connection cap is computed
+Unix socket's clients could no longer connect. The shim's connection cap is computed
 from the soft limit this leaves (zocratesd/shim/server.py, FD_RESERVE).
 """
 

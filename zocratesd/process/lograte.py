@@ -2,8 +2,8 @@
 
 Another local user can make the daemon warn without a token (a malformed HTTP request, a refused
 Unix connection), and an error storm repeats one traceback as fast as the loop turns: 5,000 bad
-requests, or asyncio failing to accept, rotated the whole log history (25 MiB) away in seconds
-(issue 16). So a message at WARNING or above is logged at most `burst` times per `window_s`,
+requests, or asyncio failing to accept, rotated the whole log history (25 MiB) away in seconds.
+So a message at WARNING or above is logged at most `burst` times per `window_s`,
 counted by its logger and its *template* (the format string before its arguments are filled in,
 so "refused a connection from uid %s" is one message whatever the uid):
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import socket
 import struct
 
@@ -14,9 +16,6 @@ def peer_uid(sock: socket.socket) -> int | None:
         _pid, uid, _gid = struct.unpack("3i", creds)
         return int(uid)
     try:  # pragma: no cover - macOS/BSD
-        import ctypes
-        import ctypes.util
-
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         uid_t, gid_t = ctypes.c_uint32(), ctypes.c_uint32()
         if libc.getpeereid(sock.fileno(), ctypes.byref(uid_t), ctypes.byref(gid_t)) == 0:

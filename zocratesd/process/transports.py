@@ -14,22 +14,21 @@ from __future__ import annotations
 import logging
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import anyio
 import anyio.abc
 
 from zocratesd import locations
+from zocratesd.core.daemon import Daemon
 from zocratesd.process.connections import Connections, accept_loop
 from zocratesd.process.fdstream import FdStream
 from zocratesd.process.instance import Instance
-from zocratesd.process.lifecycle import SHUTDOWN_GRACE_S, Preload
+from zocratesd.process.lifecycle import SHUTDOWN_GRACE_S
 from zocratesd.process.logs import PROCESS_LOGGER
+from zocratesd.process.startup import SHIM, Plan
 from zocratesd.service_manager.activation import Activation, ActivationError, activated_sockets, check_unix_listener
-
-if TYPE_CHECKING:
-    from zocratesd.core.daemon import Daemon
-    from zocratesd.shim import HttpFace
+from zocratesd.shim import HttpFace
 
 log = logging.getLogger(PROCESS_LOGGER)
 
@@ -39,8 +38,10 @@ class Transport(Protocol):
 
     # Appended to "a zocratesd (pid N) already serves this data dir": what the user can do instead.
     already_running_hint: str
-    # Set by `open`: what its listeners still need imported before they serve (lifecycle.Preload).
-    preload: Preload | None
+    @property
+    def serves_http(self) -> bool:
+        """Set by `open`: whether it serves the HTTP shim (the start-up plan then loads its stage)."""
+        ...
 
     @property
     def restarts_on_demand(self) -> bool:
@@ -60,10 +61,11 @@ class Transport(Protocol):
         ...
 
     def start(
-        self, accepting: anyio.abc.TaskGroup, connections: anyio.abc.TaskGroup, conns: Connections
+        self, accepting: anyio.abc.TaskGroup, connections: anyio.abc.TaskGroup, conns: Connections, plan: Plan
     ) -> None:
-        """Start serving. Tasks that take new connections go in `accepting` (cancelled to stop
-        accepting; a transport may cancel it to stop the daemon); connections go in `connections`."""
+        """Start serving (a listener whose modules are a stage of `plan` once that stage is
+        loaded). Tasks that take new connections go in `accepting` (cancelled to stop accepting;
+        a transport may cancel it to stop the daemon); connections go in `connections`."""
         ...
 
     def publish(self, instance: Instance) -> str:
@@ -85,7 +87,6 @@ class SocketTransport:
         self.activation: Activation | None = None
         self.listeners: list[anyio.abc.SocketListener] = []
         self.http_face: HttpFace | None = None
-        self.preload: Preload | None = None
 
     @property
     def restarts_on_demand(self) -> bool:
@@ -105,10 +106,10 @@ class SocketTransport:
     async def open(self, instance: Instance, daemon: Daemon, conns: Connections) -> None:
         self.listeners = await self._open_listeners(instance)
         self.http_face = self._open_http(daemon, conns)
-        if self.http_face is not None:
-            from zocratesd.shim.server import SERVER_MODULES
 
-            self.preload = Preload("HTTP shim", SERVER_MODULES)
+    @property
+    def serves_http(self) -> bool:
+        return self.http_face is not None
 
     async def _open_listeners(self, instance: Instance) -> list[anyio.abc.SocketListener]:
         """The manager's sockets when activated, else our own socket at the path claimed earlier."""
@@ -132,13 +133,11 @@ class SocketTransport:
     @staticmethod
     def _open_http(daemon: Daemon, conns: Connections) -> HttpFace | None:
         """The HTTP shim for the Zotero plugin, bound now so daemon.json can name its port (None: off);
-        it serves once its modules are imported (`preload`), a connection queued until then.
+        it serves once its stage of the start-up plan is loaded, a connection queued until then.
         Its requests and turns count as open connections (idle exit, drain at shutdown)."""
         config = daemon.config.http
         if not config.enabled:
             return None
-        from zocratesd.shim import HttpFace
-
         face = HttpFace(daemon, config, opened=conns.opened, closed=conns.closed, grace_s=SHUTDOWN_GRACE_S)
         try:
             face.bind(daemon.data_dir)
@@ -150,10 +149,11 @@ class SocketTransport:
         return face
 
     def start(
-        self, accepting: anyio.abc.TaskGroup, connections: anyio.abc.TaskGroup, conns: Connections
+        self, accepting: anyio.abc.TaskGroup, connections: anyio.abc.TaskGroup, conns: Connections, plan: Plan
     ) -> None:
+        shim = plan.stage(SHIM.name)
         if self.http_face is not None:
-            connections.start_soon(self.http_face.run, self.preload.done.wait if self.preload else None)
+            connections.start_soon(self.http_face.run, shim.done.wait if shim else None)
         for listener in self.listeners:
             accepting.start_soon(accept_loop, listener, conns, connections)
 
@@ -177,7 +177,7 @@ class StdioTransport:
 
     already_running_hint = "drop --standalone to talk to it"
     restarts_on_demand = False
-    preload: Preload | None = None  # no listener of its own
+    serves_http = False
 
     def __init__(self, stream: FdStream):
         self.stream = stream
@@ -192,7 +192,7 @@ class StdioTransport:
         pass  # the stream is open already (FdStream.take_stdio, before anything could print)
 
     def start(
-        self, accepting: anyio.abc.TaskGroup, connections: anyio.abc.TaskGroup, conns: Connections
+        self, accepting: anyio.abc.TaskGroup, connections: anyio.abc.TaskGroup, conns: Connections, plan: Plan
     ) -> None:
         # The editor closing stdin ends the one connection, and with it the daemon.
         conns.start(connections, self.stream, "stdio", on_close=accepting.cancel_scope.cancel)
@@ -212,7 +212,7 @@ class PairTransport:
 
     already_running_hint = "drop --standalone to talk to it"
     restarts_on_demand = False
-    preload: Preload | None = None  # no listener of its own
+    serves_http = False
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
@@ -228,7 +228,7 @@ class PairTransport:
         pass  # connected already
 
     def start(
-        self, accepting: anyio.abc.TaskGroup, connections: anyio.abc.TaskGroup, conns: Connections
+        self, accepting: anyio.abc.TaskGroup, connections: anyio.abc.TaskGroup, conns: Connections, plan: Plan
     ) -> None:
         self._started = True
         accepting.start_soon(self._serve, connections, conns, accepting.cancel_scope)

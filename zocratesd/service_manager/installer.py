@@ -26,6 +26,7 @@ systemctl outside PATH).
 from __future__ import annotations
 
 import os
+import plistlib
 import re
 import shlex
 import shutil
@@ -403,8 +404,6 @@ class Launchd(_Manager):
         return ([Step([self.tool, "bootout", self.service_target])] if self._loaded() else []), []
 
     def installed_socket_path(self, path: Path, text: str) -> str | None:
-        import plistlib
-
         try:
             return str(plistlib.loads(text.encode())["Sockets"]["zocratesd"]["SockPathName"])
         except Exception:  # a hand-edited or broken plist: status just cannot tell

@@ -4,7 +4,7 @@ Another local user shares the loopback interface and needs no token to open conn
 alone, uvicorn arms its keep-alive timer only after a first response and disarms it on any byte,
 so a connection that never completes a request head lives forever, and nothing caps how many there
 are: 1,100 idle connections took every descriptor of a daemon with a 1,024 limit, and its Unix
-socket with them (issue 16). So every connection is, at any moment, in one of three phases:
+socket with them. So every connection is, at any moment, in one of three phases:
 
 - `HEAD`: a request head is arriving. The whole head must be in within `head_timeout_s` of the
   connection's opening (or of the first byte after an idle phase), however slowly it trickles:

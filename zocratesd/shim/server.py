@@ -8,48 +8,42 @@ socket's (process/connections.py). How many connections may be open, and for how
 wait, is protocol.py's business.
 
 Binding is cheap and comes first (daemon.json names the port before the daemon is ready); what
-serves the port (uvicorn, Starlette, the routes: ~50 ms of imports, `SERVER_MODULES`) is imported
-by `run()`, after the Unix socket already answers: the daemon's process layer imports it in its
-background import thread (process/lifecycle.py) and says when. A client that connects meanwhile
-waits in the listen queue a moment; it is never refused.
+serves the port (uvicorn, Starlette, the routes: shim/app.py) is built by `run()`, once the
+process has loaded it in the background (process/startup.py, `SHIM`) and says so. A client that
+connects meanwhile waits in the listen queue a moment; it is never refused.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import hashlib
 import logging
-import math
 import resource
 import secrets
 import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
+from zocratesd import deferred
 from zocratesd.config import HttpConfig
 
 if TYPE_CHECKING:
     import uvicorn
 
     from zocratesd.core.daemon import Daemon
+    from zocratesd.shim.app import Serving
     from zocratesd.shim.openpage import OpenPages
-    from zocratesd.shim.protocol import ConnectionTable
+    from zocratesd.shim.protocol import ConnectionTable, LimitedH11Protocol
 
 log = logging.getLogger(__name__)
 
-# What serving the port imports (uvicorn, h11, Starlette and our routes on them), in an order that
-# imports each once: `run()` imports them unless the process layer did already (in its background
-# import thread, before ADK: process/lifecycle.py).
-# uvicorn's lifespan class too: its Config imports it on the event loop, by name, when serving starts.
-SERVER_MODULES = (
-    "uvicorn", "uvicorn.lifespan.off", "zocratesd.shim.guard", "zocratesd.shim.protocol", "zocratesd.shim.routes"
-)
+# What serves the port, loaded by `run()` unless the process did already.
+SERVING_MODULE = "zocratesd.shim.app"
 
 LOOPBACK = "127.0.0.1"
 # Two Zotero profiles get two stable ports: base_port + sha256(data dir) mod this span.
@@ -120,18 +114,6 @@ def bind_loopback(config: HttpConfig, data_dir: Path) -> socket.socket:
     raise OSError(f"no free port in {first}-{first + PORT_PROBE_LIMIT - 1} on {LOOPBACK}: {last_error}")
 
 
-def _embedded_server(config: uvicorn.Config) -> uvicorn.Server:
-    """uvicorn without its own signal handlers: the daemon owns SIGTERM/SIGINT and stops us."""
-    import uvicorn
-
-    class EmbeddedServer(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
-    return EmbeddedServer(config)
-
-
 class HttpFace:
     """The shim of one daemon: bind first (so daemon.json can name the port), then `run()` in the
     daemon's task group until `stop()`. What serves the port is built by `run()` (module doc)."""
@@ -153,49 +135,22 @@ class HttpFace:
         self._accepting: anyio.CancelScope | None = None
         self._opened, self._closed, self._grace_s = opened, closed, grace_s
         self._server: uvicorn.Server | None = None  # built by run(), with `connections` and `_pages`
+        self._protocol_class: type[LimitedH11Protocol] | None = None
         self._pages: OpenPages | None = None
         self.connections: ConnectionTable | None = None
         self._stopped = False
         self.port = 0
 
     def _build(self) -> None:
-        """The app, its guard and the uvicorn server around them (imports SERVER_MODULES unless done)."""
-        import uvicorn
-
-        from zocratesd.shim.codes import OneTimeCodes
-        from zocratesd.shim.guard import Guard
-        from zocratesd.shim.openpage import OpenPages
-        from zocratesd.shim.protocol import ConnectionTable, protocol_class
-        from zocratesd.shim.routes import build_app
-        from zocratesd.shim.webapp import WebApp
-
-        config, opened, closed = self.config, self._opened, self._closed
-        self.connections = ConnectionTable(
-            connection_cap(config.max_connections), head_timeout_s=config.head_timeout_s, idle_timeout_s=KEEP_ALIVE_S
+        """The app, its guard and the uvicorn server around them (shim/app.py)."""
+        app = deferred.load(SERVING_MODULE)
+        serving: Serving = app.build(
+            self.daemon, self.config, token=self.token, port=lambda: self.port, turn_group=self._turn_group,
+            opened=self._opened, closed=self._closed, grace_s=self._grace_s,
+            cap=connection_cap(self.config.max_connections), keep_alive_s=KEEP_ALIVE_S,
         )
-        codes = OneTimeCodes()
-        self._pages = OpenPages(codes.ttl_s)
-        app = build_app(self.daemon, self._turn_group, opened=opened, closed=closed, web=WebApp(config.allowed_origins),
-                        token=self.token, codes=codes, pages=self._pages)
-        self._protocol_class = protocol_class(self.connections)
-        table = self.connections
-        guarded = Guard(app, port=lambda: self.port, token=self.token, allowed_origins=config.allowed_origins,
-                        opened=opened, closed=closed, trusted=lambda scope: table.trust(scope.get("client")),
-                        body_timeout_s=config.body_timeout_s)
-        self._server = _embedded_server(
-            uvicorn.Config(
-                guarded,
-                http=self._protocol_class,
-                ws="none",
-                lifespan="off",
-                log_config=None,  # uvicorn's loggers propagate to ours (stderr and the log file)
-                access_log=False,
-                server_header=False,
-                proxy_headers=False,
-                timeout_keep_alive=KEEP_ALIVE_S,
-                timeout_graceful_shutdown=math.ceil(self._grace_s),
-            )
-        )
+        self.connections, self._pages = serving.connections, serving.pages
+        self._server, self._protocol_class = serving.server, serving.protocol_class
 
     def _turn_group(self) -> anyio.abc.TaskGroup:
         assert self._turns is not None, "the HTTP face is not running"
@@ -211,8 +166,8 @@ class HttpFace:
 
     async def run(self, imported: Callable[[], Awaitable[object]] | None = None) -> None:
         """Serve until `stop()`; then wait for turns still running (the daemon's drain bounds it).
-        `imported`, when given, returns once SERVER_MODULES are imported (in another thread: the
-        event loop answers the Unix socket meanwhile); without it they are imported here."""
+        `imported`, when given, returns once `SERVING_MODULE` is imported (in another thread: the
+        event loop answers the Unix socket meanwhile); without it, it is imported here."""
         assert self._sock is not None, "bind() first"
         try:
             if imported is not None:
@@ -236,12 +191,13 @@ class HttpFace:
         """Hand each accepted connection to uvicorn (its protocol counts it in or closes it) until stop()."""
         loop = asyncio.get_running_loop()
         server = self._server
-        assert server is not None
+        protocol = self._protocol_class
+        assert server is not None and protocol is not None
         state = server.server_state
 
         def factory() -> asyncio.Protocol:
             # What uvicorn's own server would make; app_state is the lifespan's, and lifespan is off.
-            return self._protocol_class(config=server.config, server_state=state, app_state={})
+            return protocol(config=server.config, server_state=state, app_state={})
 
         with anyio.CancelScope() as self._accepting:
             while not server.should_exit:
@@ -257,8 +213,8 @@ class HttpFace:
                     continue
                 try:
                     # uvicorn writes a response in two pieces (head, body): with Nagle's algorithm
-                    # the second waits for the client's delayed ACK of the first, ~40 ms on every
-                    # request after the first on a kept-alive connection. asyncio's transport sets
+                    # the second waits for the client's delayed ACK of the first on every request
+                    # after the first on a kept-alive connection (bench/PROFILE.md section 15). asyncio's transport sets
                     # TCP_NODELAY only on a socket made with proto IPPROTO_TCP, and ours says 0.
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     await loop.connect_accepted_socket(factory, conn)

@@ -4,7 +4,7 @@
 and the maintenance gate. Writes go through ADK's service (whose `append_event` and
 `get_session` store/writer.py does with plain sqlite3). Reads that only show a session (the UI
 view, `session/load` replay, listing) read the event rows directly, because ADK's `get_session`
-validates every event with pydantic (~1 s at 5000 events); `tests/unit/store/test_read_equivalence.py`
+validates every event with pydantic (bench/PROFILE.md section 2); `tests/unit/store/test_read_equivalence.py`
 proves both give the same result. The store imports nothing from the engine or the faces.
 """
 
@@ -12,7 +12,6 @@ from zocratesd.store.database import SessionsDb, bookkeeping_event
 from zocratesd.store.locks import SessionLocks
 from zocratesd.store.reader import SessionReader, SessionRow
 from zocratesd.store.sqlite import APP_NAME, USER_ID
-from zocratesd.store.ui import format_session_for_ui
 
 __all__ = [
     "APP_NAME",
@@ -22,5 +21,4 @@ __all__ = [
     "SessionRow",
     "SessionsDb",
     "bookkeeping_event",
-    "format_session_for_ui",
 ]

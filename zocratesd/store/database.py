@@ -6,10 +6,11 @@ passes. Every connection gets the same pragmas (store/sqlite.py `PRAGMAS`): SQLA
 through a connect listener, the writer's and the reader's through `sqlite.connect`.
 
 Made once by the composition root (`Daemon`), explicitly: `SessionsDb.open(data_dir)`, closed with
-`aclose()`. The reader needs nothing but sqlite3; the session service (and with it ADK, ~1 s of
-imports) is built by `load_service()`, which the daemon calls in the background after it has
-started serving reads (`open(..., load_service=False)`); it builds ADK's own
-`DatabaseSessionService` (and imports SQLAlchemy) only when something needs it (store/writer.py). There is no registry: maintenance
+`aclose()`. The reader needs nothing but sqlite3; the session service (store/writer.py, and with it
+ADK) is built by `load_service()`, which the daemon calls once the process has loaded the engine
+in the background (process/startup.py), after it has started serving reads
+(`open(..., load_service=False)`); it builds ADK's own `DatabaseSessionService` (and loads
+SQLAlchemy) only when something needs it (store/adk_service.py). There is no registry: maintenance
 and compaction are handed the instance. A second owner of the same file in one process would have
 its own gate; the VACUUM swap would then find its connections open and refuse (`_swap.SwapBusy`)
 rather than corrupt anything, but nothing of zocratesd makes one.
@@ -27,12 +28,12 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import anyio
 
-from zocratesd import locations
+from zocratesd import deferred, locations
 from zocratesd.errors import SessionNotFound
 from zocratesd.logtext import escape_for_log
 from zocratesd.store.reader import SessionReader
@@ -42,11 +43,10 @@ from zocratesd.store.sqlite import (
     USER_ID,
     StoreBusy,
     StoreGate,
-    apply_pragmas,
     connect,
 )
 
-if TYPE_CHECKING:  # ADK and SQLAlchemy are imported by load_service (module doc)
+if TYPE_CHECKING:  # ADK and SQLAlchemy are loaded with the engine (module doc)
     from google.adk.events import Event
     from google.adk.sessions import DatabaseSessionService, Session
 
@@ -73,17 +73,20 @@ def db_path(zotero_data_dir: Path) -> Path:
     return locations.state_dir(zotero_data_dir) / locations.DB_NAME
 
 
-def bookkeeping_event(state_delta: Mapping[str, Any]) -> Event:
-    """A content-less event that only changes state (a title, the seed of a new session). It never
-    reaches a prompt (no content) or the UI (no text), and it is not a message, so it does not make
-    an empty session non-empty (maintenance/_select.py)."""
-    from google.adk.events import Event, EventActions
+# The store's ADK side (the session service, the events it writes): a module on the first
+# reply's path must not load it; the process loads it with the engine (process/startup.py).
+WRITE_PATH: Final = "zocratesd.store.writer"
+ADK_SERVICE: Final = "zocratesd.store.adk_service"
 
-    return Event(
-        author="user",
-        invocation_id=f"zocrates-meta-{Event.new_id()}",
-        actions=EventActions(state_delta=dict(state_delta)),
-    )
+
+def _write_path() -> ModuleType:
+    return deferred.load(WRITE_PATH)
+
+
+def bookkeeping_event(state_delta: Mapping[str, Any]) -> Event:
+    """A content-less event that only changes state (store/writer.py `bookkeeping_event`)."""
+    event: Event = _write_path().bookkeeping_event(state_delta)
+    return event
 
 
 # The tables of ADK 2.13's schema that the read paths query.
@@ -92,28 +95,6 @@ _ADK_TABLES = frozenset({"sessions", "events", "app_states", "user_states"})
 
 class _Closable(Protocol):
     def aclose(self) -> Awaitable[None]: ...
-
-
-def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-    apply_pragmas(dbapi_conn)
-
-
-def _install_gate(svc: DatabaseSessionService, gate: StoreGate) -> None:
-    """Route ADK's database work through `gate`.
-
-    ADK 2.13 opens every ORM session through `_rollback_on_exception_session` (the only other
-    connection use is `prepare_tables`' first run, which `SessionsDb.paused` completes beforehand).
-    Private, hence the pin on google-adk 2.13 (pyproject.toml).
-    """
-    inner = svc._rollback_on_exception_session
-
-    @asynccontextmanager
-    async def gated(*, read_only: bool = False) -> AsyncIterator[Any]:
-        async with gate.request():
-            async with inner(read_only=read_only) as sql_session:
-                yield sql_session
-
-    svc._rollback_on_exception_session = gated  # type: ignore[method-assign]
 
 
 class SessionsDb:
@@ -160,25 +141,20 @@ class SessionsDb:
         return self._service is not None
 
     def load_service(self) -> None:
-        """Build the session service for the file (importing ADK unless already imported: the
-        daemon imports it in a worker thread first; SQLAlchemy only when ADK's own service is
-        needed, store/writer.py). Idempotent. On the event loop's thread."""
+        """Build the session service for the file (loading ADK unless the process did already, in
+        the background; SQLAlchemy only when ADK's own service is needed, store/writer.py).
+        Idempotent. On the event loop's thread."""
         if self._service is not None:
             return
-        from zocratesd.store.writer import FastAppendSessionService
-
-        self._service = FastAppendSessionService(connect=self.connect, gate=self.gate, make_adk=self._make_adk)
+        self._service = _write_path().FastAppendSessionService(
+            connect=self.connect, gate=self.gate, make_adk=self._make_adk
+        )
         self._service_loaded.set()
 
     def _make_adk(self) -> DatabaseSessionService:
         """ADK's own service for the file, with the store's pragmas and gate (the writer builds it
-        when something needs it: store/writer.py)."""
-        from google.adk.sessions import DatabaseSessionService
-        from sqlalchemy import event as sa_event
-
-        svc = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{self.path}", connect_args={"timeout": BUSY_TIMEOUT_S})
-        sa_event.listen(svc.db_engine.sync_engine, "connect", _on_connect)
-        _install_gate(svc, self.gate)
+        when something needs it, after loading its module: store/writer.py)."""
+        svc: DatabaseSessionService = deferred.load(ADK_SERVICE).make(self.path, self.gate)
         return svc
 
     def connect(self) -> sqlite3.Connection:
@@ -236,11 +212,9 @@ class SessionsDb:
         is returned with the event's state applied and its update time moved. Raises
         SessionNotFound."""
         if isinstance(session, str):
-            from google.adk.sessions.base_session_service import GetSessionConfig
-
             session_id = session
             loaded = await self.service.get_session(
-                app_name=APP_NAME, user_id=USER_ID, session_id=session_id, config=GetSessionConfig(num_recent_events=0)
+                app_name=APP_NAME, user_id=USER_ID, session_id=session_id, config=_write_path().NO_EVENTS
             )
             if loaded is None:
                 raise SessionNotFound(session_id)
@@ -262,10 +236,8 @@ class SessionsDb:
         adk = self.service.adk_service
         if adk is None:
             return await anyio.to_thread.run_sync(self.service.journal_mode)
-        from sqlalchemy import text as sa_text
-
-        async with adk.db_engine.connect() as conn:
-            return str((await conn.execute(sa_text("PRAGMA journal_mode"))).scalar())
+        mode: str = await deferred.load(ADK_SERVICE).journal_mode(adk)
+        return mode
 
     async def _close_connections(self) -> None:
         adk = self.service.adk_service

@@ -1,6 +1,6 @@
 """The fast read path: sessions and events straight from ADK's tables, without pydantic.
 
-ADK's `get_session` turns every row into a pydantic Event (~0.15 ms each); showing a session needs
+ADK's `get_session` turns every row into a pydantic Event; showing a session needs
 only the stored JSON. The SQL here mirrors ADK 2.13's own queries (`database_session_service.py`):
 events ordered by (timestamp, id), the same order ADK gives after reversing its DESC scan, and
 `update_time` read as naive UTC exactly as `StorageSession.get_update_timestamp` does, so the
@@ -20,7 +20,7 @@ import msgspec
 import orjson
 
 from zocratesd.errors import SessionNotFound
-from zocratesd.foreground import FOREGROUND
+from zocratesd.store import slim
 from zocratesd.store.sqlite import APP_NAME, USER_ID, StoreGate, sqlite_datetime
 from zocratesd.store.thread import ConnectionThread
 from zocratesd.store.ui import Json, apply_rewinds, title_of, ui_view
@@ -115,9 +115,9 @@ class SessionReader:
     """Reads over a connection of its own: plain sqlite3 in a thread of its own (store/thread.py),
     `query_only`.
 
-    SQLAlchemy's async adapter costs ~2x a plain fetch on a 5000-row session (measured 12.8 vs
-    6.6 ms). In WAL mode this reader never blocks the writer and is never blocked by it. Queries
-    run one at a time, in order; each is a few milliseconds.
+    SQLAlchemy's async adapter costs about twice a plain fetch (bench/PROFILE.md). In WAL mode
+    this reader never blocks the writer and is never blocked by it. Queries run one at a time, in
+    order; each is a few milliseconds.
     Every read passes the file's `StoreGate`, so it waits while maintenance has the store paused.
     Made by `SessionsDb`: `connect` opens the connection (lazily, again after `aclose()`);
     `tables` says whether ADK's tables exist (asked until they do): a store the engine has not made
@@ -149,8 +149,7 @@ class SessionReader:
             return await self._thread.run(self._serve, fn)
 
     def _serve(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        with FOREGROUND.work():  # a background thread gives way to it (zocratesd/foreground.py)
-            return fn(self._connection())
+        return fn(self._connection())
 
     async def aclose(self) -> None:
         """Close the connection (reopened on the next read); waits for a read in progress. Not
@@ -257,16 +256,14 @@ class SessionReader:
 
     async def ui_session(self, session_id: str) -> Json:
         """The UI view (spec 2.2) of one session; raises SessionNotFound. The view reads a dozen
-        keys per event, so the events are decoded only that far (store/slim.py: ~30% less CPU for
-        a 5000-event session); the result equals `live_session(...).ui()` byte for byte."""
+        keys per event, so the events are decoded only that far (store/slim.py; bench/PROFILE.md has
+        the measurements); the result equals `live_session(...).ui()` byte for byte."""
         head, rows = await self._rows(session_id)
         with gc_paused():
             return self._view(session_id, head, rows)
 
     @staticmethod
     def _view(session_id: str, head: Any, rows: list[Any]) -> Json:
-        from zocratesd.store import slim  # its decoder: built by the first view, not before serving
-
         try:
             events = slim.decode_events(rows)
         except (slim.DecodeError, TypeError):  # not events as ADK writes them: whole, as before

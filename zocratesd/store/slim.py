@@ -1,7 +1,7 @@
 """Stored events decoded only as far as the UI view reads them (`SessionReader.ui_session`).
 
-Showing a 5000-event session parsed every stored event whole: ~125k Python objects built from
-4.4 MB of JSON and freed again (~17 ms of CPU) to read a dozen keys per event; most of the bytes
+Showing a long session parsed every stored event whole: Python objects built from megabytes of
+JSON and freed again to read a dozen keys per event (bench/PROFILE.md section 2); most of the bytes
 are tool results, evidence and bookkeeping the view never shows. msgspec decodes each event into
 the keys declared below and skips the rest in C without building it. SQLite's JSON functions
 (3.40) were measured for the same job and cost more than they save (bench/PROFILE.md section 2).

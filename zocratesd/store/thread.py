@@ -2,10 +2,10 @@
 
 The reader and the writer each own one connection and used anyio's `to_thread.run_sync` with a
 capacity limiter of 1 to keep its calls off the event loop and one at a time. Through anyio's
-shared pool such a call cost ~95 µs of CPU on this machine (a checkpoint, the limiter, a context
-copy, the pool's bookkeeping), against ~50 µs through a thread of the connection's own, fed by a
-`queue.SimpleQueue` and answering with `call_soon_threadsafe`; an insert with its COMMIT went from
-~300-420 to ~230-255 µs of wall time (bench/PROFILE.md section 9). A turn makes 11 such calls.
+shared pool such a call cost about twice the CPU (a checkpoint, the limiter, a context copy, the
+pool's bookkeeping) of a call through a thread of the connection's own, fed by a
+`queue.SimpleQueue` and answering with `call_soon_threadsafe` (bench/PROFILE.md section 9). A turn
+makes 11 such calls.
 
 What the callers keep from `to_thread.run_sync`: a caller already cancelled does not start its
 call; once started (queued) the caller waits for its end even when cancelled, so a write it began
@@ -30,7 +30,7 @@ import anyio.lowlevel
 
 T = TypeVar("T")
 
-# An idle thread ends after this long; the next call starts another (~100 µs, once).
+# An idle thread ends after this long; the next call starts another (cheap, once).
 IDLE_EXIT_S = 10.0
 
 _Job = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]

@@ -1,6 +1,6 @@
 """The UI view of a session (spec 2.2): `{id, title, created_at, updated_at, messages, pending_hitl}`.
 
-Both read paths end here. `format_session_for_ui(session)` formats ADK's own `Session`;
+Both read paths end here. `format_session_for_ui(session)` (store/writer.py) formats ADK's own `Session`;
 `SessionReader.ui_session` formats the stored rows. They differ only in how they obtain the live
 events (ADK's `_apply_rewinds` over pydantic Events, or `apply_rewinds` below over the stored JSON)
 and share everything after that, so the equivalence test pins exactly the part that could drift.
@@ -144,12 +144,3 @@ def ui_view(
         "messages": messages,
         "pending_hitl": pending,
     }
-
-
-def format_session_for_ui(session: Any) -> Json:
-    """The spec's `format_session_for_ui(session)` on an ADK `Session` (the slow, reference path)."""
-    from google.adk.events._rewind_events import _apply_rewinds
-
-    live = [ev.model_dump(exclude_none=True, mode="json") for ev in _apply_rewinds(session.events)]
-    first = session.events[0].timestamp if session.events else None
-    return ui_view(session.id, dict(session.state), session.last_update_time, live, first)

@@ -2,10 +2,10 @@
 `Session` objects, a fraction of the cost.
 
 A turn loads its session once and appends five or six events. ADK's `DatabaseSessionService`
-spends ~12 ms on each append (measured on the 2-core CI machine: an ORM unit of work, three
-SELECTs and ~10 thread hand-offs through aiosqlite) and ~5 ms of ORM on each load before any
-event is validated. This subclass does both with plain `sqlite3`, in one transaction and one hop
-to the connection's own thread (~1 ms; store/thread.py), and changes nothing else: sessions are
+spends an ORM unit of work, three SELECTs and about ten thread hand-offs through aiosqlite on each
+append, and ORM work on each load before any event is validated (bench/PROFILE.md). This subclass
+does both with plain `sqlite3`, in one transaction and one hop to the connection's own thread
+(store/thread.py), and changes nothing else: sessions are
 created, listed, deleted and rewound by ADK's own code, which reads back exactly what it would have
 written (`tests/unit/store/test_fast_append.py` compares rows byte for byte and sessions field by
 field).
@@ -23,8 +23,8 @@ ADK did not load (no update marker) go through ADK's own path unchanged.
 The connection's thread keeps the event loop free while SQLite waits on a lock (busy timeout), so a
 write held up by another connection of this process can never deadlock it.
 
-ADK's own service (and SQLAlchemy, aiosqlite and the dialects ADK's schema module imports: ~0.3 s
-of CPU, a quarter of the engine's import) is built only when something needs it (`adk()`): making
+ADK's own service (and SQLAlchemy, aiosqlite and the dialects ADK's schema module imports: a
+quarter of the engine's import, store/adk_service.py) is built only when something needs it (`adk()`): making
 the tables of a new file, the first session of a new file, listing or deleting sessions, app or
 user state. A daemon that starts on an existing store and answers a prompt never imports it: the
 first turn after a cold start does not wait for it. The check that a file is as ADK 2.13 prepares it
@@ -36,31 +36,37 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import importlib
 import json
 import sqlite3
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-from google.adk.errors._stale_session_error import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
-from google.adk.events import Event
+from google.adk.events import Event, EventActions
 from google.adk.platform import time as platform_time
-from google.adk.sessions import Session, State, _session_util
+from google.adk.sessions import Session, State
 from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig, ListSessionsResponse
 
+from zocratesd import deferred
+from zocratesd.adkcompat import StaleSessionError, apply_rewinds, json_safe_state_delta, set_update_marker, update_marker
 from zocratesd.store.sqlite import StoreGate, sqlite_datetime
 from zocratesd.store.thread import ConnectionThread
+from zocratesd.store.ui import Json, ui_view
 
-if TYPE_CHECKING:  # imported by `adk()`, when first needed (module doc)
+if TYPE_CHECKING:  # loaded by `adk()`, when first needed (module doc)
     from google.adk.sessions import DatabaseSessionService
+
+# ADK's own service and SQLAlchemy (module doc): loaded by `adk()` when first needed.
+ADK_SERVICE_MODULE: Final = "zocratesd.store.adk_service"
+# A session loaded for its state alone (an append outside a turn).
+NO_EVENTS: Final = GetSessionConfig(num_recent_events=0)
 
 # How many appended events' JSON the writer keeps for `take_dump`. A turn takes each one right
 # after its append (ADK yields an event once it is stored), so this only needs to cover the turns
@@ -135,7 +141,7 @@ class FastAppendSessionService(BaseSessionService):
         if self._adk is None:
             async with self._adk_lock:
                 if self._adk is None:
-                    await anyio.to_thread.run_sync(importlib.import_module, "google.adk.sessions.database_session_service")
+                    await anyio.to_thread.run_sync(deferred.load, ADK_SERVICE_MODULE)
                     self._adk = self._make_adk()
         return self._adk
 
@@ -147,7 +153,7 @@ class FastAppendSessionService(BaseSessionService):
         async with self.gate.request():
             ready = await self._thread.run(self._prepared)
         if not ready:
-            # Not under the gate: ADK's sessions pass it themselves (SessionsDb._install_gate).
+            # Not under the gate: ADK's sessions pass it themselves (`adk_service`).
             await (await self.adk()).prepare_tables()
         self._tables_ready = True
 
@@ -217,7 +223,7 @@ class FastAppendSessionService(BaseSessionService):
         """ADK's `create_session` (2.13) with sqlite3, for a session id given by the caller and no
         app or user state (what the daemon does); anything else, and the very first session of an
         app and user (whose state rows ADK creates), goes through ADK."""
-        deltas = _session_util.extract_json_safe_state_delta(state or {})
+        deltas = json_safe_state_delta(state or {})
         if session_id is None or deltas["app"] or deltas["user"]:
             return await (await self.adk()).create_session(app_name=app_name, user_id=user_id, state=state, session_id=session_id)
         await self.prepare_tables()
@@ -232,7 +238,7 @@ class FastAppendSessionService(BaseSessionService):
         marker, last_update = _marker(stored_now)
         session = Session(app_name=app_name, user_id=user_id, id=session_id, state=merged, events=[],
                           last_update_time=last_update)
-        session._storage_update_marker = marker
+        set_update_marker(session, marker)
         return session
 
     def _create(
@@ -294,7 +300,7 @@ class FastAppendSessionService(BaseSessionService):
         marker, last_update = _marker(update_time)
         session = Session(app_name=app_name, user_id=user_id, id=session_id, state=state, events=events,
                           last_update_time=last_update)
-        session._storage_update_marker = marker
+        set_update_marker(session, marker)
         return session
 
     def _read(
@@ -338,8 +344,8 @@ class FastAppendSessionService(BaseSessionService):
             return event
         delta = event.actions.state_delta if event.actions and event.actions.state_delta else {}
         # Split as ADK splits it; `temp:` keys are in none of the three (they are never stored).
-        deltas = _session_util.extract_json_safe_state_delta(delta) if delta else {"app": {}, "user": {}, "session": {}}
-        if deltas["app"] or deltas["user"] or session._storage_update_marker is None:
+        deltas = json_safe_state_delta(delta) if delta else {"app": {}, "user": {}, "session": {}}
+        if deltas["app"] or deltas["user"] or update_marker(session) is None:
             return await (await self.adk()).append_event(session, event)
         await self.prepare_tables()
         self._apply_temp_state(session, event)
@@ -350,14 +356,14 @@ class FastAppendSessionService(BaseSessionService):
         row = (
             event.id, session.app_name, session.user_id, session.id, event.invocation_id, stored_time, json.dumps(data),
         )
-        expected = session._storage_update_marker
+        expected = update_marker(session)
         async with self._session_lock(session.app_name, session.user_id, session.id):
             async with self.gate.request():
                 marker, timestamp = await self._thread.run(
                     self._write, session.app_name, session.user_id, session.id, expected, session_delta, stored_time, row,
                 )
         session.last_update_time = timestamp
-        session._storage_update_marker = marker
+        set_update_marker(session, marker)
         dumps = self._dumps
         dumps[event.id] = data
         if len(dumps) > KEPT_DUMPS:
@@ -405,3 +411,22 @@ class FastAppendSessionService(BaseSessionService):
                     conn.execute("ROLLBACK")
                 raise
         return _marker(stored_time)
+
+
+def bookkeeping_event(state_delta: Mapping[str, Any]) -> Event:
+    """A content-less event that only changes state (a title, the seed of a new session). It never
+    reaches a prompt (no content) or the UI (no text), and it is not a message, so it does not make
+    an empty session non-empty (maintenance/_select.py)."""
+    return Event(
+        author="user",
+        invocation_id=f"zocrates-meta-{Event.new_id()}",
+        actions=EventActions(state_delta=dict(state_delta)),
+    )
+
+
+def format_session_for_ui(session: Session) -> Json:
+    """The spec's `format_session_for_ui(session)` on an ADK `Session`: the slow reference path
+    the fast reader is checked against (tests/unit/store/test_read_equivalence.py)."""
+    live = [ev.model_dump(exclude_none=True, mode="json") for ev in apply_rewinds(session.events)]
+    first = session.events[0].timestamp if session.events else None
+    return ui_view(session.id, dict(session.state), session.last_update_time, live, first)

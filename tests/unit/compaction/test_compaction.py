@@ -20,7 +20,7 @@ from zocratesd.compaction.summarise import SUMMARY_HEADER
 from zocratesd.compaction.turns import latest_compaction, split_turns
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
-from zocratesd.engine import Engine
+from zocratesd.engine.runner import Engine
 from zocratesd.library.retrieval import InMemoryRetriever, Passage
 from zocratesd.rpc.updates import to_acp
 from zocratesd.updates import Usage, history_updates

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from zocratesd import demo
+from zocratesd.demo import zotero_dir as writer
 from zocratesd.demo.papers import PAPERS
-from zocratesd.library import writer
 
 
 def test_the_demo_library_is_realistic(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Questions that name authors, and answers that quote sentences, not headings (issue 31).
 
-The library is written by the schema-true writer (zocratesd/library/writer.py), indexed by the
+The library is written by the schema-true writer (zocratesd/demo/zotero_dir.py), indexed by the
 daemon's indexer, searched by the `search_library` pipeline without ADK (engine/research.py,
 engine/tools.py), and answered by the offline composer: what a running daemon does."""
 
@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
+from zocratesd.demo.zotero_dir import Annotation, Attachment, Item, pdf_file, write
+from zocratesd.demo.zotero_dir import Library as ZoteroLibrary
 from zocratesd.engine.answer.causes import search_facts
 from zocratesd.engine.answer.segment import split_sentences
 from zocratesd.engine.models.offline import compose_answer
 from zocratesd.engine.research import MAX_ASPECTS, Research
 from zocratesd.engine.tools import _numbered
-from zocratesd.library import Library
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Scope
-from zocratesd.library.writer import Annotation, Attachment, Item, pdf_file, write
-from zocratesd.library.writer import Library as ZoteroLibrary
+from zocratesd.library.service import Library
 from zocratesd.textnorm import glued_heading
 
 STROHLE = Item(

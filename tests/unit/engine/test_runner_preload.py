@@ -74,14 +74,15 @@ async def test_the_serving_side_reads_without_adk(tmp_path: Path) -> None:
 
 
 def test_the_background_import_covers_a_first_turn() -> None:
-    """After `import_engine()` (the worker thread's part of `Daemon.start`), a first turn imports
-    no further ADK module (ADK's lazy imports are all in `runner.LAZY_ADK_MODULES`) and builds no
-    pydantic schema (google.genai's unbuilt ones are in `runner.LAZY_GENAI_MODELS`)."""
+    """After the start-up plan's engine stage (process/startup.py, loaded before `Daemon.start`
+    builds the engine), a first turn imports no further ADK module (ADK's lazy imports are all in
+    `runner.LAZY_ADK_MODULES`) and builds no pydantic schema (google.genai's unbuilt ones are in
+    `runner.LAZY_GENAI_MODELS`)."""
     probe = """
         import asyncio, sys
         import pydantic
-        from zocratesd.core.daemon import import_engine
-        import_engine()
+        from zocratesd.process.startup import ENGINE
+        ENGINE.load()
         before = set(sys.modules)
         rebuild = pydantic.BaseModel.model_rebuild.__func__
         built = []

@@ -21,7 +21,7 @@ from pydantic import PrivateAttr
 
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
-from zocratesd.engine import Engine
+from zocratesd.engine.runner import Engine
 from zocratesd.library.retrieval import InMemoryRetriever, Passage
 from zocratesd.store import APP_NAME, USER_ID
 

@@ -1,5 +1,5 @@
 """library/catalog.py: the library as a catalogue (items with their children, collections, tags,
-recent items), read from an index built from schema-true Zotero data (library/writer.py), both a
+recent items), read from an index built from schema-true Zotero data (demo/zotero_dir.py), both a
 Zotero 7 and a Zotero 10 database; and what the local API's items become."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 import pytest
 from zoterofixture import Attachment, Collection, Item, Library, Note, rich_library
 
-from zocratesd.library import Library as LibraryIndex
+from zocratesd.demo.zotero_dir import write
 from zocratesd.library import catalog
-from zocratesd.library.writer import write
+from zocratesd.library.service import Library as LibraryIndex
 
 T = TypeVar("T")
 

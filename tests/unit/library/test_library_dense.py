@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from zocratesd.library import INDEX_NAME, Library, dense
-from zocratesd.library import writer as zw
-from zocratesd.library.index import IndexCorrupt, open_index
+from zocratesd.demo import zotero_dir as zw
+from zocratesd.library import dense
+from zocratesd.library.index import INDEX_NAME, IndexCorrupt, open_index
 from zocratesd.library.retrieval import Scope
+from zocratesd.library.service import Library
 
 QUESTION = "injuries from automobile collisions"
 # Both papers have one of the question's words once. The factory paper is shorter, so BM25 puts

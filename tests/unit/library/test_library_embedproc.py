@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from zocratesd.library import dense, embedproc
-from zocratesd.library.embedproc import EmbedChild, EmbedFailed
+from zocratesd.library.embedproc import ChildSettings, EmbedChild, EmbedFailed
 
 TEXTS = ["Bone fractures after car crashes heal slowly.", "", "Dense retrieval with Wikipedia passages " * 40, "机器学习"]
 
@@ -34,9 +34,8 @@ def test_the_childs_vectors_are_the_in_process_models() -> None:
 
 
 def test_a_child_that_stalls_is_killed_after_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(embedproc.HOLD_ENV, "30")
     monkeypatch.setattr(embedproc, "REQUEST_TIMEOUT_S", 1.0)
-    child = EmbedChild()
+    child = EmbedChild(ChildSettings(hold_s=30))
     child.start()
     pid = child.pid
     with pytest.raises(EmbedFailed, match=r"took more than 1 s to embed 1 passages \(exit -9, SIGKILL\)") as err:
@@ -48,9 +47,8 @@ def test_a_child_that_stalls_is_killed_after_the_timeout(monkeypatch: pytest.Mon
 def test_a_child_that_stops_reading_cannot_hang_a_large_request(monkeypatch: pytest.MonkeyPatch) -> None:
     """A request larger than the pipe's buffer, to a child that does not read it: the write is
     bounded by the same timeout (it blocked in write() before)."""
-    monkeypatch.setenv(embedproc.HOLD_ENV, "30")
     monkeypatch.setattr(embedproc, "REQUEST_TIMEOUT_S", 1.0)
-    child = EmbedChild()
+    child = EmbedChild(ChildSettings(hold_s=30))
     child.start()
     pid = child.pid
     texts = ["coral reefs bleach when the sea warms " * 30] * embedproc.REQUEST_TEXTS  # ~570 KB
@@ -59,9 +57,8 @@ def test_a_child_that_stops_reading_cannot_hang_a_large_request(monkeypatch: pyt
     assert pid is not None and _gone(pid)
 
 
-def test_a_child_over_its_memory_limit_fails_to_start_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(embedproc.MEMORY_ENV, str(40 * 1024 * 1024))
-    child = EmbedChild()
+def test_a_child_over_its_memory_limit_fails_to_start_and_says_why() -> None:
+    child = EmbedChild(ChildSettings(memory=40 * 1024 * 1024))
     with pytest.raises(EmbedFailed, match=r"not installed or not readable \(exit 1\); it said: .+"):
         child.start()
 

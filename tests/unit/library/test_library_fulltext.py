@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from zoterofixture import FixtureAttachment, FixtureItem, build_zotero_dir
 
-from zocratesd.library import Library
 from zocratesd.library.fulltext import CHUNK_CHARS, MAX_CACHE_BYTES, cache_path, chunks, pages, read_cache
+from zocratesd.library.service import Library
 
 
 def write_cache(data_dir: Path, key: str, data: bytes) -> Path:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from zoterofixture import FixtureAttachment, FixtureItem, build_zotero_dir, sample_library, touch_items
 
-from zocratesd.library import Library
 from zocratesd.library.index import INDEX_NAME, match_expression
 from zocratesd.library.retrieval import Scope
+from zocratesd.library.service import Library
 
 
 def make(tmp_path: Path, version: int = 123) -> Library:
@@ -217,16 +217,16 @@ def test_polls_skip_unchanged_libraries_and_hold_back_after_long_refreshes(tmp_p
     lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None)
     ix = lib.indexer
     ix._maybe_refresh(None)
-    assert ix.status()["refreshes"] == 1
+    assert ix.status().refreshes == 1
     ix._maybe_refresh(None)  # nothing changed: not even a read
-    assert ix.status()["refreshes"] == 1
+    assert ix.status().refreshes == 1
     touch_items(tmp_path / "zotero.sqlite", ["BEEKEEP1"])
     ix._next_allowed = time.monotonic() + 60  # as after a refresh that took 3 s
     ix._maybe_refresh(None)
-    assert ix.status()["refreshes"] == 1  # held back; the change waits for a later poll
+    assert ix.status().refreshes == 1  # held back; the change waits for a later poll
     lib.status(refresh=True)  # ...unless someone asks
     ix._maybe_refresh(None)
-    assert ix.status()["refreshes"] == 2 and ix.status()["items_to_index"] == 1
+    assert ix.status().refreshes == 2 and ix.status().items_to_index == 1
 
 
 def test_an_inconsistent_index_row_is_skipped(tmp_path: Path) -> None:

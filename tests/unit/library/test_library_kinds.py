@@ -1,6 +1,6 @@
 """Everything a user keeps, found and cited: notes, annotations (with page labels and links),
 group libraries (and group scope), Chinese text, accents, full text Zotero has not processed yet;
-feeds never. Built from schema-true fixtures (zocratesd/library/writer.py)."""
+feeds never. Built from schema-true fixtures (zocratesd/demo/zotero_dir.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from zoterofixture import rich_library
 
-from zocratesd.library import Library
+from zocratesd.demo.zotero_dir import write
 from zocratesd.library.retrieval import Hit, Scope
-from zocratesd.library.writer import write
+from zocratesd.library.service import Library
 
 
 @pytest.fixture(scope="module", params=[123, 129])

@@ -8,9 +8,10 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from zocratesd.library import INDEX_NAME, Library
-from zocratesd.library import writer as zw
+from zocratesd.demo import zotero_dir as zw
+from zocratesd.library.index import INDEX_NAME
 from zocratesd.library.retrieval import Scope
+from zocratesd.library.service import Library
 
 QUESTION = "Does vitamin D supplementation reduce fracture risk in older adults?"
 # The item that answers: its abstract says what the trial found.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from zoterofixture import FixtureCollection, FixtureItem, Note, build_zotero_dir, sample_library
 
-from zocratesd.library import Library
+from zocratesd.library.service import Library
 from zocratesd.library.suggestions import MAX_NAME_CHARS, MAX_SUGGESTIONS, Suggestion
 
 

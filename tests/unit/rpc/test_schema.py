@@ -504,7 +504,7 @@ async def test_library_answers_match_the_schemas_and_models(tmp_path: Path, sche
 
     from zocratesd.config import ZocratesConfig
     from zocratesd.core.daemon import Daemon
-    from zocratesd.library.writer import write
+    from zocratesd.demo.zotero_dir import write
     from zocratesd.rpc.acp import build_methods
     from zocratesd.rpc.peer import Peer
 

@@ -33,26 +33,3 @@ async def test_reads_before_the_service_and_a_new_file_waiting_for_it(tmp_path: 
         rows = await light.reader.list_sessions()
     assert [r.id for r in rows] == ["s1"] and not light.service_loaded
     await light.aclose()  # closes what it opened; no service to close
-
-
-@pytest.mark.anyio
-async def test_a_read_counts_as_serving_while_watched(tmp_path: Path) -> None:
-    """Each query in the reader's thread is marked on `FOREGROUND`: while the engine loads, its
-    import thread waits for it (process/give_way.py), since SQLite hands the GIL back at every row."""
-    from zocratesd.foreground import FOREGROUND
-
-    db = SessionsDb.open(tmp_path, load_service=False)
-    db.load_service()
-    await db.prepare_tables()
-    await db.service.create_session(app_name=APP_NAME, user_id=USER_ID, session_id="s1")
-    seen: list[bool] = []
-    FOREGROUND.watch(True)
-    try:
-        FOREGROUND.loop_waiting(True)  # as the daemon's loop reports while it awaits the read
-        assert FOREGROUND.idle.is_set()
-        await db.reader._run(lambda c: seen.append(FOREGROUND.idle.is_set()), None)
-        assert seen == [False] and FOREGROUND.idle.is_set()
-    finally:
-        FOREGROUND.watch(False)
-        await db.aclose()
-    assert not FOREGROUND.idle.is_set()

@@ -23,8 +23,9 @@ from google.genai import types
 
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
-from zocratesd.store import APP_NAME, USER_ID, format_session_for_ui
+from zocratesd.store import APP_NAME, USER_ID
 from zocratesd.store.database import db_path
+from zocratesd.store.writer import format_session_for_ui
 
 pytestmark = pytest.mark.anyio
 

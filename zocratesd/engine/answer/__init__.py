@@ -1,4 +1,4 @@
-"""The offline answerer: extractive answers a researcher can trust without a model (issue 21).
+"""The offline answerer: extractive answers a researcher can trust without a model.
 
 - segment.py: sentences of scientific prose (abbreviations, initials, decimals, references);
 - question.py: a question's parts, terms and anchors; comparisons;

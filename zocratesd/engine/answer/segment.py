@@ -12,7 +12,7 @@ What looks like an end and is not:
   "E. coli") and dotted acronyms ("U.S.", "Ph.D.");
 - decimals and versions ("2.5", "v1.2"): the period is not followed by white space.
 When in doubt we do not split: a sentence too long is only a longer quote, a sentence cut at "C." is
-a wrong one (issue 21: "...after antibiotics allowed C. [5]").
+a wrong one ("...after antibiotics allowed C. [5]").
 
 Chinese and Japanese sentences end at "。", "！" or "？" (with any closing brackets), with or
 without white space after: those scripts put none between sentences.

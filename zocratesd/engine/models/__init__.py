@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
+from zocratesd import deferred
 from zocratesd.config import ModelConfig
 
-if TYPE_CHECKING:  # ADK is imported only once a model is built (engine/__init__.py says why)
+if TYPE_CHECKING:  # ADK is loaded with the engine (engine/__init__.py says why)
     from google.adk.models.base_llm import BaseLlm
 
 DEFAULT_GEMINI_MODEL = "gemini-2.5-flash"
 OFFLINE = "offline"
+# Each provider's model class, by module: the core names this package before ADK is loaded.
+PROVIDER_MODULES: Final = {
+    "openai": "zocratesd.engine.models.openai", "gemini": "zocratesd.engine.models.gemini",
+    OFFLINE: "zocratesd.engine.models.offline",
+}
 
 
 def model_id(cfg: ModelConfig) -> str:
@@ -33,21 +39,18 @@ def model_choices(cfg: ModelConfig) -> dict[str, str]:
 
 
 def build_model(cfg: ModelConfig) -> BaseLlm:
+    module = deferred.load(PROVIDER_MODULES.get(cfg.provider, PROVIDER_MODULES[OFFLINE]))
     if cfg.provider == "openai":
-        from zocratesd.engine.models.openai import OpenAICompatLlm
-
         assert cfg.base_url and cfg.name  # ModelConfig's validator guarantees both
-        return OpenAICompatLlm(
+        llm: BaseLlm = module.OpenAICompatLlm(
             model=cfg.name, base_url=cfg.base_url, api_key=cfg.api_key(),
             max_line_bytes=cfg.max_line_bytes, max_answer_chars=cfg.max_answer_chars, max_call_s=cfg.max_turn_s,
         )
-    if cfg.provider == "gemini":
-        from zocratesd.engine.models.gemini import FencedGemini
-
+    elif cfg.provider == "gemini":
         key = cfg.api_key()
         if key:  # ADK's Gemini client reads the key from the environment
             os.environ.setdefault("GOOGLE_API_KEY", key)
-        return FencedGemini(model=cfg.name or DEFAULT_GEMINI_MODEL)
-    from zocratesd.engine.models.offline import OfflineLlm
-
-    return OfflineLlm()
+        llm = module.FencedGemini(model=cfg.name or DEFAULT_GEMINI_MODEL)
+    else:
+        llm = module.OfflineLlm()
+    return llm

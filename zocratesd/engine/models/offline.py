@@ -2,7 +2,7 @@
 
 It behaves like a small research assistant that only quotes:
 - a new question -> a short plan (a thought) and a `search_library` call with the question;
-- the search's result -> an answer composed by engine/answer/ (issue 21): quotes of the passages
+- the search's result -> an answer composed by engine/answer/: quotes of the passages
   that answer each part of the question, with their numbers [n], then `# Cited Sources` listing
   each cited item once; or, when nothing answers, the real reason (no library, still indexing,
   an empty scope, matches elsewhere in the library, or no match).
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 
-from google.adk.models._capabilities import LlmCapabilities
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
+from zocratesd.adkcompat import LlmCapabilities
 from zocratesd.engine.answer import compose_answer
 
 SEARCH_TOOL = "search_library"

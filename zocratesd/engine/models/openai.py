@@ -29,13 +29,13 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import anyio
 import httpx
-from google.adk.models._capabilities import LlmCapabilities
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 from pydantic import Field, PrivateAttr
 
+from zocratesd.adkcompat import LlmCapabilities
 from zocratesd.config import MODEL_MAX_ANSWER_CHARS, MODEL_MAX_LINE_BYTES, MODEL_MAX_TURN_S
 from zocratesd.engine.models.fencing import tool_result_text
 from zocratesd.errors import ModelError

@@ -18,9 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from zocratesd.library._records import library_counts
 from zocratesd.library.index import INDEX_NAME, IndexReader, search
-from zocratesd.library.indexer import Indexer, IndexerOptions
+from zocratesd.library.indexer import Indexer, IndexerOptions, IndexStatus
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Scope
 from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, Suggestion, suggest
 
@@ -28,17 +27,11 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+
 def disabled_status(message: str) -> dict[str, Any]:
     """The status of a daemon that has no library index (library.enabled false, or the interim
-    passages file), in the shape of `Indexer.status()`."""
-    return {
-        "state": "disabled", "source": None, "zotero_schema_version": None, "items_total": 0, "items_to_index": 0,
-        "items_done": 0, "percent": 0.0, "items_indexed": 0, "chunks_indexed": 0, "attachments_with_text": 0,
-        "collections": 0, "last_refresh": None, "last_refresh_ms": None, "refreshes": 0, "message": message,
-        "warnings": [], "index_path": None, "notes_indexed": 0, "annotations_indexed": 0, "libraries": [],
-        "kinds": {"items": 0, "notes": 0, "annotations": 0, "texts": 0}, "counts": library_counts(), "data_dir": None,
-        "summary": message,
-    }
+    passages file), in the shape of `Library.status()`."""
+    return IndexStatus(data_dir=None, index_path=None, summary=message, state="disabled", message=message).as_dict()
 
 
 class Library:
@@ -61,7 +54,7 @@ class Library:
     def status(self, refresh: bool = False) -> dict[str, Any]:
         if refresh:
             self.indexer.request_refresh()
-        return self.indexer.status()
+        return self.indexer.status().as_dict()
 
     async def collections(self) -> list[tuple[str, str, str | None]]:
         """The library's collections as indexed, `(key, name, parent_key)`; [] before the first

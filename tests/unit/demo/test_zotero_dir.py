@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from zocratesd.library import writer as w
+from zocratesd.demo import zotero_dir as w
 
 # Zotero's schema.json of three releases, kept outside the repository (read in place, never copied).
 SCHEMA_DIR = Path(__file__).resolve().parents[4] / "shared" / "data" / "zotero-schema"

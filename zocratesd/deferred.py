@@ -1,10 +1,26 @@
-"""Run blocking work in a thread of its own and await it from the event loop."""
+"""The two ways the daemon puts work off its first reply's path, used everywhere it does:
+
+- `load(module)`: a module imported on first use, for the few places a module the first reply
+  needs names one it must not load (the store names ADK's session service, the model factory a
+  provider's client). The process imports those modules ahead of any use, in the background
+  (process/startup.py), so by the time `load` runs it is a lookup in `sys.modules`;
+- `in_daemon_thread(func, name)`: a blocking call in a daemon thread of its own, awaited.
+
+Why the first reply must not wait for them, measured: bench/PROFILE.md, "Start-up".
+"""
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import threading
 from collections.abc import Callable
+from types import ModuleType
+
+
+def load(module: str) -> ModuleType:
+    """`module`, imported now unless it was already (the start-up plan imports it ahead)."""
+    return importlib.import_module(module)
 
 
 async def in_daemon_thread(func: Callable[[], None], name: str) -> None:
