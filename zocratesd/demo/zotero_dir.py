@@ -41,6 +41,8 @@ from html import escape, unescape
 from pathlib import Path
 from typing import Final
 
+from zocratesd.limits import ITEM_KEY_RE
+
 ZOTERO_DB = "zotero.sqlite"
 CACHE_NAME = ".zotero-ft-cache"
 UNPROCESSED_NAME = ".zotero-ft-unprocessed"
@@ -763,7 +765,6 @@ _TABLE_ORDER = (
 # Zotero makes keys from KEY_ALPHABET (no 0, 1 or O); we accept any 8 of A-Z0-9, as the reader and
 # the protocol do, so fixtures can carry readable keys ("LEWIS202").
 KEY_ALPHABET: Final = "23456789ABCDEFGHIJKLMNPQRSTUVWXYZ"
-_KEY_RE = re.compile(r"[A-Z0-9]{8}\Z")
 
 
 def new_key(rng: random.Random) -> str:
@@ -890,7 +891,7 @@ class _Writer:
         self.rows.clear()
 
     def _key(self, lib: int, key: str) -> None:
-        if not _KEY_RE.match(key):
+        if not ITEM_KEY_RE.match(key):
             raise WriterError(f"{key!r} is not a Zotero key (8 characters, A-Z and 0-9)")
         if (lib, key) in self.keys:
             raise WriterError(f"key {key} is used twice in library {lib}")
