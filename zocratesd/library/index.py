@@ -716,6 +716,18 @@ def _item_meta(conn: sqlite3.Connection, uids: set[str]) -> dict[str, tuple[str,
     return out
 
 
+# How long a read waits for the index while a write holds it (a WAL reader is rarely held: a
+# checkpoint, recovery); past it the read gives up and answers as before the first build.
+READ_BUSY_TIMEOUT_S = 5.0
+
+
+def is_corruption(exc: sqlite3.DatabaseError) -> bool:
+    """Whether a failed read or write means the index file is damaged (or not ours), so that only a
+    rebuild helps; a busy or locked database, or a closed connection, is not."""
+    msg = str(exc).lower()
+    return any(s in msg for s in ("malformed", "not a database", "corrupt", "no such table", "no such column", "fts5"))
+
+
 class IndexReader:
     """Read connections for searches, one per thread (sqlite3 connections are not shared across
     threads). `generation` changes when the index file is replaced; stale connections reopen."""
@@ -740,7 +752,7 @@ class IndexReader:
             return current
         if held is not None:
             held[1].close()
-        conn = sqlite3.connect(db_uri(self.path, mode="ro"), uri=True, check_same_thread=False, timeout=5.0)
+        conn = sqlite3.connect(db_uri(self.path, mode="ro"), uri=True, check_same_thread=False, timeout=READ_BUSY_TIMEOUT_S)
         self._local.conn = (self.generation, conn)
         with self._lock:
             self._all.append(conn)

@@ -34,7 +34,7 @@ from zocratesd.library import dense
 from zocratesd.library._records import USER_LIBRARY, ItemRecord, LibrarySnapshot, library_counts
 from zocratesd.library.embedproc import EmbedChild, EmbedFailed
 from zocratesd.library.fulltext import read_cache
-from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, open_index, remove_index
+from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, is_corruption, open_index, remove_index
 from zocratesd.library.local_api import ListenerChanged, LocalApi, LocalApiError
 from zocratesd.library.pdflabels import page_labels
 from zocratesd.library.zotero_db import (
@@ -296,7 +296,7 @@ class Indexer:
             try:
                 self._refresh_with(IndexWriter(conn, self._vectorizer), api, t0, api_checked)
             except sqlite3.DatabaseError as exc:
-                if not _is_corruption(exc):
+                if not is_corruption(exc):
                     raise
                 log.warning("library: the index is corrupt (%s); rebuilding it", exc)
                 conn.close()
@@ -490,8 +490,3 @@ def _origin(source: str, data_dir: Path) -> str:
         return "Zotero's local API"
     how = {"sqlite": "read-only", "snapshot": "through a private copy: Zotero has it open, or it is in WAL mode"}
     return f"{data_dir / ZOTERO_DB} ({how.get(source, source)})"
-
-
-def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
-    msg = str(exc).lower()
-    return any(s in msg for s in ("malformed", "not a database", "corrupt", "no such table", "no such column", "fts5"))

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from zocratesd.library.index import INDEX_NAME, IndexReader, search
+from zocratesd.library.index import INDEX_NAME, IndexReader, is_corruption, search
 from zocratesd.library.indexer import Indexer, IndexerOptions, IndexStatus
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Scope
 from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, Suggestion, suggest
@@ -26,6 +26,7 @@ from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, Suggestion, sugge
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+D = TypeVar("D")
 
 
 def disabled_status(message: str) -> dict[str, Any]:
@@ -58,71 +59,53 @@ class Library:
 
     async def collections(self) -> list[tuple[str, str, str | None]]:
         """The library's collections as indexed, `(key, name, parent_key)`; [] before the first
-        build (or with a damaged index: the search path notices and rebuilds it)."""
-        return await asyncio.to_thread(self._collections)
-
-    def _collections(self) -> list[tuple[str, str, str | None]]:
-        try:
-            conn = self.reader.connection()
-            if conn is None:
-                return []
-            return [(str(k), str(n), p) for k, n, p in conn.execute("SELECT key, name, parent_key FROM collections")]
-        except sqlite3.Error as exc:
-            log.info("library: reading collections failed (%s)", exc)
-            return []
+        build (or when the index cannot be read: see `_on_index`)."""
+        return await asyncio.to_thread(self._on_index, _collections, [], "reading collections")
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
-        """`fn(connection)` on the index, in a thread (library/catalog.py's reads); None before the
-        first build, or when the index failed (a damaged one is rebuilt, as for a search)."""
-        return await asyncio.to_thread(self._read, fn)
-
-    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
-        try:
-            conn = self.reader.connection()
-            if conn is None:
-                return None
-            conn.execute("BEGIN")  # one snapshot: the indexer commits between statements otherwise
-            try:
-                return fn(conn)
-            finally:
-                conn.execute("ROLLBACK")
-        except sqlite3.DatabaseError as exc:
-            log.warning("library: reading the index failed (%s); rebuilding it", exc)
-            self.reader.invalidate()
-            self.indexer.request_refresh(rebuild=True)
-            return None
-        except sqlite3.Error as exc:  # e.g. a connection closed under us at shutdown
-            log.info("library: reading the index failed (%s)", exc)
-            return None
+        """`fn(connection)` on the index in one snapshot, in a thread (library/catalog.py's reads);
+        None before the first build, or when the index cannot be read."""
+        return await asyncio.to_thread(self._on_index, lambda conn: _in_snapshot(conn, fn), None, "reading the index")
 
     async def suggestions(self, limit: int = DEFAULT_SUGGESTIONS) -> list[Suggestion]:
         """Questions drawn from what is indexed so far (suggestions.py); [] before the first batch."""
-        return await asyncio.to_thread(self._suggestions, limit)
-
-    def _suggestions(self, limit: int) -> list[Suggestion]:
-        try:
-            conn = self.reader.connection()
-            return [] if conn is None else suggest(conn, limit)
-        except sqlite3.Error as exc:  # damaged, or replaced under us: the search path rebuilds it
-            log.info("library: reading suggestions failed (%s)", exc)
-            return []
+        return await asyncio.to_thread(self._on_index, lambda conn: suggest(conn, limit), [], "reading suggestions")
 
     async def search(self, query: str, scope: Scope, top_k: int = DEFAULT_TOP_K) -> list[Hit]:
         """The Retriever interface: best chunks within `scope`; [] while nothing is indexed."""
         return await asyncio.to_thread(self._search, query, scope, top_k)
 
     def _search(self, query: str, scope: Scope, top_k: int) -> list[Hit]:
+        return self._on_index(lambda conn: search(conn, query, scope, top_k), [], "searching")
+
+    def _on_index(self, fn: Callable[[sqlite3.Connection], T], default: D, what: str) -> T | D:
+        """`fn` on the reader's connection; `default` before the first build, or when the index
+        cannot be read. A damaged index must not fail a turn either: it is rebuilt. Any other
+        failure (busy under a long write on a loaded machine, a connection closed under us at
+        shutdown) leaves the index as it is: rebuilding a large library for it would cost minutes."""
         try:
             conn = self.reader.connection()
-            if conn is None:
-                return []
-            return search(conn, query, scope, top_k)
+            return default if conn is None else fn(conn)
         except sqlite3.DatabaseError as exc:
-            # A damaged index must not fail the turn: answer "nothing found" and rebuild it.
-            log.warning("library: search failed (%s); rebuilding the index", exc)
+            if not is_corruption(exc):
+                log.warning("library: %s failed (%s)", what, exc)
+                return default
+            log.warning("library: %s failed (%s); rebuilding the index", what, exc)
             self.reader.invalidate()
             self.indexer.request_refresh(rebuild=True)
-            return []
-        except sqlite3.Error as exc:  # e.g. a connection closed under us at shutdown
-            log.info("library: search failed (%s)", exc)
-            return []
+            return default
+        except sqlite3.Error as exc:
+            log.info("library: %s failed (%s)", what, exc)
+            return default
+
+
+def _collections(conn: sqlite3.Connection) -> list[tuple[str, str, str | None]]:
+    return [(str(k), str(n), p) for k, n, p in conn.execute("SELECT key, name, parent_key FROM collections")]
+
+
+def _in_snapshot(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    conn.execute("BEGIN")  # one snapshot: the indexer commits between statements otherwise
+    try:
+        return fn(conn)
+    finally:
+        conn.execute("ROLLBACK")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from zoterofixture import FixtureAttachment, FixtureItem, build_zotero_dir, sample_library, touch_items
 
+from zocratesd.library import index as index_module
 from zocratesd.library.index import INDEX_NAME, match_expression
 from zocratesd.library.retrieval import Scope
 from zocratesd.library.service import Library
@@ -132,6 +133,27 @@ def test_search_on_a_damaged_index_answers_nothing_and_asks_for_a_rebuild(tmp_pa
     conn.close()
     assert keys(lib, "HyDE") == []
     assert lib.indexer._rebuild  # the indexer thread rebuilds it at its next wake-up
+
+
+def test_a_busy_index_answers_nothing_for_now_and_is_not_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that cannot get the index (another connection holds it) is not damage: the index stays
+    as it is (a rebuild of a large library costs minutes) and the next read finds everything."""
+    lib = make(tmp_path)
+    monkeypatch.setattr(index_module, "READ_BUSY_TIMEOUT_S", 0.05)
+    lib.reader.invalidate()  # the next read opens a connection with the short wait
+    holder = sqlite3.connect(tmp_path / "zocrates-data" / INDEX_NAME)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("UPDATE meta SET value = value WHERE key = 'vectors_missing'")
+    try:
+        assert keys(lib, "HyDE") == []
+        assert asyncio.run(lib.collections()) == []
+        assert not lib.indexer._rebuild
+    finally:
+        holder.rollback()
+        holder.close()
+    assert keys(lib, "What does HyDE do?")[0] == "GAOHYDE1"
+    assert not lib.indexer._rebuild
 
 
 def test_no_library_and_unreadable_library_are_reported(tmp_path: Path) -> None:
