@@ -14,7 +14,7 @@ Layouts, each a data dir the daemon reads as a user's would be:
   `.zotero-ft-cache` Zotero's PDF worker writes), chunked by the indexer as any PDF is;
 - `passages`: no `zotero.sqlite`, a `zocrates-data/library_passages.jsonl` holding each paper
   (title, text) as one passage, given to whatever retriever the daemon itself picks for such a dir
-  (`Daemon._library_source`).
+  (`Catalogue.make_source`, core/catalogue.py).
 
 Every query goes through the retriever's `search` (what the `search_library` tool awaits), library
 scope. Its passages are folded into a ranking of papers (each paper at its best passage's rank);
@@ -40,7 +40,6 @@ import random
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from _paths import OUT_DIR, REPO_DIR
@@ -48,7 +47,7 @@ from _procs import short_tmpdir
 from _report import env_info, markdown_table, summarize, timer, write_json
 
 from zocratesd.config import ZocratesConfig
-from zocratesd.core.daemon import LIBRARY_PASSAGES_FILE, Daemon
+from zocratesd.core.catalogue import LIBRARY_PASSAGES_FILE, Catalogue
 from zocratesd.demo import zotero_dir as zw
 from zocratesd.library import dense
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Scope
@@ -131,9 +130,13 @@ def build_zotero(root: Path, corpus: dict[str, tuple[str, str]], keys: dict[str,
     return lib, build_s
 
 
+async def _no_collections(name: str) -> str:
+    raise LookupError(name)
+
+
 def build_passages(root: Path, corpus: dict[str, tuple[str, str]], keys: dict[str, str]) -> tuple[Any, float]:
     """A data dir with only `zocrates-data/library_passages.jsonl`, and the retriever the daemon
-    picks for it (its own `_library_source`, run on a stand-in holding just what it reads)."""
+    picks for it (the core's own catalogue, `Catalogue.make_source`)."""
     data_dir = root / "passages"
     state = data_dir / "zocrates-data"
     state.mkdir(parents=True)
@@ -142,11 +145,10 @@ def build_passages(root: Path, corpus: dict[str, tuple[str, str]], keys: dict[st
             f.write(json.dumps({"item_key": keys[did], "title": title or "(untitled)", "text": text or title}) + "\n")
     # `library.dense` as this run has it (--no-dense), which the daemon's code applies.
     config = ZocratesConfig(library={"dense": bool(dense.model_name())})
-    stand_in = SimpleNamespace(data_dir=data_dir, config=config, library=None)
+    catalogue = Catalogue(data_dir, config, None, find_collection=_no_collections)
     t0 = timer()
-    # What `Daemon._library_source` makes (the retriever, and the Library if it is one): the
-    # daemon's own code.
-    retriever = Daemon._make_library_source(stand_in)[0]  # type: ignore[arg-type]
+    # What the daemon's catalogue makes (the retriever, and the Library if it is one): its own code.
+    retriever = catalogue.make_source().retriever
     if isinstance(retriever, Library):  # an index the daemon builds: build it now, as its indexer would
         retriever.indexer.refresh(None)
     loop = asyncio.new_event_loop()
