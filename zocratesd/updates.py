@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeAlias
 
 import msgspec
 
+# A JSON object as it crosses an edge (the wire, the UI, ADK's events); the one declaration.
 Json = dict[str, Any]
 
 

@@ -8,13 +8,11 @@ its response. Compaction events and our bookkeeping events belong to no turn.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
 from zocratesd.engine.models.offline import estimate_tokens
-
-Json = dict[str, Any]
+from zocratesd.updates import Json
 
 
 def is_root(ev: Json) -> bool:

@@ -14,6 +14,7 @@ from zocratesd.updates import (
     CheckpointAnswered,
     ConfigOption,
     ConfigOptions,
+    Json,
     MessageChunk,
     Starting,
     ThoughtChunk,
@@ -24,8 +25,6 @@ from zocratesd.updates import (
     Update,
     Usage,
 )
-
-Json = dict[str, Any]
 
 # ACP tool kinds (read|edit|delete|move|search|execute|think|fetch|other), by our tool names.
 TOOL_KINDS: dict[str, str] = {

@@ -32,9 +32,9 @@ from zocratesd.shim.openpage import OpenPages
 from zocratesd.shim.proof import challenge_problem, health_proof
 from zocratesd.shim.turns import start_turn
 from zocratesd.shim.webapp import WebApp
+from zocratesd.updates import Json
 from zocratesd.weblink import web_app_url
 
-Json = dict[str, Any]
 # After a code's lifetime, its page is looked at again this much later (the clock's own slack).
 PAGE_SWEEP_SLACK_S = 0.5
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}

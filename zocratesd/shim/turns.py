@@ -40,6 +40,7 @@ from zocratesd.updates import (
     Checkpoint,
     CheckpointAnswered,
     ConfigOptions,
+    Json,
     MessageChunk,
     Starting,
     ThoughtChunk,
@@ -60,7 +61,6 @@ PASSAGE_FIELDS = ("n", "item_key", "attachment_key", "title", "creators", "year"
 # A failed tool's error text is cut here (it is a message for a status line, not a document).
 MAX_TOOL_ERROR_CHARS = 500
 
-Json = dict[str, Any]
 
 
 def _passages(response: Any) -> list[Json]:

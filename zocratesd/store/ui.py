@@ -15,14 +15,12 @@ the bookkeeping state deltas we write ourselves).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
-from zocratesd.updates import is_shown
+from zocratesd.updates import Json, is_shown
 
 DEFAULT_TITLE = "New Chat"
 REQUEST_INPUT_CALL = "adk_request_input"
 
-Json = dict[str, Any]
 
 
 def apply_rewinds(events: Sequence[Json]) -> list[Json]:
