@@ -1,9 +1,8 @@
 """A small synchronous client of zocratesd: a socket around the sans-IO `Connection`, no anyio.
 
 Why: the async client (client.py) costs anyio, asyncio and a thread or two to start
-(bench/PROFILE.md, "The cold MCP face"). A face that must answer within a few tens of
-milliseconds of its own start (the cold `zocratesd mcp`, zocratesd/mcp/cold.py) speaks to the
-daemon with this instead. It is the same wire and the same `zocrates_wire.connection.Connection`
+(bench/PROFILE.md, "The cold MCP face"); a script or a program without an event loop that makes a
+few calls needs none of that. It is the same wire and the same `zocrates_wire.connection.Connection`
 the async client and the daemon are built on: ids, pending calls and their outcomes, late answers,
 cancels and error answers are decided there; this module only reads and writes the socket.
 
