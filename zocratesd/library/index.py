@@ -59,6 +59,7 @@ rebuilt; callers see `IndexCorrupt` and start over, never a crash.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -757,6 +758,18 @@ class IndexReader:
         with self._lock:
             self._all.append(conn)
         return conn
+
+    def drop_thread_connection(self) -> None:
+        """Closes this thread's connection; its next `connection()` opens a fresh one."""
+        held = getattr(self._local, "conn", None)
+        if held is None:
+            return
+        self._local.conn = None
+        with self._lock:
+            if held[1] in self._all:
+                self._all.remove(held[1])
+        with contextlib.suppress(sqlite3.Error):
+            held[1].close()
 
     def close(self) -> None:
         with self._lock:

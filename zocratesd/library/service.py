@@ -81,22 +81,26 @@ class Library:
     def _on_index(self, fn: Callable[[sqlite3.Connection], T], default: D, what: str) -> T | D:
         """`fn` on the reader's connection; `default` before the first build, or when the index
         cannot be read. A damaged index must not fail a turn either: it is rebuilt. Any other
-        failure (busy under a long write on a loaded machine, a connection closed under us at
-        shutdown) leaves the index as it is: rebuilding a large library for it would cost minutes."""
-        try:
-            conn = self.reader.connection()
-            return default if conn is None else fn(conn)
-        except sqlite3.DatabaseError as exc:
-            if not is_corruption(exc):
-                log.warning("library: %s failed (%s)", what, exc)
-                return default
-            log.warning("library: %s failed (%s); rebuilding the index", what, exc)
-            self.reader.invalidate()
-            self.indexer.request_refresh(rebuild=True)
-            return default
-        except sqlite3.Error as exc:
-            log.info("library: %s failed (%s)", what, exc)
-            return default
+        failure (busy on a loaded machine, a connection closed under us at shutdown) is tried once
+        more on a fresh connection, then answers `default` and leaves the index as it is:
+        rebuilding a large library for it would cost minutes, and a transient miss answered as
+        "no such collection" would be a wrong answer."""
+        for attempt in (1, 2):
+            try:
+                conn = self.reader.connection()
+                return default if conn is None else fn(conn)
+            except sqlite3.DatabaseError as exc:
+                if is_corruption(exc):
+                    log.warning("library: %s failed (%s); rebuilding the index", what, exc)
+                    self.reader.invalidate()
+                    self.indexer.request_refresh(rebuild=True)
+                    return default
+                failure: sqlite3.Error = exc
+            except sqlite3.Error as exc:
+                failure = exc
+            log.warning("library: %s failed (%s)%s", what, failure, "; trying again" if attempt == 1 else "")
+            self.reader.drop_thread_connection()
+        return default
 
 
 def _collections(conn: sqlite3.Connection) -> list[tuple[str, str, str | None]]:

@@ -156,6 +156,32 @@ def test_a_busy_index_answers_nothing_for_now_and_is_not_rebuilt(tmp_path: Path,
     assert not lib.indexer._rebuild
 
 
+def test_a_read_that_finds_the_index_busy_once_is_tried_again_and_answers(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transient failure is not answered as "no such collection": the read is tried once more on a
+    fresh connection, and the index is neither rebuilt nor emptied."""
+    lib = make(tmp_path)
+    monkeypatch.setattr(index_module, "READ_BUSY_TIMEOUT_S", 0.05)
+    lib.reader.invalidate()
+    holder = sqlite3.connect(tmp_path / "zocrates-data" / INDEX_NAME, check_same_thread=False)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("UPDATE meta SET value = value WHERE key = 'vectors_missing'")
+    dropped = lib.reader.drop_thread_connection
+    released: list[bool] = []
+
+    def release_then_drop() -> None:  # the other connection lets go between the two tries
+        if not released:
+            holder.rollback()
+            holder.close()
+            released.append(True)
+        dropped()
+
+    monkeypatch.setattr(lib.reader, "drop_thread_connection", release_then_drop)
+    assert asyncio.run(lib.collections()) != []
+    assert released == [True] and not lib.indexer._rebuild
+
+
 def test_no_library_and_unreadable_library_are_reported(tmp_path: Path) -> None:
     lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None, poll_interval_s=0.05)
     lib.start()
