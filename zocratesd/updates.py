@@ -21,12 +21,63 @@ orjson, which serializes dataclasses but not Structs.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypedDict
 
 import msgspec
 
-# A JSON object as it crosses an edge (the wire, the UI, ADK's events); the one declaration.
+# A JSON object as it crosses an edge (the wire, free-form tool arguments and session state); the one declaration.
 Json = dict[str, Any]
+
+
+# A stored event: ADK's `Event.model_dump(exclude_none=True, mode="json")`, the shape ADK writes to
+# `events.event_data` and the store, the UI view, replays and compaction read back. Only the fields
+# the daemon reads are named; every one may be absent (exclude_none), so the classes are not total.
+class StoredFunctionCall(TypedDict, total=False):
+    id: str
+    name: str
+    args: Json
+
+
+class StoredFunctionResponse(TypedDict, total=False):
+    id: str
+    name: str
+    response: Json
+
+
+class StoredPart(TypedDict, total=False):
+    text: str
+    thought: bool
+    function_call: StoredFunctionCall
+    function_response: StoredFunctionResponse
+
+
+class StoredContent(TypedDict, total=False):
+    role: str
+    parts: list[StoredPart]
+
+
+class StoredCompaction(TypedDict, total=False):
+    start_timestamp: float
+    end_timestamp: float
+    compacted_content: StoredContent
+
+
+class StoredActions(TypedDict, total=False):
+    compaction: StoredCompaction
+    rewind_before_invocation_id: str
+
+
+class StoredEvent(TypedDict, total=False):
+    id: str
+    invocation_id: str
+    author: str
+    timestamp: float
+    branch: str
+    isolation_scope: str
+    partial: bool
+    content: StoredContent
+    actions: StoredActions
+    usage_metadata: Json
 
 
 class MessageChunk(msgspec.Struct, frozen=True):
@@ -71,6 +122,15 @@ class ToolProgress(msgspec.Struct, frozen=True):
     round: Json
 
 
+class PendingCheckpoint(TypedDict):
+    """A checkpoint as the UI session's `pending_hitl` (and `TurnResult.pending_hitl`) shows it."""
+
+    invocation_id: str
+    interrupt_id: str
+    message: str | None
+    payload: Any
+
+
 class Checkpoint(msgspec.Struct, frozen=True):
     """The turn paused for the user (deep research hit its budget); answered with `resume()`."""
 
@@ -79,8 +139,7 @@ class Checkpoint(msgspec.Struct, frozen=True):
     message: str | None
     payload: Any
 
-    def to_json(self) -> Json:
-        """As a UI session's `pending_hitl` (and `TurnResult.pending_hitl`)."""
+    def to_json(self) -> PendingCheckpoint:
         return {
             "invocation_id": self.invocation_id,
             "interrupt_id": self.interrupt_id,
@@ -89,7 +148,7 @@ class Checkpoint(msgspec.Struct, frozen=True):
         }
 
     @classmethod
-    def from_json(cls, pending: Json) -> Checkpoint:
+    def from_json(cls, pending: PendingCheckpoint) -> Checkpoint:
         return cls(pending["invocation_id"], pending["interrupt_id"], pending.get("message"), pending.get("payload"))
 
 
@@ -154,7 +213,7 @@ Update: TypeAlias = (
 )
 
 
-def is_shown(ev: Json) -> bool:
+def is_shown(ev: StoredEvent) -> bool:
     """Whether a live event belongs to the conversation the user sees (before looking at its text).
 
     Events on a branch belong to a tool's own pipeline (the coordinator runs on the root branch),
@@ -170,7 +229,7 @@ _NOTHING_STREAMED: frozenset[str] = frozenset()
 
 
 def event_updates(
-    ev: Json, *, streamed: frozenset[str] = _NOTHING_STREAMED, invocation_id: str | None = None
+    ev: StoredEvent, *, streamed: frozenset[str] = _NOTHING_STREAMED, invocation_id: str | None = None
 ) -> list[Update]:
     """The updates of one stored (or final) event, in part order. `streamed` names the text kinds
     ("message", "thought") already sent as live chunks, which are not repeated; `invocation_id`
@@ -180,7 +239,7 @@ def event_updates(
     return out
 
 
-def history_updates(live: Iterable[Json]) -> list[Update]:
+def history_updates(live: Iterable[StoredEvent]) -> list[Update]:
     """The updates of a session's live events (rewinds applied), as a replay shows them."""
     out: list[Update] = []
     for ev in live:
@@ -188,7 +247,7 @@ def history_updates(live: Iterable[Json]) -> list[Update]:
     return out
 
 
-def _add_event(ev: Json, out: list[Update], streamed: frozenset[str], invocation_id: str | None) -> None:
+def _add_event(ev: StoredEvent, out: list[Update], streamed: frozenset[str], invocation_id: str | None) -> None:
     # One list for a whole replay rather than a generator per event: a 5000-event session/load
     # runs this ~5000 times.
     if not is_shown(ev):

@@ -20,7 +20,7 @@ MAX_FUNCTION_LINES = 100
 DATA_TABLES = frozenset({"zocratesd/demo/zotero_dir.py:_ddl"})
 MAX_DAEMON_LINES = 250
 # A ceiling, not a goal: lower it when a change removes some.
-MAX_UNTYPED_DICTS = 210
+MAX_UNTYPED_DICTS = 200
 # Pieces of the item-key and library patterns: written anywhere but limits.py, they drift.
 PATTERN_PIECES = ("[A-Z0-9]{8}", "groups/[1-9]")
 
@@ -68,5 +68,6 @@ def test_the_data_tables_exist() -> None:
 
 
 def test_untyped_dicts_stay_the_exception() -> None:
-    count = sum(len(re.findall(r"dict\[str, Any\]", p.read_text(encoding="utf-8"))) for p in _sources())
-    assert count < MAX_UNTYPED_DICTS, f"{count} dict[str, Any] annotations (ceiling {MAX_UNTYPED_DICTS})"
+    # `Json` is the alias of dict[str, Any] (zocratesd/updates.py): each use counts as one.
+    count = sum(len(re.findall(r"dict\[str, Any\]|\bJson\b", p.read_text(encoding="utf-8"))) for p in _sources())
+    assert count < MAX_UNTYPED_DICTS, f"{count} dict[str, Any] annotations, Json included (ceiling {MAX_UNTYPED_DICTS})"

@@ -45,7 +45,7 @@ from zocratesd.compaction.summarise import ExtractiveSummariser, ModelSummariser
 from zocratesd.compaction.turns import estimate_prompt_tokens, latest_compaction, split_turns, summary_text
 from zocratesd.config import CompactionConfig, ZocratesConfig
 from zocratesd.store import SessionsDb
-from zocratesd.updates import Usage
+from zocratesd.updates import StoredEvent, Usage
 
 if TYPE_CHECKING:
     from google.adk.models.base_llm import BaseLlm
@@ -194,7 +194,7 @@ class Compactor:
         return CompactionResult(True, "requested", tokens, True, covered + len(turns), (time.perf_counter() - t0) * 1000,
                                 start_timestamp=start, end_timestamp=end)
 
-    async def _history(self, session_id: str) -> tuple[list[dict[str, Any]], int]:
+    async def _history(self, session_id: str) -> tuple[list[StoredEvent], int]:
         """The live events to evaluate and how many turns precede them.
 
         After a compaction, only the window (what the next turn loads: the compaction and the

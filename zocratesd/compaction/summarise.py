@@ -130,9 +130,9 @@ def transcript(turns: list[Turn]) -> str:
             if text:
                 out.append(f"{who}: {text}")
             for part in (ev.get("content") or {}).get("parts") or []:
-                for key, label in (("function_call", "tool call"), ("function_response", "tool result")):
-                    if part.get(key):
-                        raw = json.dumps(part[key], ensure_ascii=False)
+                for label, value in (("tool call", part.get("function_call")), ("tool result", part.get("function_response"))):
+                    if value:
+                        raw = json.dumps(value, ensure_ascii=False)
                         if len(raw) > MAX_TOOL_CONTENT_CHARS:
                             raw = raw[:MAX_TOOL_CONTENT_CHARS] + f"...[truncated {len(raw) - MAX_TOOL_CONTENT_CHARS} chars]"
                         out.append(f"{label}: {raw}")

@@ -12,25 +12,25 @@ from dataclasses import dataclass, field
 import orjson
 
 from zocratesd.engine.models.offline import estimate_tokens
-from zocratesd.updates import Json
+from zocratesd.updates import StoredCompaction, StoredEvent
 
 
-def is_root(ev: Json) -> bool:
+def is_root(ev: StoredEvent) -> bool:
     """On the coordinator's branch: raw retrieval (a branch or an isolation scope) is not."""
     return not ev.get("branch") and not ev.get("isolation_scope")
 
 
-def compaction_of(ev: Json) -> Json | None:
+def compaction_of(ev: StoredEvent) -> StoredCompaction | None:
     comp = (ev.get("actions") or {}).get("compaction")
     return comp if isinstance(comp, dict) and is_root(ev) else None
 
 
-def text_of(ev: Json, *, thoughts: bool = False) -> str:
+def text_of(ev: StoredEvent, *, thoughts: bool = False) -> str:
     parts = (ev.get("content") or {}).get("parts") or []
     return "".join(p.get("text") or "" for p in parts if p.get("text") and (thoughts or not p.get("thought")))
 
 
-def is_prompt(ev: Json) -> bool:
+def is_prompt(ev: StoredEvent) -> bool:
     return ev.get("author") == "user" and is_root(ev) and compaction_of(ev) is None and bool(text_of(ev).strip())
 
 
@@ -41,12 +41,12 @@ class Turn:
     index: int  # 1-based, in the live session
     invocation_id: str
     question: str
-    events: list[Json] = field(default_factory=list)  # root events only (what a summary may read)
+    events: list[StoredEvent] = field(default_factory=list)  # root events only (what a summary may read)
     start: float = 0.0
     end: float = 0.0  # the last event of the invocation, any branch: the turn boundary
 
 
-def split_turns(live: list[Json], *, first_index: int = 1) -> list[Turn]:
+def split_turns(live: list[StoredEvent], *, first_index: int = 1) -> list[Turn]:
     """The turns of `live`, numbered from `first_index` (a window after a compaction starts after
     the turns it covers)."""
     turns: list[Turn] = []
@@ -67,7 +67,7 @@ def split_turns(live: list[Json], *, first_index: int = 1) -> list[Turn]:
     return turns
 
 
-def latest_compaction(live: list[Json]) -> Json | None:
+def latest_compaction(live: list[StoredEvent]) -> StoredCompaction | None:
     """The compaction the next prompt is built on: ours always consolidate, so the latest one
     contains every earlier one (ADK's containment rule keeps only it)."""
     for ev in reversed(live):
@@ -77,12 +77,12 @@ def latest_compaction(live: list[Json]) -> Json | None:
     return None
 
 
-def summary_text(comp: Json) -> str:
+def summary_text(comp: StoredCompaction) -> str:
     parts = (comp.get("compacted_content") or {}).get("parts") or []
     return "".join(p.get("text") or "" for p in parts)
 
 
-def estimate_prompt_tokens(live: list[Json]) -> int:
+def estimate_prompt_tokens(live: list[StoredEvent]) -> int:
     """Tokens of the coordinator's next prompt when the model reported none: ~4 characters per
     token (engine/models/offline.py `estimate_tokens`) over the latest summary plus every root
     event's content after it (text, tool calls and tool results as their JSON)."""

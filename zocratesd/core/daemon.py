@@ -29,7 +29,7 @@ from zocratesd.config import ZocratesConfig, config_path
 from zocratesd.core.catalogue import LIBRARY_PASSAGES_FILE, Catalogue
 from zocratesd.core.context import PromptContext
 from zocratesd.core.session_config import SessionConfig
-from zocratesd.core.sessions import Sessions
+from zocratesd.core.sessions import Sessions, SessionView
 from zocratesd.core.settings import Settings
 from zocratesd.core.startup import EngineGate, EngineState
 from zocratesd.core.turns import Ask, TurnResult, Turns
@@ -185,7 +185,7 @@ class Daemon:
     async def list_sessions(self) -> list[SessionRow]:
         return await self.sessions.list_all()
 
-    async def get_session(self, session_id: str) -> dict[str, Any]:
+    async def get_session(self, session_id: str) -> SessionView:
         return await self.sessions.get(session_id)
 
     async def live_session(self, session_id: str) -> LiveSession:

@@ -18,7 +18,7 @@ from zocratesd.core.watchers import MAX_QUEUED_UPDATES, OnReady, Subscription, W
 from zocratesd.errors import SessionNotFound
 from zocratesd.store import APP_NAME, USER_ID, SessionLocks, SessionRow, SessionsDb
 from zocratesd.store.reader import LiveSession, epoch_to_iso, gc_paused
-from zocratesd.store.ui import DEFAULT_TITLE, pending_checkpoint
+from zocratesd.store.ui import DEFAULT_TITLE, UiSession, pending_checkpoint
 from zocratesd.updates import Checkpoint, Title, Update, history_updates
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,12 @@ def _row(session_id: str, title: str, created: Any, updated: float, cwd: str | N
         id=session_id, title=title, created_at=float(created) if isinstance(created, (int, float)) else updated,
         updated_at=updated, cwd=cwd, updated_iso=epoch_to_iso(updated),
     )
+
+
+class SessionView(UiSession):
+    """A UI session with the session's settings (core/session_config.py `view`)."""
+
+    settings: dict[str, object]
 
 
 class Sessions:
@@ -71,12 +77,11 @@ class Sessions:
     async def list_all(self) -> list[SessionRow]:
         return await self.reader.list_sessions()
 
-    async def get(self, session_id: str) -> dict[str, Any]:
+    async def get(self, session_id: str) -> SessionView:
         """The UI session (spec 2.2) with rewinds applied and `pending_hitl`, and the session's
         settings (core/session_config.py), so every face shows the same."""
         ui = await self.reader.ui_session(check_session_id(session_id))
-        ui["settings"] = self.session_config.view(await self.session_config.settings(session_id))
-        return ui
+        return {**ui, "settings": self.session_config.view(await self.session_config.settings(session_id))}
 
     async def live(self, session_id: str) -> LiveSession:
         return await self.reader.live_session(check_session_id(session_id))

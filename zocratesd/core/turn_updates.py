@@ -9,20 +9,20 @@ Partial function calls are skipped: their ids differ from the final call's (meas
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from google.adk.events import Event
 
 from zocratesd.engine.tools import ROUND_METADATA_KEY
 from zocratesd.store.ui import REQUEST_INPUT_CALL, title_of
-from zocratesd.updates import Checkpoint, MessageChunk, ThoughtChunk, Title, ToolProgress, Update, event_updates
+from zocratesd.updates import Checkpoint, MessageChunk, StoredEvent, ThoughtChunk, Title, ToolProgress, Update, event_updates
 
 
 class TurnUpdates:
     """Feeds on one turn's events (`feed`) and keeps what the daemon needs after it: the turn's
     invocation id, the model's last usage counts, and the checkpoint the turn stopped at."""
 
-    def __init__(self, stored_json: Callable[[str], dict[str, Any] | None] | None = None) -> None:
+    def __init__(self, stored_json: Callable[[str], StoredEvent | None] | None = None) -> None:
         # The JSON the store wrote for an event, by id (store/writer.py `take_dump`): ADK yields
         # an event once it is stored, so a final event is not dumped a second time here.
         self._stored_json = stored_json
@@ -51,7 +51,7 @@ class TurnUpdates:
             return out
         data = self._stored_json(ev.id) if self._stored_json is not None else None
         if data is None:
-            data = ev.model_dump(exclude_none=True, mode="json")
+            data = cast("StoredEvent", ev.model_dump(exclude_none=True, mode="json"))
         if ev.usage_metadata is not None:
             self.usage = data.get("usage_metadata") or {}
         streamed = frozenset(self._streamed.pop(ev.id, ()))

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from zocratesd.engine.answer.question import split_parts
-from zocratesd.library.retrieval import Hit, Passage, Scope, tokens
+from zocratesd.library.retrieval import Hit, Passage, PassageJson, Scope, tokens
 from zocratesd.limits import MAX_GUIDANCE_CHARS
 
 SNAPSHOT_KEY = "hitl_snapshot"
@@ -65,7 +65,7 @@ def interrupt_id(n: int) -> str:
 class Round:
     n: int
     aspect: str
-    hits: list[dict[str, Any]]  # Hit.as_json(), best first
+    hits: list[PassageJson]  # Hit.as_json(), best first
 
     def as_json(self) -> dict[str, Any]:
         return {"n": self.n, "aspect": self.aspect, "hits": self.hits}
@@ -245,8 +245,8 @@ class Research:
 _PASSAGE_FIELDS = frozenset(f.name for f in msgspec.structs.fields(Passage))
 
 
-def passage_from_json(d: dict[str, Any]) -> Passage:
-    kw = {k: v for k, v in d.items() if k in _PASSAGE_FIELDS}
+def passage_from_json(d: PassageJson) -> Passage:
+    kw: dict[str, Any] = {k: v for k, v in d.items() if k in _PASSAGE_FIELDS}
     for k in ("creators", "collections"):
         if k in kw:
             kw[k] = tuple(kw[k] or ())

@@ -20,7 +20,7 @@ from google.genai import types
 from zocratesd.config import ResearchConfig
 from zocratesd.engine.answer.causes import search_facts
 from zocratesd.engine.research import SNAPSHOT_KEY, Research, Round
-from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Passage, Retriever, Scope
+from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Passage, PassageJson, Retriever, Scope
 from zocratesd.untrusted import NOTE, UNTRUSTED_KEY
 
 TOOL_NAME = "search_library"
@@ -55,8 +55,8 @@ def _snippet_passages(state: Any) -> list[Passage]:
     return out
 
 
-def _numbered(passages: list[tuple[Passage, float | None]]) -> list[dict[str, Any]]:
-    out = []
+def _numbered(passages: list[tuple[Passage, float | None]]) -> list[PassageJson]:
+    out: list[PassageJson] = []
     for n, (p, score) in enumerate(passages, start=1):
         out.append(
             {
@@ -81,7 +81,7 @@ def _numbered(passages: list[tuple[Passage, float | None]]) -> list[dict[str, An
     return out
 
 
-def record_evidence(state: Any, invocation_id: str, queries: list[str], passages: list[dict[str, Any]]) -> None:
+def record_evidence(state: Any, invocation_id: str, queries: list[str], passages: list[PassageJson]) -> None:
     """Append this search to `retrieved_evidence`, keeping the last MAX_AUDIT_HISTORY_TURNS turns."""
     trail = [e for e in (state.get("retrieved_evidence") or []) if isinstance(e, dict)]
     if trail and trail[-1].get("invocation_id") == invocation_id:

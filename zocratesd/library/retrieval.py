@@ -13,7 +13,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict, cast
 
 import msgspec
 
@@ -100,12 +100,36 @@ class Scope(msgspec.Struct, frozen=True):
         return True
 
 
+class PassageJson(TypedDict, total=False):
+    """A passage as JSON: as `search_library` shows it to the model (numbered `n`, with its
+    `citation`; `focal` for the user's selected text) and the answerer reads it back from the
+    tool's response, or as `Hit.as_json` gives it (with `collections`)."""
+
+    n: int
+    item_key: str
+    attachment_key: str | None
+    title: str
+    creators: list[str]
+    year: int | None
+    page: int | None
+    page_label: str | None
+    kind: str
+    source_key: str | None
+    library: str
+    link: str | None
+    collections: list[str]
+    citation: str
+    text: str
+    score: float | None
+    focal: bool
+
+
 class Hit(msgspec.Struct, frozen=True):
     passage: Passage
     score: float
 
-    def as_json(self) -> dict[str, Any]:
-        d = msgspec.structs.asdict(self.passage)
+    def as_json(self) -> PassageJson:
+        d = cast(PassageJson, msgspec.structs.asdict(self.passage))
         d["creators"] = list(self.passage.creators)
         d["collections"] = list(self.passage.collections)
         d["score"] = round(self.score, 4)

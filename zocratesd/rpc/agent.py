@@ -27,6 +27,7 @@ from zocrates_wire.errors import ConnectionLost, RpcError
 from zocratesd.core import commands
 from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import Daemon
+from zocratesd.core.sessions import SessionView
 from zocratesd.core.watchers import Subscription
 from zocratesd.errors import InvalidInput, ZocratesError
 from zocratesd.limits import ITEM_URI_RE, MAX_GUIDANCE_CHARS
@@ -34,7 +35,7 @@ from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.logtext import escape_for_log
 from zocratesd.rpc.peer import Peer
 from zocratesd.rpc.updates import checkpoint_call_id, config_options, session_info, to_acp
-from zocratesd.updates import ConfigOptions, MessageChunk
+from zocratesd.updates import ConfigOptions, MessageChunk, PendingCheckpoint
 
 if TYPE_CHECKING:
     from zocratesd.rpc import models
@@ -264,7 +265,7 @@ def elicitation_schema() -> dict[str, Any]:
     }
 
 
-async def ask_checkpoint(peer: Peer, session_id: str, checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+async def ask_checkpoint(peer: Peer, session_id: str, checkpoint: PendingCheckpoint) -> dict[str, str] | None:
     """Put a checkpoint to the prompting editor: `elicitation/create` (a form, with room for
     guidance) when it advertised `elicitation.form`, else `session/request_permission`, which every
     client has. Its answer as `{action, guidance?}`, or None (as ask_permission)."""
@@ -273,7 +274,7 @@ async def ask_checkpoint(peer: Peer, session_id: str, checkpoint: dict[str, Any]
     return await ask_permission(peer, session_id, checkpoint)
 
 
-async def ask_elicitation(peer: Peer, session_id: str, checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+async def ask_elicitation(peer: Peer, session_id: str, checkpoint: PendingCheckpoint) -> dict[str, str] | None:
     """`elicitation/create` in form mode, scoped to the session and the checkpoint's tool call.
     `accept` with an action answers; `decline`, `cancel` (or no answer in time) leave it pending."""
     params = {
@@ -306,7 +307,7 @@ async def ask_elicitation(peer: Peer, session_id: str, checkpoint: dict[str, Any
     return None
 
 
-async def ask_permission(peer: Peer, session_id: str, checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+async def ask_permission(peer: Peer, session_id: str, checkpoint: PendingCheckpoint) -> dict[str, str] | None:
     """Put a checkpoint to the prompting editor as `session/request_permission`; its answer as
     `{action, guidance?}`, or None (declined, cancelled, no answer in time, the client's input has
     ended, or the request failed)."""
@@ -528,7 +529,7 @@ class Agent:
         conn.prompting[session_id] += 1
         asked: list[bool] = []
 
-        async def ask(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+        async def ask(checkpoint: PendingCheckpoint) -> dict[str, str] | None:
             asked.append(True)
             await feed.queued()  # the checkpoint's tool_call goes out before the question about it
             return await ask_checkpoint(conn.peer, session_id, checkpoint)
@@ -558,7 +559,7 @@ class Agent:
     # --- _zocrates/* extensions -----------------------------------------------------------------
 
     @acp_method("_zocrates/session/get")
-    async def get_session(self, conn: Connection, params: models.GetSessionParams) -> dict[str, Any]:
+    async def get_session(self, conn: Connection, params: models.GetSessionParams) -> SessionView:
         return await self.daemon.get_session(params.session_id)
 
     @acp_method("_zocrates/session/rename")

@@ -33,6 +33,7 @@ import anyio.abc
 import orjson
 
 from zocratesd.core.daemon import Daemon, TurnResult
+from zocratesd.core.sessions import SessionView
 from zocratesd.core.watchers import Subscription
 from zocratesd.errors import ZocratesError
 from zocratesd.shim.errors import http_status_of
@@ -106,7 +107,7 @@ def to_sse(update: Update) -> Json | None:
             assert_never(update)
 
 
-def done_event(result: TurnResult, session: Json) -> Json:
+def done_event(result: TurnResult, session: SessionView) -> Json:
     """The last event of a turn that ran. It says plainly when the turn paused at a checkpoint (the
     core's result says "end_turn" then, with the checkpoint in `pending_hitl`)."""
     stop_reason = result.stop_reason

@@ -23,7 +23,8 @@ from zocratesd.errors import SessionNotFound
 from zocratesd.store import slim
 from zocratesd.store.sqlite import APP_NAME, USER_ID, StoreGate, sqlite_datetime
 from zocratesd.store.thread import ConnectionThread
-from zocratesd.store.ui import Json, apply_rewinds, title_of, ui_view
+from zocratesd.store.ui import UiSession, apply_rewinds, title_of, ui_view
+from zocratesd.updates import Json, StoredEvent
 
 _SESSIONS_SQL = (
     "SELECT id, json_extract(state, '$.title'), json_extract(state, '$.created_at'),"
@@ -100,14 +101,14 @@ class LiveSession(msgspec.Struct, frozen=True):
     id: str
     state: Json
     updated_at: float
-    live: list[Json]
+    live: list[StoredEvent]
     first_timestamp: float | None
 
     @property
     def title(self) -> str:
         return title_of(self.state)
 
-    def ui(self) -> Json:
+    def ui(self) -> UiSession:
         return ui_view(self.id, self.state, self.updated_at, self.live, self.first_timestamp)
 
 
@@ -231,7 +232,7 @@ class SessionReader:
         with gc_paused():
             return self._parse(session_id, head, rows)
 
-    async def window(self, session_id: str, after_timestamp: float) -> list[Json]:
+    async def window(self, session_id: str, after_timestamp: float) -> list[StoredEvent]:
         """The live events at or after `after_timestamp` (rewinds applied): what a turn loads after
         a compaction (ADK's `GetSessionConfig(after_timestamp=...)`, the same filter on the same
         column). Raises SessionNotFound."""
@@ -254,7 +255,7 @@ class SessionReader:
         with gc_paused():
             return apply_rewinds([orjson.loads(r[0]) for r in rows if r[0] is not None])
 
-    async def ui_session(self, session_id: str) -> Json:
+    async def ui_session(self, session_id: str) -> UiSession:
         """The UI view (spec 2.2) of one session; raises SessionNotFound. The view reads a dozen
         keys per event, so the events are decoded only that far (store/slim.py; bench/PROFILE.md has
         the measurements); the result equals `live_session(...).ui()` byte for byte."""
@@ -263,7 +264,7 @@ class SessionReader:
             return self._view(session_id, head, rows)
 
     @staticmethod
-    def _view(session_id: str, head: Any, rows: list[Any]) -> Json:
+    def _view(session_id: str, head: Any, rows: list[Any]) -> UiSession:
         try:
             events = slim.decode_events(rows)
         except (slim.DecodeError, TypeError):  # not events as ADK writes them: whole, as before

@@ -28,7 +28,7 @@ from typing import Annotated, Any, TypedDict, cast
 
 import msgspec
 
-from zocratesd.store.ui import Json
+from zocratesd.updates import StoredEvent
 
 DecodeError = msgspec.DecodeError  # ValidationError (a value the types refuse) is a subclass
 
@@ -76,10 +76,10 @@ class SlimEvent(TypedDict, total=False):
 _decode = msgspec.json.Decoder(SlimEvent).decode
 
 
-def decode_events(rows: Sequence[Any]) -> list[Json]:
+def decode_events(rows: Sequence[Any]) -> list[StoredEvent]:
     """The `event_data` (first column) of `rows`, slim; NULL rows are skipped, as the whole parse does."""
     decode = _decode
-    return cast("list[Json]", [decode(r[0]) for r in rows if r[0] is not None])
+    return cast("list[StoredEvent]", [decode(r[0]) for r in rows if r[0] is not None])
 
 
 def has_wide_int(value: Any) -> bool:

@@ -15,22 +15,43 @@ the bookkeeping state deltas we write ourselves).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TypedDict
 
-from zocratesd.updates import Json, is_shown
+from zocratesd.updates import Json, PendingCheckpoint, StoredEvent, is_shown
 
 DEFAULT_TITLE = "New Chat"
 REQUEST_INPUT_CALL = "adk_request_input"
 
 
+class UiMessage(TypedDict):
+    id: str | None
+    role: str
+    text: str
+    thought: str | None
+    author: str
+    timestamp: float | None
+    invocation_id: str | None
 
-def apply_rewinds(events: Sequence[Json]) -> list[Json]:
+
+class UiSession(TypedDict):
+    """The spec's UI session (2.2)."""
+
+    id: str
+    title: str
+    created_at: float
+    updated_at: float
+    messages: list[UiMessage]
+    pending_hitl: PendingCheckpoint | None
+
+
+def apply_rewinds(events: Sequence[StoredEvent]) -> list[StoredEvent]:
     """The stored-JSON twin of ADK's `events._rewind_events._apply_rewinds` (2.13).
 
     Walks backwards; a rewind marker for invocation X drops itself and every event back to the
     first event of X. A marker whose target is unknown (or not earlier) drops only itself.
     """
     first_idx: dict[str, int] | None = None
-    kept: list[Json] = []
+    kept: list[StoredEvent] = []
     i = len(events) - 1
     while i >= 0:
         ev = events[i]
@@ -52,7 +73,7 @@ def apply_rewinds(events: Sequence[Json]) -> list[Json]:
     return kept
 
 
-def _scan(live: Iterable[Json], *, with_messages: bool = True) -> tuple[list[Json], Json | None]:
+def _scan(live: Iterable[StoredEvent], *, with_messages: bool = True) -> tuple[list[UiMessage], PendingCheckpoint | None]:
     """Messages and the open checkpoint in one pass (the hot loop of showing a session: ~5000
     events in a few milliseconds, so it reads each event's fields once). Without messages (a
     replay only needs the checkpoint) it costs about a third less.
@@ -61,9 +82,9 @@ def _scan(live: Iterable[Json], *, with_messages: bool = True) -> tuple[list[Jso
     turn going on after it (a root event of the same invocation: the search's result, the answer)
     or a newer prompt. An answer stored by a daemon that died before the turn went on leaves the
     checkpoint pending, so it can be answered again (ADK resumes from a repeated answer)."""
-    messages: list[Json] = []
-    open_calls: dict[str, Json] = {}
-    answered: dict[str, Json] = {}  # answered checkpoints whose turn has not gone on yet
+    messages: list[UiMessage] = []
+    open_calls: dict[str, PendingCheckpoint] = {}
+    answered: dict[str, PendingCheckpoint] = {}  # answered checkpoints whose turn has not gone on yet
     for ev in live:
         author = ev.get("author") or ""
         if answered and author != "user" and not ev.get("branch") and not ev.get("isolation_scope"):
@@ -86,7 +107,7 @@ def _scan(live: Iterable[Json], *, with_messages: bool = True) -> tuple[list[Jso
                 if fc.get("name") == REQUEST_INPUT_CALL and fc.get("id"):
                     args = fc.get("args") or {}
                     open_calls[fc["id"]] = {
-                        "invocation_id": ev.get("invocation_id"),
+                        "invocation_id": ev.get("invocation_id") or "",
                         "interrupt_id": fc["id"],
                         "message": args.get("message"),
                         "payload": args.get("payload"),
@@ -116,7 +137,7 @@ def _scan(live: Iterable[Json], *, with_messages: bool = True) -> tuple[list[Jso
     return messages, pending
 
 
-def pending_checkpoint(live: Iterable[Json]) -> Json | None:
+def pending_checkpoint(live: Iterable[StoredEvent]) -> PendingCheckpoint | None:
     """The research checkpoint still waiting for an answer in these live events, if any."""
     return _scan(live, with_messages=False)[1]
 
@@ -127,8 +148,8 @@ def title_of(state: Json) -> str:
 
 
 def ui_view(
-    session_id: str, state: Json, updated_at: float, live: Sequence[Json], created_fallback: float | None
-) -> Json:
+    session_id: str, state: Json, updated_at: float, live: Sequence[StoredEvent], created_fallback: float | None
+) -> UiSession:
     """Assemble the UI session from already-live events (rewinds applied)."""
     messages, pending = _scan(live)
     created_at = state.get("created_at")

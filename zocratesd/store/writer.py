@@ -44,7 +44,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import anyio
 from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -58,7 +58,8 @@ from zocratesd import deferred
 from zocratesd.adkcompat import StaleSessionError, apply_rewinds, json_safe_state_delta, set_update_marker, update_marker
 from zocratesd.store.sqlite import StoreGate, sqlite_datetime
 from zocratesd.store.thread import ConnectionThread
-from zocratesd.store.ui import Json, ui_view
+from zocratesd.store.ui import UiSession, ui_view
+from zocratesd.updates import StoredEvent
 
 if TYPE_CHECKING:  # loaded by `adk()`, when first needed (module doc)
     from google.adk.sessions import DatabaseSessionService
@@ -119,7 +120,7 @@ class FastAppendSessionService(BaseSessionService):
         self._conn_lock = threading.Lock()  # one writer thread on the connection at a time
         self._thread = ConnectionThread("zocratesd-store-writer")  # the connection's calls, in order
         self.gate = gate
-        self._dumps: OrderedDict[str, dict[str, Any]] = OrderedDict()  # event id -> its stored JSON
+        self._dumps: OrderedDict[str, StoredEvent] = OrderedDict()  # event id -> its stored JSON
         self._make_adk = make_adk
         self._adk: DatabaseSessionService | None = None
         self._adk_lock = asyncio.Lock()
@@ -184,7 +185,7 @@ class FastAppendSessionService(BaseSessionService):
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         return await (await self.adk()).get_user_state(app_name=app_name, user_id=user_id)
 
-    def take_dump(self, event_id: str) -> dict[str, Any] | None:
+    def take_dump(self, event_id: str) -> StoredEvent | None:
         """The JSON this writer stored for event `event_id` (its `model_dump(exclude_none=True,
         mode="json")`), once: a running turn's stream reads it instead of dumping the event again."""
         return self._dumps.pop(event_id, None)
@@ -352,7 +353,7 @@ class FastAppendSessionService(BaseSessionService):
         event = self._trim_temp_delta_state(event)
         session_delta = deltas["session"]
         stored_time = sqlite_datetime(event.timestamp)
-        data = event.model_dump(exclude_none=True, mode="json")
+        data = cast("StoredEvent", event.model_dump(exclude_none=True, mode="json"))
         row = (
             event.id, session.app_name, session.user_id, session.id, event.invocation_id, stored_time, json.dumps(data),
         )
@@ -424,9 +425,9 @@ def bookkeeping_event(state_delta: Mapping[str, Any]) -> Event:
     )
 
 
-def format_session_for_ui(session: Session) -> Json:
+def format_session_for_ui(session: Session) -> UiSession:
     """The spec's `format_session_for_ui(session)` on an ADK `Session`: the slow reference path
     the fast reader is checked against (tests/unit/store/test_read_equivalence.py)."""
-    live = [ev.model_dump(exclude_none=True, mode="json") for ev in apply_rewinds(session.events)]
+    live = [cast("StoredEvent", ev.model_dump(exclude_none=True, mode="json")) for ev in apply_rewinds(session.events)]
     first = session.events[0].timestamp if session.events else None
     return ui_view(session.id, dict(session.state), session.last_update_time, live, first)

@@ -18,7 +18,7 @@ from typing import Any
 
 from zocratesd.engine.answer.evidence import evidence_items, has_evidence
 from zocratesd.engine.answer.question import parse_question
-from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Retriever, Scope
+from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, PassageJson, Retriever, Scope
 
 # The library-wide search behind "matches elsewhere" covers at most this many aspects: it runs only
 # when the scoped search found nothing, and a count does not need every round again.
@@ -26,7 +26,7 @@ MAX_ELSEWHERE_ASPECTS = 3
 
 
 async def search_facts(retriever: Retriever, scope: Scope, query: str, aspects: list[str],
-                       passages: list[dict[str, Any]]) -> dict[str, Any]:
+                       passages: list[PassageJson]) -> dict[str, Any]:
     """The facts for a search of `query` in `scope` (its `aspects` as searched) that found `passages`.
     Takes the search's parts, not engine/research.py's `Research`: the answerer is what research
     uses (question.py), never the other way round."""

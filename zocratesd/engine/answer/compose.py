@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from zocratesd.engine.answer.evidence import (
     Quote,
@@ -31,6 +31,7 @@ from zocratesd.engine.answer.evidence import (
 )
 from zocratesd.engine.answer.question import Part, Question, parse_question
 from zocratesd.engine.answer.sources import CITED_HEADER, Citations
+from zocratesd.library.retrieval import PassageJson
 
 # Quotes in a one-part answer, and per part of a longer one: enough to ground a claim in several
 # papers, short enough to read in the Zotero sidebar.
@@ -141,7 +142,8 @@ def _missing_names(part: Part, quotes: list[Quote]) -> list[str]:
 
 def compose_answer(question: str, result: dict[str, Any]) -> str:
     """The answer to `question` from a `search_library` result (deterministic)."""
-    passages = [p for p in (result.get("passages") or []) if isinstance(p, dict) and p.get("text")]
+    # The tool's response as the model saw it: JSON, checked here for the one field the answer needs.
+    passages = cast("list[PassageJson]", [p for p in (result.get("passages") or []) if isinstance(p, dict) and p.get("text")])
     q = parse_question(question or str(result.get("query") or ""))
     where = scope_words(result)
     sources = prepare(passages)

@@ -26,12 +26,11 @@ import re
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
 
 from zocratesd.engine.answer.authors import TITLE_MARK, author_focus, by_authors
 from zocratesd.engine.answer.question import Part, word_stems
 from zocratesd.engine.answer.segment import sentences
-from zocratesd.library.retrieval import METADATA_BREAK
+from zocratesd.library.retrieval import METADATA_BREAK, PassageJson
 from zocratesd.textnorm import fold
 
 # Measured on bench/bench_answers.py --sweep (97 cases): at 0.5 passages sharing one of two words
@@ -67,7 +66,7 @@ class Source:
     """One retrieved passage, prepared once per answer."""
 
     rank: int  # its place in the search result (0 first)
-    passage: dict[str, Any]
+    passage: PassageJson
     sentences: Sequence[str]
     sentence_stems: Sequence[frozenset[str]]
     stems: frozenset[str]  # authors and text
@@ -79,7 +78,7 @@ class Source:
         return str(self.passage.get("item_key") or "")
 
 
-def _body(p: dict[str, Any]) -> str:
+def _body(p: PassageJson) -> str:
     """The passage's text; for an item's metadata chunk, only the abstract after the header of
     creators, year and tags (`METADATA_BREAK`, library/retrieval.py): a quote starts at the
     abstract's first word. A passage the user pointed at that has no abstract keeps its header
@@ -102,7 +101,7 @@ def _body(p: dict[str, Any]) -> str:
     return text
 
 
-def prepare(passages: Sequence[dict[str, Any]]) -> list[Source]:
+def prepare(passages: Sequence[PassageJson]) -> list[Source]:
     out = []
     for rank, p in enumerate(passages):
         creators = " ".join(str(c) for c in p.get("creators") or [])
@@ -323,13 +322,13 @@ def select(part: Part, sources: Sequence[Source], limit: int) -> list[Source]:
     return out
 
 
-def has_evidence(parts: Sequence[Part], passages: Sequence[dict[str, Any]]) -> bool:
+def has_evidence(parts: Sequence[Part], passages: Sequence[PassageJson]) -> bool:
     """Does any passage answer any part? (What "found nothing" means, for the search's facts.)"""
     sources = prepare(passages)
     return any(s.focal or is_evidence(p, s) for part in parts for p, mine in [narrow(part, sources)] for s in mine)
 
 
-def evidence_items(parts: Sequence[Part], passages: Sequence[dict[str, Any]]) -> list[str]:
+def evidence_items(parts: Sequence[Part], passages: Sequence[PassageJson]) -> list[str]:
     """The item keys of the passages that answer some part, in order, once each."""
     sources = prepare(passages)
     narrowed = [(p, {id(s) for s in mine}) for p, mine in (narrow(part, sources) for part in parts)]

@@ -16,7 +16,8 @@ an institution), so names are kept whole rather than guessed into "Lewis, P.".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from zocratesd.library.retrieval import PassageJson
 
 CITED_HEADER = "# Cited Sources"
 # Authors named in an entry before "et al." (APA names up to 20 in a reference list; a sidebar
@@ -28,7 +29,7 @@ MAX_AUTHORS = 3
 class Cited:
     n: int
     item_key: str
-    meta: dict[str, Any]  # title, creators, year: from the first passage of the item that has them
+    meta: PassageJson  # title, creators, year: from the first passage of the item that has them
     pages: list[str] = field(default_factory=list)  # as cited: labels, else page numbers
     order: dict[str, int] = field(default_factory=dict)  # a cited page's place in the PDF (its page number)
 
@@ -37,20 +38,20 @@ class Citations:
     def __init__(self) -> None:
         self.items: dict[str, Cited] = {}
 
-    def cite(self, passage: dict[str, Any]) -> Cited:
+    def cite(self, passage: PassageJson) -> Cited:
         key = str(passage.get("item_key") or "")
         c = self.items.get(key)
         if c is None:
-            c = self.items[key] = Cited(len(self.items) + 1, key, dict(passage))
+            c = self.items[key] = Cited(len(self.items) + 1, key, passage.copy())
         elif not c.meta.get("creators") and passage.get("creators"):
-            c.meta = dict(passage)  # a focal snippet knows only its key; a search hit knows the rest
+            c.meta = passage.copy()  # a focal snippet knows only its key; a search hit knows the rest
         page = cited_page(passage)
         if page is not None and page not in c.pages:
             c.pages.append(page)
-            c.order[page] = int(passage["page"])
+            c.order[page] = int(passage.get("page") or 0)
         return c
 
-    def marker(self, passage: dict[str, Any]) -> str:
+    def marker(self, passage: PassageJson) -> str:
         """"[n]", or "[n, p. X]" when the item is cited on more than one page."""
         c = self.items[str(passage.get("item_key") or "")]
         page = cited_page(passage)
@@ -68,7 +69,7 @@ class Citations:
 MAX_LABEL_CHARS = 16
 
 
-def cited_page(passage: dict[str, Any]) -> str | None:
+def cited_page(passage: PassageJson) -> str | None:
     """The page a citation names: the passage's page label, else its page number; None for text
     with no page (an abstract, a note)."""
     page = passage.get("page")
@@ -102,7 +103,7 @@ def _sentence(text: str) -> str:
     return text if not text or text[-1] in ".?!" else text + "."
 
 
-def entry(meta: dict[str, Any], pages: list[str] | list[int]) -> str:
+def entry(meta: PassageJson, pages: list[str] | list[int]) -> str:
     """"Author (Year). Title. pp. 2, 5." (no author: "Title (Year).")"""
     who = authors(list(meta.get("creators") or []))
     year = meta.get("year")
