@@ -11,7 +11,7 @@ import pytest
 from zocratesd.engine.answer import compose_answer, split_sentences
 from zocratesd.engine.answer.causes import search_facts
 from zocratesd.engine.answer.evidence import MIN_COVERAGE, coverage, is_evidence, prepare
-from zocratesd.engine.answer.question import parse_question
+from zocratesd.engine.answer.question import parse_question, split_parts, terms_of
 from zocratesd.engine.answer.sources import entry
 from zocratesd.engine.research import Research, plan_aspects
 from zocratesd.library.retrieval import InMemoryRetriever, Passage, Scope
@@ -121,7 +121,8 @@ def test_only_unrelated_passages_is_found_nothing_and_says_why() -> None:
                                                                       "library": {"state": "ready", "items": 37}})
     assert "# Cited Sources" not in answer and "[1]" not in answer
     assert answer.startswith("I found nothing about “lost in translation of poetry” in your library (37 items indexed).")
-    assert "share only “lost”" in answer and "widen" not in answer  # the scope already is the library
+    assert "lacks “translation”, “poetry” (it has 1 of the 3 words asked about)" in answer
+    assert "widen" not in answer  # the scope already is the library
 
 
 RNP = hit("KIMRNP00", "Genome Editing via Delivery of Purified Cas9 Ribonucleoproteins",
@@ -344,3 +345,39 @@ def test_one_folding_for_the_index_and_the_answerer() -> None:
     assert index.cjk_bigrams is cjk_bigrams  # the index's bigrams are these (one definition)
     assert fold("Lübeck Ångström ﬁnd ＡＢＣ Straße") == "lubeck angstrom find abc strasse"
     assert fold("한국어 機械学習 中文") == "한국어 機械学習 中文"  # CJK untouched: NFKD would split a Hangul syllable
+
+
+@pytest.mark.parametrize(("asked", "part"), [
+    ("Is it true that HOXB4 is expressed in fetal liver?", "HOXB4 is expressed in fetal liver?"),
+    ("What evidence is there that IL-18 drives atherosclerosis?", "IL-18 drives atherosclerosis?"),
+    ("What does the literature say about whether surgery beats rest?", "Surgery beats rest?"),
+    ("Is there any evidence for prion transmission in deer?", "Prion transmission in deer?"),
+    ("Evidence for and against statins in the elderly", "Statins in the elderly"),
+    ("Does the literature support that dropout prevents overfitting?", "Dropout prevents overfitting?"),
+    ("I read that coral bleaching is irreversible. Is that so?", "Coral bleaching is irreversible."),
+    # Not frames: the words name the topic.
+    ("What is the true positive rate of HyDE?", "What is the true positive rate of HyDE?"),
+    ("How is literature-based discovery evaluated?", "How is literature-based discovery evaluated?"),
+    ("Is it true?", "Is it true?"),
+])
+def test_the_frame_a_claim_is_put_in_is_not_part_of_it(asked: str, part: str) -> None:
+    assert split_parts(asked)[0] == part
+
+
+def test_an_abbreviation_the_question_defines_is_no_term_of_its_own() -> None:
+    surfaces = [t.surface for t in terms_of("risk of cardiovascular disease (CVD) in hypothetical document embeddings (HyDE)")]
+    assert "CVD" not in surfaces and "HyDE" not in surfaces and "cardiovascular" in surfaces
+    assert [t.surface for t in terms_of("CRISPR (Cas9) editing")] == ["CRISPR", "Cas9", "editing"]
+
+
+def test_a_claim_is_answered_by_the_top_passage_that_says_it_in_other_words() -> None:
+    """A statement of many content words, and the abstract the search ranked first, which shares
+    about half of them and not the claim's named thing: evidence (a question of as many words is not)."""
+    paper = {"item_key": "BIRDSEX1", "title": "Somatic sex identity is cell autonomous in the chicken", "kind": "metadata",
+             "text": "Chicken sex determination\n\nHere we show that gynandromorph chickens have a male and a female side: "
+                     "somatic cells of birds carry an inherent sex identity, so sex determination is cell autonomous.",
+             "creators": ["D. Zhao"], "year": 2010, "page": None}
+    claim = "Cell autonomous sex determination in somatic cells occurs in Galliformes."
+    assert "BIRDSEX1" in compose_answer(claim, {"scope": "library", "passages": [paper]})
+    question = "Which genes control sex determination in somatic cells of Galliformes?"
+    assert "found nothing" in compose_answer(question, {"scope": "library", "passages": [paper]})

@@ -37,6 +37,8 @@ from zocratesd.library.retrieval import PassageJson
 # papers, short enough to read in the Zotero sidebar.
 MAX_QUOTES = 5
 MAX_QUOTES_PER_PART = 3
+# Words a refusal names as missing from the closest passage (the rest are counted).
+MAX_NAMED_MISSING = 4
 
 
 @dataclass
@@ -243,13 +245,26 @@ def nothing_found(q: Question, result: dict[str, Any], sources: list[Source]) ->
 
 
 def _near(q: Question, sources: list[Source]) -> str:
-    """" The closest passages share only “solar”, “cells” with it." (why they are not quoted)"""
-    best: tuple[float, list[str]] = (0.0, [])
-    for src in sources:
-        for part in q.parts:
-            c = source_coverage(part, src)
-            if c > best[0]:
-                best = (c, [t.surface for t in part.terms if t.stem in src.stems | src.title_stems])
-    if not best[1]:
+    """" The closest passage lacks “secretome”, “HOXB4” (it has 3 of the 5 words asked about)."
+    What is missing is what the user can act on (other words, another paper); the named things
+    and the rarest words first."""
+    best = 0.0
+    closest: tuple[Part, Source] | None = None
+    for candidate in sources:
+        for asked in q.parts:
+            c = source_coverage(asked, candidate)
+            if c > best:
+                best, closest = c, (asked, candidate)
+    if closest is None:
         return ""
-    return f" The closest passages share only {', '.join(_quoted(w) for w in best[1])} with it, which is not enough to answer."
+    part, src = closest
+    have = src.stems | src.title_stems
+    missing = [t for t in part.terms if t.stem not in have]
+    if not missing:
+        return ""
+    missing.sort(key=lambda t: (not t.anchor, t.stem not in part.required, t.weight < 1.0))
+    shown = ", ".join(_quoted(t.surface) for t in missing[:MAX_NAMED_MISSING])
+    more = f" and {len(missing) - MAX_NAMED_MISSING} more" if len(missing) > MAX_NAMED_MISSING else ""
+    found = len(part.terms) - len(missing)
+    return (f" The closest passage lacks {shown}{more} (it has {found} of the {len(part.terms)} words asked about), "
+            "which is not enough to answer.")

@@ -38,6 +38,20 @@ from zocratesd.textnorm import fold
 # give precision 0.99, recall 1.0, abstention 0.96; from 0.7 answers worded differently from the
 # question are lost (recall 0.94 at 0.7, 0.87 at 0.8). 0.6: the lower end of the plateau.
 MIN_COVERAGE = 0.6
+# A claim (a statement: "IL-18 plays a role in atherosclerosis", or "Is it true that ...?" without
+# its frame; question.py `Part.claim`) has many content words, and the papers that support or refute it say it in their own: the abstract a
+# SciFact claim cites shares a median of 0.6 of its words, a quarter share under 0.5. For a part
+# of at least CLAIM_TERMS full-weight terms, the passages the search ranked first
+# (CLAIM_TOP_RANKS) are evidence from CLAIM_MIN_COVERAGE: on 60 SciFact claims (1,500 distractor
+# abstracts) this answers 35 of the 54 retrieved cited abstracts instead of 29, and accepts 11
+# other passages instead of 24 (those at lower ranks that pass MIN_COVERAGE keep passing).
+CLAIM_TERMS = 5
+CLAIM_MIN_COVERAGE = 0.45
+CLAIM_TOP_RANKS = 2
+# A claim's named thing may be named otherwise in the paper on it ("Galliformes": chickens,
+# "M2-like": alternatively activated): the passage the search ranked first that covers this much
+# of the claim's words is evidence even without it.
+CLAIM_STRONG_COVERAGE = 0.7
 # Half the named things: "Does BERT beat ELMo?" may still quote a BERT result, "What causes
 # resistance in Staphylococcus?" may not quote a paper on C. difficile.
 MIN_REQUIRED = 0.5
@@ -152,10 +166,18 @@ def names_subject(part: Part, stems: AbstractSet[str]) -> bool:
     return len(part.required & stems) / len(part.required) >= MIN_REQUIRED
 
 
+def is_claim(part: Part) -> bool:
+    return part.claim and sum(1 for t in part.terms if t.weight >= 1.0) >= CLAIM_TERMS
+
+
 def is_evidence(part: Part, src: Source) -> bool:
     if part.authors and not part.terms:  # "What did Strohle and Kuhn find?": among their passages, all
         return True
-    return source_coverage(part, src) >= MIN_COVERAGE and names_subject(part, src.stems | src.title_stems)
+    cov = source_coverage(part, src)
+    claim = is_claim(part)
+    if not names_subject(part, src.stems | src.title_stems):
+        return claim and src.rank == 0 and cov >= CLAIM_STRONG_COVERAGE
+    return cov >= (CLAIM_MIN_COVERAGE if claim and src.rank < CLAIM_TOP_RANKS else MIN_COVERAGE)
 
 
 def narrow(part: Part, sources: Sequence[Source]) -> tuple[Part, list[Source]]:

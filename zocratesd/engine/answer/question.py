@@ -83,6 +83,39 @@ _COMPARISONS = [re.compile(p, re.I) for p in (
 )]
 
 
+# How researchers put a claim to the library: "Is it true that X?", "What evidence is there that
+# X?", "What does the literature say about X?", "Evidence for X". The frame names no topic: a part
+# is what follows it (its words would otherwise be terms evidence must cover, and "true" or
+# "literature" is in no paper's abstract). Only at a part's start, so "the true positive rate"
+# and "literature-based discovery" stay.
+_FRAMES = re.compile(
+    r"^(?:(?:so|and|but|ok(?:ay)?|please|tell me|can you tell me|could you tell me|i wonder)[,:]?\s+)*"
+    r"(?:"
+    r"(?:is|was|isn't|wasn't)\s+it\s+(?:really\s+|actually\s+)?(?:true|correct|right|the case|false|a fact|known)\s+(?:that|whether)"
+    r"|(?:is|are)\s+there\s+(?:any\s+|good\s+|strong\s+|some\s+)?(?:evidence|data|studies|papers|support)\s+"
+    r"(?:for|that|of|on|against|showing|suggesting|supporting)(?:\s+the\s+(?:claim|idea|notion)\s+that)?"
+    r"|what\s+(?:evidence|data|support)\s+(?:is|are)\s+there\s+(?:for|that|of|on|against)(?:\s+the\s+(?:claim|idea)\s+that)?"
+    r"|what\s+(?:evidence|data)\s+(?:supports?|exists?\s+(?:for|that|on)|do\s+(?:we|you|i)\s+have\s+(?:for|that|on))"
+    r"|what\s+(?:does|do)\s+(?:the\s+|my\s+)?(?:literature|research|evidence|library|papers|studies|sources)\s+"
+    r"(?:say|tell\s+(?:me|us)|show|suggest|report)\s+(?:about|on|regarding|concerning)(?:\s+(?:whether|if|the\s+claim\s+that))?"
+    r"|(?:does|do)\s+(?:the\s+|my\s+)?(?:literature|research|evidence|library|papers|studies|sources|data)\s+"
+    r"(?:support|show|suggest|confirm|say)\s+(?:that|whether|the\s+claim\s+that)?"
+    r"|(?:the\s+)?(?:evidence|arguments?|support)\s+(?:for|against|on)(?:\s+(?:and|or)\s+against)?(?:\s+the\s+(?:claim|idea)\s+that)?"
+    r"|(?:i|we)\s+(?:read|heard|have\s+heard|was\s+told|were\s+told)\s+that"
+    r"|it\s+is\s+(?:often\s+)?(?:claimed|said|believed|thought)\s+that"
+    r"|(?:can\s+you\s+|please\s+)?(?:confirm|verify|check)\s+(?:that|whether|if)"
+    r"|(?:true\s+or\s+false|fact[- ]check|claim)\s*[:,-]"
+    r")\s+",
+    re.I,
+)
+
+
+def unframe(part: str) -> str:
+    """The part without the frame it is asked in (`_FRAMES`); as written when nothing is left."""
+    rest = _FRAMES.sub("", part, count=1)
+    return rest[:1].upper() + rest[1:] if rest != part and terms_of(rest) else part
+
+
 _DERIVATIONAL = ("ational", "ation", "ition", "ution", "ion", "ment", "ness", "ity", "ance", "ence", "ant", "ent",
                  "ive", "able", "ible", "al", "er", "ly", "ic")
 
@@ -158,6 +191,9 @@ class Part:
     # The authors the part names, when it names some (authors.py): then `terms` are its topic only,
     # and its evidence is among those authors' passages.
     authors: frozenset[str] = frozenset()
+    # A statement put to the library ("IL-18 drives atherosclerosis", "Is it true that ...?" without
+    # its frame) rather than a question: papers that bear on it say it in their own words.
+    claim: bool = False
 
     @property
     def weight(self) -> float:
@@ -181,11 +217,40 @@ def _is_anchor(raw: str, first: bool) -> bool:
     return raw[:1].isupper() and not first
 
 
+# "cardiovascular disease (CVD)": an abbreviation defined in place names what the words before it
+# name; a paper may use either, so it is no term of its own.
+_DEFINED = re.compile(r"\(([A-Z][A-Za-z0-9]{1,9})s?\)")
+
+
+def _defined_abbreviations(text: str) -> set[int]:
+    """Where (start offsets) `text` defines an abbreviation by the initials of the words before it."""
+    out = set()
+    for m in _DEFINED.finditer(text):
+        letters = "".join(c for c in m.group(1) if c.isalpha()).casefold()
+        before = re.findall(r"[A-Za-z][\w-]*", text[: m.start()])
+        # The letters in order within the last few words, the first one a word's first: CVD in
+        # "cardiovascular disease", HyDE in "hypothetical document embeddings".
+        for k in range(1, len(letters) + 2):
+            words = before[-k:]
+            if len(letters) >= 2 and words and words[0][0].casefold() == letters[0] and _in_order(letters, "".join(words).casefold()):
+                out.add(m.start(1))
+                break
+    return out
+
+
+def _in_order(letters: str, text: str) -> bool:
+    it = iter(text)
+    return all(c in it for c in letters)
+
+
 def terms_of(text: str, *, anchors: bool = True) -> list[Term]:
     out: dict[str, Term] = {}
     first = True
+    defined = _defined_abbreviations(text) if "(" in text else set()
     for m in _TOKEN.finditer(text):
         raw = m.group(0)
+        if m.start() in defined:
+            continue
         if cjk_run_re().match(raw):
             for gram in _cjk_terms(raw):
                 out.setdefault(gram, Term(gram, gram, 1.0, False))
@@ -227,6 +292,16 @@ def subject_stem(text: str) -> str | None:
     return found[0].stem if found and found[0].weight == 1.0 else None
 
 
+# How a question (not a statement) opens.
+_ASKS = re.compile(
+    r"^\W*(?:what|how|why|when|where|which|who|whose|whom|does|do|did|is|are|was|were|can|could|should|will|would|"
+    r"has|have|had|may|might|tell|describe|explain|list|summari[sz]e|give|show|compare|find|name)\b", re.I)
+
+
+def is_statement(text: str) -> bool:
+    return _ASKS.match(text) is None
+
+
 def make_part(text: str, extra: list[Term] | None = None, required: set[str] | None = None) -> Part:
     terms = terms_of(text)
     have = {t.stem for t in terms}
@@ -235,7 +310,8 @@ def make_part(text: str, extra: list[Term] | None = None, required: set[str] | N
     subject = subject_stem(text)
     if subject is not None:
         req.add(subject)
-    return Part(text=" ".join(text.split()), terms=tuple(terms), required=frozenset(req), topic=_topic(text, terms))
+    return Part(text=" ".join(text.split()), terms=tuple(terms), required=frozenset(req), topic=_topic(text, terms),
+                claim=is_statement(text))
 
 
 def split_parts(question: str) -> list[str]:
@@ -253,7 +329,7 @@ def split_parts(question: str) -> list[str]:
     for chunk in chunks:
         for sentence in split_sentences(chunk):
             for clause in sentence.split(";"):
-                out += _split_joined(clause.strip())
+                out += [unframe(p) for p in _split_joined(clause.strip())]
     return [p for p in out if p]
 
 
