@@ -381,3 +381,17 @@ def test_a_claim_is_answered_by_the_top_passage_that_says_it_in_other_words() ->
     assert "BIRDSEX1" in compose_answer(claim, {"scope": "library", "passages": [paper]})
     question = "Which genes control sex determination in somatic cells of Galliformes?"
     assert "found nothing" in compose_answer(question, {"scope": "library", "passages": [paper]})
+
+
+def test_a_sentence_of_both_the_abstract_and_a_page_is_quoted_once_with_its_page() -> None:
+    """A PDF's first page repeats its abstract: the sentence is quoted once, from the page (a
+    citation a reader can open there), not a second time from the abstract without a page."""
+    said = "We detect a strong association between sleep spindle density and overnight memory retention in older adults."
+    abstract = {**hit("SPINDLE1", "Sleep spindles and memory", f"Lee 2019\n\n{said} Spindles were counted by EEG.",
+                      n=1, page=None), "kind": "metadata"}
+    page = {**hit("SPINDLE1", "Sleep spindles and memory", f"Introduction. {said} Participants slept in the lab.",
+                  n=2, page=1), "kind": "fulltext", "page_label": "1"}
+    answer = compose_answer("How does sleep spindle density relate to memory retention?",
+                            {"scope": "library", "passages": [abstract, page]})
+    assert answer.count(said) == 1, answer
+    assert "p. 1" in answer

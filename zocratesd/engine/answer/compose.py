@@ -62,31 +62,40 @@ def _quoted(text: str) -> str:
     return f"“{text}”"
 
 
-def _section(part: Part, sources: list[Source], limit: int, used: dict[int, set[int]], highlighted: dict[str, set[str]], *,
+def _section(part: Part, sources: list[Source], limit: int, used: dict[int, set[int]], quoted: dict[str, dict[str, int]], *,
              need_subject: bool = False, heading: str | None = None) -> Section:
-    """`highlighted`: item key -> the sentences quoted from its annotations (`sentence_key`), for
-    the whole answer. A highlight is quoted once, from the annotation (its page label and the
-    user's comment: the richer citation), never again from the full text it was made in."""
+    """`quoted`: item key -> the sentences quoted from its passages so far (`sentence_key`), and
+    the passage (its rank) each was quoted from, for the whole answer. A sentence is quoted once:
+    from a highlight (its page label and the user's comment: the richer citation), else from the
+    page it is on, never again from the item's abstract or another of its passages (an abstract's
+    sentences are often on page 1 too)."""
     sec = Section(heading)
     part, sources = narrow(part, sources)  # a part that names authors: their passages, its topic
     chosen = select(part, sources, limit)
     place = {src.rank: n for n, src in enumerate(chosen)}
-    for src in sorted(chosen, key=lambda s: s.passage.get("kind") != "annotation"):  # annotations first
+    for src in sorted(chosen, key=_citing_order):
         annotation = src.passage.get("kind") == "annotation"
-        taken = frozenset() if annotation else repeats(src, highlighted.get(src.item_key, set()))
+        elsewhere = {k for k, rank in quoted.get(src.item_key, {}).items() if rank != src.rank}
+        taken = frozenset() if annotation else repeats(src, elsewhere)
         q = quote(part, src, frozenset(used.get(src.rank, set())), need=part.required if need_subject else None, taken=taken)
         if q is None:
+            if taken and heading is not None and any(s.item_key == src.item_key for s in chosen if s is not src):
+                sec.pointers.append(src)  # its sentence is quoted above, from another passage of the item
             continue
         if not q.new and heading is not None:
             sec.pointers.append(src)  # the same sentences answer an earlier part: point, don't repeat
             continue
         used.setdefault(src.rank, set()).update(q.sentences)
-        if annotation:
-            highlighted.setdefault(src.item_key, set()).update(sentence_key(src.sentences[i]) for i in q.sentences)
+        quoted.setdefault(src.item_key, {}).update((sentence_key(src.sentences[i]), src.rank) for i in q.sentences)
         sec.quotes.append(q)
     sec.quotes.sort(key=lambda q: place[q.source.rank])  # in the order select chose them
     sec.pointers.sort(key=lambda s: place[s.rank])
     return sec
+
+
+def _citing_order(src: Source) -> tuple[bool, bool]:
+    """Which passage of an item quotes a sentence they share: a highlight, then a page, then the rest."""
+    return src.passage.get("kind") != "annotation", not isinstance(src.passage.get("page"), int)
 
 
 def _direct(q: Question, sources: list[Source], used: dict[int, set[int]]) -> Section:
@@ -109,9 +118,9 @@ def _direct(q: Question, sources: list[Source], used: dict[int, set[int]]) -> Se
 
 def _plan(q: Question, sources: list[Source], where: str) -> list[Section]:
     used: dict[int, set[int]] = {}
-    highlighted: dict[str, set[str]] = {}
+    quoted: dict[str, dict[str, int]] = {}
     if len(q.parts) == 1:
-        return [_section(q.parts[0], sources, MAX_QUOTES, used, highlighted)]
+        return [_section(q.parts[0], sources, MAX_QUOTES, used, quoted)]
     sections: list[Section] = []
     if q.comparison:
         direct = _direct(q, sources, used)
@@ -119,7 +128,7 @@ def _plan(q: Question, sources: list[Source], where: str) -> list[Section]:
             sections.append(direct)
         focus = f" ({q.focus})" if q.focus else ""
         for part in q.parts:
-            sec = _section(part, sources, MAX_QUOTES_PER_PART, used, highlighted, need_subject=True, heading=part.text)
+            sec = _section(part, sources, MAX_QUOTES_PER_PART, used, quoted, need_subject=True, heading=part.text)
             if not sec.quotes:
                 sec.pointers = [d.source for d in direct.quotes]
                 if not sec.pointers:
@@ -127,7 +136,7 @@ def _plan(q: Question, sources: list[Source], where: str) -> list[Section]:
             sections.append(sec)
         return sections
     for part in q.parts:
-        sec = _section(part, sources, MAX_QUOTES_PER_PART, used, highlighted, heading=part.text)
+        sec = _section(part, sources, MAX_QUOTES_PER_PART, used, quoted, heading=part.text)
         if not sec.quotes and not sec.pointers:  # a pointer to a quote above answers it too
             sec.notes.append(f"Nothing in {where} answers this part: no passage covers {_quoted(part.topic)}.")
         sections.append(sec)
