@@ -30,6 +30,16 @@ CLAIMS = {
     "It is not proven that moderate consumption of candy and chocolate reduces the risk of cardiovascular disease (CVD) "
     "specifically.": "5293024",
 }
+# A paper that spells out what a natural question abbreviates ("GPs": general practice).
+PRESCRIBING = FixtureItem(
+    "BRITTEN0", "Misunderstandings in prescribing decisions in general practice", creators=[("Nicky", "Britten")],
+    date="2000", abstract=(
+        "Objective: to describe misunderstandings between patients and doctors associated with prescribing decisions "
+        "in general practice. Design: qualitative study of consultations in 20 practices. Results: we identified 14 "
+        "categories of misunderstanding, among them patient information unknown to the doctor, conflicting "
+        "information, and disagreement about the attribution of side effects. All were associated with a lack of "
+        "patients' participation in the consultation. Conclusions: patients' hopes and preferences about medicines "
+        "should be voiced and discussed before a prescription is written."))
 FORMS = {
     "claim": "{claim}",
     "is it true": "Is it true that {lower}?",
@@ -61,7 +71,7 @@ def library_items() -> list[FixtureItem]:
     wanted = set(CLAIMS.values())
     rng = random.Random(20261206)
     ids = sorted(wanted) + rng.sample(sorted(set(corpus) - wanted), DISTRACTORS)
-    return [FixtureItem(_key(i), corpus[i]["title"], abstract=corpus[i]["text"], date="2015") for i in ids]
+    return [FixtureItem(_key(i), corpus[i]["title"], abstract=corpus[i]["text"], date="2015") for i in ids] + [PRESCRIBING]
 
 
 @pytest.fixture()
@@ -95,4 +105,10 @@ def test_the_frame_is_not_what_was_searched_for_and_a_refusal_names_what_is_miss
     assert "# Cited Sources" not in answer
     assert "true that" not in answer  # the topic named is the claim, not its frame
     assert "about “Tardigrades survive the vacuum of space in cryptobiosis”" in answer, answer
-    assert "The closest passage lacks “tardigrades”" in answer and "words asked about" in answer, answer
+    assert "The closest passage lacks “Tardigrades”" in answer and "words asked about" in answer, answer
+
+
+def test_a_natural_question_meets_the_paper_that_spells_out_its_abbreviation(session: Any) -> None:
+    c, sid = session
+    answer = ask(c, sid, "What misunderstandings occur between GPs and patients about prescribing?", mode="library")
+    assert cited(answer)[:1] == ["BRITTEN0"], answer

@@ -156,16 +156,32 @@ def _derive(w: str, rounds: int) -> str:
     return w
 
 
+_PLURAL_ABBREVIATION = re.compile(r"^[A-Z]{2,6}s$")
+# An abbreviation the question uses may be spelled out in the paper ("GPs": "general practice"):
+# the initials of a run of this many content words count as a word of the passage.
+SPELLED_OUT_WORDS = (2, 3, 4)
+
+
 def word_stems(text: str) -> set[str]:
     """The stems of every word of `text` (a passage's side of the match), folded; a CJK run gives
-    its bigrams and its characters (a question's lone character meets any bigram of it)."""
+    its bigrams and its characters (a question's lone character meets any bigram of it); and the
+    initials of runs of content words (`SPELLED_OUT_WORDS`)."""
     out: set[str] = set()
-    for w in set(_TOKEN.findall(fold(text))):
+    words = _TOKEN.findall(fold(text))
+    for w in set(words):
         if cjk_run_re().match(w):
             out.update(cjk_grams(w))
             out.update(w)
         else:
             out.add(stem(w))
+    run: list[str] = []
+    for w in [*words, ""]:
+        if w and w.isalpha() and w not in STOPWORDS and not cjk_run_re().match(w):
+            run.append(w[0])
+            continue
+        for n in SPELLED_OUT_WORDS:
+            out.update("".join(run[i : i + n]) for i in range(len(run) - n + 1))
+        run = []
     return out
 
 
@@ -260,7 +276,7 @@ def terms_of(text: str, *, anchors: bool = True) -> list[Term]:
         is_first, first = first, False
         if low in STOPWORDS or low in QUESTION_WORDS or len(low) < 2 or (low.isdigit() and len(low) < 3):
             continue
-        s = stem(low)
+        s = fold(raw[:-1]) if _PLURAL_ABBREVIATION.match(raw) else stem(low)  # "GPs": the stem is "gp"
         if s in out:
             continue
         weight = GENERIC_WEIGHT if low in GENERIC_WORDS else 1.0
