@@ -112,3 +112,16 @@ def test_a_natural_question_meets_the_paper_that_spells_out_its_abbreviation(ses
     c, sid = session
     answer = ask(c, sid, "What misunderstandings occur between GPs and patients about prescribing?", mode="library")
     assert cited(answer)[:1] == ["BRITTEN0"], answer
+
+
+def test_a_pasted_abstract_is_one_text_to_match_not_a_question_of_many_parts(session: Any) -> None:
+    """"Which of my papers bear on this abstract? <a whole abstract>": the abstract's sentences are
+    not each a part to answer; its key terms find the paper it comes from."""
+    c, sid = session
+    corpus = _corpus()
+    doc = max(CLAIMS.values(), key=lambda i: corpus[i]["text"].count(". "))
+    abstract = corpus[doc]["text"]
+    assert abstract.count(". ") >= 4, "the test needs an abstract of several sentences"
+    answer = ask(c, sid, f"Which papers in my library bear on this abstract? {abstract}", mode="library")
+    assert "parts" not in answer.split("\n", 1)[0], answer[:400]
+    assert cited(answer)[:1] == [_key(doc)], answer[:600]

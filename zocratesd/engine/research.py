@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from zocratesd.engine.answer.question import split_parts
+from zocratesd.engine.answer.question import search_texts
 from zocratesd.library.retrieval import Hit, Passage, PassageJson, Scope, tokens
 from zocratesd.limits import MAX_GUIDANCE_CHARS
 
@@ -46,7 +46,7 @@ def plan_aspects(question: str) -> list[str]:
     """The question's aspects: its parts (engine/answer/question.py: sentences, `;` clauses,
     enumerations, and clauses joined by "and how ..."), each with at least one content word. A question with no such split is one aspect."""
     aspects: list[str] = []
-    for part in split_parts(question):  # the parts the offline answer is written in, one round each
+    for part in search_texts(question):  # the parts the offline answer is written in, one round each
         clause = " ".join(part.split()).strip(" ;,")
         if clause and tokens(clause) and clause not in aspects:
             aspects.append(clause)

@@ -387,11 +387,76 @@ def _comparison(text: str) -> tuple[str, str, str] | None:
     return None
 
 
+# A question has at most this many parts (engine/research.py searches one aspect each); more
+# pieces than that are a pasted text, not a list of questions.
+MAX_PARTS = 8
+# A text of this many statements was pasted (an abstract, a paragraph), whatever asks about it.
+PASTED_STATEMENTS = 4
+# The words a pasted text is matched by: its most repeated content words, named things first.
+KEY_TERMS = 12
+
+
+def _pasted(pieces: list[str]) -> list[str] | None:
+    """Pieces of a pasted text ("Which of my papers bear on this abstract: ..."): its questions,
+    then its statements as one piece; None for a question (few pieces, few statements)."""
+    questions = [p for p in pieces if p.endswith("?") or not is_statement(p)]
+    if len(pieces) <= MAX_PARTS and len(pieces) - len(questions) < PASTED_STATEMENTS:
+        return None
+    pointing = [p for p in questions if not {t.stem for t in terms_of(p)} - _POINTS_AT_TEXT]
+    asking = [p for p in questions if p not in pointing][: MAX_PARTS - 1]
+    rest = " ".join(p for p in pieces if p not in asking and p not in pointing)  # the text, and questions past the limit
+    return [*asking, rest] if rest else asking
+
+
+def _key_terms(part: Part) -> Part:
+    """A pasted text as a part: its `KEY_TERMS` most repeated content words (named things first),
+    the named ones among them required, its heading its opening words."""
+    # A capital starts every sentence of a text: only digits and inner capitals name a thing here.
+    terms = [Term(t.stem, t.surface, t.weight, _is_anchor(t.surface, True)) for t in part.terms]
+    counts: dict[str, int] = {}
+    for w in _TOKEN.findall(fold(part.text)):
+        s = stem(w)
+        counts[s] = counts.get(s, 0) + 1
+    order = {t.stem: i for i, t in enumerate(terms)}
+    kept = sorted(terms, key=lambda t: (not t.anchor, -counts.get(t.stem, 0), order[t.stem]))[:KEY_TERMS]
+    words = part.text.split()
+    heading = " ".join(words[:HEADING_WORDS]) + (" …" if len(words) > HEADING_WORDS else "")
+    return Part(text=heading, terms=tuple(kept), required=frozenset(t.stem for t in kept if t.anchor),
+                topic=", ".join(t.surface for t in kept), claim=True)
+
+
+# What a question about a pasted text calls it ("Which papers bear on this abstract?"): such a
+# question asks nothing but the text itself.
+_POINTS_AT_TEXT = frozenset(stem(w) for w in (
+    "abstract text paragraph passage excerpt bear relate related relevant following below above "
+    "this these library cite cited".split()))
+# The opening words a pasted text is shown by.
+HEADING_WORDS = 12
+
+
+def search_texts(question: str) -> list[str]:
+    """What to search for, one text per part (engine/research.py's aspects): the parts as
+    written; a pasted text by its key terms (`_key_terms`), not sentence by sentence."""
+    pieces = split_parts(question)
+    pasted = _pasted(pieces)
+    if pasted is None:
+        return pieces
+    text = make_part(pasted[-1])
+    if len(text.terms) <= KEY_TERMS:
+        return pasted
+    return [*pasted[:-1], " ".join(t.surface for t in _key_terms(text).terms)]
+
+
 def parse_question(question: str) -> Question:
     text = " ".join(question.split())
     pieces = split_parts(text)
     if len(pieces) == 1 and (cmp := _comparison(pieces[0])) is not None:
         return _comparison_question(text, *cmp)
+    if (pasted := _pasted(pieces)) is not None:
+        made = [make_part(p) for p in pasted]
+        if len(made[-1].terms) > KEY_TERMS:
+            made[-1] = _key_terms(made[-1])
+        return Question(text=text, parts=tuple(made))
     pieces = [t for piece in pieces for t in ([x[:1].upper() + x[1:] for x in topic_list(piece)]
                                                if _comparison(piece) is None else []) or [piece]]
     parts: list[Part] = []

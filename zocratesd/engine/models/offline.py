@@ -20,9 +20,9 @@ from google.genai import types
 
 from zocratesd.adkcompat import LlmCapabilities
 from zocratesd.engine.answer import compose_answer
+from zocratesd.limits import MAX_QUERY_CHARS
 
 SEARCH_TOOL = "search_library"
-MAX_QUERY_CHARS = 500
 # Streamed text arrives a paragraph at a time (a markdown block with the blank lines after it), so a
 # client that renders markdown as it arrives never shows half a heading, list item or citation.
 # A paragraph longer than this many words is sent a few whole lines at a time, and a line longer
