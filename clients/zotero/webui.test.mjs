@@ -459,6 +459,22 @@ describe("the sidebar web app in Firefox", () => {
     await big.start();
     const p = await newPage();
     try {
+      // The page's questions, asked for while the library is indexed, come back only once the page
+      // has seen the library ready (a loaded machine answers them late): the last status poll is
+      // then behind it, and the page must still end with the questions of the library as it is.
+      await p.evaluateOnNewDocument(() => {
+        const realFetch = window.fetch.bind(window);
+        let sawReady;
+        const ready = new Promise((resolve) => { sawReady = resolve; });
+        window.fetch = async (input, init) => {
+          const url = String(input?.url ?? input);
+          const response = await realFetch(input, init);
+          if (/\/library\/status/.test(url)) {
+            response.clone().json().then((body) => { if (body?.library?.state === "ready") sawReady(); }, () => {});
+          }
+          return /\/library\/suggestions/.test(url) ? ready.then(() => response) : response;
+        };
+      });
       await open(p, big.url());
       await p.evaluate(() => {
         window.__summaries = [document.querySelector("#library-summary")?.textContent];

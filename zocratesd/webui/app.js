@@ -581,14 +581,21 @@ function loadSuggestions() {
   const key = `${lib.state}:${lib.items_indexed}:${lib.collections}:${lib.last_refresh}`;
   if (key === state.key || (lib.state === "indexing" && Date.now() - state.at < SUGGESTIONS_REFRESH_MS && state.key !== null)) return;
   state.loading = true;
+  let fetched = false;
   app.client.librarySuggestions().then(({ suggestions }) => {
     state.list = Array.isArray(suggestions) ? suggestions.filter((sg) => sg && typeof sg.text === "string") : [];
     state.key = key;
-  }, () => { /* kept as they were: the library poll tries again */ }).finally(() => {
+    fetched = true;
+  }, () => { /* kept as they were: tried again below */ }).finally(() => {
     state.loading = false;
     state.at = Date.now();
     const box = document.getElementById("welcome");
     if (box) fillWelcome(box);
+    // The library may have changed while these were asked for (its last poll, "ready", came in
+    // meanwhile, and no other poll follows it): ask again for what it is now. A failure is tried
+    // again a little later.
+    if (fetched) loadSuggestions();
+    else setTimeout(loadSuggestions, SUGGESTIONS_REFRESH_MS);
   });
 }
 
