@@ -1,0 +1,202 @@
+"""Page furniture in a PDF's extracted text: running headers and footers, page numbers, and words
+hyphenated at a line break, found from the document itself and taken out before it is indexed.
+
+Zotero's PDF worker writes each page's lines as they are printed, so every page of
+`.zotero-ft-cache` starts with the journal's running header and ends with its page number; once
+the chunker joins lines, a quote reads "J Med 2020;12:34 We detect a strong ...", and BM25 counts
+the journal's name once per page. What is furniture is learnt per document:
+
+- A line near the top or bottom of a page (the first or last `EDGE_LINES` lines with text) whose
+  normalised form (case folded, numbers and roman numerals as "#", spaces collapsed: "Smith et al.
+  127" and "Smith et al. 128" are one line) recurs at the edges of enough of the document's
+  pages, counted over all pages or over the odd or even pages alone (books and journals alternate
+  left and right headers). See `REPEAT_SHARE` and the two minimum counts below.
+- A line that is only a page number ("12", "- 12 -", "Page 3 of 12", "xii") at a page's edge when
+  the document corroborates it: the same offset between the number and the page's index on
+  another page (journal page numbers start anywhere), or the number is the page's own index, or
+  it says "page" or "of N".
+- A word split at a line's end ("regu-\\nlation") is joined, see `dehyphenate`.
+
+Page boundaries are never moved: the result has exactly the form feeds of the input, so a page's
+number (and the label pdflabels.py finds for it) stays the same; a page that was only furniture
+becomes empty. Only PDF text goes through here: abstracts, notes and annotations are the user's
+or the publisher's prose, not printed pages.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from math import ceil
+
+from zocratesd.library.fulltext import PAGE_BREAK
+
+# Lines counted as a page's edge, from the top and from the bottom: a journal header is one or
+# two lines (journal and volume, then authors), a footer a page number and a DOI or copyright
+# line; a third line leaves room for a stray line extracted above the header.
+EDGE_LINES = 3
+# Page numbers sit on the outermost lines; a number deeper in is more likely a table's cell.
+PAGE_NUMBER_LINES = 2
+# A line recurring at the edges of at least this share of its pages is furniture: a running
+# header is on every page, or every other page when odd and even pages alternate, less the title
+# page and full-page figures; a sentence that happens to recur at a page's edge is on far fewer.
+REPEAT_SHARE = 0.5
+# Fewest pages a line must recur on. A short line that does not end a sentence ("J Med 2020",
+# "Smith et al.") looks like furniture, and twice (a 2-page letter's header) is enough; any other
+# line needs three pages, so a sentence quoted twice is never taken for a header.
+MIN_REPEATS_SHORT = 2
+MIN_REPEATS = 3
+# "Short" above: at most this many words. Running headers are a title, a journal or author names.
+SHORT_LINE_WORDS = 12
+# A longer line is prose or a table row, never furniture.
+MAX_FURNITURE_CHARS = 160
+# Documents with fewer pages than this are compared line for line (only case and spaces folded,
+# numbers kept): with two pages, "Table 1" and "Table 2" atop each would otherwise match.
+MIN_PAGES_FOR_NUMBER_FOLDING = 3
+# Fragments that, before a line-break hyphen, begin a hyphenated compound far more often than a
+# syllable-split word ("self-\nreported", "long-\nterm"), when the document itself has neither form.
+COMPOUND_PREFIXES = frozenset(
+    "self well long short cross half full large small state dose time non anti multi".split()
+)
+
+_NUMBER_RE = re.compile(r"\d+")
+_ROMAN_RE = re.compile(r"m{0,4}(?:cm|cd|d?c{0,3})(?:xc|xl|l?x{0,3})(?:ix|iv|v?i{0,3})")
+_ROMAN_WORD_RE = re.compile(r"\b[mdclxvi]+\b")
+_SPACES_RE = re.compile(r"\s+")
+# A line that is only a page number: "12", "- 12 -", "[12]", "Page 12", "p. 12", "12 of 30", "12/30", "xii".
+_PAGE_NUMBER_RE = re.compile(
+    r"[\s\-\u2013\u2014|\[(]*(?P<word>(?:page|p\.|pg\.?|seite|pagina)\s*)?"
+    r"(?P<n>\d{1,4}|[ivxlcdm]{1,8})(?P<of>\s*(?:of|/|von|de)\s*\d{1,4})?[\s\-\u2013\u2014|\])]*",
+    re.IGNORECASE,
+)
+# Dashes or a bar around a number make it a page number ("- 12 -"); parentheses do not ("(3)" is
+# an equation's number).
+_DECORATED_RE = re.compile(r"[\-\u2013\u2014|]")
+# A sentence's end: a word of three or more lower-case letters, then its stop ("et al." and
+# "J. Med." are a header's abbreviations).
+_SENTENCE_END_RE = re.compile(r"[^\W\d_A-Z]{3}[.!?]['\")\]]?\s*$")
+_WORDS_RE = re.compile(r"\w+(?:[\-\u2010]\w+)*")
+# A word cut at a line's end: the part before (maybe a compound's earlier parts), the hyphen
+# (U+00AD is a soft hyphen some PDFs write for exactly this), the line break, the rest.
+_BREAK_RE = re.compile(r"(\w(?:[\w\-\u2010]*\w)?)([\-\u2010\u00ad])[ \t]*\n[ \t]*(\w+)")
+_ROMAN_VALUES = {"i": 1, "v": 5, "x": 10, "l": 50, "c": 100, "d": 500, "m": 1000}
+
+
+def strip_furniture(text: str) -> str:
+    """The PDF text without its running headers, footers and page numbers, hyphenated line breaks
+    joined; exactly as many form feeds as `text` (see the module doc)."""
+    pages = [page.split("\n") for page in text.split(PAGE_BREAK)]
+    fold_numbers = sum(1 for lines in pages if any(line.strip() for line in lines)) >= MIN_PAGES_FOR_NUMBER_FOLDING
+    edges = [_edge_lines(lines, EDGE_LINES) for lines in pages]
+    furniture = _repeated(pages, edges, fold_numbers)
+    numbers = _page_numbers(pages)
+    vocabulary = Counter(w.casefold() for w in _WORDS_RE.findall(text))
+    out: list[str] = []
+    for index, lines in enumerate(pages):
+        drop = {i for i in edges[index] if _key(lines[i], fold_numbers) in furniture} | numbers.get(index, set())
+        kept = "\n".join(line for i, line in enumerate(lines) if i not in drop)
+        out.append(dehyphenate(kept, vocabulary))
+    return PAGE_BREAK.join(out)
+
+
+def dehyphenate(text: str, vocabulary: Counter[str] | None = None) -> str:
+    """Words split at a line's end joined. "regu-\\nlation" becomes "regulation"; the hyphen stays
+    (the line break goes) when it belongs to the word: a letter other than a lower-case one on
+    either side ("COVID-\\n19", "mTORC2-\\ndependent", "Hodgkin-\\nHuxley"), a compound already
+    ("state-of-the-\\nart"), the hyphenated form more frequent than the joined one in the document
+    (`vocabulary`: its words, case-folded), or, with neither in it, a fragment that usually starts
+    a compound ("long-\\nterm", COMPOUND_PREFIXES). A soft hyphen always joins."""
+    if "\n" not in text:
+        return text
+    words = vocabulary if vocabulary is not None else Counter(w.casefold() for w in _WORDS_RE.findall(text))
+
+    def join(m: re.Match[str]) -> str:
+        left, hyphen, right = m.group(1), m.group(2), m.group(3)
+        if hyphen == "\u00ad":
+            return left + right
+        fragment = re.split(r"[\-\u2010]", left)[-1]
+        keep = not (fragment[-1].isalpha() and fragment[-1].islower() and right[0].isalpha() and right[0].islower())
+        keep = keep or fragment != left
+        if not keep:
+            joined, hyphenated = (fragment + right).casefold(), f"{fragment}-{right}".casefold()
+            if words[joined] != words[hyphenated]:
+                keep = words[hyphenated] > words[joined]
+            else:
+                keep = fragment.casefold() in COMPOUND_PREFIXES
+        return f"{left}-{right}" if keep else left + right
+
+    return _BREAK_RE.sub(join, text)
+
+
+def _edge_lines(lines: list[str], n: int) -> list[int]:
+    """Indexes of the first and last `n` lines with text (one list; a short page's overlap once)."""
+    filled = [i for i, line in enumerate(lines) if line.strip()]
+    return sorted(set(filled[:n] + filled[-n:]))
+
+
+def _key(line: str, fold_numbers: bool) -> str:
+    key = _SPACES_RE.sub(" ", line.casefold()).strip()
+    if fold_numbers:
+        key = _ROMAN_WORD_RE.sub(lambda m: "#" if _ROMAN_RE.fullmatch(m.group()) else m.group(), _NUMBER_RE.sub("#", key))
+    return key
+
+
+def _looks_like_furniture(line: str) -> bool:
+    """Short, and not the end of a sentence (a header is a title, a journal, names)."""
+    return len(line.split()) <= SHORT_LINE_WORDS and not _SENTENCE_END_RE.search(line)
+
+
+def _repeated(pages: list[list[str]], edges: list[list[int]], fold_numbers: bool) -> set[str]:
+    """Normalised lines that recur at the edges of enough pages (REPEAT_SHARE, MIN_REPEATS*)."""
+    where: defaultdict[str, set[int]] = defaultdict(set)
+    looks: dict[str, bool] = {}
+    for index, lines in enumerate(pages):
+        for i in edges[index]:
+            line = lines[i].strip()
+            if len(line) > MAX_FURNITURE_CHARS:
+                continue
+            key = _key(line, fold_numbers)
+            if not key or not any(c.isalnum() for c in key):
+                continue
+            where[key].add(index)
+            looks[key] = looks.get(key, False) or _looks_like_furniture(line)
+    with_text = [i for i, lines in enumerate(pages) if any(line.strip() for line in lines)]
+    found: set[str] = set()
+    for key, on in where.items():
+        if len(on) < (MIN_REPEATS_SHORT if looks[key] else MIN_REPEATS):
+            continue
+        # The pages it could have been on: all pages with text, or those of its parity when it
+        # is only ever on odd (or even) pages.
+        parities = {i % 2 for i in on}
+        candidates = [i for i in with_text if len(parities) == 2 or i % 2 in parities]
+        if len(on) >= ceil(REPEAT_SHARE * len(candidates)):
+            found.add(key)
+    return found
+
+
+def _number_value(token: str) -> int | None:
+    if token.isdigit():
+        return int(token)
+    if not token.islower() or not _ROMAN_RE.fullmatch(token):
+        return None  # an upper-case "I" or "IV" alone is a section number more often than a page's
+    values = [_ROMAN_VALUES[c] for c in token]
+    return sum(-v if i + 1 < len(values) and values[i + 1] > v else v for i, v in enumerate(values))
+
+
+def _page_numbers(pages: list[list[str]]) -> dict[int, set[int]]:
+    """{page index: indexes of its lines that are its page number} (see the module doc)."""
+    found: list[tuple[int, int, int, bool]] = []  # (page index, line index, number - page number, explicit)
+    for index, lines in enumerate(pages):
+        for i in _edge_lines(lines, PAGE_NUMBER_LINES):
+            m = _PAGE_NUMBER_RE.fullmatch(lines[i])
+            value = _number_value(m.group("n")) if m else None
+            if m is None or value is None:
+                continue
+            explicit = bool(m.group("word") or m.group("of") or _DECORATED_RE.search(lines[i]))
+            found.append((index, i, value - (index + 1), explicit))
+    offsets = Counter(offset for _, offset in {(index, offset) for index, _, offset, _ in found})
+    out: defaultdict[int, set[int]] = defaultdict(set)
+    for index, i, offset, explicit in found:
+        if explicit or offset == 0 or offsets[offset] >= 2:
+            out[index].add(i)
+    return out
