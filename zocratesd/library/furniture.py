@@ -75,63 +75,120 @@ _DECORATED_RE = re.compile(r"[\-\u2013\u2014|]")
 # A sentence's end: a word of three or more lower-case letters, then its stop ("et al." and
 # "J. Med." are a header's abbreviations).
 _SENTENCE_END_RE = re.compile(r"[^\W\d_A-Z]{3}[.!?]['\")\]]?\s*$")
-_WORDS_RE = re.compile(r"\w+(?:[\-\u2010]\w+)*")
-# A word cut at a line's end: the part before (maybe a compound's earlier parts), the hyphen
-# (U+00AD is a soft hyphen some PDFs write for exactly this), the line break, the rest.
-_BREAK_RE = re.compile(r"(\w(?:[\w\-\u2010]*\w)?)([\-\u2010\u00ad])[ \t]*\n[ \t]*(\w+)")
+# A word cut at a line's end: the hyphen (U+00AD is a soft hyphen some PDFs write for exactly
+# this), the line break, the rest of the word.
+# Found from the hyphen (fast: a hyphen before a line break is rare), the word before it read
+# backwards over letters, digits and `_WORD_JOINERS`.
+_BREAK_RE = re.compile(r"([\-\u2010\u00ad])[ \t]*\n[ \t]*(\w+)")
+_WORD_JOINERS = "-_\u2010"
+_HYPHEN_RE = re.compile(r"[\-\u2010]")
+# A hyphen between two word characters: a compound written on one line ("long-term").
+_INNER_HYPHEN_RE = re.compile(r"(?<=\w)[\-\u2010](?=\w)")
 _ROMAN_VALUES = {"i": 1, "v": 5, "x": 10, "l": 50, "c": 100, "d": 500, "m": 1000}
 
 
 def strip_furniture(text: str) -> str:
     """The PDF text without its running headers, footers and page numbers, hyphenated line breaks
     joined; exactly as many form feeds as `text` (see the module doc)."""
-    pages = [page.split("\n") for page in text.split(PAGE_BREAK)]
-    fold_numbers = sum(1 for lines in pages if any(line.strip() for line in lines)) >= MIN_PAGES_FOR_NUMBER_FOLDING
+    raw = text.split(PAGE_BREAK)
+    with_text = [i for i, page in enumerate(raw) if page.strip()]
+    pages = [page.split("\n") for page in raw]
     edges = [_edge_lines(lines, EDGE_LINES) for lines in pages]
-    furniture = _repeated(pages, edges, fold_numbers)
+    keys = _edge_keys(pages, edges, fold_numbers=len(with_text) >= MIN_PAGES_FOR_NUMBER_FOLDING)
+    furniture = _repeated(keys, with_text)
     numbers = _page_numbers(pages)
-    vocabulary = Counter(w.casefold() for w in _WORDS_RE.findall(text))
+    vocabulary = _LazyVocabulary(text)
     out: list[str] = []
     for index, lines in enumerate(pages):
-        drop = {i for i in edges[index] if _key(lines[i], fold_numbers) in furniture} | numbers.get(index, set())
-        kept = "\n".join(line for i, line in enumerate(lines) if i not in drop)
+        drop = {i for i in edges[index] if keys.get((index, i), ("",))[0] in furniture} | numbers.get(index, set())
+        kept = "\n".join(line for i, line in enumerate(lines) if i not in drop) if drop else raw[index]
         out.append(dehyphenate(kept, vocabulary))
     return PAGE_BREAK.join(out)
 
 
-def dehyphenate(text: str, vocabulary: Counter[str] | None = None) -> str:
+class _LazyVocabulary:
+    """What a document says about a word split at a line's end, read the first time a line-break
+    hyphen asks: how often it writes the two parts with a hyphen between them within a line, and
+    how often joined (case-folded; inside a longer word too: "regulation" in "deregulation" is as
+    good a witness)."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.folded = ""
+        self.pairs: Counter[str] | None = None
+
+    def hyphenated(self, left: str, right: str) -> int:
+        if self.pairs is None:
+            self.folded = self.text.casefold()
+            self.pairs = Counter()
+            # Hyphens inside a line are few: each is read with the word parts either side of it.
+            for m in _INNER_HYPHEN_RE.finditer(self.folded):
+                a = b = m.start()
+                while a > 0 and self.folded[a - 1].isalnum():
+                    a -= 1
+                while b + 1 < len(self.folded) and self.folded[b + 1].isalnum():
+                    b += 1
+                self.pairs[self.folded[a:b + 1]] += 1
+        return self.pairs[f"{left}-{right}".casefold()]
+
+    def joined(self, word: str) -> int:
+        return self.folded.count(word.casefold())  # after hyphenated(): only asked when it found one
+
+
+def dehyphenate(text: str, vocabulary: _LazyVocabulary | None = None) -> str:
     """Words split at a line's end joined. "regu-\\nlation" becomes "regulation"; the hyphen stays
     (the line break goes) when it belongs to the word: a letter other than a lower-case one on
     either side ("COVID-\\n19", "mTORC2-\\ndependent", "Hodgkin-\\nHuxley"), a compound already
     ("state-of-the-\\nart"), the hyphenated form more frequent than the joined one in the document
-    (`vocabulary`: its words, case-folded), or, with neither in it, a fragment that usually starts
-    a compound ("long-\\nterm", COMPOUND_PREFIXES). A soft hyphen always joins."""
+    (`vocabulary`; `text` itself without one), or, with neither in it, a fragment that usually
+    starts a compound ("long-\\nterm", COMPOUND_PREFIXES). A soft hyphen always joins."""
     if "\n" not in text:
         return text
-    words = vocabulary if vocabulary is not None else Counter(w.casefold() for w in _WORDS_RE.findall(text))
-
-    def join(m: re.Match[str]) -> str:
-        left, hyphen, right = m.group(1), m.group(2), m.group(3)
+    words = vocabulary if vocabulary is not None else _LazyVocabulary(text)
+    out: list[str] = []
+    done = 0
+    for m in _BREAK_RE.finditer(text):
+        start = m.start()
+        left_start = start
+        while left_start > 0 and (text[left_start - 1].isalnum() or text[left_start - 1] in _WORD_JOINERS):
+            left_start -= 1
+        left, hyphen, right = text[left_start:start], m.group(1), m.group(2)
+        if not left or not left[-1].isalnum() or left_start < done:
+            continue  # no word before the hyphen ("results -"), or one this loop has joined already
         if hyphen == "\u00ad":
-            return left + right
-        fragment = re.split(r"[\-\u2010]", left)[-1]
-        keep = not (fragment[-1].isalpha() and fragment[-1].islower() and right[0].isalpha() and right[0].islower())
-        keep = keep or fragment != left
-        if not keep:
-            joined, hyphenated = (fragment + right).casefold(), f"{fragment}-{right}".casefold()
-            if words[joined] != words[hyphenated]:
-                keep = words[hyphenated] > words[joined]
-            else:
-                keep = fragment.casefold() in COMPOUND_PREFIXES
-        return f"{left}-{right}" if keep else left + right
-
-    return _BREAK_RE.sub(join, text)
+            keep = False
+        else:
+            fragment = _HYPHEN_RE.split(left)[-1]
+            keep = fragment != left or not (fragment[-1].isalpha() and fragment[-1].islower() and right[0].isalpha()
+                                            and right[0].islower())
+            if not keep:
+                prefix = fragment.casefold() in COMPOUND_PREFIXES
+                hyphenated = words.hyphenated(fragment, right)
+                # Joined unless the document writes it hyphenated more often, or as often (never,
+                # say) and the fragment usually starts a compound: a text written without the
+                # hyphenated form needs no count of the joined one.
+                if hyphenated or prefix:
+                    joined = words.joined(fragment + right)
+                    keep = hyphenated > joined or (hyphenated == joined and prefix)
+        out.append(text[done:start])
+        out.append(f"-{right}" if keep else right)
+        done = m.end()
+    out.append(text[done:])
+    return "".join(out)
 
 
 def _edge_lines(lines: list[str], n: int) -> list[int]:
-    """Indexes of the first and last `n` lines with text (one list; a short page's overlap once)."""
-    filled = [i for i, line in enumerate(lines) if line.strip()]
-    return sorted(set(filled[:n] + filled[-n:]))
+    """Indexes of the first and last `n` lines with text (each once; a short page's overlap)."""
+    found: list[int] = []
+    for order in (range(len(lines)), range(len(lines) - 1, -1, -1)):
+        taken = 0
+        for i in order:
+            if taken == n:
+                break
+            if lines[i].strip():
+                found.append(i)
+                taken += 1
+    return sorted(set(found))
 
 
 def _key(line: str, fold_numbers: bool) -> str:
@@ -143,24 +200,31 @@ def _key(line: str, fold_numbers: bool) -> str:
 
 def _looks_like_furniture(line: str) -> bool:
     """Short, and not the end of a sentence (a header is a title, a journal, names)."""
-    return len(line.split()) <= SHORT_LINE_WORDS and not _SENTENCE_END_RE.search(line)
+    return len(line.split()) <= SHORT_LINE_WORDS and not _SENTENCE_END_RE.search(line.rstrip()[-8:])
 
 
-def _repeated(pages: list[list[str]], edges: list[list[int]], fold_numbers: bool) -> set[str]:
-    """Normalised lines that recur at the edges of enough pages (REPEAT_SHARE, MIN_REPEATS*)."""
-    where: defaultdict[str, set[int]] = defaultdict(set)
-    looks: dict[str, bool] = {}
+def _edge_keys(pages: list[list[str]], edges: list[list[int]], fold_numbers: bool) -> dict[tuple[int, int], tuple[str, bool]]:
+    """{(page index, line index): (normalised line, whether it looks like furniture)} for the
+    edge lines that could be furniture (not too long, with a letter or digit)."""
+    out: dict[tuple[int, int], tuple[str, bool]] = {}
     for index, lines in enumerate(pages):
         for i in edges[index]:
             line = lines[i].strip()
             if len(line) > MAX_FURNITURE_CHARS:
                 continue
             key = _key(line, fold_numbers)
-            if not key or not any(c.isalnum() for c in key):
-                continue
-            where[key].add(index)
-            looks[key] = looks.get(key, False) or _looks_like_furniture(line)
-    with_text = [i for i, lines in enumerate(pages) if any(line.strip() for line in lines)]
+            if any(c.isalnum() for c in key):
+                out[(index, i)] = (key, _looks_like_furniture(line))
+    return out
+
+
+def _repeated(keys: dict[tuple[int, int], tuple[str, bool]], with_text: list[int]) -> set[str]:
+    """Normalised lines that recur at the edges of enough pages (REPEAT_SHARE, MIN_REPEATS*)."""
+    where: defaultdict[str, set[int]] = defaultdict(set)
+    looks: dict[str, bool] = {}
+    for (index, _), (key, furniture_like) in keys.items():
+        where[key].add(index)
+        looks[key] = looks.get(key, False) or furniture_like
     found: set[str] = set()
     for key, on in where.items():
         if len(on) < (MIN_REPEATS_SHORT if looks[key] else MIN_REPEATS):
