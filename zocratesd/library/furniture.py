@@ -91,17 +91,21 @@ def strip_furniture(text: str) -> str:
     """The PDF text without its running headers, footers and page numbers, hyphenated line breaks
     joined; exactly as many form feeds as `text` (see the module doc)."""
     raw = text.split(PAGE_BREAK)
-    with_text = [i for i, page in enumerate(raw) if page.strip()]
-    pages = [page.split("\n") for page in raw]
-    edges = [_edge_lines(lines, EDGE_LINES) for lines in pages]
-    keys = _edge_keys(pages, edges, fold_numbers=len(with_text) >= MIN_PAGES_FOR_NUMBER_FOLDING)
-    furniture = _repeated(keys, with_text)
+    # Pages with text only: a file of form feeds alone must not cost a list per page.
+    pages = {i: page.split("\n") for i, page in enumerate(raw) if page.strip()}
+    edges = {i: _edge_lines(lines, EDGE_LINES) for i, lines in pages.items()}
+    keys = _edge_keys(pages, edges, fold_numbers=len(pages) >= MIN_PAGES_FOR_NUMBER_FOLDING)
+    furniture = _repeated(keys, list(pages))
     numbers = _page_numbers(pages)
     vocabulary = _LazyVocabulary(text)
     out: list[str] = []
-    for index, lines in enumerate(pages):
+    for index, page in enumerate(raw):
+        lines = pages.get(index)
+        if lines is None:
+            out.append(page)
+            continue
         drop = {i for i in edges[index] if keys.get((index, i), ("",))[0] in furniture} | numbers.get(index, set())
-        kept = "\n".join(line for i, line in enumerate(lines) if i not in drop) if drop else raw[index]
+        kept = "\n".join(line for i, line in enumerate(lines) if i not in drop) if drop else page
         out.append(dehyphenate(kept, vocabulary))
     return PAGE_BREAK.join(out)
 
@@ -203,11 +207,11 @@ def _looks_like_furniture(line: str) -> bool:
     return len(line.split()) <= SHORT_LINE_WORDS and not _SENTENCE_END_RE.search(line.rstrip()[-8:])
 
 
-def _edge_keys(pages: list[list[str]], edges: list[list[int]], fold_numbers: bool) -> dict[tuple[int, int], tuple[str, bool]]:
+def _edge_keys(pages: dict[int, list[str]], edges: dict[int, list[int]], fold_numbers: bool) -> dict[tuple[int, int], tuple[str, bool]]:
     """{(page index, line index): (normalised line, whether it looks like furniture)} for the
     edge lines that could be furniture (not too long, with a letter or digit)."""
     out: dict[tuple[int, int], tuple[str, bool]] = {}
-    for index, lines in enumerate(pages):
+    for index, lines in pages.items():
         for i in edges[index]:
             line = lines[i].strip()
             if len(line) > MAX_FURNITURE_CHARS:
@@ -225,6 +229,7 @@ def _repeated(keys: dict[tuple[int, int], tuple[str, bool]], with_text: list[int
     for (index, _), (key, furniture_like) in keys.items():
         where[key].add(index)
         looks[key] = looks.get(key, False) or furniture_like
+    per_parity = Counter(i % 2 for i in with_text)
     found: set[str] = set()
     for key, on in where.items():
         if len(on) < (MIN_REPEATS_SHORT if looks[key] else MIN_REPEATS):
@@ -232,8 +237,8 @@ def _repeated(keys: dict[tuple[int, int], tuple[str, bool]], with_text: list[int
         # The pages it could have been on: all pages with text, or those of its parity when it
         # is only ever on odd (or even) pages.
         parities = {i % 2 for i in on}
-        candidates = [i for i in with_text if len(parities) == 2 or i % 2 in parities]
-        if len(on) >= ceil(REPEAT_SHARE * len(candidates)):
+        candidates = len(with_text) if len(parities) == 2 else per_parity[parities.pop()]
+        if len(on) >= ceil(REPEAT_SHARE * candidates):
             found.add(key)
     return found
 
@@ -247,10 +252,10 @@ def _number_value(token: str) -> int | None:
     return sum(-v if i + 1 < len(values) and values[i + 1] > v else v for i, v in enumerate(values))
 
 
-def _page_numbers(pages: list[list[str]]) -> dict[int, set[int]]:
+def _page_numbers(pages: dict[int, list[str]]) -> dict[int, set[int]]:
     """{page index: indexes of its lines that are its page number} (see the module doc)."""
     found: list[tuple[int, int, int, bool]] = []  # (page index, line index, number - page number, explicit)
-    for index, lines in enumerate(pages):
+    for index, lines in pages.items():
         for i in _edge_lines(lines, PAGE_NUMBER_LINES):
             m = _PAGE_NUMBER_RE.fullmatch(lines[i])
             value = _number_value(m.group("n")) if m else None
