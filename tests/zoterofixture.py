@@ -14,11 +14,12 @@ which writes `zotero.sqlite` exactly as Zotero makes it (schema.json's ids: auth
   with page labels, a group library, a feed, Chinese text, accents, an unprocessed full text.
 - `generate_library(n_items, n_fulltexts, pages)` is a large pseudo-random one for the benchmark.
 - `touch_items()` edits items as Zotero would (title and `dateModified`/`clientDateModified`).
-- `printed_pages(pages, PageFurniture(...))` lays page texts out as a journal prints them and the
-  PDF worker extracts them: lines of a set width, long words hyphenated at a line's end, a running
-  header (odd and even pages may differ, "{page}" is the printed page number) and a page-number
-  footer on each page. `FixtureAttachment(printing=...)` does it to its text; without it, text is
-  written as given.
+- `printed_pages(pages, PageFurniture(...))` lays page texts out as a journal prints them and
+  Zotero extracts them: a running header (odd and even pages may differ, "{page}" is the printed
+  page number) and a page-number footer on each page, each a line of its own; the body one line
+  per paragraph as Zotero 7's PDF worker writes it, or (`width`) in printed lines with long words
+  hyphenated at a line's end, as pdftotext in earlier Zotero wrote it.
+  `FixtureAttachment(printing=...)` does it to its text; without it, text is written as given.
 
 Nothing here is imported by the daemon.
 """
@@ -62,14 +63,15 @@ class PageFurniture:
     """How a journal prints its pages: `odd_header` atop odd printed pages, `even_header` atop even
     ones (the same if None), each with "{page}" for the printed page number; `footer` below each
     page ("{page}", "Page {page} of {pages}"); the first page is printed as `first_page`; the title
-    page has no header when `title_page`; body lines are `width` characters."""
+    page has no header when `title_page`; body lines are `width` characters, or (None) each
+    paragraph ("\n\n" in the page's text) is one line."""
 
     odd_header: str
     even_header: str | None = None
     footer: str = "{page}"
     first_page: int = 1
     title_page: bool = False
-    width: int = 72
+    width: int | None = None
 
 
 def _hyphenated_lines(text: str, width: int) -> list[str]:
@@ -102,7 +104,8 @@ def printed_pages(pages: Sequence[str], furniture: PageFurniture) -> list[str]:
         fill = {"page": page, "pages": furniture.first_page + len(pages) - 1}
         header = furniture.odd_header if page % 2 or furniture.even_header is None else furniture.even_header
         lines = [] if n == 0 and furniture.title_page else [header.format(**fill)]
-        lines += _hyphenated_lines(body, furniture.width)
+        paragraphs = [" ".join(p.split()) for p in body.split("\n\n") if p.strip()]
+        lines += paragraphs if furniture.width is None else [ln for p in paragraphs for ln in _hyphenated_lines(p, furniture.width)]
         lines.append(furniture.footer.format(**fill))
         out.append("\n".join(lines))
     return out

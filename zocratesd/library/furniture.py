@@ -1,10 +1,12 @@
 """Page furniture in a PDF's extracted text: running headers and footers, page numbers, and words
 hyphenated at a line break, found from the document itself and taken out before it is indexed.
 
-Zotero's PDF worker writes each page's lines as they are printed, so every page of
-`.zotero-ft-cache` starts with the journal's running header and ends with its page number; once
-the chunker joins lines, a quote reads "J Med 2020;12:34 We detect a strong ...", and BM25 counts
-the journal's name once per page. What is furniture is learnt per document:
+Zotero writes a PDF's text to `.zotero-ft-cache` page by page, each text block a line (Zotero 7's
+PDF worker: a paragraph a line, its words hyphenated at a line's end joined already; pdftotext,
+before it: each printed line, hyphens kept), so every page starts with the journal's running header
+and ends with its page number, each a line of its own; once the chunker joins lines, a quote
+reads "J Med 2020;12:34 We detect a strong ...", and BM25 counts the journal's name once per
+page. What is furniture is learnt per document:
 
 - A line near the top or bottom of a page (the first or last `EDGE_LINES` lines with text) whose
   normalised form (case folded, numbers and roman numerals as "#", spaces collapsed: "Smith et al.

@@ -142,3 +142,10 @@ def test_chunks_of_a_printed_paper_keep_their_pages_and_quote_no_furniture() -> 
     assert [n for n, _ in pages(strip_furniture(text))] == [n for n, _ in pages(text)]
     assert all("J Med Res" not in c and not c.rstrip().endswith(str(34 + i)) for i, (_, c) in enumerate(after))
     assert "regulation of the pathway." in after[2][1]
+
+
+def test_a_paragraph_a_line_as_zotero_7_writes_it() -> None:
+    """Zotero 7's PDF worker writes each block as a line: header, whole paragraphs, page number."""
+    paragraphs = [" ".join(body(n, 4)) for n in range(3)]
+    src = [["Nature Medicine | Volume 26 | March 2020 | 345–352", p, f"{345 + n}"] for n, p in enumerate(paragraphs)]
+    assert lines_of(strip_furniture(doc(src))) == [[p] for p in paragraphs]
