@@ -78,9 +78,8 @@ _DECORATED_RE = re.compile(r"[\-\u2013\u2014|]")
 # "J. Med." are a header's abbreviations).
 _SENTENCE_END_RE = re.compile(r"[^\W\d_A-Z]{3}[.!?]['\")\]]?\s*$")
 # A word cut at a line's end: the hyphen (U+00AD is a soft hyphen some PDFs write for exactly
-# this), the line break, the rest of the word.
-# Found from the hyphen (fast: a hyphen before a line break is rare), the word before it read
-# backwards over letters, digits and `_WORD_JOINERS`.
+# this), the line break, the rest of the word. Found from the hyphen (fast: a hyphen before a line
+# break is rare), the word before it is read backwards over letters, digits and `_WORD_JOINERS`.
 _BREAK_RE = re.compile(r"([\-\u2010\u00ad])[ \t]*\n[ \t]*(\w+)")
 _WORD_JOINERS = "-_\u2010"
 _HYPHEN_RE = re.compile(r"[\-\u2010]")
@@ -120,25 +119,28 @@ class _LazyVocabulary:
 
     def __init__(self, text: str):
         self.text = text
-        self.folded = ""
-        self.pairs: Counter[str] | None = None
+        self.folded: str | None = None
+        self.pairs: Counter[str] = Counter()
+
+    def _fold(self) -> str:
+        if self.folded is None:
+            folded = self.folded = self.text.casefold()
+            # Hyphens inside a line are few: each is read with the word parts either side of it.
+            for m in _INNER_HYPHEN_RE.finditer(folded):
+                a = b = m.start()
+                while a > 0 and folded[a - 1].isalnum():
+                    a -= 1
+                while b + 1 < len(folded) and folded[b + 1].isalnum():
+                    b += 1
+                self.pairs[folded[a:b + 1]] += 1
+        return self.folded
 
     def hyphenated(self, left: str, right: str) -> int:
-        if self.pairs is None:
-            self.folded = self.text.casefold()
-            self.pairs = Counter()
-            # Hyphens inside a line are few: each is read with the word parts either side of it.
-            for m in _INNER_HYPHEN_RE.finditer(self.folded):
-                a = b = m.start()
-                while a > 0 and self.folded[a - 1].isalnum():
-                    a -= 1
-                while b + 1 < len(self.folded) and self.folded[b + 1].isalnum():
-                    b += 1
-                self.pairs[self.folded[a:b + 1]] += 1
+        self._fold()
         return self.pairs[f"{left}-{right}".casefold()]
 
     def joined(self, word: str) -> int:
-        return self.folded.count(word.casefold())  # after hyphenated(): only asked when it found one
+        return self._fold().count(word.casefold())
 
 
 def dehyphenate(text: str, vocabulary: _LazyVocabulary | None = None) -> str:
@@ -245,12 +247,13 @@ def _repeated(keys: dict[tuple[int, int], tuple[str, bool]], with_text: list[int
     return found
 
 
-def _number_value(token: str) -> int | None:
+def _number_value(token: str, said_page: bool) -> int | None:
     if token.isdigit():
         return int(token)
-    if not token.islower() or not _ROMAN_RE.fullmatch(token):
-        return None  # an upper-case "I" or "IV" alone is a section number more often than a page's
-    values = [_ROMAN_VALUES[c] for c in token]
+    # An upper-case "I" or "IV" alone is a section's number more often than a page's ("Page IV" is a page's).
+    if not (token.islower() or said_page) or not _ROMAN_RE.fullmatch(token.lower()):
+        return None
+    values = [_ROMAN_VALUES[c] for c in token.lower()]
     return sum(-v if i + 1 < len(values) and values[i + 1] > v else v for i, v in enumerate(values))
 
 
@@ -260,7 +263,7 @@ def _page_numbers(pages: dict[int, list[str]]) -> dict[int, set[int]]:
     for index, lines in pages.items():
         for i in _edge_lines(lines, PAGE_NUMBER_LINES):
             m = _PAGE_NUMBER_RE.fullmatch(lines[i])
-            value = _number_value(m.group("n")) if m else None
+            value = _number_value(m.group("n"), bool(m.group("word"))) if m else None
             if m is None or value is None:
                 continue
             explicit = bool(m.group("word") or m.group("of") or _DECORATED_RE.search(lines[i]))

@@ -66,6 +66,10 @@ def test_page_n_of_m_footers_two_line_headers_and_roman_front_matter() -> None:
     assert lines_of(strip_furniture(doc(src))) == [body(n) for n in range(4)]
     front = [["Preface", *body(n), ["ix", "x", "xi", "xii"][n]] for n in range(4)]
     assert lines_of(strip_furniture(doc(front))) == [body(n) for n in range(4)]
+    said = doc([[*body(0), "Page IV"], [*body(1), "Page V"]])  # upper-case roman only when it says "page"
+    assert lines_of(strip_furniture(said)) == [body(0), body(1)]
+    section = doc([["IV", *body(0)], ["V", *body(1)]])
+    assert lines_of(strip_furniture(section)) == lines_of(section)
 
 
 def test_page_numbers_are_removed_when_the_document_corroborates_them() -> None:
