@@ -233,15 +233,16 @@ def _repeated(keys: dict[tuple[int, int], tuple[str, bool]], with_text: list[int
     for (index, _), (key, furniture_like) in keys.items():
         where[key].add(index)
         looks[key] = looks.get(key, False) or furniture_like
-    per_parity = Counter(i % 2 for i in with_text)
     found: set[str] = set()
     for key, on in where.items():
         if len(on) < (MIN_REPEATS_SHORT if looks[key] else MIN_REPEATS):
             continue
-        # The pages it could have been on: all pages with text, or those of its parity when it
-        # is only ever on odd (or even) pages.
+        # The pages it could have been on: those with text, or those of its parity when it is
+        # only ever on odd (or even) pages; with MIN_REPEATS pages or more, only those from its
+        # first page to its last (a book chapter's running title, a table's repeated heading).
         parities = {i % 2 for i in on}
-        candidates = len(with_text) if len(parities) == 2 else per_parity[parities.pop()]
+        lo, hi = (min(on), max(on)) if len(on) >= MIN_REPEATS else (with_text[0], with_text[-1])
+        candidates = sum(1 for i in with_text if lo <= i <= hi and (len(parities) == 2 or i % 2 in parities))
         if len(on) >= ceil(REPEAT_SHARE * candidates):
             found.add(key)
     return found

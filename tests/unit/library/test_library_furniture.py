@@ -153,3 +153,13 @@ def test_a_paragraph_a_line_as_zotero_7_writes_it() -> None:
     paragraphs = [" ".join(body(n, 4)) for n in range(3)]
     src = [["Nature Medicine | Volume 26 | March 2020 | 345–352", p, f"{345 + n}"] for n, p in enumerate(paragraphs)]
     assert lines_of(strip_furniture(doc(src))) == [[p] for p in paragraphs]
+
+
+def test_a_chapter_running_title_on_a_run_of_pages_of_a_book() -> None:
+    """A chapter's title atop its odd pages (pages 5-11 of 20) is furniture there, though on
+    fewer than half of the book's odd pages; the book's title atop its even pages too."""
+    src = []
+    for n in range(20):
+        top = ["Handbook of Clinical Trials"] if n % 2 else (["4 Adaptive Designs"] if 4 <= n <= 10 else [])
+        src.append([*top, *body(n)])
+    assert lines_of(strip_furniture(doc(src))) == [body(n) for n in range(20)]
