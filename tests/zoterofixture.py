@@ -14,6 +14,12 @@ which writes `zotero.sqlite` exactly as Zotero makes it (schema.json's ids: auth
   with page labels, a group library, a feed, Chinese text, accents, an unprocessed full text.
 - `generate_library(n_items, n_fulltexts, pages)` is a large pseudo-random one for the benchmark.
 - `touch_items()` edits items as Zotero would (title and `dateModified`/`clientDateModified`).
+- `printed_pages(pages, PageFurniture(...))` lays page texts out as a journal prints them and
+  Zotero extracts them: a running header (odd and even pages may differ, "{page}" is the printed
+  page number) and a page-number footer on each page, each a line of its own; the body one line
+  per paragraph as Zotero 7's PDF worker writes it, or (`width`) in printed lines with long words
+  hyphenated at a line's end, as pdftotext in earlier Zotero wrote it.
+  `FixtureAttachment(printing=...)` does it to its text; without it, text is written as given.
 
 Nothing here is imported by the daemon.
 """
@@ -47,8 +53,62 @@ PAGE_BREAK = "\f"  # the PDF worker's page separator in .zotero-ft-cache (after 
 _LINK_MODE_NAMES = {n: name for name, n in LINK_MODES.items()}
 __all__ = [
     "Annotation", "Attachment", "Collection", "Creator", "Feed", "FixtureAttachment", "FixtureCollection", "FixtureItem",
-    "Group", "Item", "Library", "Note", "build_zotero_dir", "generate_library", "rich_library", "sample_library", "touch_items",
+    "Group", "Item", "Library", "Note", "PageFurniture", "build_zotero_dir", "generate_library", "printed_pages", "rich_library",
+    "sample_library", "touch_items",
 ]
+
+
+@dataclass(frozen=True)
+class PageFurniture:
+    """How a journal prints its pages: `odd_header` atop odd printed pages, `even_header` atop even
+    ones (the same if None), each with "{page}" for the printed page number; `footer` below each
+    page ("{page}", "Page {page} of {pages}"); the first page is printed as `first_page`; the title
+    page has no header when `title_page`; body lines are `width` characters, or (None) each
+    paragraph ("\n\n" in the page's text) is one line."""
+
+    odd_header: str
+    even_header: str | None = None
+    footer: str = "{page}"
+    first_page: int = 1
+    title_page: bool = False
+    width: int | None = None
+
+
+def _hyphenated_lines(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` characters; a word of nine letters or more that would
+    start the next line is split after its first half, with a hyphen, as typesetting does."""
+    lines: list[str] = []
+    line = ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            room = width - len(line) - 2  # a space and the hyphen
+            if word.isalpha() and word.islower() and len(word) >= 9 and room >= len(word) // 2:
+                cut = len(word) // 2
+                lines.append(f"{line} {word[:cut]}-")
+                line = word[cut:]
+                continue
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    if line:
+        lines.append(line)
+    return lines
+
+
+def printed_pages(pages: Sequence[str], furniture: PageFurniture) -> list[str]:
+    """Each page as the PDF worker extracts a printed one: header line, body lines, footer line."""
+    out = []
+    for n, body in enumerate(pages):
+        page = furniture.first_page + n
+        fill = {"page": page, "pages": furniture.first_page + len(pages) - 1}
+        header = furniture.odd_header if page % 2 or furniture.even_header is None else furniture.even_header
+        lines = [] if n == 0 and furniture.title_page else [header.format(**fill)]
+        paragraphs = [" ".join(p.split()) for p in body.split("\n\n") if p.strip()]
+        lines += paragraphs if furniture.width is None else [ln for p in paragraphs for ln in _hyphenated_lines(p, furniture.width)]
+        lines.append(furniture.footer.format(**fill))
+        out.append("\n".join(lines))
+    return out
 
 
 @dataclass
@@ -62,6 +122,7 @@ class FixtureAttachment:
     trashed: bool = False
     unprocessed: bool = False  # the text waits in .zotero-ft-unprocessed (synced full text)
     annotations: Sequence[Annotation] = ()
+    printing: PageFurniture | None = None  # lay the pages out as printed (printed_pages); None: as given
 
     def to_writer(self) -> Attachment:
         pages = None
@@ -69,6 +130,8 @@ class FixtureAttachment:
         if self.raw is None and self.text is not None:
             if self.content_type == "application/pdf":
                 pages = self.text.split(PAGE_BREAK)
+                if self.printing is not None:
+                    pages = printed_pages(pages, self.printing)
             else:
                 text = self.text
         return Attachment(

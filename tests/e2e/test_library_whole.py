@@ -1,6 +1,8 @@
 """Notes, annotations, group libraries, Chinese text and unprocessed full text through a real
 `zocratesd serve` over the socket, from a schema-true Zotero 10 data dir (zocratesd/demo/zotero_dir.py):
-each question's only answer is in one of them, and the answer cites that item. One daemon for all."""
+each question's only answer is in one of them, and the answer cites that item. One daemon for all.
+Then PDFs printed as journals print them (running headers, page numbers, hyphenated lines): their
+passages quote the prose only, on the pages and with the page labels they had."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from typing import Any
 
 import pytest
 from rawrpc import RawConn
-from zoterofixture import rich_library
+from zoterofixture import FixtureAttachment, FixtureItem, PageFurniture, build_zotero_dir, printed_pages, rich_library
 
-from zocratesd.demo.zotero_dir import ZOTERO_10, write
+from zocratesd.demo.zotero_dir import ZOTERO_10, Attachment, Item, pdf_file, write
 
 pytestmark = pytest.mark.e2e
 
@@ -118,3 +120,67 @@ def test_every_kind_of_text_is_found_and_cited(daemon_factory: Any) -> None:
     d.stop()
     log = d.stderr_text()
     assert log.count("library: library ready: 10 items, 6 full texts") == 1  # logged once, not at every poll
+
+
+# Six pages of a paper printed from page 127 (the PDF's own labels say so), and four of a review.
+PAPER_PAGES = [
+    "Ferroptosis is an iron dependent form of regulated cell death driven by lipid peroxidation in cellular membranes. "
+    "We asked whether glioblastoma cells escape it through the cystine transporter.",
+    "Glioblastoma lines were cultured in defined medium and treated with erastin at increasing concentrations. "
+    "Lipid peroxidation was measured by flow cytometry with a ratiometric fluorescent probe.",
+    "Phosphorylation of the transporter by mTORC2 reduced cystine uptake and sensitised every line to erastin. "
+    "Pharmacological inhibition of the kinase restored transporter activity within hours.",
+    "Xenografts with the phosphomimetic transporter grew more slowly and responded to sulfasalazine treatment, "
+    "while the unphosphorylatable mutant conferred complete resistance in vivo.",
+    "Together these observations place the kinase upstream of the transporter in a pathway that controls redox "
+    "homeostasis, and suggest combination strategies for tumours with hyperactive signalling.",
+    "We thank the animal facility staff. The authors declare no competing interests and all data are available "
+    "from the corresponding author on reasonable request.",
+]
+REVIEW_PAGES = [
+    "Regulatory T cells maintain peripheral tolerance through several complementary suppressive mechanisms.",
+    "Interleukin two consumption deprives conventional effector cells of an essential growth signal.",
+    "Inhibitory receptors on their surface strip costimulatory ligands from antigen presenting cells.",
+    "Therapeutic expansion of these cells is being tested in autoimmune disease and transplantation.",
+]
+# Printed lines, words hyphenated at their ends, as pdftotext (Zotero 6 and earlier) wrote them.
+PAPER = PageFurniture("Journal of Cancer Metabolism 12 (2019) 127-132", "{page} Okafor and Lindqvist", footer="{page}",
+                      first_page=127, title_page=True, width=64)
+REVIEW = PageFurniture("Annual Review of Immunology", footer="Page {page} of {pages}")  # a paragraph a line, as Zotero 7+ writes
+
+
+def test_printed_pages_are_indexed_without_their_furniture_on_the_same_pages(daemon_factory: Any) -> None:
+    d = daemon_factory()
+    printed = printed_pages(PAPER_PAGES, PAPER)
+    assert any(line.endswith("-") for page in printed for line in page.split("\n"))  # words split at line ends
+    build_zotero_dir(d.data_dir, [
+        Item("FERROPT1", "Kinase control of cystine import in glioma", creators=[("Ada", "Okafor"), ("Per", "Lindqvist")], date="2019",
+             attachments=[Attachment("FERRPDF1", pages=printed, file_bytes=pdf_file(6, ((0, "D", "", 127),)))]),
+        FixtureItem("TREGREV1", "Suppressive mechanisms of regulatory T cells", creators=[("Mei", "Chen")], date="2022",
+                    attachments=[FixtureAttachment("TREGPDF1", text="\f".join(REVIEW_PAGES), printing=REVIEW)]),
+    ], version=ZOTERO_10)
+    d.state_dir.mkdir(parents=True, exist_ok=True)
+    (d.state_dir / "zocrates_config.json").write_text(json.dumps({"library": {"local_api": False}}))
+    d.start()
+    with RawConn(d.socket_path) as c:
+        assert wait_ready(c)["state"] == "ready"
+        for key, pages, labels, furniture in (
+            ("FERROPT1", PAPER_PAGES, [str(127 + n) for n in range(6)], ("Cancer Metabolism", "Okafor and Lindqvist")),
+            ("TREGREV1", REVIEW_PAGES, ["1", "2", "3", "4"], ("Annual Review", "Page ")),
+        ):
+            chunks = c.result("_zocrates/library/item", {"itemKey": key, "fulltext": True})["fulltext"]["chunks"]
+            # One chunk per page, on its page and label, and it is the page's prose exactly: no
+            # header, no page number, split words whole again.
+            assert [(ch["page"], ch["page_label"], ch["text"]) for ch in chunks] == [
+                (n, label, " ".join(body.split())) for n, (label, body) in enumerate(zip(labels, pages, strict=True), start=1)
+            ], (key, chunks)
+            assert not any(f in ch["text"] for ch in chunks for f in furniture)
+
+        # The header's words find no passage of the text any more; the prose is found on its page.
+        found = c.result("_zocrates/library/search", {"query": "Journal of Cancer Metabolism", "topK": 10})["passages"]
+        assert not [p for p in found if p["kind"] == "fulltext"], found
+        found = c.result("_zocrates/library/search", {"query": "phosphorylation of the transporter by mTORC2", "topK": 1})["passages"]
+        assert [(p["item_key"], p["page"], p["page_label"], p["link"]) for p in found] == [
+            ("FERROPT1", 3, "129", "zotero://open-pdf/library/items/FERRPDF1?page=3")]
+        assert found[0]["text"].startswith("Phosphorylation of the transporter by mTORC2 reduced cystine uptake"), found
+    d.stop()

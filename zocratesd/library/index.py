@@ -14,8 +14,9 @@ Tables:
   item (creators, with a German name's other spelling, "Ströhle" and "Stroehle", year and tags,
   then `METADATA_BREAK` and the abstract, which is cut into ~1,200 characters as any text is;
   later parts have no header), `fulltext` chunks of ~1,200 characters of each attachment's text
-  (never across a page; a heading line kept apart), `note` chunks (HTML as text), one `annotation`
-  chunk per highlight or comment (its text, comment and tags). Every chunk carries the item's
+  (never across a page; a heading line kept apart; a PDF's page furniture, its running headers,
+  footers and page numbers, left out and its line-break hyphens joined: library/furniture.py),
+  `note` chunks (HTML as text), one `annotation` chunk per highlight or comment (its text, comment and tags). Every chunk carries the item's
   title in its `title` column, weighted `TITLE_WEIGHT` times the body in BM25 (except a metadata
   chunk with no abstract when the item has other chunks: it would win on its shortness; with no
   creators, year or tags either it has no words and is not written). Words are folded
@@ -75,7 +76,9 @@ from zocratesd.library import dense
 from zocratesd.library._records import CollectionRecord, ItemRecord, LibrarySnapshot, library_path, valid_key
 from zocratesd.library.catalog import children_json
 from zocratesd.library.embedproc import EmbedFailed
+from zocratesd.library.fulltext import PAGE_BREAK
 from zocratesd.library.fulltext import chunks as split_chunks
+from zocratesd.library.furniture import strip_furniture
 from zocratesd.library.retrieval import METADATA_BREAK, Hit, Passage, Scope, tokens
 from zocratesd.library.zotero_db import db_uri
 from zocratesd.logtext import escape_for_log
@@ -90,8 +93,9 @@ INDEX_NAME = "library.db"
 # chunk without words; 5: German names' other spellings in the metadata header, heading lines kept
 # apart in text chunks, page labels from the PDFs themselves; 6: items' `date_added`,
 # `date_modified` and `children`, for library/catalog.py; 7: an annotation's highlight and comment
-# as paragraphs of its chunk).
-INDEX_SCHEMA_VERSION = 7
+# as paragraphs of its chunk; 8: a PDF's text without its running headers, footers and page
+# numbers, words hyphenated at a line break joined, library/furniture.py).
+INDEX_SCHEMA_VERSION = 8
 # BM25 column weights (title, body): a title term counts twice a body term, so a matching paper's
 # passages come first without drowning a strong body match (FTS5's bm25() weights). FTS5 fixes
 # k1 = 1.2, but it applies the weights to the term counts before saturation, so their scale acts
@@ -432,6 +436,8 @@ class IndexWriter:
                 # A PDF's text without a form feed is one page (Zotero's PDF worker puts "\f" only
                 # between pages); other files (HTML, EPUB) have no pages.
                 one_page = 1 if att.content_type == "application/pdf" else None
+                if one_page or PAGE_BREAK in text:  # printed pages: their headers, footers, numbers go
+                    text = strip_furniture(text)
                 rows += [("fulltext", att.key, att.key, page or one_page, labels.get((att.key, page or one_page or 0)), body)
                          for page, body in split_chunks(text)]
         for note in item.notes:
