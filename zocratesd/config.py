@@ -27,7 +27,7 @@ import msgspec
 from msgspec import Meta, field
 
 from zocratesd import locations
-from zocratesd.limits import ORIGIN_PATTERN
+from zocratesd.limits import DEFAULT_POLL_INTERVAL_S, ORIGIN_PATTERN
 from zocratesd.logtext import redact_credentials, redact_url
 
 CONFIG_NAME = "zocrates_config.json"
@@ -271,7 +271,7 @@ class LibraryConfig(_Section):
     # How often the indexer checks Zotero for changes: cheap (a stat, or one small local API
     # request), and 30 s keeps a paper added in Zotero searchable within a minute. Between
     # MIN_POLL_INTERVAL_S (more often, and the polls alone keep a core busy) and a day.
-    poll_interval_s: Annotated[float, Meta(ge=MIN_POLL_INTERVAL_S, le=MAX_POLL_INTERVAL_S)] = 30.0
+    poll_interval_s: Annotated[float, Meta(ge=MIN_POLL_INTERVAL_S, le=MAX_POLL_INTERVAL_S)] = DEFAULT_POLL_INTERVAL_S
     # Re-rank search with the dense stage (library/dense.py; wordllama, in the default install):
     # better answers for claims worded unlike the paper (SciFact test nDCG@10 0.685 -> 0.716), at
     # ~50-65 MiB of memory from the first search on and about twice the indexing time. False: BM25 alone.

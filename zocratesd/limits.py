@@ -100,3 +100,7 @@ ORIGIN_PATTERN: Final = r"[a-z][a-z0-9+.-]*://[^\s/?#*@;,'\"]+"
 # no list comes near it, and a larger integer is no longer exact in JavaScript (the web app's and
 # many MCP hosts' language) nor, past 2**63, an integer SQLite can bind.
 MAX_OFFSET: Final = 2**53 - 1
+
+# How often the library indexer looks for changes in Zotero (library.poll_interval_s): a look is
+# two stat() calls, and an edit is searchable within about this plus the time it takes to index.
+DEFAULT_POLL_INTERVAL_S: Final = 2.0

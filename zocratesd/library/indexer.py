@@ -45,6 +45,7 @@ from zocratesd.library.zotero_db import (
     read_library,
     remove_stale_snapshots,
 )
+from zocratesd.limits import DEFAULT_POLL_INTERVAL_S
 from zocratesd.logtext import escape_for_log
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,12 @@ PROGRESS_LOG_INTERVAL_S = 5.0
 # A refresh that fails (library locked and uncopiable, local API gone mid-read) is retried after
 # this long even when nothing seems to have changed.
 RETRY_AFTER_S = 60.0
-# While Zotero is in use its database changes at almost every poll, and a refresh through a
+# While Zotero is in use its database changes at almost every poll, and looking at it through a
 # snapshot copies and checks the whole file (seconds for a large 7-9 database with its word
-# index). Waiting this many times the last refresh's duration before the next one keeps the
-# indexer under ~1/20 of a core; an explicit refresh request is never held back.
+# index). Waiting this many times the last look's duration before the next one keeps that under
+# ~1/20 of a core. The look is what a refresh costs whatever changed (the snapshot, the read of
+# every item's stamp, the plan); indexing what changed is not counted, so a long first build (or
+# a large edit) does not hold back the next look. An explicit refresh request is never held back.
 REFRESH_DUTY = 20
 # After the embedding child failed (library/embedproc.py), passes index words alone for this long
 # before another child is tried; the vectors missing meanwhile are computed then (fill_vectors).
@@ -77,7 +80,7 @@ class IndexerOptions:
     data_dir: Path
     work_dir: Path  # zocrates-data/: library.db and, briefly, snapshots
     local_api_url: str | None  # None: do not use the local API
-    poll_interval_s: float = 30.0
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
     # False (config `library.include_group_libraries`): group libraries are not read, and their
     # items already indexed leave the index at the next pass (the local API reads only My Library).
     include_groups: bool = True
@@ -155,6 +158,7 @@ class Indexer:
         self._child: EmbedChild | None = None
         self._embed_retry_at = 0.0
         self._wrote = False  # the pass changed the index (its memory is then given back: refresh)
+        self._look_s = 0.0  # the last pass's look at the library, before indexing (REFRESH_DUTY)
         # Hooks for tests: called in the thread after each committed batch.
         self.on_batch: Callable[[int, int], None] | None = None
 
@@ -243,7 +247,8 @@ class Indexer:
             remove_index(self.index_path)
         t0 = time.monotonic()
         self.refresh(api)
-        self._next_allowed = time.monotonic() + REFRESH_DUTY * (time.monotonic() - t0)
+        # A pass that ended before its look did (the library unreadable, an error) counts whole.
+        self._next_allowed = time.monotonic() + REFRESH_DUTY * (self._look_s or time.monotonic() - t0)
         self._last_stamp = stamp
 
     def _api_stamp(self, api: LocalApi | None) -> object:
@@ -276,6 +281,7 @@ class Indexer:
         t0 = time.perf_counter()
         api_checked = False
         self._wrote = False
+        self._look_s = 0.0
         if not (self.opts.data_dir / ZOTERO_DB).exists():
             self._db_readable = False
             why = "Zotero's local API is off (library.local_api)" if api is None else self._api_usable(api)
@@ -398,6 +404,7 @@ class Indexer:
             self._announce(f"indexing {total:,} of {len(snap.stamps):,} items from {origin}"
                            + (f" ({len(removed):,} removed)" if removed else ""))
         self._wrote = bool(total or removed)
+        self._look_s = time.perf_counter() - t0
         writer.write_collections(snap.collections, snap.libraries or {USER_LIBRARY: "My Library"})
         if removed:
             writer.remove(removed)

@@ -22,6 +22,7 @@ from zocratesd.library.index import INDEX_NAME, IndexReader, is_corruption, sear
 from zocratesd.library.indexer import Indexer, IndexerOptions, IndexStatus
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Scope
 from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, Suggestion, suggest
+from zocratesd.limits import DEFAULT_POLL_INTERVAL_S
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def disabled_status(message: str) -> dict[str, Any]:
 
 
 class Library:
-    def __init__(self, data_dir: Path, work_dir: Path, *, local_api_url: str | None, poll_interval_s: float = 30.0,
+    def __init__(self, data_dir: Path, work_dir: Path, *, local_api_url: str | None, poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
                  include_groups: bool = True):
         self.reader = IndexReader(work_dir / INDEX_NAME)
         self.indexer = Indexer(

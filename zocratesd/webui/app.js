@@ -19,7 +19,7 @@ const SESSION_KEY = "zocrates.session";
 const RENDER_INTERVAL_MS = 50;
 // How often the library status is asked while it changes (indexing), and while it is missing.
 const LIBRARY_POLL_MS = { starting: 1000, indexing: 1000, unavailable: 15_000, error: 15_000 };
-// A ready but empty library is asked again this often (the daemon looks at Zotero every 30 s):
+// A ready but empty library is asked again this often (the daemon looks at Zotero every 2 s):
 // the first screen notices the first papers.
 const EMPTY_LIBRARY_POLL_MS = 5000;
 // While the library is indexed, the first screen's questions are asked for again at most this
@@ -537,7 +537,7 @@ function librarySummary(lib) {
         + "You can ask already; answers search what is indexed.";
     case "ready":
       if (!(lib.kinds?.items ?? lib.items_indexed)) {
-        return "Your Zotero library is empty. Papers you add in Zotero are indexed within half a minute, and questions about them appear here.";
+        return "Your Zotero library is empty. Papers you add in Zotero are indexed within seconds, and questions about them appear here.";
       }
       return `Your library: ${holdings(lib)} indexed${lib.kinds?.texts ? `, ${count(lib.kinds.texts, "full text", "full texts")}` : ""}.`;
     case "unavailable":
