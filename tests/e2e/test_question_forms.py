@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from rawrpc import RawConn
 from test_library import ask, cited, wait_ready
-from zoterofixture import FixtureItem, build_zotero_dir
+from zoterofixture import FixtureItem, Note, build_zotero_dir
 
 pytestmark = pytest.mark.e2e
 
@@ -77,7 +77,9 @@ def library_items() -> list[FixtureItem]:
 @pytest.fixture()
 def session(daemon_factory: Any, library_items: list[FixtureItem]) -> Any:
     d = daemon_factory()
-    build_zotero_dir(d.data_dir, library_items, version=129)
+    # Two standalone notes: records of the index, not papers (an answer counts papers, as the status does).
+    notes = [Note("NOTESTA1", "Reading list for the lab meeting."), Note("NOTESTA2", "Ideas about dengue and cities.")]
+    build_zotero_dir(d.data_dir, library_items, version=129, notes=notes)
     d.state_dir.mkdir(parents=True, exist_ok=True)
     (d.state_dir / "zocrates_config.json").write_text(json.dumps({"library": {"local_api": False}}))
     d.start()
@@ -106,6 +108,8 @@ def test_the_frame_is_not_what_was_searched_for_and_a_refusal_names_what_is_miss
     assert "true that" not in answer  # the topic named is the claim, not its frame
     assert "about “Tardigrades survive the vacuum of space in cryptobiosis”" in answer, answer
     assert "The closest passage lacks “Tardigrades”" in answer and "words asked about" in answer, answer
+    papers = c.result("_zocrates/library/status", {})["kinds"]["items"]
+    assert f"in your library ({papers} items indexed)" in answer, answer
 
 
 def test_a_natural_question_meets_the_paper_that_spells_out_its_abbreviation(session: Any) -> None:

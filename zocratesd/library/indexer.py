@@ -36,7 +36,7 @@ from zocratesd.library.embedproc import EmbedChild, EmbedFailed
 from zocratesd.library.fulltext import read_cache
 from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, is_corruption, open_index, remove_index
 from zocratesd.library.local_api import ListenerChanged, LocalApi, LocalApiError
-from zocratesd.library.pdflabels import page_labels
+from zocratesd.library.pdflabels import LabelsUnreadable, page_labels
 from zocratesd.library.zotero_db import (
     ZOTERO_DB,
     ZoteroDbError,
@@ -410,8 +410,10 @@ class Indexer:
             writer.remove(removed)
         done = 0
         last_log = time.monotonic()
+        unlabelled: list[str] = []  # PDFs whose page labels could not be read: said once, at the pass's end
         for start in range(0, total, BATCH_ITEMS):
             if self._stop.is_set():
+                _log_unlabelled(unlabelled)
                 log.info("library: indexing stopped at %d/%d items; it continues at the next start", done, total)
                 return
             batch: list[tuple[ItemRecord, dict[str, str]]] = []
@@ -423,8 +425,12 @@ class Indexer:
                     if text:
                         texts[att.key] = text
                         # The page labels a reader shows, from the stored PDF (pdflabels.py).
-                        if att.content_type == "application/pdf" and (found := page_labels(self.opts.data_dir, att.key)):
-                            labels[att.key] = found
+                        if att.content_type == "application/pdf":
+                            try:
+                                if found := page_labels(self.opts.data_dir, att.key):
+                                    labels[att.key] = found
+                            except LabelsUnreadable as exc:
+                                unlabelled.append(f"storage/{att.key} ({exc})")
                 batch.append((item, texts))
             try:
                 if snap.source == "local_api" and api is not None:
@@ -443,6 +449,7 @@ class Indexer:
             if time.monotonic() - last_log >= PROGRESS_LOG_INTERVAL_S:
                 self._announce(f"indexing {done:,} of {total:,} items from {origin} ({pct:.0f}%)")
                 last_log = time.monotonic()
+        _log_unlabelled(unlabelled)
         if writer.fill_vectors():
             log.info("library: the passages' vectors missing since an earlier failure are computed")
         self._end_child()  # before "ready": a pass over, its child is gone
@@ -478,6 +485,19 @@ class _WatchedChild(EmbedChild):
         except EmbedFailed:
             self._indexer._embed_retry_at = time.monotonic() + EMBED_RETRY_S
             raise
+
+
+# A pass's per-file problems are logged as one line: a count and the first few files.
+NAMED_PROBLEM_FILES = 5
+
+
+def _log_unlabelled(files: list[str]) -> None:
+    if not files:
+        return
+    shown = ", ".join(files[:NAMED_PROBLEM_FILES]) + (f" and {len(files) - NAMED_PROBLEM_FILES:,} more"
+                                                     if len(files) > NAMED_PROBLEM_FILES else "")
+    log.info("library: the page labels of %s PDF%s could not be read (%s); their pages are cited by number",
+             f"{len(files):,}", "" if len(files) == 1 else "s", shown)
 
 
 def _counts(writer: IndexWriter) -> IndexCounts:

@@ -53,9 +53,15 @@ def stored_pdf(data_dir: Path, attachment_key: str) -> Path | None:
     return folder / names[0]
 
 
+class LabelsUnreadable(Exception):
+    """The stored PDF could not be parsed for its labels (damaged, hostile): its pages are cited by
+    number. The message is the parser's error class, never the file's bytes."""
+
+
 def page_labels(data_dir: Path, attachment_key: str) -> list[str] | None:
     """The labels of the stored PDF's pages, in page order; None when the PDF has no /PageLabels
-    (its pages are cited by number), or cannot be read."""
+    (its pages are cited by number) or is not there. Raises LabelsUnreadable when it cannot be
+    parsed: the indexer counts those and says so once per pass."""
     path = stored_pdf(data_dir, attachment_key)
     if path is None:
         return None
@@ -71,10 +77,10 @@ def page_labels(data_dir: Path, attachment_key: str) -> list[str] | None:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_PDF_BYTES:
             return None
-        return _read_labels(f, attachment_key)
+        return _read_labels(f)
 
 
-def _read_labels(f: object, attachment_key: str) -> list[str] | None:
+def _read_labels(f: object) -> list[str] | None:
     # Loaded on the first PDF read, by the indexer's thread: not on the engine's way to a first turn.
     pypdf = deferred.load("pypdf")
     # pypdf reports what it repairs in damaged files through logging, with bytes of the file in
@@ -90,6 +96,5 @@ def _read_labels(f: object, attachment_key: str) -> list[str] | None:
             return None
         labels = [" ".join(str(label).split())[:MAX_LABEL_CHARS] for label in reader.page_labels]
     except Exception as exc:  # noqa: BLE001 - any failure of a damaged or hostile file means "no labels"
-        log.info("library: the page labels of storage/%s could not be read (%s)", attachment_key, type(exc).__name__)
-        return None
+        raise LabelsUnreadable(type(exc).__name__) from None
     return labels

@@ -324,7 +324,7 @@ def test_page_labels_read_from_pdfs(tmp_path: Path) -> None:
 
     import pypdf
 
-    from zocratesd.library.pdflabels import page_labels
+    from zocratesd.library.pdflabels import LabelsUnreadable, page_labels
 
     def put(key: str, data: bytes, name: str = "paper.pdf") -> None:
         (tmp_path / "storage" / key).mkdir(parents=True, exist_ok=True)
@@ -343,7 +343,8 @@ def test_page_labels_read_from_pdfs(tmp_path: Path) -> None:
     put("NOLABELS", pdf_file(2))
     assert page_labels(tmp_path, "NOLABELS") is None  # no /PageLabels: cited by number
     put("NOTAPDF1", b"<html>not a pdf</html>")
-    assert page_labels(tmp_path, "NOTAPDF1") is None
+    with pytest.raises(LabelsUnreadable):  # a damaged file: the indexer counts it, its pages are cited by number
+        page_labels(tmp_path, "NOTAPDF1")
     assert page_labels(tmp_path, "MISSING1") is None and page_labels(tmp_path, "../../etc") is None
     # A symlink out of storage/ is not Zotero's file.
     outside = tmp_path / "outside.pdf"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -285,3 +286,24 @@ def test_an_inconsistent_index_row_is_skipped(tmp_path: Path) -> None:
     conn.close()
     hits = asyncio.run(lib.search("hypothetical document", Scope()))
     assert [(h.passage.item_key, h.passage.page) for h in hits] == [("GAOHYDE1", 1)]
+
+
+def test_pdfs_whose_page_labels_cannot_be_read_are_one_log_line_per_pass(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A library of damaged PDFs says so once, with a count and a few names, not a line per file."""
+    keys_ = [f"BROKEN{n:02d}" for n in range(8)]
+    items = [FixtureItem(f"PAPER{n:03d}", f"Paper {n}", attachments=[FixtureAttachment(k, text=f"Page one of paper {n}.")])
+             for n, k in enumerate(keys_)]
+    build_zotero_dir(tmp_path, items)
+    for k in keys_:
+        for pdf in (tmp_path / "storage" / k).glob("*.pdf"):
+            pdf.write_bytes(b"%PDF-1.7 damaged beyond repair")
+        if not list((tmp_path / "storage" / k).glob("*.pdf")):
+            (tmp_path / "storage" / k / "paper.pdf").write_bytes(b"%PDF-1.7 damaged beyond repair")
+    lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None)
+    with caplog.at_level(logging.INFO, logger="zocratesd.library"):
+        lib.indexer.refresh(None)
+    lines = [r.getMessage() for r in caplog.records if "page labels" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("library: the page labels of 8 PDFs could not be read (storage/BROKEN00 (")
+    assert lines[0].endswith(" and 3 more); their pages are cited by number"), lines[0]
+    assert lib.status()["state"] == "ready" and keys(lib, "paper one")

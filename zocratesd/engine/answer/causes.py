@@ -34,7 +34,10 @@ async def search_facts(retriever: Retriever, scope: Scope, query: str, aspects: 
     status = getattr(retriever, "status", None)
     st = status() if callable(status) else None
     if isinstance(st, dict):
-        facts.update(state=st.get("state"), percent=st.get("percent"), items=st.get("items_indexed"),
+        # The papers the status names too (its `kinds`), not the index's records (notes, files).
+        kinds = st.get("kinds")
+        kinds = kinds if isinstance(kinds, dict) else {}
+        facts.update(state=st.get("state"), percent=st.get("percent"), items=kinds.get("items", st.get("items_indexed")),
                      message=st.get("message"))
     if scope.mode == "papers" and not scope.item_keys:
         facts["scope_items"] = 0
