@@ -8,6 +8,8 @@ comes must not depend on how long that build took."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 from daemon_entry import EMBED_HOLD_ENV
 from daemonproc import TEST_ENTRY
 from rawrpc import RawConn
+from test_cli import zocrates_command
 from test_library import wait_ready
 from zoterofixture import build_zotero_dir, sample_library, touch_items
 
@@ -81,4 +84,28 @@ def test_an_edit_made_during_the_first_build_is_searchable_soon_after_it(daemon_
         touch_items(d.data_dir / "zotero.sqlite", ["BEEKEEP1"], title_suffix=f" {WORD}")
         assert wait_ready(c)["state"] == "ready"
         wait_found(c)
+    d.stop()
+
+
+def test_library_refresh_looks_now_and_status_says_when_it_last_looked(daemon_factory: Any) -> None:
+    """`zocrates library refresh`: a daemon that would look again only in an hour reads an edit now,
+    and the command returns once it is indexed; `library status` says when the index last looked."""
+    d = daemon_factory()
+    items, colls = sample_library()
+    build_zotero_dir(d.data_dir, items, colls, version=129)
+    d.state_dir.mkdir(parents=True, exist_ok=True)
+    (d.state_dir / "zocrates_config.json").write_text(json.dumps({"library": {"local_api": False, "poll_interval_s": 3600}}))
+    d.start()
+    with RawConn(d.socket_path) as c:
+        assert wait_ready(c)["state"] == "ready"
+        touch_items(d.data_dir / "zotero.sqlite", ["BEEKEEP1"], title_suffix=f" {WORD}")
+        assert found(c) == []
+        out = subprocess.run([*zocrates_command(), "--zotero-data-dir", str(d.data_dir), "library", "refresh"],
+                             env=d.env, capture_output=True, text=True, timeout=EDIT_SEEN_WITHIN_S, stdin=subprocess.DEVNULL)
+        assert out.returncode == 0, out
+        assert out.stdout.startswith("library ready: 6 items"), out.stdout
+        assert found(c) == ["BEEKEEP1"]  # indexed when the command returned
+        shown = subprocess.run([*zocrates_command(), "--zotero-data-dir", str(d.data_dir), "library", "status"],
+                               env=d.env, capture_output=True, text=True, timeout=EDIT_SEEN_WITHIN_S, stdin=subprocess.DEVNULL)
+        assert re.search(r"^  last_look +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00$", shown.stdout, re.M), shown.stdout
     d.stop()

@@ -118,6 +118,10 @@ class IndexStatus:
     counts: dict[str, int] = field(default_factory=library_counts)
     last_refresh: str | None = None
     last_refresh_ms: float | None = None
+    # When the indexer last looked for changes (UTC), and, when a change it saw waits for the
+    # duty limit (REFRESH_DUTY), when it is read.
+    last_look: str | None = None
+    change_read_at: str | None = None
     refreshes: int = 0
     message: str | None = None
     warnings: list[str] = field(default_factory=list)
@@ -239,8 +243,11 @@ class Indexer:
             forced, self._forced = self._forced, False
         stamp: object = (change_stamp(self.opts.data_dir), self._api_stamp(api))
         stale = time.monotonic() - self._last_attempt > RETRY_AFTER_S and self.status().state in ("error", "unavailable")
-        if not (forced or rebuild or stale) and (stamp == self._last_stamp or time.monotonic() < self._next_allowed):
-            return  # unchanged, or too soon after a long refresh (the change is seen at a later poll)
+        held = stamp != self._last_stamp and time.monotonic() < self._next_allowed
+        wait = self._next_allowed - time.monotonic()
+        self._update(last_look=_utc_now(), change_read_at=_utc_now(wait) if held and not (forced or rebuild) else None)
+        if not (forced or rebuild or stale) and (stamp == self._last_stamp or held):
+            return  # unchanged, or too soon after a long look (the change is read at a later poll)
         self._last_attempt = time.monotonic()
         if rebuild:
             self.reader.invalidate()
@@ -509,6 +516,10 @@ def _counts(writer: IndexWriter) -> IndexCounts:
         collections=c.collections, notes_indexed=c.notes, annotations_indexed=c.annotations, libraries=libraries,
         kinds=kinds,
     )
+
+
+def _utc_now(ahead_s: float = 0.0) -> str:
+    return datetime.fromtimestamp(time.time() + ahead_s, UTC).isoformat(timespec="seconds")
 
 
 def _origin(source: str, data_dir: Path) -> str:

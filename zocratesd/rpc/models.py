@@ -455,6 +455,10 @@ class LibraryStatusResult(Model):
     collections: int
     last_refresh: str | None = Field(description="ISO 8601, UTC, of the last completed refresh.")
     last_refresh_ms: float | None
+    last_look: str | None = Field(default=None, description="ISO 8601, UTC, of the indexer's last look for changes in Zotero.")
+    change_read_at: str | None = Field(
+        default=None, description="ISO 8601, UTC: when a change it saw is read, while looks are spaced out to bound "
+        "their cost (a library read through a private copy); null when nothing waits.")
     refreshes: int = Field(description="Completed refreshes since the daemon started.")
     message: str | None = Field(description="What went wrong, or why there is no library, and what to do.")
     warnings: list[str]

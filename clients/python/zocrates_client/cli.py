@@ -184,6 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     lib_actions = library.add_subparsers(dest="action", required=True, metavar="ACTION")
     lib_status = lib_actions.add_parser("status", help="the index's state and counts", parents=leaf)
     lib_status.add_argument("--watch", action="store_true", help="follow it (a progress bar) until it is ready")
+    lib_actions.add_parser("refresh", help="look at Zotero for changes now, and wait until they are indexed", parents=leaf)
 
     open_ = commands.add_parser("open", help="open the web UI of the running daemon", parents=leaf)
     open_.add_argument("--print", action="store_true", dest="print_only", help="print the address, open no browser")
@@ -651,7 +652,16 @@ async def _sessions(client: Client, args: argparse.Namespace) -> None:
 
 
 async def _library(client: Client, args: argparse.Namespace) -> None:
-    status = await client.library_status()
+    if args.action == "refresh":
+        before = await client.library_status()
+        status = await client.library_status(refresh=True)
+        # A forced look always ends in a pass (`refreshes` counts them), or in a state that says why not.
+        while status.get("refreshes", 0) <= before.get("refreshes", 0) and status.get("state") not in _NO_PASS_STATES:
+            await anyio.sleep(WATCH_POLL_S)
+            status = await client.library_status()
+        args.watch = not library_status.settled(status)
+    else:
+        status = await client.library_status()
     if not args.watch:
         if args.json:
             print(json.dumps(status, indent=2))
@@ -677,6 +687,10 @@ async def _library(client: Client, args: argparse.Namespace) -> None:
         status = await client.library_status()
     if tty:
         sys.stdout.write("\r\x1b[K" + "\n".join(library_status.describe(status)) + "\n")
+
+
+# Library states in which a look cannot end in a pass: `library refresh` stops waiting and says why.
+_NO_PASS_STATES = frozenset({"unavailable", "error", "disabled", "stopped"})
 
 
 def _bar(status: dict[str, Any]) -> str:
