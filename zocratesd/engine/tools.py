@@ -144,9 +144,10 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
                 invocation_id=invocation_id, branch=branch, query=query, scope=scope_from_state(state),
                 initial_budget=budget or limits.initial_budget, max_extensions=limits.max_extensions,
             )
-        while not synthesize and (aspect := research.next_aspect()) is not None:
+        while not synthesize and (step := research.next_query()) is not None:
+            aspect, part, guided = step
             hits: list[Hit] = await retriever.search(aspect, research.scope, top_k)
-            yield round_event(research.record_round(aspect, hits), branch)
+            yield round_event(research.record_round(aspect, hits, part, guided), branch)
         if not synthesize and research.should_ask():
             interrupt = research.raise_checkpoint()
             state[SNAPSHOT_KEY] = research.to_json()
