@@ -12,7 +12,7 @@ Rules:
 - A round searches one aspect, in order. The budget is `research.initial_budget` rounds; each
   extension the user grants adds as many again, and its guidance (if any) is searched first.
 - Guidance never changes how many parts the question has, unless it names a new topic: guidance
-  whose words are mostly a part's words is searched for that part (with the part's own words, if
+  that names what a part names, or whose words are mostly a part's, is searched for that part (with the part's own words, if
   the part was not searched yet, so the part counts as searched); guidance that shares too few
   words with every part becomes a part of its own, and the checkpoint and the answer say so.
 - Synthesis knows which parts were searched: "answer now" reports the parts not searched yet as
@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from zocratesd.engine.answer.question import split_parts, word_stems
+from zocratesd.engine.answer.question import split_parts, terms_of, word_stems
 from zocratesd.library.retrieval import Hit, Passage, PassageJson, Scope, tokens
 from zocratesd.limits import MAX_GUIDANCE_CHARS
 
@@ -47,8 +47,9 @@ RRF_K = 60
 # Passages handed to the model at synthesis: the usual top-k, plus room for each extra round's best.
 SYNTHESIS_EXTRA_PER_ROUND = 2
 MAX_SYNTHESIS_PASSAGES = 12
-# Guidance refines a part when at least this share of its words are the part's words ("mTORC2
-# phosphorylation of xCT" refines "How does mTORC2 regulate xCT?"); below it, it is a new topic.
+# Guidance refines a part when it names a thing the part names ("NRF2 antioxidant genes" and "What
+# does NRF2 activate?"), or when at least this share of its words are the part's words ("cystine
+# uptake inhibition" and "How is cystine uptake regulated?"); otherwise it is a new topic.
 GUIDANCE_PART_OVERLAP = 0.5
 
 def plan_aspects(question: str) -> list[str]:
@@ -133,18 +134,26 @@ class Research:
         return self.guidance[self.guided] if self.guided < len(self.guidance) else None
 
     def guidance_part(self, g: str) -> str | None:
-        """The part guidance `g` refines: the one sharing most of its words (at least
-        GUIDANCE_PART_OVERLAP of them), a part not searched yet before one searched; None for a new topic."""
+        """The part guidance `g` refines: one that names a thing `g` names ("NRF2"), or shares at
+        least GUIDANCE_PART_OVERLAP of its words; the closest such, a part not searched yet before
+        one searched. None: `g` names a new topic."""
         if g in self.added_parts:
             return g
         words = word_stems(g)
         if not words:
             return None
+        named = {t.stem for t in terms_of(g) if t.anchor}
         left = set(self.unaddressed)
-        best = max(self.aspects, key=lambda a: (len(words & word_stems(a)), a in left), default=None)
-        if best is None or len(words & word_stems(best)) < GUIDANCE_PART_OVERLAP * len(words):
+
+        def closeness(a: str) -> tuple[bool, int, bool]:
+            theirs = word_stems(a)
+            return bool(named & theirs), len(words & theirs), a in left
+
+        best = max(self.aspects, key=closeness, default=None)
+        if best is None:
             return None
-        return best
+        names, shared, _ = closeness(best)
+        return best if names or shared >= GUIDANCE_PART_OVERLAP * len(words) else None
 
     def next_query(self) -> tuple[str, str, bool] | None:
         """(what the next round searches, the part it searches for, whether it is guidance), or
