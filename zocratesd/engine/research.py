@@ -104,15 +104,27 @@ class Research:
     guidance: list[str] = field(default_factory=list)
     added_parts: list[str] = field(default_factory=list)  # guidance that named a new topic: parts of their own
     guided: int = 0  # how many of `guidance` were searched (in order)
+    followup: dict[str, Any] | None = None  # engine/followup.py `FollowUp.as_json()`: `query` completed from the turn before
     capped: bool = False  # the cap stopped it: synthesised without asking
 
     @classmethod
     def start(cls, *, invocation_id: str, branch: str | None, query: str, scope: Scope,
-              initial_budget: int, max_extensions: int) -> Research:
+              initial_budget: int, max_extensions: int, followup: dict[str, Any] | None = None) -> Research:
         return cls(
             invocation_id=invocation_id, branch=branch, query=query, scope=scope, aspects=plan_aspects(query),
-            budget=initial_budget, initial_budget=initial_budget, max_extensions=max_extensions,
+            budget=initial_budget, initial_budget=initial_budget, max_extensions=max_extensions, followup=followup,
         )
+
+    def preferred(self) -> tuple[Scope, str] | None:
+        """For a follow-up: the previous turn's papers within this turn's scope, and the words a
+        passage of theirs must carry to be preferred (the follow-up's own); None otherwise."""
+        f = self.followup
+        if not f or not f.get("items"):
+            return None
+        items = tuple(k for k in f["items"] if self.scope.mode == "library" or k in self.scope.item_keys)
+        if self.scope.mode == "collection" or not items:
+            return None  # which of them the collection holds is the retriever's to say: no preference
+        return Scope(mode="papers", item_keys=items, library=self.scope.library), str(f.get("focus") or "")
 
     # --- progress -----------------------------------------------------------------------------
 
@@ -291,6 +303,7 @@ class Research:
             "guidance": self.guidance,
             "added_parts": self.added_parts,
             "guided": self.guided,
+            "followup": self.followup,
         }
 
     @classmethod
@@ -318,6 +331,7 @@ class Research:
                 added_parts=[str(g) for g in raw.get("added_parts") or []],
                 # A snapshot from before `guided` was kept: its guidance were aspects, searched as such.
                 guided=int(raw.get("guided", len(raw.get("guidance") or []))),
+                followup=raw.get("followup") if isinstance(raw.get("followup"), dict) else None,
             )
         except (KeyError, TypeError, ValueError):
             return None

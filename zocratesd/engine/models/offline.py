@@ -6,6 +6,8 @@ It behaves like a small research assistant that only quotes:
   that answer each part of the question, with their numbers [n], then `# Cited Sources` listing
   each cited item once; or, when nothing answers, the real reason (no library, still indexing,
   an empty scope, matches elsewhere in the library, or no match).
+- a follow-up the search completed with the previous turn's topic (engine/followup.py): the
+  answer is to the completed question, and says how it read the follow-up;
 - a research turn answered before every part was searched ("answer now" at a checkpoint, or the
   extensions' cap): the answer covers the parts searched, and opens by saying which parts it
   answers, which were searched without an answer, and which were not searched yet (never "not
@@ -121,8 +123,16 @@ def _answered_parts(body: str, searched: list[str]) -> set[str]:
 
 
 def answer_research(question: str, result: dict[str, Any]) -> str:
-    """The answer to a search result, saying which parts were searched when research stopped
-    before all of them (see the module docstring)."""
+    """The answer to a search result: a follow-up answered as the search completed it, saying so;
+    and which parts were searched when research stopped before all of them (see the module docstring)."""
+    follow = result.get("followup")
+    if isinstance(follow, dict) and isinstance(follow.get("question"), str) and follow["question"]:
+        said = f"As a follow-up on “{follow.get('topic') or ''}”, I searched for: {follow['question']}."
+        return said + "\n\n" + _answer_parts(follow["question"], result)
+    return _answer_parts(question, result)
+
+
+def _answer_parts(question: str, result: dict[str, Any]) -> str:
     research = result.get("research") if isinstance(result.get("research"), dict) else None
     left = [str(a) for a in (research or {}).get("unaddressed_aspects") or []]
     added = [str(a) for a in (research or {}).get("added_aspects") or []]
