@@ -57,6 +57,36 @@ EIGHT = ("How does mTORC2 regulate xCT? What does GPX4 do? How does erastin trig
 PARTS = [p + "?" for p in EIGHT.rstrip("?").split("? ")]
 
 
+def turn(c: RawConn, sid: str, text: str, answers: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """One prompt, its checkpoints answered as an editor does (`answers`, in order): the answer's
+    text and the checkpoints asked (their tool calls)."""
+    asked: list[dict[str, Any]] = []
+    c.notifications.clear()
+    c.send({"jsonrpc": "2.0", "id": "p", "method": "session/prompt",
+            "params": {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}})
+    while True:
+        msg = c.recv()
+        if msg.get("method") == "session/request_permission":
+            asked.append(msg["params"]["toolCall"])
+            c.send({"jsonrpc": "2.0", "id": msg["id"], "result": answers[len(asked) - 1]})
+        elif msg.get("id") == "p":
+            assert msg["result"]["stopReason"] == "end_turn", msg
+            break
+        else:
+            c.notifications.append(msg)
+    answer = "".join(n["params"]["update"]["content"]["text"] for n in c.notifications
+                     if n["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+    return answer, asked
+
+
+def extend(guidance: str | None = None) -> dict[str, Any]:
+    return {"outcome": {"outcome": "selected", "optionId": "extend"},
+            **({"_meta": {"zocrates": {"guidance": guidance}}} if guidance else {})}
+
+
+ANSWER_NOW = {"outcome": {"outcome": "selected", "optionId": "synthesize"}}
+
+
 def test_answer_now_after_guidance_says_what_was_answered_searched_and_left(daemon_factory: Any) -> None:
     d = daemon_factory()
     build_zotero_dir(d.data_dir, LIBRARY)
@@ -64,29 +94,12 @@ def test_answer_now_after_guidance_says_what_was_answered_searched_and_left(daem
     (d.state_dir / "zocrates_config.json").write_text(json.dumps(
         {"library": {"local_api": False}, "research": {"initial_budget": 2, "max_extensions": 3}}))
     d.start()
-    answers = [  # what the editor answers at each checkpoint
-        {"outcome": {"outcome": "selected", "optionId": "extend"}, "_meta": {"zocrates": {"guidance": "liproxstatin"}}},
-        {"outcome": {"outcome": "selected", "optionId": "extend"}, "_meta": {"zocrates": {"guidance": "NRF2 antioxidant genes"}}},
-        {"outcome": {"outcome": "selected", "optionId": "synthesize"}},
-    ]
-    asked: list[dict[str, Any]] = []
     with RawConn(d.socket_path) as c:
         assert wait_ready(c)["state"] == "ready"
         sid = c.result("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
-        c.send({"jsonrpc": "2.0", "id": "p1", "method": "session/prompt",
-                "params": {"sessionId": sid, "prompt": [{"type": "text", "text": EIGHT}]}})
-        while True:
-            msg = c.recv()
-            if msg.get("method") == "session/request_permission":
-                asked.append(msg["params"]["toolCall"])
-                c.send({"jsonrpc": "2.0", "id": msg["id"], "result": answers[len(asked) - 1]})
-            elif msg.get("id") == "p1":
-                assert msg["result"]["stopReason"] == "end_turn", msg
-                break
-            else:
-                c.notifications.append(msg)
-        answer = "".join(n["params"]["update"]["content"]["text"] for n in c.notifications
-                         if n["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        answer, asked = turn(c, sid, EIGHT, [extend("liproxstatin"), extend("NRF2 antioxidant genes"), ANSWER_NOW])
+        # The answer's offer taken up: the parts left are searched now (two rounds, then one more).
+        rest, asked_again = turn(c, sid, "Search the rest", [extend()])
 
     assert [a["rawInput"]["unaddressed_aspects"] for a in asked] == [PARTS[2:], PARTS[3:], PARTS[4:7]]
     assert asked[0]["title"].startswith("I searched 2 of the 8 parts of your question,")
@@ -96,7 +109,7 @@ def test_answer_now_after_guidance_says_what_was_answered_searched_and_left(daem
     assert asked[2]["title"].startswith("I searched 6 of 9 parts (the 8 parts")
     # Guidance first, each time: round 3 is the new topic, round 5 the NRF2 part with the user's words.
     assert [aspect for _, aspect in stored_rounds(d.db_path, sid)] == [
-        PARTS[0], PARTS[1], "liproxstatin", PARTS[2], f"{PARTS[7]} NRF2 antioxidant genes", PARTS[3]]
+        PARTS[0], PARTS[1], "liproxstatin", PARTS[2], f"{PARTS[7]} NRF2 antioxidant genes", PARTS[3], *PARTS[4:7]]
 
     head, _, body = answer.partition("\n## ")
     assert head.startswith("Your question has 8 parts, and your guidance added “liproxstatin” as a new part. "
@@ -105,9 +118,15 @@ def test_answer_now_after_guidance_says_what_was_answered_searched_and_left(daem
             "“What does NRF2 activate?”; “liproxstatin”.") in head
     assert "- Searched, but nothing in your library answers: “What does TFRC1 import?”." in head
     assert ("- Not searched yet: “What does ACSL4 enrich?”; “How does p53 affect SLC7A11?”; "
-            "“Which iron chelators block cell death?”. Ask me about them and I will search your library for them.") in head
+            "“Which iron chelators block cell death?”. Say “search the rest” and I will search your library for them.") in head
     assert "Not answered" not in answer
     for left in PARTS[4:7]:  # no section, no "nothing answers" for a part nobody searched
         assert f"## {left}" not in answer
     assert {"MTORXCT1", "GPX4FER1", "ERASTIN1", "NRF2ACT1", "LIPROX01"} <= set(cited(answer))
     assert "## liproxstatin" in body or body.startswith("liproxstatin")
+
+    assert asked_again[0]["rawInput"]["unaddressed_aspects"] == PARTS[6:7]
+    assert rest.startswith("Searching the 3 parts of your earlier question I had not searched yet."), rest
+    for part in PARTS[4:7]:
+        assert f"## {part}" in rest
+    assert {"ACSL4DOL", "P53SLC71", "IRONCHE1"} <= set(cited(rest))

@@ -12,7 +12,9 @@ What counts as a follow-up, by its form only (a complete question is never touch
 - "and X?" with a few words after "and";
 - "what did they find about X?" (they, the authors, the study, the trial...);
 - a question whose first word of substance points back: "How did it affect HbA1c?",
-  "What were their results?".
+  "What were their results?";
+- "search the rest" (or "search them", "yes, search those too") after an answer given before
+  every part of its question was searched: the parts left are searched now.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ _FOUND = re.compile(
     r"^(?:and\s+)?(?:what|how)\s+(?:did|do|does)\s+(?:they|it|the\s+(?:authors?|stud(?:y|ies)|trials?|papers?|"
     r"programmes?|programs?|researchers|investigators))\s+(?:find|found|show|report|say|conclude)\s+"
     r"(?:about|on|for|regarding|concerning)\s+(?P<x>.+?)[\s?.!]*$", re.I)
+_REST = re.compile(
+    r"^(?:(?:yes|ok|okay|sure|please|then)[,.!\s]+)*(?:please\s+)?(?:search|look\s+up|look\s+for|find)\s+"
+    r"(?:(?:for|up)\s+)?(?:them|those|these|the\s+rest|the\s+others|the\s+other\s+parts|the\s+remaining(?:\s+parts)?|"
+    r"the\s+parts?\s+(?:left|not\s+searched(?:\s+yet)?))(?:\s+(?:too|as\s+well|now|please))*[\s.!?]*$", re.I)
 _POINTERS = frozenset("it its they their them this these those he she his her".split())
 _WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
 
@@ -48,6 +54,7 @@ class Previous:
     question: str
     topic: str
     items: tuple[str, ...]
+    unsearched: tuple[str, ...] = ()  # its parts left unsearched (answered before they were)
 
 
 @dataclass(frozen=True)
@@ -56,13 +63,14 @@ class FollowUp:
 
     asked: str
     question: str
-    focus: str  # what the follow-up adds (its own words)
+    focus: str  # what the follow-up adds (its own words); "" for the parts left
     previous: Previous
+    rest: bool = False  # "search the rest": `question` is the previous turn's parts left unsearched
 
     def as_json(self) -> dict[str, Any]:
-        return {"asked": self.asked, "question": self.question, "focus": self.focus,
+        return {"asked": self.asked, "question": self.question, "focus": self.focus, "rest": self.rest,
                 "previous_question": self.previous.question, "topic": self.previous.topic,
-                "items": list(self.previous.items)}
+                "items": list(self.previous.items), "unsearched": list(self.previous.unsearched) if self.rest else []}
 
 
 def topic_of(question: str) -> str:
@@ -82,7 +90,8 @@ def previous_turn(state: Any, invocation_id: str) -> Previous | None:
         if not topic:
             return None
         items = tuple(dict.fromkeys(k for k in entry.get("citations") or [] if isinstance(k, str)))
-        return Previous(question=question, topic=topic, items=items[:MAX_PREFERRED_ITEMS])
+        left = tuple(p for p in entry.get("unsearched") or [] if isinstance(p, str))
+        return Previous(question=question, topic=topic, items=items[:MAX_PREFERRED_ITEMS], unsearched=left)
     return None
 
 
@@ -117,6 +126,9 @@ def resolve(question: str, previous: Previous | None) -> FollowUp | None:
     there is no previous turn, or it names the topic already)."""
     if previous is None:
         return None
+    if previous.unsearched and _REST.match(" ".join(question.split())):
+        # The parts as one question again: "; " keeps each a part of its own (question.py `split_parts`).
+        return FollowUp(asked=question, question="; ".join(previous.unsearched), focus="", previous=previous, rest=True)
     focus = focus_of(question)
     if focus is None:
         return None

@@ -119,7 +119,7 @@ class Research:
         """For a follow-up: the previous turn's papers within this turn's scope, and the words a
         passage of theirs must carry to be preferred (the follow-up's own); None otherwise."""
         f = self.followup
-        if not f or not f.get("items"):
+        if not f or not f.get("items") or not f.get("focus"):
             return None
         items = tuple(k for k in f["items"] if self.scope.mode == "library" or k in self.scope.item_keys)
         if self.scope.mode == "collection" or not items:

@@ -83,10 +83,11 @@ def _numbered(passages: list[tuple[Passage, float | None]]) -> list[PassageJson]
 
 
 def record_evidence(state: Any, invocation_id: str, queries: list[str], passages: list[PassageJson],
-                    question: str | None = None, topic: str | None = None) -> None:
+                    question: str | None = None, topic: str | None = None, unsearched: list[str] | None = None) -> None:
     """Append this search to `retrieved_evidence`, keeping the last MAX_AUDIT_HISTORY_TURNS turns.
-    `question` is what was searched and `topic` its key terms: the next turn's follow-up reads
-    them (engine/followup.py); a follow-up keeps the topic it was completed with."""
+    `question` is what was searched, `topic` its key terms, and `unsearched` its parts left when
+    the user asked for the answer first: the next turn's follow-up reads them (engine/followup.py);
+    a follow-up keeps the topic it was completed with."""
     trail = [e for e in (state.get("retrieved_evidence") or []) if isinstance(e, dict)]
     if trail and trail[-1].get("invocation_id") == invocation_id:
         entry = trail[-1]
@@ -96,6 +97,7 @@ def record_evidence(state: Any, invocation_id: str, queries: list[str], passages
     if question is not None:
         entry["question"] = question
         entry["topic"] = topic if topic is not None else topic_of(question)
+        entry["unsearched"] = list(unsearched or [])
     entry["queries"].extend(queries)
     for p in passages:
         chunk = {k: p[k] for k in ("item_key", "attachment_key", "title", "page", "score")}
@@ -191,7 +193,7 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
         passages = _numbered(ranked)
         follow_json = research.followup or {}
         record_evidence(state, invocation_id, [r.aspect for r in research.rounds] or [query], passages,
-                        question=research.query, topic=follow_json.get("topic"))
+                        question=research.query, topic=follow_json.get("topic"), unsearched=research.unaddressed)
         # The passages as found (the offline answerer quotes them verbatim); the model adapters
         # fence the whole result as untrusted text (models/fencing.py), and it says so itself.
         yield {"query": query, "scope": research.scope.mode, "passages": passages, "research": research.report(),

@@ -11,6 +11,7 @@ import pytest
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.daemon import Daemon
 from zocratesd.engine.followup import Previous, focus_of, previous_turn, resolve
+from zocratesd.engine.research import plan_aspects
 from zocratesd.library.retrieval import Hit, InMemoryRetriever, Passage, Scope
 
 DESMOND = "What were the outcomes of the DESMOND programme?"
@@ -118,3 +119,14 @@ async def test_a_follow_up_searches_the_previous_topic_and_prefers_its_papers(tm
         assert "follow-up" not in fresh
     finally:
         await d.aclose()
+
+
+@pytest.mark.parametrize("asked", ["search the rest", "Yes, search them too.", "please search the remaining parts",
+                                   "ok search the parts not searched yet", "Search those as well"])
+def test_search_the_rest_searches_the_parts_left(asked: str) -> None:
+    left = Previous(question="A? B? C?", topic="A B C", items=(), unsearched=("What does ACSL4 enrich?", "What is B"))
+    follow = resolve(asked, left)
+    assert follow is not None and follow.rest and follow.question == "What does ACSL4 enrich?; What is B"
+    assert plan_aspects(follow.question) == ["What does ACSL4 enrich?", "What is B"]
+    assert resolve(asked, PREVIOUS) is None  # nothing was left: searched as asked
+    assert resolve("search the rest of the literature on ACSL4", left) is None

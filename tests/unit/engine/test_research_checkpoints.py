@@ -368,7 +368,7 @@ async def test_answer_now_says_which_parts_were_answered_unanswered_and_not_sear
                "“What does NRF2 activate?”; “liproxstatin”." in head
         assert "- Searched, but nothing in your library answers: “What does TFRC1 import?”." in head
         assert ("- Not searched yet: “What does ACSL4 dictate?”; “How does p53 affect SLC7A11?”; "
-                "“Which iron chelators block cell death?”. Ask me about them") in head
+                "“Which iron chelators block cell death?”. Say “search the rest”") in head
         assert "Not answered" not in answer and "ACSL4 dictate" not in answer.split("## ", 1)[1]
         assert "## liproxstatin" in answer and "LIPROX01" in answer and "NRF2ACT1" in answer
     finally:

@@ -127,7 +127,9 @@ def answer_research(question: str, result: dict[str, Any]) -> str:
     and which parts were searched when research stopped before all of them (see the module docstring)."""
     follow = result.get("followup")
     if isinstance(follow, dict) and isinstance(follow.get("question"), str) and follow["question"]:
-        said = f"As a follow-up on “{follow.get('topic') or ''}”, I searched for: {follow['question']}."
+        left = len(follow.get("unsearched") or [])
+        said = (f"Searching the {left} part{'s' if left != 1 else ''} of your earlier question I had not searched yet."
+                if follow.get("rest") else f"As a follow-up on “{follow.get('topic') or ''}”, I searched for: {follow['question']}.")
         return said + "\n\n" + _answer_parts(follow["question"], result)
     return _answer_parts(question, result)
 
@@ -156,8 +158,8 @@ def _answer_parts(question: str, result: dict[str, Any]) -> str:
     if unanswered := [p for p in searched if p not in answered]:
         lines.append(f"- Searched, but nothing in {where} answers: {_quoted(unanswered)}.")
     if left:
-        lines.append(f"- Not searched yet: {_quoted(left)}. Ask me about {'it' if len(left) == 1 else 'them'} "
-                     f"and I will search {where} for {'it' if len(left) == 1 else 'them'}.")
+        lines.append(f"- Not searched yet: {_quoted(left)}. Say “search the rest” and I will search {where} "
+                     f"for {'it' if len(left) == 1 else 'them'}.")
     first, _, rest = body.partition("\n")
     # compose_answer's own opening counts only the parts searched: ours above replaces it.
     if len(searched) > 1 and first.startswith("Your question has "):
