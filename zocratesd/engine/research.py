@@ -26,6 +26,7 @@ Rules:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,12 +53,16 @@ MAX_SYNTHESIS_PASSAGES = 12
 # uptake inhibition" and "How is cystine uptake regulated?"); otherwise it is a new topic.
 GUIDANCE_PART_OVERLAP = 0.5
 
+_TRAILING_JOIN = re.compile(r"[\s,;]+(?:and|or|but)[\s,;]*$", re.I)
+
+
 def plan_aspects(question: str) -> list[str]:
     """The question's aspects: its parts (engine/answer/question.py: sentences, `;` clauses,
     enumerations, and clauses joined by "and how ..."), each with at least one content word. A question with no such split is one aspect."""
     aspects: list[str] = []
     for part in split_parts(question):  # the parts the offline answer is written in, one round each
-        clause = " ".join(part.split()).strip(" ;,")
+        # "2) how does mTORC2 regulate xCT, and 3) ...": the joining word belongs to no part.
+        clause = _TRAILING_JOIN.sub("", " ".join(part.split())).strip(" ;,")
         if clause and tokens(clause) and clause not in aspects:
             aspects.append(clause)
     if not aspects:

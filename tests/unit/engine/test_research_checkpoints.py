@@ -391,3 +391,10 @@ def test_guidance_refines_the_part_it_names_and_keeps_the_part_count() -> None:
     assert "searched 3 of the 8 parts of your question" in r.checkpoint_message()
     back = Research.from_json(r.to_json())
     assert back is not None and back.to_json() == r.to_json()
+
+
+def test_an_enumeration_joined_by_and_splits_into_clean_parts() -> None:
+    assert plan_aspects("1) what is xCT 2) how does mTORC2 regulate xCT, and 3) what does GPX4 do?") == [
+        "what is xCT", "how does mTORC2 regulate xCT", "what does GPX4 do?"]
+    assert plan_aspects("(a) What is xCT? (b) How does mTORC2 regulate xCT, and (c) what does GPX4 do?")[1] == \
+        "How does mTORC2 regulate xCT"
