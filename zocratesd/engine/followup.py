@@ -44,6 +44,11 @@ _REST = re.compile(
     r"(?:(?:for|up)\s+)?(?:them|those|these|the\s+rest|the\s+others|the\s+other\s+parts|the\s+remaining(?:\s+parts)?|"
     r"the\s+parts?\s+(?:left|not\s+searched(?:\s+yet)?))(?:\s+(?:too|as\s+well|now|please))*[\s.!?]*$", re.I)
 _POINTERS = frozenset("it its they their them this these those he she his her".split())
+# "it" that points at nothing: "Is it true that ...", "Is it possible to ...", "Is it known whether ...".
+_DUMMY_IT_NEXT = frozenset(
+    "true false possible impossible known unknown likely unlikely clear unclear correct right wrong accurate fair "
+    "plausible established proven shown reported necessary worth safe feasible common usual normal ok okay the a an "
+    "that to".split())
 _WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
 
 
@@ -97,8 +102,10 @@ def previous_turn(state: Any, invocation_id: str) -> Previous | None:
 
 def _points_back(question: str) -> bool:
     """The question's first word of substance is a pronoun ("How did it affect HbA1c?")."""
-    for w in _WORD.findall(question):
-        low = fold(w)
+    words = [fold(w) for w in _WORD.findall(question)]
+    for i, low in enumerate(words):
+        if low == "it" and i + 1 < len(words) and words[i + 1] in _DUMMY_IT_NEXT:
+            continue
         if low in _POINTERS:
             return True
         if low not in STOPWORDS and low not in QUESTION_WORDS:

@@ -26,6 +26,7 @@ PREVIOUS = Previous(question=DESMOND, topic="outcomes DESMOND programme", items=
     ("What did they find about smoking cessation?", "smoking cessation"),
     ("What did the authors report on HbA1c?", "HbA1c"),
     ("How did it affect HbA1c?", "How did it affect HbA1c?"),
+    ("Was it effective in older people?", "Was it effective in older people?"),
     ("What were their results at three years?", "What were their results at three years?"),
 ])
 def test_elliptical_follow_ups_are_recognised(asked: str, focus: str) -> None:
@@ -39,6 +40,8 @@ def test_elliptical_follow_ups_are_recognised(asked: str, focus: str) -> None:
     "What are the side effects of metformin, and what are their costs?",
     "Does structured education improve HbA1c in type 2 diabetes?",
     "And what are the effects of structured education on depression in adults with diabetes?",
+    "Is it true that structured education lowers HbA1c?",
+    "Is it possible to prevent type 2 diabetes with diet alone?",
     "What about?",  # nothing of its own to add
     "What about the DESMOND programme outcomes?",  # names the topic already: nothing to carry
 ])
