@@ -11,12 +11,13 @@ Rules:
   planner is deterministic, so a three-part question with a budget of 1 pauses after round 1.
 - A round searches one aspect, in order. The budget is `research.initial_budget` rounds; each
   extension the user grants adds as many again, and its guidance (if any) is searched first.
-- Guidance never changes how many parts the question has, unless it names a new topic: guidance
-  that names what a part names, or whose words are mostly a part's, is searched for that part (with the part's own words, if
-  the part was not searched yet, so the part counts as searched); guidance that shares too few
-  words with every part becomes a part of its own, and the checkpoint and the answer say so.
-- Synthesis knows which parts were searched: "answer now" reports the parts not searched yet as
-  such (`not_searched`), never as parts the library does not answer.
+- Guidance never changes how many parts the question has, unless it names a new topic. Guidance
+  that names what a part names, or whose words are mostly a part's, is searched for that part
+  (with the part's own words when the part was not searched yet: the part counts as searched);
+  other guidance becomes a part of its own (`added_parts`), and the checkpoint and the answer say so.
+- The result's report says which parts were searched (`searched_aspects`) and which were not
+  (`unaddressed_aspects`): "answer now" reports the latter as not searched yet, never as parts
+  the library does not answer (engine/models/offline.py).
 - With aspects left and the budget spent, the pipeline asks (checkpoint `interrupt_ext_N`, N
   counting this turn's checkpoints) while N <= `research.max_extensions`; past the cap it
   synthesises without asking (DESIGN.md, "Decisions").
@@ -81,7 +82,7 @@ class Round:
     n: int
     aspect: str  # what was searched
     hits: list[PassageJson]  # Hit.as_json(), best first
-    part: str = ""  # the part it searched for ("" in a snapshot written before parts were tracked: `aspect`)
+    part: str = ""  # the part it searched for; "" (a snapshot without parts): `aspect` itself
 
     @property
     def for_part(self) -> str:
@@ -334,7 +335,7 @@ class Research:
                 completed_extensions=[int(n) for n in raw["completed_extensions"]],
                 guidance=[str(g) for g in raw.get("guidance") or []],
                 added_parts=[str(g) for g in raw.get("added_parts") or []],
-                # A snapshot from before `guided` was kept: its guidance were aspects, searched as such.
+                # A snapshot without `guided` keeps its guidance among the aspects, searched as they are.
                 guided=int(raw.get("guided", len(raw.get("guidance") or []))),
                 followup=raw.get("followup") if isinstance(raw.get("followup"), dict) else None,
             )

@@ -19,9 +19,10 @@ from google.genai import types
 
 from zocratesd.config import ResearchConfig
 from zocratesd.engine.answer.causes import search_facts
+from zocratesd.engine.answer.question import terms_of, word_stems
 from zocratesd.engine.followup import previous_turn, resolve, topic_of
 from zocratesd.engine.research import SNAPSHOT_KEY, Research, Round
-from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Passage, PassageJson, Retriever, Scope, tokens
+from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Passage, PassageJson, Retriever, Scope
 from zocratesd.untrusted import NOTE, UNTRUSTED_KEY
 
 TOOL_NAME = "search_library"
@@ -127,9 +128,8 @@ async def search_round(retriever: Retriever, research: Research, query: str, top
     if preferred is None:
         return hits
     scope, focus = preferred
-    words = set(tokens(focus))
-    mine = [h for h in await retriever.search(query, scope, top_k)
-            if words & set(tokens(f"{h.passage.title} {h.passage.text}"))]
+    words = {t.stem for t in terms_of(focus)}  # its content words, stemmed: "lifestyles" meets "lifestyle"
+    mine = [h for h in await retriever.search(query, scope, top_k) if words & word_stems(f"{h.passage.title} {h.passage.text}")]
     seen = {(h.passage.item_key, h.passage.attachment_key, h.passage.page, h.passage.text) for h in mine}
     rest = [h for h in hits if (h.passage.item_key, h.passage.attachment_key, h.passage.page, h.passage.text) not in seen]
     return (mine + rest)[:top_k]
