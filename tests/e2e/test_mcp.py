@@ -276,7 +276,7 @@ async def test_a_checkpoint_is_asked_through_elicitation_when_the_client_has_it(
         await ready(s)
         done = ok(await call(s, "ask", {"question": TWO_PARTS}))
         assert done["status"] == "answered" and done["search_rounds"] >= 2, done  # the extension searched on
-        assert "Research checkpoint" in json.dumps(asked[0].model_dump(by_alias=True)) and "1 of 2 aspects" in asked[0].message
+        assert "Research checkpoint" in json.dumps(asked[0].model_dump(by_alias=True)) and "1 of the 2 parts" in asked[0].message
         assert {src["item_key"] for src in done["sources"]} >= {"ANNPAPER", "NOTEPAR1"}
 
     async def decline(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:

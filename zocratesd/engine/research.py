@@ -11,6 +11,13 @@ Rules:
   planner is deterministic, so a three-part question with a budget of 1 pauses after round 1.
 - A round searches one aspect, in order. The budget is `research.initial_budget` rounds; each
   extension the user grants adds as many again, and its guidance (if any) is searched first.
+- Guidance never changes how many parts the question has, unless it names a new topic. Guidance
+  that names what a part names, or whose words are mostly a part's, is searched for that part
+  (with the part's own words when the part was not searched yet: the part counts as searched);
+  other guidance becomes a part of its own (`added_parts`), and the checkpoint and the answer say so.
+- The result's report says which parts were searched (`searched_aspects`) and which were not
+  (`unaddressed_aspects`): "answer now" reports the latter as not searched yet, never as parts
+  the library does not answer (engine/models/offline.py).
 - With aspects left and the budget spent, the pipeline asks (checkpoint `interrupt_ext_N`, N
   counting this turn's checkpoints) while N <= `research.max_extensions`; past the cap it
   synthesises without asking (DESIGN.md, "Decisions").
@@ -25,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from zocratesd.engine.answer.question import search_texts
+from zocratesd.engine.answer.question import search_texts, terms_of, word_stems
 from zocratesd.library.retrieval import Hit, Passage, PassageJson, Scope, tokens
 from zocratesd.limits import MAX_GUIDANCE_CHARS
 
@@ -41,6 +48,10 @@ RRF_K = 60
 # Passages handed to the model at synthesis: the usual top-k, plus room for each extra round's best.
 SYNTHESIS_EXTRA_PER_ROUND = 2
 MAX_SYNTHESIS_PASSAGES = 12
+# Guidance refines a part when it names a thing the part names ("NRF2 antioxidant genes" and "What
+# does NRF2 activate?"), or when at least this share of its words are the part's words ("cystine
+# uptake inhibition" and "How is cystine uptake regulated?"); otherwise it is a new topic.
+GUIDANCE_PART_OVERLAP = 0.5
 
 def plan_aspects(question: str) -> list[str]:
     """The question's aspects: its parts (engine/answer/question.py: sentences, `;` clauses,
@@ -64,11 +75,16 @@ def interrupt_id(n: int) -> str:
 @dataclass
 class Round:
     n: int
-    aspect: str
+    aspect: str  # what was searched
     hits: list[PassageJson]  # Hit.as_json(), best first
+    part: str = ""  # the part it searched for; "" (a snapshot without parts): `aspect` itself
+
+    @property
+    def for_part(self) -> str:
+        return self.part or self.aspect
 
     def as_json(self) -> dict[str, Any]:
-        return {"n": self.n, "aspect": self.aspect, "hits": self.hits}
+        return {"n": self.n, "aspect": self.aspect, "hits": self.hits, "part": self.for_part}
 
 
 @dataclass
@@ -87,35 +103,93 @@ class Research:
     asked: int = 0  # checkpoints raised this turn: the last one is interrupt_ext_<asked>
     completed_extensions: list[int] = field(default_factory=list)
     guidance: list[str] = field(default_factory=list)
+    added_parts: list[str] = field(default_factory=list)  # guidance that named a new topic: parts of their own
+    guided: int = 0  # how many of `guidance` were searched (in order)
+    followup: dict[str, Any] | None = None  # engine/followup.py `FollowUp.as_json()`: `query` completed from the turn before
     capped: bool = False  # the cap stopped it: synthesised without asking
 
     @classmethod
     def start(cls, *, invocation_id: str, branch: str | None, query: str, scope: Scope,
-              initial_budget: int, max_extensions: int) -> Research:
+              initial_budget: int, max_extensions: int, followup: dict[str, Any] | None = None) -> Research:
         return cls(
             invocation_id=invocation_id, branch=branch, query=query, scope=scope, aspects=plan_aspects(query),
-            budget=initial_budget, initial_budget=initial_budget, max_extensions=max_extensions,
+            budget=initial_budget, initial_budget=initial_budget, max_extensions=max_extensions, followup=followup,
         )
+
+    def preferred(self) -> tuple[Scope, str] | None:
+        """For a follow-up: the previous turn's papers within this turn's scope, and the words a
+        passage of theirs must carry to be preferred (the follow-up's own); None otherwise."""
+        f = self.followup
+        if not f or not f.get("items") or not f.get("focus"):
+            return None
+        items = tuple(k for k in f["items"] if self.scope.mode == "library" or k in self.scope.item_keys)
+        if self.scope.mode == "collection" or not items:
+            return None  # which of them the collection holds is the retriever's to say: no preference
+        return Scope(mode="papers", item_keys=items, library=self.scope.library), str(f.get("focus") or "")
 
     # --- progress -----------------------------------------------------------------------------
 
     @property
+    def searched_parts(self) -> list[str]:
+        done = {r.for_part for r in self.rounds}
+        return [a for a in self.aspects if a in done]
+
+    @property
     def unaddressed(self) -> list[str]:
-        return self.aspects[len(self.rounds):]
+        done = {r.for_part for r in self.rounds}
+        return [a for a in self.aspects if a not in done]
 
     @property
     def addressed(self) -> list[str]:
-        return self.aspects[: len(self.rounds)]
+        return self.searched_parts
+
+    def _pending_guidance(self) -> str | None:
+        return self.guidance[self.guided] if self.guided < len(self.guidance) else None
+
+    def guidance_part(self, g: str) -> str | None:
+        """The part guidance `g` refines: one that names a thing `g` names ("NRF2"), or shares at
+        least GUIDANCE_PART_OVERLAP of its words; the closest such, a part not searched yet before
+        one searched. None: `g` names a new topic."""
+        if g in self.added_parts:
+            return g
+        words = word_stems(g)
+        if not words:
+            return None
+        named = {t.stem for t in terms_of(g) if t.anchor}
+        left = set(self.unaddressed)
+
+        def closeness(a: str) -> tuple[bool, int, bool]:
+            theirs = word_stems(a)
+            return bool(named & theirs), len(words & theirs), a in left
+
+        best = max(self.aspects, key=closeness, default=None)
+        if best is None:
+            return None
+        names, shared, _ = closeness(best)
+        return best if names or shared >= GUIDANCE_PART_OVERLAP * len(words) else None
+
+    def next_query(self) -> tuple[str, str, bool] | None:
+        """(what the next round searches, the part it searches for, whether it is guidance), or
+        None when the budget is spent or every part was searched. Guidance first, in the order
+        given; then the parts, in the order asked."""
+        if len(self.rounds) >= self.budget:
+            return None
+        g = self._pending_guidance()
+        if g is not None:
+            part = self.guidance_part(g) or g
+            return (f"{part} {g}" if part != g and part in self.unaddressed else g), part, True
+        left = self.unaddressed
+        return (left[0], left[0], False) if left else None
 
     def next_aspect(self) -> str | None:
-        """The aspect the next round searches, or None when the budget is spent or all are done."""
-        if len(self.rounds) >= self.budget or not self.unaddressed:
-            return None
-        return self.unaddressed[0]
+        """What the next round searches, or None when the budget is spent or all are done."""
+        nq = self.next_query()
+        return nq[0] if nq else None
 
-    def record_round(self, aspect: str, hits: list[Hit]) -> Round:
-        r = Round(n=len(self.rounds) + 1, aspect=aspect, hits=[h.as_json() for h in hits])
+    def record_round(self, aspect: str, hits: list[Hit], part: str | None = None, guided: bool = False) -> Round:
+        r = Round(n=len(self.rounds) + 1, aspect=aspect, hits=[h.as_json() for h in hits], part=part or aspect)
         self.rounds.append(r)
+        self.guided += guided
         return r
 
     def should_ask(self) -> bool:
@@ -141,14 +215,25 @@ class Research:
         self.completed_extensions.append(self.asked)
         self.budget = len(self.rounds) + self.initial_budget
         g = " ".join((guidance or "").split())[:MAX_GUIDANCE_CHARS]
-        if g and tokens(g):
+        if g and tokens(g) and g not in self.guidance:
             self.guidance.append(g)
-            self.aspects.insert(len(self.rounds), g)
+            if self.guidance_part(g) is None:
+                self.added_parts.append(g)
+                self.aspects.append(g)
+
+    def parts_phrase(self) -> str:
+        """"8 parts of your question", with the parts guidance added said as such."""
+        asked = len(self.aspects) - len(self.added_parts)
+        out = f"{asked} part{'s' if asked != 1 else ''} of your question"
+        if not self.added_parts:
+            return "the " + out
+        return (f"{len(self.aspects)} parts (the {out} and " + "; ".join(f'"{a}"' for a in self.added_parts)
+                + (", a new part from your guidance)" if len(self.added_parts) == 1 else ", new parts from your guidance)"))
 
     def checkpoint_message(self) -> str:
         left = self.unaddressed
         return (
-            f"I searched {len(self.rounds)} of {len(self.aspects)} aspects of your question, which spent the research "
+            f"I searched {len(self.searched_parts)} of {self.parts_phrase()}, which spent the research "
             f"budget of {self.budget} round{'s' if self.budget != 1 else ''}. Not yet searched: "
             + "; ".join(f'"{a}"' for a in left) + ". "
             "Search further, or answer now from what I found?"
@@ -192,8 +277,11 @@ class Research:
         """What the pipeline did, for the tool's result (the model and the audit trail see it)."""
         return {
             "aspects": self.aspects,
-            "rounds": [{"n": r.n, "aspect": r.aspect, "hits": len(r.hits)} for r in self.rounds],
+            "rounds": [{"n": r.n, "aspect": r.aspect, "part": r.for_part, "hits": len(r.hits)} for r in self.rounds],
             "unaddressed_aspects": self.unaddressed,
+            "searched_aspects": self.searched_parts,
+            "added_aspects": self.added_parts,
+            "guidance": self.guidance,
             "extensions": self.completed_extensions,
             "capped": self.capped,
         }
@@ -214,6 +302,9 @@ class Research:
             "asked": self.asked,
             "completed_extensions": self.completed_extensions,
             "guidance": self.guidance,
+            "added_parts": self.added_parts,
+            "guided": self.guided,
+            "followup": self.followup,
         }
 
     @classmethod
@@ -233,10 +324,15 @@ class Research:
                 budget=int(ceilings["budget"]),
                 initial_budget=int(ceilings["initial_budget"]),
                 max_extensions=int(ceilings["max_extensions"]),
-                rounds=[Round(n=int(r["n"]), aspect=str(r["aspect"]), hits=list(r["hits"])) for r in raw["evidence"]],
+                rounds=[Round(n=int(r["n"]), aspect=str(r["aspect"]), hits=list(r["hits"]), part=str(r.get("part") or ""))
+                        for r in raw["evidence"]],
                 asked=int(raw["asked"]),
                 completed_extensions=[int(n) for n in raw["completed_extensions"]],
                 guidance=[str(g) for g in raw.get("guidance") or []],
+                added_parts=[str(g) for g in raw.get("added_parts") or []],
+                # A snapshot without `guided` keeps its guidance among the aspects, searched as they are.
+                guided=int(raw.get("guided", len(raw.get("guidance") or []))),
+                followup=raw.get("followup") if isinstance(raw.get("followup"), dict) else None,
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -19,6 +19,8 @@ from google.genai import types
 
 from zocratesd.config import ResearchConfig
 from zocratesd.engine.answer.causes import search_facts
+from zocratesd.engine.answer.question import terms_of, word_stems
+from zocratesd.engine.followup import previous_turn, resolve, topic_of
 from zocratesd.engine.research import SNAPSHOT_KEY, Research, Round
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Passage, PassageJson, Retriever, Scope
 from zocratesd.untrusted import NOTE, UNTRUSTED_KEY
@@ -81,14 +83,22 @@ def _numbered(passages: list[tuple[Passage, float | None]]) -> list[PassageJson]
     return out
 
 
-def record_evidence(state: Any, invocation_id: str, queries: list[str], passages: list[PassageJson]) -> None:
-    """Append this search to `retrieved_evidence`, keeping the last MAX_AUDIT_HISTORY_TURNS turns."""
+def record_evidence(state: Any, invocation_id: str, queries: list[str], passages: list[PassageJson],
+                    question: str | None = None, topic: str | None = None, unsearched: list[str] | None = None) -> None:
+    """Append this search to `retrieved_evidence`, keeping the last MAX_AUDIT_HISTORY_TURNS turns.
+    `question` is what was searched, `topic` its key terms, and `unsearched` its parts left when
+    the user asked for the answer first: the next turn's follow-up reads them (engine/followup.py);
+    a follow-up keeps the topic it was completed with."""
     trail = [e for e in (state.get("retrieved_evidence") or []) if isinstance(e, dict)]
     if trail and trail[-1].get("invocation_id") == invocation_id:
         entry = trail[-1]
     else:
         entry = {"invocation_id": invocation_id, "queries": [], "chunks": [], "citations": []}
         trail.append(entry)
+    if question is not None:
+        entry["question"] = question
+        entry["topic"] = topic if topic is not None else topic_of(question)
+        entry["unsearched"] = list(unsearched or [])
     entry["queries"].extend(queries)
     for p in passages:
         chunk = {k: p[k] for k in ("item_key", "attachment_key", "title", "page", "score")}
@@ -108,6 +118,21 @@ def round_event(r: Round, branch: str | None) -> Event:
         content=types.Content(role="model", parts=[types.Part(text=f"Round {r.n}: searched \"{r.aspect}\" ({len(r.hits)} passages)")]),
         custom_metadata={ROUND_METADATA_KEY: {"n": r.n, "aspect": r.aspect, "hits": len(r.hits), "item_keys": keys}},
     )
+
+
+async def search_round(retriever: Retriever, research: Research, query: str, top_k: int) -> list[Hit]:
+    """One round's passages. A follow-up's round puts first the previous turn's passages that
+    carry the follow-up's own words ("lifestyle" in the DESMOND papers), then the library's."""
+    hits: list[Hit] = await retriever.search(query, research.scope, top_k)
+    preferred = research.preferred()
+    if preferred is None:
+        return hits
+    scope, focus = preferred
+    words = {t.stem for t in terms_of(focus)}  # its content words, stemmed: "lifestyles" meets "lifestyle"
+    mine = [h for h in await retriever.search(query, scope, top_k) if words & word_stems(f"{h.passage.title} {h.passage.text}")]
+    seen = {(h.passage.item_key, h.passage.attachment_key, h.passage.page, h.passage.text) for h in mine}
+    rest = [h for h in hits if (h.passage.item_key, h.passage.attachment_key, h.passage.page, h.passage.text) not in seen]
+    return (mine + rest)[:top_k]
 
 
 def build_search_tool(retriever: Retriever, research: ResearchConfig | None = None, top_k: int = DEFAULT_TOP_K) -> FunctionTool:
@@ -140,13 +165,18 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
             # The session's `research_budget` setting (core/session_config.py), else the config's.
             chosen = (state.get("session_config") or {}).get("research_budget")
             budget = chosen if isinstance(chosen, int) and not isinstance(chosen, bool) and chosen >= 1 else None
+            # A follow-up that leaves its topic out ("And what about lifestyle?") is searched with
+            # the previous turn's topic and papers (engine/followup.py); a complete question as asked.
+            follow = resolve(query, previous_turn(state, invocation_id))
             research = Research.start(
-                invocation_id=invocation_id, branch=branch, query=query, scope=scope_from_state(state),
-                initial_budget=budget or limits.initial_budget, max_extensions=limits.max_extensions,
+                invocation_id=invocation_id, branch=branch, query=follow.question if follow else query,
+                scope=scope_from_state(state), initial_budget=budget or limits.initial_budget,
+                max_extensions=limits.max_extensions, followup=follow.as_json() if follow else None,
             )
-        while not synthesize and (aspect := research.next_aspect()) is not None:
-            hits: list[Hit] = await retriever.search(aspect, research.scope, top_k)
-            yield round_event(research.record_round(aspect, hits), branch)
+        while not synthesize and (step := research.next_query()) is not None:
+            aspect, part, guided = step
+            hits = await search_round(retriever, research, aspect, top_k)
+            yield round_event(research.record_round(aspect, hits, part, guided), branch)
         if not synthesize and research.should_ask():
             interrupt = research.raise_checkpoint()
             state[SNAPSHOT_KEY] = research.to_json()
@@ -161,10 +191,13 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
         ranked: list[tuple[Passage, float | None]] = [(p, None) for p in focal]
         ranked += [(p, s) for p, s in research.synthesis() if (p.item_key, p.page, p.text) not in seen]
         passages = _numbered(ranked)
-        record_evidence(state, invocation_id, [r.aspect for r in research.rounds] or [query], passages)
+        follow_json = research.followup or {}
+        record_evidence(state, invocation_id, [r.aspect for r in research.rounds] or [query], passages,
+                        question=research.query, topic=follow_json.get("topic"), unsearched=research.unaddressed)
         # The passages as found (the offline answerer quotes them verbatim); the model adapters
         # fence the whole result as untrusted text (models/fencing.py), and it says so itself.
         yield {"query": query, "scope": research.scope.mode, "passages": passages, "research": research.report(),
+               **({"followup": research.followup} if research.followup else {}),
                "library": await search_facts(retriever, research.scope, research.query, research.aspects, passages),
                UNTRUSTED_KEY: NOTE}
 

@@ -395,3 +395,10 @@ def test_a_sentence_of_both_the_abstract_and_a_page_is_quoted_once_with_its_page
                             {"scope": "library", "passages": [abstract, page]})
     assert answer.count(said) == 1, answer
     assert "p. 1" in answer
+
+
+def test_an_enumerated_part_does_not_end_in_the_word_that_joins_it_to_the_next() -> None:
+    assert split_parts("1) what is xCT 2) how does mTORC2 regulate xCT, and 3) what does GPX4 do?") == [
+        "what is xCT", "how does mTORC2 regulate xCT", "what does GPX4 do?"]
+    assert split_parts("(a) What is xCT? (b) How does mTORC2 regulate xCT, and (c) what does GPX4 do?")[1] == (
+        "How does mTORC2 regulate xCT")

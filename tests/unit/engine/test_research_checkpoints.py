@@ -312,3 +312,89 @@ async def test_an_answer_stored_by_a_daemon_that_died_before_the_turn_went_on_ca
         await d.resume(sid, paused.invocation_id, "interrupt_ext_1", {"action": "extend_budget"})
     done = await d.resume(sid, paused.invocation_id, "interrupt_ext_2", {"action": "synthesize"})
     assert done.pending_hitl is None and "GAOHYDE1" in await answer_of(d, sid, paused.invocation_id)
+
+
+# --- "answer now": which parts were answered, searched without an answer, or not searched yet -------
+
+FERROPTOSIS = [
+    Passage("MTORXCT1", "mTORC2 and xCT", "mTORC2 phosphorylates xCT at serine 26 and inhibits cystine uptake.", ("A. Gu",), 2017),
+    Passage("GPX4FER1", "GPX4 and ferroptosis", "GPX4 reduces lipid hydroperoxides and prevents ferroptosis.", ("W. Yang",), 2014),
+    Passage("ERASTIN1", "Erastin", "Erastin blocks system xc- and depletes glutathione, triggering ferroptosis.", ("S. Dixon",), 2012),
+    Passage("ACSL4DOL", "ACSL4", "ACSL4 enriches membranes with polyunsaturated fatty acids and dictates ferroptosis.", ("S. Doll",), 2017),
+    Passage("P53SLC71", "p53", "p53 represses SLC7A11 transcription and sensitises cells to ferroptosis.", ("L. Jiang",), 2015),
+    Passage("IRONCHE1", "Iron chelation", "Iron chelators such as deferoxamine block ferroptotic cell death.", ("S. Dixon",), 2012),
+    Passage("NRF2ACT1", "NRF2", "NRF2 activates antioxidant genes including SLC7A11.", ("X. Sun",), 2016),
+    Passage("LIPROX01", "Liproxstatin", "Liproxstatin-1 is a radical-trapping antioxidant that halts lipid peroxidation.", ("J. Friedmann",), 2014),
+]
+# Eight parts; the library answers all but the fourth (nothing on TFRC1 here).
+EIGHT = ("How does mTORC2 regulate xCT? What does GPX4 do? How does erastin trigger ferroptosis? "
+         "What does TFRC1 import? What does ACSL4 dictate? How does p53 affect SLC7A11? "
+         "Which iron chelators block cell death? What does NRF2 activate?")
+EIGHT_PARTS = plan_aspects(EIGHT)
+
+
+async def test_answer_now_says_which_parts_were_answered_unanswered_and_not_searched(tmp_path: Path) -> None:
+    retriever = CountingRetriever(FERROPTOSIS)
+    d = Daemon(tmp_path, ZocratesConfig(research={"initial_budget": 2, "max_extensions": 3}), retriever=retriever)
+    await d.start()
+    try:
+        assert len(EIGHT_PARTS) == 8
+        sid = (await d.create_session()).id
+        first = await d.prompt(sid, EIGHT)
+        inv = first.invocation_id
+        assert first.pending_hitl is not None and inv is not None
+        assert "2 of the 8 parts" in first.pending_hitl["message"]
+        # Guidance naming a topic none of the parts asks about: searched first, as a part of its own, said so.
+        second = await d.resume(sid, inv, "interrupt_ext_1", {"action": "extend_budget", "guidance": "liproxstatin"})
+        assert retriever.queries[2] == "liproxstatin"
+        assert second.pending_hitl is not None
+        message = second.pending_hitl["message"]
+        assert "I searched 4 of 9 parts (the 8 parts of your question and \"liproxstatin\", a new part from your guidance)" in message
+        assert second.pending_hitl["payload"]["unaddressed_aspects"] == EIGHT_PARTS[3:]
+        # Guidance naming an unsearched part's topic: that part, searched first, with the user's words; no new part.
+        third = await d.resume(sid, inv, "interrupt_ext_2", {"action": "extend_budget", "guidance": "NRF2 activate antioxidants"})
+        assert retriever.queries[4] == "What does NRF2 activate? NRF2 activate antioxidants"
+        assert retriever.queries[5] == "What does TFRC1 import?"
+        assert third.pending_hitl is not None
+        assert "I searched 6 of 9 parts (the 8 parts" in third.pending_hitl["message"]
+        assert third.pending_hitl["payload"]["unaddressed_aspects"] == EIGHT_PARTS[4:7]
+        done = await d.resume(sid, inv, "interrupt_ext_3", {"action": "synthesize"})
+        assert done.pending_hitl is None
+        answer = await answer_of(d, sid, inv)
+        head = answer.split("## ", 1)[0]
+        assert head.startswith("Your question has 8 parts, and your guidance added “liproxstatin” as a new part. "
+                               "I had searched 6 of 9 when you asked for the answer.")
+        assert "- Answered: “How does mTORC2 regulate xCT?”; “What does GPX4 do?”; “How does erastin trigger ferroptosis?”; " \
+               "“What does NRF2 activate?”; “liproxstatin”." in head
+        assert "- Searched, but nothing in your library answers: “What does TFRC1 import?”." in head
+        assert ("- Not searched yet: “What does ACSL4 dictate?”; “How does p53 affect SLC7A11?”; "
+                "“Which iron chelators block cell death?”. Say “search the rest”") in head
+        assert "Not answered" not in answer and "ACSL4 dictate" not in answer.split("## ", 1)[1]
+        assert "## liproxstatin" in answer and "LIPROX01" in answer and "NRF2ACT1" in answer
+    finally:
+        await d.aclose()
+
+
+def test_guidance_refines_the_part_it_names_and_keeps_the_part_count() -> None:
+    r = Research.start(invocation_id="e-1", branch=None, query=EIGHT, scope=Scope(), initial_budget=2, max_extensions=3)
+    assert r.next_query() == (EIGHT_PARTS[0], EIGHT_PARTS[0], False)
+    r.record_round(EIGHT_PARTS[0], [], EIGHT_PARTS[0])
+    r.record_round(EIGHT_PARTS[1], [], EIGHT_PARTS[1])
+    r.extend("mTORC2 phosphorylation of xCT")  # the part searched already: searched again for it, no new part
+    r.extend("iron chelators")  # an unsearched part
+    assert len(r.aspects) == 8 and r.added_parts == []
+    assert r.next_query() == ("mTORC2 phosphorylation of xCT", EIGHT_PARTS[0], True)
+    r.record_round("mTORC2 phosphorylation of xCT", [], EIGHT_PARTS[0], guided=True)
+    assert r.next_query() == (f"{EIGHT_PARTS[6]} iron chelators", EIGHT_PARTS[6], True)
+    r.record_round(f"{EIGHT_PARTS[6]} iron chelators", [], EIGHT_PARTS[6], guided=True)
+    assert r.unaddressed == EIGHT_PARTS[2:6] + EIGHT_PARTS[7:] and r.next_query() is None  # the budget is spent
+    assert "searched 3 of the 8 parts of your question" in r.checkpoint_message()
+    back = Research.from_json(r.to_json())
+    assert back is not None and back.to_json() == r.to_json()
+
+
+def test_an_enumeration_joined_by_and_splits_into_clean_parts() -> None:
+    assert plan_aspects("1) what is xCT 2) how does mTORC2 regulate xCT, and 3) what does GPX4 do?") == [
+        "what is xCT", "how does mTORC2 regulate xCT", "what does GPX4 do?"]
+    assert plan_aspects("(a) What is xCT? (b) How does mTORC2 regulate xCT, and (c) what does GPX4 do?")[1] == \
+        "How does mTORC2 regulate xCT"

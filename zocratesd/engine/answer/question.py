@@ -63,6 +63,7 @@ _CJK_FRAME = re.compile(
 _LIST_SEP = re.compile(r"\s*,\s*(?:(?:and|or)\s+)?|\s+(?:and|or)\s+", re.I)
 MAX_LIST_WORDS = 4
 _ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.I)
+_TRAILING_JOIN = re.compile(r"[\s,;]+(?:and|or|but)[\s,;]*$", re.I)
 _ENUM = re.compile(r"(?:^|\s)\(?(?:\d{1,2}|[a-h])\)\s+|(?:^|\s)\d{1,2}\.\s+(?=[A-Za-z])")
 _JOIN = re.compile(
     r"(?:,\s*|\s+)(?:and|or|but)\s+(?=(?:what|how|why|which|who|whose|where|when|does|do|did|is|are|was|were|can|could|"
@@ -336,7 +337,8 @@ def split_parts(question: str) -> list[str]:
     marks = list(_ENUM.finditer(q))
     if len(marks) >= 2:
         ends = [m.start() for m in marks[1:]] + [len(q)]
-        chunks = [q[m.end(): end] for m, end in zip(marks, ends, strict=True)]
+        # "2) how does mTORC2 regulate xCT, and 3) ...": the joining word belongs to no part.
+        chunks = [_TRAILING_JOIN.sub("", q[m.end(): end]) for m, end in zip(marks, ends, strict=True)]
         head = q[: marks[0].start()].strip()
         chunks = ([head] if terms_of(head) else []) + chunks
     else:

@@ -6,12 +6,19 @@ It behaves like a small research assistant that only quotes:
   that answer each part of the question, with their numbers [n], then `# Cited Sources` listing
   each cited item once; or, when nothing answers, the real reason (no library, still indexing,
   an empty scope, matches elsewhere in the library, or no match).
+- a follow-up the search completed with the previous turn's topic (engine/followup.py): the
+  answer is to the completed question, and says how it read the follow-up;
+- a research turn answered before every part was searched ("answer now" at a checkpoint, or the
+  extensions' cap): the answer covers the parts searched, and opens by saying which parts it
+  answers, which were searched without an answer, and which were not searched yet (never "not
+  answered" for those: nothing looked for them).
 Same input, same output: tests and benchmarks can rely on every word.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
@@ -20,6 +27,8 @@ from google.genai import types
 
 from zocratesd.adkcompat import LlmCapabilities
 from zocratesd.engine.answer import compose_answer
+from zocratesd.engine.answer.compose import scope_words
+from zocratesd.engine.answer.sources import CITED_HEADER
 from zocratesd.limits import MAX_QUERY_CHARS
 
 SEARCH_TOOL = "search_library"
@@ -91,6 +100,73 @@ def _latest_question(request: LlmRequest) -> str:
     return ""
 
 
+def _quoted(parts: list[str]) -> str:
+    return "; ".join(f"“{p}”" for p in parts)
+
+
+def _answered_parts(body: str, searched: list[str]) -> set[str]:
+    """The searched parts that `body` (compose_answer's answer to them) answers: the ones whose
+    section quotes something, or points at a quote above."""
+    if CITED_HEADER not in body:
+        return set()
+    if len(searched) == 1:
+        return set(searched)
+    answered: set[str] = set()
+    heading: str | None = None
+    for line in body.splitlines():
+        if line.startswith("#"):
+            heading = line[3:].strip() if line.startswith("## ") else None
+        elif heading and line.startswith("- "):
+            # A part may be answered as its listed topics (question.py `topic_list`): each its own heading.
+            answered.update(p for p in searched if heading.casefold() in p.casefold())
+    return answered
+
+
+def answer_research(question: str, result: dict[str, Any]) -> str:
+    """The answer to a search result: a follow-up answered as the search completed it, saying so;
+    and which parts were searched when research stopped before all of them (see the module docstring)."""
+    follow = result.get("followup")
+    if isinstance(follow, dict) and isinstance(follow.get("question"), str) and follow["question"]:
+        left = len(follow.get("unsearched") or [])
+        said = (f"Searching the {left} part{'s' if left != 1 else ''} of your earlier question I had not searched yet."
+                if follow.get("rest") else f"As a follow-up on “{follow.get('topic') or ''}”, I searched for: {follow['question']}.")
+        return said + "\n\n" + _answer_parts(follow["question"], result)
+    return _answer_parts(question, result)
+
+
+def _answer_parts(question: str, result: dict[str, Any]) -> str:
+    research = result.get("research") if isinstance(result.get("research"), dict) else None
+    left = [str(a) for a in (research or {}).get("unaddressed_aspects") or []]
+    added = [str(a) for a in (research or {}).get("added_aspects") or []]
+    if research is None or not (left or added):
+        return compose_answer(question, result)
+    searched = [str(a) for a in research.get("searched_aspects") or [] if a not in left]
+    # Only the parts searched are answered: the others are reported as not searched, below.
+    body = compose_answer("; ".join(searched), {**result, "research": {**research, "unaddressed_aspects": []}})
+    answered = _answered_parts(body, searched) if searched else set()
+    asked = len(searched) + len(left) - len(added)
+    where = scope_words(result)
+    head = f"Your question has {asked} part{'s' if asked != 1 else ''}"
+    if added:
+        head += f", and your guidance added {_quoted(added)} as {'a new part' if len(added) == 1 else 'new parts'}"
+    if left:
+        why = "the research reached its limit of extensions" if research.get("capped") else "you asked for the answer"
+        head += f". I had searched {len(searched)} of {len(searched) + len(left)} when {why}"
+    lines = [head + ".", ""]
+    if answered:
+        lines.append(f"- Answered: {_quoted([p for p in searched if p in answered])}.")
+    if unanswered := [p for p in searched if p not in answered]:
+        lines.append(f"- Searched, but nothing in {where} answers: {_quoted(unanswered)}.")
+    if left:
+        lines.append(f"- Not searched yet: {_quoted(left)}. Say “search the rest” and I will search {where} "
+                     f"for {'it' if len(left) == 1 else 'them'}.")
+    first, _, rest = body.partition("\n")
+    # compose_answer's own opening counts only the parts searched: ours above replaces it.
+    if len(searched) > 1 and first.startswith("Your question has "):
+        body = rest.lstrip("\n")
+    return "\n".join(lines) + "\n\n" + body
+
+
 class OfflineLlm(BaseLlm):
     """The offline model (see the module docstring)."""
 
@@ -109,7 +185,7 @@ class OfflineLlm(BaseLlm):
         for part in (last.parts or []) if last else []:
             fr = part.function_response
             if fr is not None and fr.name == SEARCH_TOOL:
-                return [types.Part(text=compose_answer(_latest_question(request), dict(fr.response or {})))]
+                return [types.Part(text=answer_research(_latest_question(request), dict(fr.response or {})))]
         question = _latest_question(request)
         if SEARCH_TOOL in (request.tools_dict or {}) and question:
             query = " ".join(question.split())[:MAX_QUERY_CHARS]
