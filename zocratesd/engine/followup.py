@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from zocratesd.engine.answer.question import QUESTION_WORDS, terms_of
+from zocratesd.engine.answer.question import QUESTION_WORDS, parse_question, terms_of
 from zocratesd.library.retrieval import STOPWORDS
 from zocratesd.textnorm import fold
 
@@ -44,11 +44,14 @@ _REST = re.compile(
     r"(?:(?:for|up)\s+)?(?:them|those|these|the\s+rest|the\s+others|the\s+other\s+parts|the\s+remaining(?:\s+parts)?|"
     r"the\s+parts?\s+(?:left|not\s+searched(?:\s+yet)?))(?:\s+(?:too|as\s+well|now|please))*[\s.!?]*$", re.I)
 _POINTERS = frozenset("it its they their them this these those he she his her".split())
-# "it" that points at nothing: "Is it true that ...", "Is it possible to ...", "Is it known whether ...".
+# "it" that points at nothing: "Is it true that ...", "Is it possible to ...", "It is not proven
+# that ...", "It has been shown that ...": these words after it (past `_DUMMY_IT_VERBS`).
 _DUMMY_IT_NEXT = frozenset(
     "true false possible impossible known unknown likely unlikely clear unclear correct right wrong accurate fair "
     "plausible established proven shown reported necessary worth safe feasible common usual normal ok okay the a an "
-    "that to".split())
+    "that to claimed believed thought said argued suggested assumed accepted debated disputed".split())
+_DUMMY_IT_VERBS = frozenset("is was seems seemed appears appeared has had been be remains not still now well generally "
+                            "widely often commonly really actually".split())
 _WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*")
 
 
@@ -79,8 +82,9 @@ class FollowUp:
 
 
 def topic_of(question: str) -> str:
-    """A question's key terms, as written ("outcomes DESMOND programme")."""
-    return " ".join(t.surface for t in terms_of(question))
+    """A question's key terms, as written ("outcomes DESMOND programme"), without the frame it
+    was asked in ("What does the literature say about ...": question.py)."""
+    return " ".join(t.surface for part in parse_question(question).parts for t in part.terms)
 
 
 def previous_turn(state: Any, invocation_id: str) -> Previous | None:
@@ -104,8 +108,10 @@ def _points_back(question: str) -> bool:
     """The question's first word of substance is a pronoun ("How did it affect HbA1c?")."""
     words = [fold(w) for w in _WORD.findall(question)]
     for i, low in enumerate(words):
-        if low == "it" and i + 1 < len(words) and words[i + 1] in _DUMMY_IT_NEXT:
-            continue
+        if low == "it":
+            after = next((w for w in words[i + 1:] if w not in _DUMMY_IT_VERBS), "")
+            if after in _DUMMY_IT_NEXT:
+                continue
         if low in _POINTERS:
             return True
         if low not in STOPWORDS and low not in QUESTION_WORDS:

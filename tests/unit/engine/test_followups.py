@@ -42,6 +42,8 @@ def test_elliptical_follow_ups_are_recognised(asked: str, focus: str) -> None:
     "And what are the effects of structured education on depression in adults with diabetes?",
     "Is it true that structured education lowers HbA1c?",
     "Is it possible to prevent type 2 diabetes with diet alone?",
+    "It is not proven that moderate consumption of chocolate reduces the risk of cardiovascular disease.",
+    "It has been widely claimed that structured education lowers HbA1c.",
     "What about?",  # nothing of its own to add
     "What about the DESMOND programme outcomes?",  # names the topic already: nothing to carry
 ])
