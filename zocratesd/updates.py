@@ -25,6 +25,8 @@ from typing import Any, Literal, TypeAlias, TypedDict
 
 import msgspec
 
+from zocrates_wire.ui_session import PendingHitl
+
 # A JSON object as it crosses an edge (the wire, free-form tool arguments and session state); the one declaration.
 Json = dict[str, Any]
 
@@ -122,15 +124,6 @@ class ToolProgress(msgspec.Struct, frozen=True):
     round: Json
 
 
-class PendingCheckpoint(TypedDict):
-    """A checkpoint as the UI session's `pending_hitl` (and `TurnResult.pending_hitl`) shows it."""
-
-    invocation_id: str
-    interrupt_id: str
-    message: str | None
-    payload: Any
-
-
 class Checkpoint(msgspec.Struct, frozen=True):
     """The turn paused for the user (deep research hit its budget); answered with `resume()`."""
 
@@ -139,7 +132,7 @@ class Checkpoint(msgspec.Struct, frozen=True):
     message: str | None
     payload: Any
 
-    def to_json(self) -> PendingCheckpoint:
+    def to_json(self) -> PendingHitl:
         return {
             "invocation_id": self.invocation_id,
             "interrupt_id": self.interrupt_id,
@@ -148,7 +141,7 @@ class Checkpoint(msgspec.Struct, frozen=True):
         }
 
     @classmethod
-    def from_json(cls, pending: PendingCheckpoint) -> Checkpoint:
+    def from_json(cls, pending: PendingHitl) -> Checkpoint:
         return cls(pending["invocation_id"], pending["interrupt_id"], pending.get("message"), pending.get("payload"))
 
 

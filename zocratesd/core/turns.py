@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from zocrates_wire.ui_session import PendingHitl
 from zocratesd.core.context import PromptContext
 from zocratesd.core.session_config import SessionConfig
 from zocratesd.core.startup import EngineGate
@@ -33,7 +34,7 @@ from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, Sessi
 from zocratesd.logtext import escape_for_log
 from zocratesd.store import SessionLocks, SessionsDb
 from zocratesd.store.ui import DEFAULT_TITLE, title_of
-from zocratesd.updates import Checkpoint, CheckpointAnswered, PendingCheckpoint, Starting
+from zocratesd.updates import Checkpoint, CheckpointAnswered, Starting
 
 if TYPE_CHECKING:
     from google.adk.events import Event
@@ -49,13 +50,13 @@ class TurnResult(msgspec.Struct, frozen=True):
     invocation_id: str | None
     # The research checkpoint the turn stopped at, unanswered, as a UI session's `pending_hitl`
     # ({invocation_id, interrupt_id, message, payload}); it stays pending until `resume()` or a rewind.
-    pending_hitl: PendingCheckpoint | None = None
+    pending_hitl: PendingHitl | None = None
 
 
 # How a face answers a research checkpoint while its turn waits: the checkpoint (as `pending_hitl`)
 # in, the user's `{action, guidance?}` out (checked here: core/validation.py), or None to leave it
 # pending (the client declined, went away, ...).
-Ask = Callable[[PendingCheckpoint], Awaitable[object]]
+Ask = Callable[[PendingHitl], Awaitable[object]]
 
 
 class RestoredPrompt(msgspec.Struct, frozen=True):

@@ -24,6 +24,7 @@ import anyio
 
 from zocrates_wire import jsonrpc
 from zocrates_wire.errors import ConnectionLost, RpcError
+from zocrates_wire.ui_session import PendingHitl
 from zocratesd.core import commands
 from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import Daemon
@@ -35,7 +36,7 @@ from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.logtext import escape_for_log
 from zocratesd.rpc.peer import Peer
 from zocratesd.rpc.updates import checkpoint_call_id, config_options, session_info, to_acp
-from zocratesd.updates import ConfigOptions, MessageChunk, PendingCheckpoint
+from zocratesd.updates import ConfigOptions, MessageChunk
 
 if TYPE_CHECKING:
     from zocratesd.rpc import models
@@ -265,7 +266,7 @@ def elicitation_schema() -> dict[str, Any]:
     }
 
 
-async def ask_checkpoint(peer: Peer, session_id: str, checkpoint: PendingCheckpoint) -> dict[str, str] | None:
+async def ask_checkpoint(peer: Peer, session_id: str, checkpoint: PendingHitl) -> dict[str, str] | None:
     """Put a checkpoint to the prompting editor: `elicitation/create` (a form, with room for
     guidance) when it advertised `elicitation.form`, else `session/request_permission`, which every
     client has. Its answer as `{action, guidance?}`, or None (as ask_permission)."""
@@ -274,7 +275,7 @@ async def ask_checkpoint(peer: Peer, session_id: str, checkpoint: PendingCheckpo
     return await ask_permission(peer, session_id, checkpoint)
 
 
-async def ask_elicitation(peer: Peer, session_id: str, checkpoint: PendingCheckpoint) -> dict[str, str] | None:
+async def ask_elicitation(peer: Peer, session_id: str, checkpoint: PendingHitl) -> dict[str, str] | None:
     """`elicitation/create` in form mode, scoped to the session and the checkpoint's tool call.
     `accept` with an action answers; `decline`, `cancel` (or no answer in time) leave it pending."""
     params = {
@@ -307,7 +308,7 @@ async def ask_elicitation(peer: Peer, session_id: str, checkpoint: PendingCheckp
     return None
 
 
-async def ask_permission(peer: Peer, session_id: str, checkpoint: PendingCheckpoint) -> dict[str, str] | None:
+async def ask_permission(peer: Peer, session_id: str, checkpoint: PendingHitl) -> dict[str, str] | None:
     """Put a checkpoint to the prompting editor as `session/request_permission`; its answer as
     `{action, guidance?}`, or None (declined, cancelled, no answer in time, the client's input has
     ended, or the request failed)."""
@@ -529,7 +530,7 @@ class Agent:
         conn.prompting[session_id] += 1
         asked: list[bool] = []
 
-        async def ask(checkpoint: PendingCheckpoint) -> dict[str, str] | None:
+        async def ask(checkpoint: PendingHitl) -> dict[str, str] | None:
             asked.append(True)
             await feed.queued()  # the checkpoint's tool_call goes out before the question about it
             return await ask_checkpoint(conn.peer, session_id, checkpoint)

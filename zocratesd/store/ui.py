@@ -15,33 +15,12 @@ the bookkeeping state deltas we write ourselves).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TypedDict
 
-from zocratesd.updates import Json, PendingCheckpoint, StoredEvent, is_shown
+from zocrates_wire.ui_session import PendingHitl, UiMessage, UiSession
+from zocratesd.updates import Json, StoredEvent, is_shown
 
 DEFAULT_TITLE = "New Chat"
 REQUEST_INPUT_CALL = "adk_request_input"
-
-
-class UiMessage(TypedDict):
-    id: str | None
-    role: str
-    text: str
-    thought: str | None
-    author: str
-    timestamp: float | None
-    invocation_id: str | None
-
-
-class UiSession(TypedDict):
-    """The spec's UI session (2.2)."""
-
-    id: str
-    title: str
-    created_at: float
-    updated_at: float
-    messages: list[UiMessage]
-    pending_hitl: PendingCheckpoint | None
 
 
 def apply_rewinds(events: Sequence[StoredEvent]) -> list[StoredEvent]:
@@ -73,7 +52,7 @@ def apply_rewinds(events: Sequence[StoredEvent]) -> list[StoredEvent]:
     return kept
 
 
-def _scan(live: Iterable[StoredEvent], *, with_messages: bool = True) -> tuple[list[UiMessage], PendingCheckpoint | None]:
+def _scan(live: Iterable[StoredEvent], *, with_messages: bool = True) -> tuple[list[UiMessage], PendingHitl | None]:
     """Messages and the open checkpoint in one pass (the hot loop of showing a session: ~5000
     events in a few milliseconds, so it reads each event's fields once). Without messages (a
     replay only needs the checkpoint) it costs about a third less.
@@ -83,8 +62,8 @@ def _scan(live: Iterable[StoredEvent], *, with_messages: bool = True) -> tuple[l
     or a newer prompt. An answer stored by a daemon that died before the turn went on leaves the
     checkpoint pending, so it can be answered again (ADK resumes from a repeated answer)."""
     messages: list[UiMessage] = []
-    open_calls: dict[str, PendingCheckpoint] = {}
-    answered: dict[str, PendingCheckpoint] = {}  # answered checkpoints whose turn has not gone on yet
+    open_calls: dict[str, PendingHitl] = {}
+    answered: dict[str, PendingHitl] = {}  # answered checkpoints whose turn has not gone on yet
     for ev in live:
         author = ev.get("author") or ""
         if answered and author != "user" and not ev.get("branch") and not ev.get("isolation_scope"):
@@ -137,7 +116,7 @@ def _scan(live: Iterable[StoredEvent], *, with_messages: bool = True) -> tuple[l
     return messages, pending
 
 
-def pending_checkpoint(live: Iterable[StoredEvent]) -> PendingCheckpoint | None:
+def pending_checkpoint(live: Iterable[StoredEvent]) -> PendingHitl | None:
     """The research checkpoint still waiting for an answer in these live events, if any."""
     return _scan(live, with_messages=False)[1]
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypedDict, cast
 
+from zocrates_wire.ui_session import PendingHitl, UiMessage, UiSession
+
 #: One `update` object of a `session/update` notification (`update["sessionUpdate"]` is its kind).
 Update = dict[str, Any]
 
@@ -21,33 +23,7 @@ Update = dict[str, Any]
 #: `await handler(method, params)` returns the result, or raises `RpcError` to answer with that error.
 RequestHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
-
-class UiMessage(TypedDict):
-    id: str
-    role: Literal["user", "assistant"]
-    text: str
-    thought: str | None
-    author: str
-    timestamp: float
-    invocation_id: str
-
-
-class PendingHitl(TypedDict):
-    invocation_id: str
-    interrupt_id: str
-    message: str | None
-    payload: Any
-
-
-class UiSession(TypedDict):
-    """`_zocrates/session/get`: the UI session object (spec 2.2), rewinds applied."""
-
-    id: str
-    title: str
-    created_at: float
-    updated_at: float
-    messages: list[UiMessage]
-    pending_hitl: PendingHitl | None
+__all__ = ["PendingHitl", "UiMessage", "UiSession"]  # the wire's shapes, re-exported by the package
 
 
 class SessionSummary(TypedDict):

@@ -617,6 +617,8 @@ async def _rewind(client: Client, args: argparse.Namespace) -> None:
         if not session["messages"]:
             raise CliError(f"session {session_id} has no turn to rewind")
         invocation_id = session["messages"][-1]["invocation_id"]
+        if invocation_id is None:
+            raise CliError(f"the last message of session {session_id} belongs to no turn: nothing to rewind")
     result = await client.rewind(session_id, invocation_id)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -1,0 +1,37 @@
+"""The UI session object (spec 2.2) as it crosses the wire: `_zocrates/session/get`, the HTTP
+shim's `GET /sessions/{id}`, a turn's `pending_hitl`. Declared once, for the daemon that builds it
+(zocratesd/store/ui.py) and the client library that reads it (zocrates_client's `UiSession`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+
+class UiMessage(TypedDict):
+    id: str | None  # the stored event's id (the chunks of one message share it)
+    role: Literal["user", "assistant"]
+    text: str
+    thought: str | None
+    author: str
+    timestamp: float | None
+    invocation_id: str | None
+
+
+class PendingHitl(TypedDict):
+    """A research checkpoint waiting for the user's answer: its `adk_request_input` call."""
+
+    invocation_id: str
+    interrupt_id: str
+    message: str | None
+    payload: Any
+
+
+class UiSession(TypedDict):
+    """`_zocrates/session/get`: the UI session object, rewinds applied."""
+
+    id: str
+    title: str
+    created_at: float
+    updated_at: float
+    messages: list[UiMessage]
+    pending_hitl: PendingHitl | None
