@@ -500,24 +500,33 @@ def _tool(rid: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
 
 def test_a_cancelled_call_gets_no_reply_and_the_server_goes_on(world: Any) -> None:
     """A tool call and its `notifications/cancelled` in one write: the call is dropped (no reply,
-    its daemon request cancelled) and what follows is answered."""
-    _raw_ready(world)
+    its daemon request cancelled) and what follows is answered.
+
+    The daemon is stopped (SIGSTOP) while the three messages go in, so the call cannot be done
+    before its cancel is read (MCP lets a server answer a call it finished before the cancel came:
+    on a loaded machine that happened). The `ping` after the cancel, which the face answers itself,
+    shows the cancel was read; then the daemon goes on, and its answer to the call is dropped."""
+    pid = _raw_ready(world)
     face = RawFace(world, world.env)
     try:
         face.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
         face.reply(1)
         assert face.proc.stdin is not None
-        face.proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in (
-            _tool(2, "search_library", {"query": "axolotl regeneration"}),
-            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "changed my mind"}},
-            _tool(3, "list_tags", {}),
-        )))
-        face.proc.stdin.flush()
-        seen = _messages_until(face, 3)
-        face.send({"jsonrpc": "2.0", "id": 4, "method": "ping"})
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            face.proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in (
+                _tool(2, "search_library", {"query": "axolotl regeneration"}),
+                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "changed my mind"}},
+                {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+            )))
+            face.proc.stdin.flush()
+            seen = _messages_until(face, 3)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        face.send(_tool(4, "list_tags", {}))
         seen += _messages_until(face, 4)
         assert [m.get("id") for m in seen] == [3, 4]
-        assert seen[0]["result"]["structuredContent"]["tags"][0]["tag"] == "rag"
+        assert seen[1]["result"]["structuredContent"]["tags"][0]["tag"] == "rag"
     finally:
         face.close()
 
