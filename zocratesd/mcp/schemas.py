@@ -43,6 +43,13 @@ _ITEM_SUMMARY: Final = {
     "type": "object", "properties": _ITEM_SUMMARY_PROPERTIES, "required": ["item_key", "library", "title", "link"],
 }
 _OBJECTS: Final = {"type": "array", "items": {"type": "object"}}
+# Present while the library is still being read: how far (tools.library_reading).
+_READING: Final = {
+    "type": "object",
+    "description": "The library is still being read: what is listed is only what is indexed so far.",
+    "properties": {"state": {"type": "string"}, "items_done": {"type": "integer"}, "items_to_index": {"type": "integer"},
+                   "items_total": {"type": "integer"}, "percent": {"type": "number"}, "summary": _NULLABLE_STR},
+}
 _SOURCE: Final = {
     "type": "object",
     "properties": {"n": _NULLABLE_INT, "item_key": {"type": "string"}, "library": {"type": "string"},
@@ -115,7 +122,7 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         inputs.SearchLibraryArgs,
         {"type": "object",
          "properties": {"query": {"type": "string"}, "scope": {"type": "object"}, "passages": {"type": "array", "items": _PASSAGE},
-                        "library_state": _NULLABLE_STR, "library_message": _NULLABLE_STR},
+                        "library_state": _NULLABLE_STR, "library_message": _NULLABLE_STR, "library_status": _READING},
          "required": ["query", "passages"]},
         read_only=True,
     ),
@@ -130,7 +137,7 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         "list_collections", "Zotero collections",
         "Every collection with its key, path (\"Parent / Child\"), library and how many items it holds.",
         inputs.ListCollectionsArgs,
-        {"type": "object", "properties": {"collections": _OBJECTS}, "required": ["collections"]},
+        {"type": "object", "properties": {"collections": _OBJECTS, "library_status": _READING}, "required": ["collections"]},
         read_only=True,
     ),
     ToolSpec(
@@ -138,7 +145,8 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         "Tags by how many items carry them; `contains` filters them, limit/offset page them.",
         inputs.ListTagsArgs,
         {"type": "object",
-         "properties": {"tags": _OBJECTS, "total": {"type": "integer"}, "offset": {"type": "integer"}, "next_offset": _NULLABLE_INT},
+         "properties": {"tags": _OBJECTS, "total": {"type": "integer"}, "offset": {"type": "integer"}, "next_offset": _NULLABLE_INT,
+                        "library_status": _READING},
          "required": ["tags", "total"]},
         read_only=True,
     ),
@@ -148,7 +156,7 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         inputs.RecentItemsArgs,
         {"type": "object",
          "properties": {"items": {"type": "array", "items": _ITEM_SUMMARY}, "total": {"type": "integer"},
-                        "offset": {"type": "integer"}, "next_offset": _NULLABLE_INT},
+                        "offset": {"type": "integer"}, "next_offset": _NULLABLE_INT, "library_status": _READING},
          "required": ["items", "total"]},
         read_only=True,
     ),
@@ -201,14 +209,34 @@ def byline(meta: dict[str, Any]) -> str:
     return " ".join(p for p in (who, f"({year})" if year else "") if p)
 
 
-def search_text(result: dict[str, Any]) -> str:
+def reading_text(result: dict[str, Any]) -> str | None:
+    """The line that says the library is still being read, and how far; None when it is not."""
+    reading = result.get("library_status")
+    if not isinstance(reading, dict):
+        return None
+    done, todo = reading.get("items_done") or 0, reading.get("items_to_index") or 0
+    if todo:
+        far = f"{done:,} of {todo:,} items indexed so far ({reading.get('percent') or 0:.0f}%)"
+    else:
+        far = "its items are being listed"
+    return (f"(The Zotero library is still being read ({reading.get('state')}): {far}. What follows is only what is "
+            "indexed so far; call again shortly for the rest.)")
+
+
+def search_text(result: dict[str, Any], asked: str | None = None) -> str:
     passages = result.get("passages") or []
     lines: list[str] = []
+    searched = result.get("query")
+    if asked is not None and searched != asked:
+        lines.append(f"(A long query: searched for its key terms: {_t(searched)})")
     state = result.get("library_state")
-    if state not in (None, "ready"):
+    reading = reading_text(result)
+    if reading:
+        lines.append(reading)
+    elif state not in (None, "ready"):
         lines.append(f"(library {state}: {_t(result.get('library_message') or 'results may be incomplete')})")
     if not passages:
-        lines.append(f"No passage matches {_t(result.get('query'))!r} in this scope.")
+        lines.append(f"No passage matches {_t(searched)!r} in this scope" + (" yet." if reading else "."))
     for i, p in enumerate(passages, 1):
         where = p.get("kind", "")
         if p.get("page_label"):
@@ -259,24 +287,27 @@ def item_text(item: dict[str, Any]) -> str:
 
 def collections_text(result: dict[str, Any]) -> str:
     cols = result.get("collections") or []
-    if not cols:
-        return "No collections."
-    return "\n".join(f"- {_t(c.get('path'))} [{c.get('key')}, {c.get('library')}]: {c.get('items')} items"
+    body = "\n".join(f"- {_t(c.get('path'))} [{c.get('key')}, {c.get('library')}]: {c.get('items')} items"
                      f" ({c.get('items_with_subcollections')} with subcollections)" for c in cols)
+    return _reading_first(result, body or "No collections.")
 
 
 def tags_text(result: dict[str, Any]) -> str:
     tags = result.get("tags") or []
     head = f"{result.get('total', 0)} tags" + (f" (from {result.get('offset')})" if result.get("offset") else "")
-    return head + ("\n" + "\n".join(f"- {_t(t.get('tag'))}: {t.get('items')}" for t in tags) if tags else "")
+    return _reading_first(result, head + ("\n" + "\n".join(f"- {_t(t.get('tag'))}: {t.get('items')}" for t in tags) if tags else ""))
 
 
 def items_text(result: dict[str, Any]) -> str:
     rows = result.get("items") or []
-    if not rows:
-        return "No items."
-    return "\n".join(f"- {_t(i.get('title'))} — {byline(i)} [{i.get('item_key')}, added {i.get('date_added')}] {i.get('link')}"
+    body = "\n".join(f"- {_t(i.get('title'))} — {byline(i)} [{i.get('item_key')}, added {i.get('date_added')}] {i.get('link')}"
                      for i in rows)
+    return _reading_first(result, body or "No items.")
+
+
+def _reading_first(result: dict[str, Any], body: str) -> str:
+    reading = reading_text(result)
+    return f"{reading}\n{body}" if reading else body
 
 
 def sessions_text(result: dict[str, Any]) -> str:
