@@ -23,6 +23,7 @@ from daemonproc import TEST_ENTRY, DaemonProc
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcpworld import mcp_world
+from rawrpc import RawConn
 from zoterofixture import KEY_CHARS, Collection, Item, Library
 
 from zocratesd import locations
@@ -185,6 +186,15 @@ async def test_a_pasted_abstract_is_searched_by_its_key_terms_and_the_log_has_ea
         unknown = error_text(await call(s, "search_library", {"query": "cystine", "item_keys": [TARGET, "ZZZZZZZZ"]}))
         assert "no item ZZZZZZZZ in" in unknown, unknown
         assert "groups/77" in error_text(await call(s, "search_library", {"query": "cystine", "library": "groups/77"}))
+
+    # The same over the daemon's socket: the core does it, for every face.
+    info = locations.live_daemon(world.data_dir)
+    assert info is not None
+    with RawConn(info.socket) as c:
+        found = c.result("_zocrates/library/search", {"query": LONG_QUERY})
+        assert found["passages"][0]["item_key"] == TARGET and len(found["query"].split()) <= 24
+        refused = c.call("_zocrates/library/search", {"query": "cystine", "itemKeys": ["ZZZZZZZZ"]})["error"]
+        assert refused["code"] == -32002 and "no item ZZZZZZZZ" in refused["data"]["message"], refused
 
     log = (world.data_dir / "zocrates-data" / locations.LOG_NAME).read_text().splitlines()
     assert any("library ready" in line for line in log), log

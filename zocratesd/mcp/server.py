@@ -144,7 +144,7 @@ class ZocratesMcp(DaemonCalls):
                 return
             if reading is None:
                 return
-            done, todo = reading.get("items_done") or 0, reading.get("items_to_index") or 0
+            done, todo = reading["items_done"], reading["items_to_index"]
             await progress.at(done, todo or None, f"waiting for the library index: {done:,} of {todo:,} items read"
                               if todo else "waiting for the library index: listing the library's items")
             await anyio.sleep(INDEX_PROGRESS_POLL_S)

@@ -13,7 +13,7 @@ carries on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -177,11 +177,15 @@ def with_reading(result: dict[str, Any]) -> Generator[DaemonCall, Any, dict[str,
     return {**result, "library_status": reading} if reading is not None else result
 
 
-def library_reading(status: dict[str, Any]) -> dict[str, Any] | None:
+def library_reading(status: Mapping[str, Any]) -> schemas.LibraryReading | None:
     """What a result says of a library still being read (its status's state and counts), else None."""
     if status.get("state") not in READING_STATES:
         return None
-    return {k: status.get(k) for k in ("state", "items_done", "items_to_index", "items_total", "percent", "summary")}
+    return schemas.LibraryReading(
+        state=str(status["state"]), items_done=int(status.get("items_done") or 0),
+        items_to_index=int(status.get("items_to_index") or 0), items_total=int(status.get("items_total") or 0),
+        percent=float(status.get("percent") or 0.0), summary=status.get("summary"),
+    )
 
 
 def sessions(a: SessionsArgs) -> Work:
