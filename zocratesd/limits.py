@@ -62,9 +62,14 @@ MAX_SNIPPET_CHARS: Final = 20_000
 # Titles of active items and snippets: a paper's title, with room for a long subtitle.
 MAX_ITEM_TITLE_CHARS: Final = 1000
 
-# A library search's query (`_zocrates/library/search`): a question or a few keywords; the index
-# uses its first 24 words anyway (library/index.py MAX_QUERY_TERMS).
-MAX_QUERY_CHARS: Final = 2000
+# A library search's query (`_zocrates/library/search`): a question, keywords, or a pasted
+# abstract or page of a paper (what a researcher looks up "papers like this" with); longer is a
+# document, not a query.
+MAX_QUERY_CHARS: Final = 20_000
+# A query with more content words than this is searched by its most distinctive ones
+# (core/catalogue.py `key_terms`): the index matches on at most this many (library/index.py
+# MAX_QUERY_TERMS), which would otherwise be the first words of a pasted abstract.
+QUERY_KEY_TERMS: Final = 24
 # Passages one library search returns: a page of results a model can read.
 MAX_SEARCH_TOP_K: Final = 50
 # Passages a library search returns when the caller does not say (the daemon's `topK`, the MCP

@@ -256,6 +256,8 @@ async def test_an_ask_paused_at_a_checkpoint_is_resumed(world: Any) -> None:
         paused = ok(await call(s, "ask", {"question": TWO_PARTS}, progress_callback=on_progress))
         assert paused["status"] == "checkpoint" and paused["checkpoint"]["interrupt_id"]
         assert progress and progress[0] == (1.0, "search round 1: " + TWO_PARTS)
+        values = [v for v, _ in progress]
+        assert len(progress) > 1 and values == sorted(set(values)), progress  # MCP: each above the one before
         text = (await call(s, "sessions", {"action": "show", "session_id": paused["session_id"]})).content[0].text
         assert "Research checkpoint pending" in text
         resumed = ok(await call(s, "resume", {"session_id": paused["session_id"], "action": "synthesize"}))

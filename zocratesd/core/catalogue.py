@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Awaitable, Callable
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+import anyio
 import msgspec
 
 from zocratesd import deferred, locations
@@ -32,8 +35,9 @@ from zocratesd.core.validation import (
 )
 from zocratesd.errors import InvalidInput, NotFound
 from zocratesd.library import catalog, dense
-from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, InMemoryRetriever, Retriever, Scope
+from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, InMemoryRetriever, Retriever, Scope, tokens
 from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, MAX_SUGGESTIONS, Suggestion
+from zocratesd.limits import QUERY_KEY_TERMS
 
 if TYPE_CHECKING:
     from zocratesd.library.service import Library
@@ -45,6 +49,37 @@ LIBRARY_PASSAGES_FILE: Final = "library_passages.jsonl"
 _FIXED_PASSAGES: Final = "this daemon searches a fixed set of passages, not a Zotero library index"
 
 Collection = tuple[str, str, str | None]  # (key, name, parent key)
+
+# The library index's states while it is still reading the library (its first pass, or a later
+# pass over what changed): what is indexed so far is only part of it.
+READING_STATES: Final = frozenset({"starting", "indexing"})
+# A search on a library still being read waits this long at most for the pass to end: a small
+# library is read in a second or two, and a first question right after the daemon started would
+# otherwise find nothing. A large one takes minutes: the search then answers from what is there,
+# and the searches after it do not wait again during that pass.
+INDEX_WAIT_S: Final = 5.0
+INDEX_POLL_S: Final = 0.05  # how often the waiting search looks at the index's state
+# Words of a long query that say little about its topic (beyond the index's own stop words): the
+# glue of a pasted abstract, which would otherwise outrank its subject by repetition.
+_QUERY_GLUE: Final = frozenset(
+    "also all although among any because been before being between both but could during each either et al "
+    "further here however if included including less may might more most much no nor not only other over "
+    "per same should since so some such through thus under upon using used very were whereas whether which "
+    "while within without would".split()
+)
+
+
+def key_terms(query: str, most: int = QUERY_KEY_TERMS) -> str:
+    """`query` itself when it has at most `most` distinct content words; else its `most` most
+    distinctive ones (repeated and long words first: a pasted abstract's subject repeats, its glue
+    is short), in the order they first appear."""
+    words = [t for t in tokens(query) if t not in _QUERY_GLUE]
+    counts = Counter(words)
+    if len(counts) <= most:
+        return query
+    first = {w: i for i, w in reversed(list(enumerate(words)))}
+    kept = sorted(counts, key=lambda w: (-counts[w] * len(w), first[w]))[:most]
+    return " ".join(sorted(kept, key=first.__getitem__))
 
 
 class LibrarySource(NamedTuple):
@@ -96,6 +131,8 @@ class Catalogue:
         self._lock = threading.Lock()
         self._source: LibrarySource | None = LibrarySource(retriever) if retriever is not None else None
         self._find_collection = find_collection  # a key or a name to its key (core/session_config.py)
+        # The index pass (its `refreshes` count) during which a search's wait ran out.
+        self._waited_out: object = None
 
     @property
     def source(self) -> LibrarySource:
@@ -162,10 +199,14 @@ class Catalogue:
         self, query: str, *, top_k: int = DEFAULT_TOP_K, collection: str | None = None,
         item_keys: tuple[str, ...] = (), library: str | None = None,
     ) -> SearchResult:
-        query = check_query(query, top_k)
+        """The passages a turn's search would find. A long query is searched by its key terms
+        (`key_terms`; the result's `query` is what was searched). A library still being read is
+        waited for (`wait_for_index`); an unknown library or item key is NotFound."""
+        query = key_terms(check_query(query, top_k))
         lib = check_library(library)
         if collection is not None and item_keys:
             raise InvalidInput("give a collection or item keys, not both")
+        await self.wait_for_index()
         if collection is not None:
             key = await self._find_collection(str(collection))
             scope = Scope(mode="collection", collection=key, library=lib)
@@ -173,12 +214,49 @@ class Catalogue:
             scope = Scope(mode="papers", item_keys=check_item_keys(item_keys), library=lib)
         else:
             scope = Scope(library=lib)
+        await self._check_known(lib, scope.item_keys)
         hits = await self.retriever.search(query, scope, top_k)
         status = self.status()
         return SearchResult(
             query, SearchScope(scope.mode, scope.collection, tuple(scope.item_keys), lib), tuple(hits),
             status.get("state"), status.get("message"),
         )
+
+    async def wait_for_index(self) -> None:
+        """Until the library index has read the library, at most INDEX_WAIT_S; once a wait has run
+        out, no other waits again until that pass is over (its `refreshes` count moves on)."""
+        status = self.status()
+        if status.get("state") not in READING_STATES or self._waited_out == status.get("refreshes"):
+            return
+        deadline = time.monotonic() + INDEX_WAIT_S
+        while status.get("state") in READING_STATES:
+            if time.monotonic() >= deadline:
+                self._waited_out = status.get("refreshes")
+                return
+            await anyio.sleep(INDEX_POLL_S)
+            status = self.status()
+
+    async def _check_known(self, library: str | None, item_keys: Sequence[str]) -> None:
+        """NotFound naming the library or the item keys the index does not hold (a search there
+        would find nothing, and say so as if the library had no passage on it)."""
+        if self.library is None or (library is None and not item_keys):
+            return
+
+        def unknown(conn: sqlite3.Connection) -> tuple[bool, list[str]]:
+            known_lib = library is None or conn.execute(
+                "SELECT 1 FROM libraries WHERE library = ?", (library,)).fetchone() is not None
+            return known_lib, [k for k in item_keys if catalog.find_uid(conn, k, library) is None]
+
+        found = await self.library.read(unknown)
+        if found is None:  # nothing indexed yet: nothing to tell apart
+            return
+        known_lib, missing = found
+        if not known_lib:
+            raise NotFound(f"no library {library} in the library index" + self._no_index_hint(), library=library)
+        if missing:
+            where = f" in {library}" if library else ""
+            raise NotFound(f"no item {', '.join(missing[:10])}{'...' if len(missing) > 10 else ''}{where} in the library "
+                           "index" + self._no_index_hint(), itemKeys=missing[:10])
 
     async def item(
         self, key: str, *, library: str | None = None, fulltext: bool = False, fulltext_offset: int = 0

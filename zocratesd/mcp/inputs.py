@@ -32,8 +32,10 @@ from zocratesd.rpc.models import (
 
 # A page of list_tags or recent_items: a screenful for a model, smaller than the daemon's default.
 DEFAULT_PAGE: Final = 20
-# How much of a refusal's wording a tool error carries (it quotes the bad value).
+# How much of a refusal's wording a tool error carries, and of the bad value it quotes: short
+# enough that what is wrong with a long value (a pasted page) still fits after it.
 MAX_ERROR_CHARS: Final = 300
+MAX_SHOWN_CHARS: Final = 100
 
 
 def wire(model: type[BaseModel], name: str, **change: Any) -> Any:
@@ -164,7 +166,9 @@ _JSON_TYPES: Final = {"string_type": "string", "int_type": "integer", "bool_type
 def _wording(error: ErrorDetails) -> str:
     """A refusal in the words of the JSON Schema keyword it broke (as jsonschema words them)."""
     kind, ctx, value = error["type"], error.get("ctx", {}), error.get("input")
-    shown = repr(value)[:MAX_ERROR_CHARS]
+    shown = repr(value)
+    if len(shown) > MAX_SHOWN_CHARS:
+        shown = shown[: MAX_SHOWN_CHARS - 3] + "..."
     name = repr(error["loc"][-1]) if error["loc"] else "arguments"
     wording = {
         "missing": f"{name} is a required property",

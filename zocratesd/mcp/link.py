@@ -38,6 +38,9 @@ log = logging.getLogger("zocratesd.mcp")
 # How often the keeper looks whether its connection has ended without a caller noticing (the
 # daemon closed it between two tool calls): the next call then connects at once.
 CLOSED_POLL_S: Final = 0.5
+# Pauses before connecting again when a daemon closed a new connection before answering its
+# `initialize` (it was exiting: killed or stopped a moment before); then the attempt fails.
+RECONNECT_PAUSES_S: Final = (0.2, 0.5, 1.0)
 # What we answer: form-mode elicitation instead of session/request_permission (rpc/acp.py
 # ask_checkpoint), so a checkpoint can be put to the MCP client as an elicitation of its own.
 CLIENT_CAPABILITIES: Final = {**tools.DAEMON_CLIENT_CAPABILITIES, "elicitation": {"form": {}}}
@@ -47,6 +50,14 @@ Elicit = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 class LinkDown(Exception):
     """No daemon could be reached; the message says why and what to do."""
+
+
+class _EndedBeforeInitialize(Exception):
+    """A connection the daemon closed before it answered `initialize` (`lost` says how)."""
+
+    def __init__(self, lost: ConnectionLost) -> None:
+        super().__init__(str(lost))
+        self.lost = lost
 
 
 class DaemonLink:
@@ -112,6 +123,20 @@ class DaemonLink:
                 changed.set()
 
     async def _serve_one(self) -> None:
+        """One connection, kept until it ends. One that ends before `initialize` is answered is
+        tried again after a pause: a daemon killed a moment ago still looks alive (its pid, its
+        lock) while it exits, and takes the connection with it; the next try starts its successor."""
+        for pause in (*RECONNECT_PAUSES_S, None):
+            try:
+                await self._serve_connection()
+                return
+            except _EndedBeforeInitialize as ended:
+                if pause is None or self._standalone is not None:
+                    raise ended.lost from None
+                log.info("zocratesd mcp: %s; connecting again", ended.lost)
+                await anyio.sleep(pause)
+
+    async def _serve_connection(self) -> None:
         if self._standalone is not None:
             if self.connects:
                 raise LinkDown("the in-process core has stopped (--standalone); restart `zocratesd mcp`")
@@ -123,10 +148,13 @@ class DaemonLink:
                 on_daemon_start=self._announce,
             )
         async with opened as client:
-            await client.call("initialize", {
-                "protocolVersion": locations.PROTOCOL_VERSION, "clientCapabilities": CLIENT_CAPABILITIES,
-                "clientInfo": tools.DAEMON_CLIENT_INFO,
-            })
+            try:
+                await client.call("initialize", {
+                    "protocolVersion": locations.PROTOCOL_VERSION, "clientCapabilities": CLIENT_CAPABILITIES,
+                    "clientInfo": tools.DAEMON_CLIENT_INFO,
+                })
+            except ConnectionLost as exc:
+                raise _EndedBeforeInitialize(exc) from None
             self.connects += 1
             self._client = client
             changed, self._changed = self._changed, anyio.Event()

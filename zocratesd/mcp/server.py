@@ -37,7 +37,7 @@ from zocratesd.logtext import escape_for_log
 from zocratesd.mcp import answers, schemas, tools
 from zocratesd.mcp.answers import Checkpoint, TurnOutcome
 from zocratesd.mcp.calls import DaemonCalls
-from zocratesd.mcp.inputs import AskArgs, ResumeArgs
+from zocratesd.mcp.inputs import AskArgs, ResumeArgs, SearchLibraryArgs
 from zocratesd.mcp.link import DaemonLink, LinkDown
 from zocratesd.mcp.tools import Made, ToolError, Work
 from zocratesd.untrusted import fence
@@ -56,6 +56,10 @@ SESSION_BUSY: Final = 1001  # the daemon's "session busy" code (protocol/README.
 RESOURCE_NOT_FOUND: Final = -32002
 # What an item resource's fence says it holds (untrusted.py).
 ITEM_SOURCE: Final = "an item of the user's Zotero library"
+# How often `search_library` looks at the library's progress while its search waits for an index
+# still reading the library (the daemon waits a few seconds at most: core/catalogue.py
+# INDEX_WAIT_S); each step forward is a progress notification.
+INDEX_PROGRESS_POLL_S: Final = 0.25
 # A search's progress line: `Round 2: searched "..." (3 passages)` (engine/tools.py).
 _ROUND_RE: Final = re.compile(r"^Round (\d+):")
 # `tools/list`'s tools: the same on every call.
@@ -71,7 +75,7 @@ class ZocratesMcp(DaemonCalls):
 
     def __init__(self, link: DaemonLink) -> None:
         super().__init__(link)
-        turns: dict[str, Handler] = {"ask": self._ask, "resume": self._resume}
+        turns: dict[str, Handler] = {"ask": self._ask, "resume": self._resume, "search_library": self._search}
         # Every listed tool has a handler (a KeyError here names one that has none).
         self._handlers: dict[str, Handler] = {
             spec.name: turns[spec.name] if spec.name in turns else self._quick(tools.QUICK[spec.name])
@@ -119,6 +123,32 @@ class ZocratesMcp(DaemonCalls):
 
         return run
 
+    async def _search(self, ctx: ServerRequestContext[Any], a: SearchLibraryArgs) -> Made:
+        """search_library; while the daemon's search waits for a library still being read, the
+        client that asked for progress hears how far the index is."""
+        progress = Progress(ctx)
+        if not progress.wanted:
+            return await self.drive(tools.search_library(a))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._index_progress, progress)
+            made = await self.drive(tools.search_library(a))
+            tg.cancel_scope.cancel()
+        return made
+
+    async def _index_progress(self, progress: Progress) -> None:
+        """Report the index's progress until it has read the library (or the caller cancels this)."""
+        while True:
+            try:
+                reading = tools.library_reading(await self._call("_zocrates/library/status", {}))
+            except (RpcError, LinkDown, ConnectionLost):  # the search itself says what went wrong
+                return
+            if reading is None:
+                return
+            done, todo = reading["items_done"], reading["items_to_index"]
+            await progress.at(done, todo or None, f"waiting for the library index: {done:,} of {todo:,} items read"
+                              if todo else "waiting for the library index: listing the library's items")
+            await anyio.sleep(INDEX_PROGRESS_POLL_S)
+
     async def _ask(self, ctx: ServerRequestContext[Any], a: AskArgs) -> Made:
         client = await self.link.client()
         collection = await self._collection_key(a.collection) if a.collection else None
@@ -163,6 +193,7 @@ class ZocratesMcp(DaemonCalls):
         answer: list[str] = []
         found: dict[str, answers.Found] = {}
         rounds = 0
+        progress = Progress(ctx)
         self._asking[sid] = ctx
         try:
             async with turn:
@@ -176,14 +207,14 @@ class ZocratesMcp(DaemonCalls):
                     elif kind == "tool_call" and update.get("kind") == "search":
                         rounds += 1
                         query = (update.get("rawInput") or {}).get("query") if isinstance(update.get("rawInput"), dict) else None
-                        await _progress(ctx, rounds, f"search round {rounds}" + (f": {query}" if query else ""))
+                        await progress.step(f"search round {rounds}" + (f": {query}" if query else ""))
                     elif kind == "tool_call_update":
                         line = last_progress_line(update.get("content"))
                         if line:
                             # A checkpoint's extension goes on in the same call: its rounds come as lines.
                             m = _ROUND_RE.match(line)
                             rounds = max(rounds, int(m.group(1))) if m else rounds
-                            await _progress(ctx, rounds, line)
+                            await progress.step(line)
                         answers.collect(found, update.get("rawOutput"))
             result = turn.result
         except ConnectionLost:
@@ -302,12 +333,31 @@ class ZocratesMcp(DaemonCalls):
         ])
 
 
-async def _progress(ctx: ServerRequestContext[Any], n: int, message: str) -> None:
-    """A progress notification, when the client asked for them; a client gone meanwhile is not an error."""
-    try:
-        await ctx.session.report_progress(float(n), None, message[:300])
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, MCPError):
-        pass
+class Progress:
+    """One tool call's progress notifications, sent when its client asked for them (a
+    `progressToken`): each one's value above the one before, as MCP requires."""
+
+    def __init__(self, ctx: ServerRequestContext[Any]) -> None:
+        self.ctx = ctx
+        self.last: float | None = None
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.ctx.meta and self.ctx.meta.get("progress_token") is not None)
+
+    async def step(self, message: str) -> None:
+        """The next step: one above the last value sent."""
+        await self.at((self.last or 0.0) + 1.0, None, message)
+
+    async def at(self, value: float, total: float | None, message: str) -> None:
+        """`value` (of `total`), when it is above the last value sent; else nothing is sent."""
+        if self.last is not None and value <= self.last:
+            return
+        self.last = float(value)
+        try:  # a client gone meanwhile is not an error
+            await self.ctx.session.report_progress(float(value), total, message[:300])
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, MCPError):
+            pass
 
 
 # --- prompts ----------------------------------------------------------------------------------------

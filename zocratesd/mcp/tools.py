@@ -13,7 +13,7 @@ carries on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -50,6 +50,9 @@ DAEMON_CLIENT_INFO: Final = {"name": "zocratesd-mcp", "title": "Zocrates MCP ser
 DAEMON_CLIENT_CAPABILITIES: Final = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
 
 _KEY_RE: Final = whole(ITEM_KEY_PATTERN)
+# `_zocrates/library/status` states while the index is still reading the library (protocol/README.md):
+# what it answers then is only what is indexed so far.
+READING_STATES: Final = ("starting", "indexing")
 
 
 class ToolError(Exception):
@@ -130,7 +133,9 @@ def search_library(a: SearchLibraryArgs) -> Work:
         if value is not None:
             params[theirs] = value
     result = yield DaemonCall("_zocrates/library/search", params)
-    return Made(result, schemas.search_text(result))
+    if result.get("library_state") in READING_STATES:
+        result = yield from with_reading(result)
+    return Made(result, schemas.search_text(result, asked=a.query))
 
 
 def get_item(a: GetItemArgs) -> Work:
@@ -148,20 +153,39 @@ def item(key: str, library: str | None, *, fulltext: bool = False,
 
 
 # list_collections, list_tags and recent_items: the arguments given, or their defaults, are the
-# daemon's params, by the same names.
+# daemon's params, by the same names. While the library is still being read, their result says so
+# and how far (`library_status`): an empty list then is not an empty library.
 def list_collections(a: ListCollectionsArgs) -> Work:
-    result = yield DaemonCall("_zocrates/library/collections", a.model_dump(exclude_none=True))
+    result = yield from with_reading((yield DaemonCall("_zocrates/library/collections", a.model_dump(exclude_none=True))))
     return Made(result, schemas.collections_text(result))
 
 
 def list_tags(a: ListTagsArgs) -> Work:
-    result = yield DaemonCall("_zocrates/library/tags", a.model_dump(exclude_none=True))
+    result = yield from with_reading((yield DaemonCall("_zocrates/library/tags", a.model_dump(exclude_none=True))))
     return Made(result, schemas.tags_text(result))
 
 
 def recent_items(a: RecentItemsArgs) -> Work:
-    result = yield DaemonCall("_zocrates/library/items", a.model_dump(exclude_none=True))
+    result = yield from with_reading((yield DaemonCall("_zocrates/library/items", a.model_dump(exclude_none=True))))
     return Made(result, schemas.items_text(result))
+
+
+def with_reading(result: dict[str, Any]) -> Generator[DaemonCall, Any, dict[str, Any]]:
+    """`result` with the library's progress as `library_status` while the index is still reading
+    the library (from `_zocrates/library/status`), else as it is."""
+    reading = library_reading((yield DaemonCall("_zocrates/library/status", {})))
+    return {**result, "library_status": reading} if reading is not None else result
+
+
+def library_reading(status: Mapping[str, Any]) -> schemas.LibraryReading | None:
+    """What a result says of a library still being read (its status's state and counts), else None."""
+    if status.get("state") not in READING_STATES:
+        return None
+    return schemas.LibraryReading(
+        state=str(status["state"]), items_done=int(status.get("items_done") or 0),
+        items_to_index=int(status.get("items_to_index") or 0), items_total=int(status.get("items_total") or 0),
+        percent=float(status.get("percent") or 0.0), summary=status.get("summary"),
+    )
 
 
 def sessions(a: SessionsArgs) -> Work:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
 import sys
 from pathlib import Path
 from typing import Final
@@ -34,16 +35,32 @@ def setup_logging(data_dir: Path, level: str) -> None:
     fmt = EscapingFormatter(LOG_FORMAT)
     for h in list(root.handlers):
         root.removeHandler(h)
-    err = logging.StreamHandler(sys.stderr)
-    err.setFormatter(fmt)
-    root.addHandler(err)
+    path = locations.state_dir(data_dir) / locations.LOG_NAME
+    handlers: list[logging.Handler] = []
+    failure: OSError | None = None
     try:
         locations.ensure_private_dir(locations.state_dir(data_dir))
-        fileh = logging.handlers.RotatingFileHandler(
-            locations.state_dir(data_dir) / locations.LOG_NAME, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_COUNT
-        )
-        fileh.setFormatter(fmt)
-        root.addHandler(fileh)
+        handlers.append(logging.handlers.RotatingFileHandler(path, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_COUNT))
     except OSError as exc:  # a read-only data dir still gets a daemon, logging to stderr only
-        log.warning("cannot write the log file: %s", exc)
+        failure = exc
+    # A daemon started in the background (`zocratesd mcp`, `zocratesd stdio`, the client library:
+    # rpc/pump.py) has its stderr appended to this very file, so that what it says before logging
+    # is set up is kept there; a stderr handler as well would write every record into it twice.
+    if not (handlers and _is_file(sys.stderr, path)):
+        handlers.insert(0, logging.StreamHandler(sys.stderr))
+    for handler in handlers:
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+    if failure is not None:
+        log.warning("cannot write the log file: %s", failure)
     lograte.install(root)  # repeated warnings are rate-limited: nobody can flood the log (process/lograte.py)
+
+
+def _is_file(stream: object, path: Path) -> bool:
+    """Whether `stream` writes to the file at `path` (the same inode), as far as can be told."""
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        mine, theirs = os.fstat(fd), os.stat(path)
+    except (AttributeError, OSError, ValueError):
+        return False
+    return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)

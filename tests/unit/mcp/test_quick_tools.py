@@ -57,6 +57,20 @@ def test_search_library_maps_its_arguments_and_returns_text_and_structured_conte
     assert "Heads" in fenced_body(result["content"][0]["text"])
 
 
+def test_browse_results_say_how_far_a_library_still_being_read_is() -> None:
+    status = {"state": "indexing", "items_done": 200, "items_to_index": 800, "items_total": 800, "percent": 25.0,
+              "summary": "indexing 200 of 800 items"}
+    calls, result = drive(run("list_collections", {}), {"_zocrates/library/collections": {"collections": []},
+                                                        "_zocrates/library/status": status})
+    assert [c.method for c in calls] == ["_zocrates/library/collections", "_zocrates/library/status"]
+    text = fenced_body(result["content"][0]["text"])
+    assert text.startswith("(The Zotero library is still being read (indexing): 200 of 800 items indexed so far (25%)")
+    assert result["structuredContent"]["library_status"]["items_done"] == 200
+    _, ready = drive(run("list_collections", {}), {"_zocrates/library/collections": {"collections": []},
+                                                   "_zocrates/library/status": {"state": "ready"}})
+    assert fenced_body(ready["content"][0]["text"]) == "No collections." and "library_status" not in ready["structuredContent"]
+
+
 def test_a_daemon_error_is_a_tool_error_with_its_detail() -> None:
     refused = RpcError(-32002, "Not found", {"kind": "not_found", "message": "no item ABCDEFGH"})
     calls, result = drive(run("get_item", {"item_key": "ABCDEFGH"}), {"_zocrates/library/item": refused})
@@ -130,9 +144,9 @@ class FakeLink:
 
 @pytest.mark.anyio
 async def test_the_async_driver_retries_a_lost_read_once() -> None:
-    link = FakeLink([ConnectionLost("gone"), {"tags": [], "total": 0}])
+    link = FakeLink([ConnectionLost("gone"), {"tags": [], "total": 0}, {"state": "ready"}])
     result = _json(await ZocratesMcp(link).call("list_tags", {}, None))  # type: ignore[arg-type]
-    assert not result["isError"] and link.losses == 1
+    assert not result["isError"] and link.losses == 1 and not link.answers
     link = FakeLink([ConnectionLost("gone"), ConnectionLost("gone again")])
     result = _json(await ZocratesMcp(link).call("list_tags", {}, None))  # type: ignore[arg-type]
     assert result["isError"] and "connection to zocratesd was lost" in result["content"][0]["text"]
