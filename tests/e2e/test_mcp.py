@@ -180,9 +180,15 @@ async def test_every_tool_resource_and_prompt(world: Any) -> None:
 
         listed_sessions = ok(await call(s, "sessions", {"action": "list"}))["sessions"]
         assert [x["sessionId"] for x in listed_sessions] == [sid]
-        shown = ok(await call(s, "sessions", {"action": "show", "session_id": sid}))["session"]
+        shown_call = await call(s, "sessions", {"action": "show", "session_id": sid})
+        shown = ok(shown_call)["session"]
         assert [m["text"] for m in shown["messages"] if m["role"] == "user"] == [
             "What do transformer attention heads specialise in?", "Which syntax?"]
+        # The text a client shows: every entry has its text (the plan before a search is a thought,
+        # not an empty "## assistant" before the answer).
+        entries = shown_call.content[0].text.split("\n## ")[1:]  # type: ignore[union-attr]
+        assert entries and all(e.split("\n", 1)[1:] and e.split("\n", 1)[1].strip() for e in entries), entries
+        assert [e.split("\n", 1)[0] for e in entries].count("assistant") == 2, entries
         assert ok(await call(s, "sessions", {"action": "rename", "session_id": sid, "title": "Attention"}))["session"]["title"] == "Attention"
         assert ok(await call(s, "sessions", {"action": "delete", "session_id": sid}))["deleted"] == sid
         assert ok(await call(s, "sessions", {"action": "list"}))["sessions"] == []

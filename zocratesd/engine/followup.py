@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from zocratesd.engine.answer.question import QUESTION_WORDS, parse_question, terms_of
 from zocratesd.library.retrieval import STOPWORDS
@@ -65,6 +65,19 @@ class Previous:
     unsearched: tuple[str, ...] = ()  # its parts left unsearched (answered before they were)
 
 
+class FollowUpJson(TypedDict):
+    """A follow-up as the research snapshot keeps it (engine/research.py `Research.followup`)."""
+
+    asked: str
+    question: str
+    focus: str
+    rest: bool
+    previous_question: str
+    topic: str
+    items: list[str]
+    unsearched: list[str]
+
+
 @dataclass(frozen=True)
 class FollowUp:
     """A follow-up completed: `question` is searched (and answered) in its place."""
@@ -75,7 +88,7 @@ class FollowUp:
     previous: Previous
     rest: bool = False  # "search the rest": `question` is the previous turn's parts left unsearched
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> FollowUpJson:
         return {"asked": self.asked, "question": self.question, "focus": self.focus, "rest": self.rest,
                 "previous_question": self.previous.question, "topic": self.previous.topic,
                 "items": list(self.previous.items), "unsearched": list(self.previous.unsearched) if self.rest else []}

@@ -28,11 +28,12 @@ Rules:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
 from zocratesd.engine.answer.question import search_texts, terms_of, word_stems
+from zocratesd.engine.followup import FollowUpJson
 from zocratesd.library.retrieval import Hit, Passage, PassageJson, Scope, tokens
 from zocratesd.limits import MAX_GUIDANCE_CHARS
 
@@ -105,12 +106,12 @@ class Research:
     guidance: list[str] = field(default_factory=list)
     added_parts: list[str] = field(default_factory=list)  # guidance that named a new topic: parts of their own
     guided: int = 0  # how many of `guidance` were searched (in order)
-    followup: dict[str, Any] | None = None  # engine/followup.py `FollowUp.as_json()`: `query` completed from the turn before
+    followup: FollowUpJson | None = None  # `query` completed from the turn before (engine/followup.py)
     capped: bool = False  # the cap stopped it: synthesised without asking
 
     @classmethod
     def start(cls, *, invocation_id: str, branch: str | None, query: str, scope: Scope,
-              initial_budget: int, max_extensions: int, followup: dict[str, Any] | None = None) -> Research:
+              initial_budget: int, max_extensions: int, followup: FollowUpJson | None = None) -> Research:
         return cls(
             invocation_id=invocation_id, branch=branch, query=query, scope=scope, aspects=plan_aspects(query),
             budget=initial_budget, initial_budget=initial_budget, max_extensions=max_extensions, followup=followup,
@@ -332,7 +333,7 @@ class Research:
                 added_parts=[str(g) for g in raw.get("added_parts") or []],
                 # A snapshot without `guided` keeps its guidance among the aspects, searched as they are.
                 guided=int(raw.get("guided", len(raw.get("guidance") or []))),
-                followup=raw.get("followup") if isinstance(raw.get("followup"), dict) else None,
+                followup=cast("FollowUpJson", raw["followup"]) if isinstance(raw.get("followup"), dict) else None,
             )
         except (KeyError, TypeError, ValueError):
             return None

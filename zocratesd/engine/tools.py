@@ -191,9 +191,9 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
         ranked: list[tuple[Passage, float | None]] = [(p, None) for p in focal]
         ranked += [(p, s) for p, s in research.synthesis() if (p.item_key, p.page, p.text) not in seen]
         passages = _numbered(ranked)
-        follow_json = research.followup or {}
         record_evidence(state, invocation_id, [r.aspect for r in research.rounds] or [query], passages,
-                        question=research.query, topic=follow_json.get("topic"), unsearched=research.unaddressed)
+                        question=research.query, topic=research.followup.get("topic") if research.followup else None,
+                        unsearched=research.unaddressed)
         # The passages as found (the offline answerer quotes them verbatim); the model adapters
         # fence the whole result as untrusted text (models/fencing.py), and it says so itself.
         yield {"query": query, "scope": research.scope.mode, "passages": passages, "research": research.report(),

@@ -336,7 +336,12 @@ def sessions_text(result: dict[str, Any]) -> str:
     lines = [f"# {_t(session.get('title'))} ({session.get('id')})"]
     if action == "show":
         for m in session.get("messages") or []:
-            lines += [f"## {m.get('role')}", _t(m.get("text"))]
+            # A message with only a thought (the plan before a search) shows as one, never as an
+            # empty entry before the real answer.
+            if str(m.get("text") or "").strip():
+                lines += [f"## {m.get('role')}", _t(m.get("text"))]
+            elif str(m.get("thought") or "").strip():
+                lines += [f"## {m.get('role')} (thought)", _t(m.get("thought"))]
         if session.get("pending_hitl"):
             lines.append("\n[Research checkpoint pending: resume it with the resume tool]")
     return "\n".join(lines)
