@@ -154,10 +154,13 @@ def connect_to_daemon(
     proc = None
     log = locations.state_dir(data_dir) / locations.LOG_NAME
     log_start = _file_size(log)
-    if not locations.lock_is_held(locations.state_dir(data_dir) / locations.LOCK_NAME):
-        proc = _start_daemon(data_dir, serve_args or [])
+    lock = locations.state_dir(data_dir) / locations.LOCK_NAME
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
+        # The lock held: a daemon is starting (ours waits for it), or one is still exiting (killed
+        # a moment ago): once its lock is free and none serves, one is started.
+        if proc is None and not locations.lock_is_held(lock):
+            proc = _start_daemon(data_dir, serve_args or [])
         info = locations.live_daemon(data_dir)
         if info is not None:
             try:
@@ -168,9 +171,7 @@ def connect_to_daemon(
                 if proc is not None and on_start is not None:
                     on_start(info.pid, log)  # ours, or a sibling's that won the start: one runs now
                 return sock
-        if proc is not None and proc.poll() is not None and not locations.lock_is_held(
-            locations.state_dir(data_dir) / locations.LOCK_NAME
-        ):
+        if proc is not None and proc.poll() is not None and not locations.lock_is_held(lock):
             reason = _start_failure_reason(log, log_start)
             raise PumpError(f"zocratesd exited with status {proc.returncode} while starting{reason}; see {log}")
         time.sleep(POLL_INTERVAL_S)
