@@ -167,10 +167,14 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
             budget = chosen if isinstance(chosen, int) and not isinstance(chosen, bool) and chosen >= 1 else None
             # A follow-up that leaves its topic out ("And what about lifestyle?") is searched with
             # the previous turn's topic and papers (engine/followup.py); a complete question as asked.
-            follow = resolve(query, previous_turn(state, invocation_id))
+            scope = scope_from_state(state)
+            previous = previous_turn(state, invocation_id)
+            if previous is not None and scope.mode == "papers" and not set(scope.item_keys) & set(previous.items):
+                previous = None  # the user points at other papers now: they are what "they" means
+            follow = resolve(query, previous)
             research = Research.start(
                 invocation_id=invocation_id, branch=branch, query=follow.question if follow else query,
-                scope=scope_from_state(state), initial_budget=budget or limits.initial_budget,
+                scope=scope, initial_budget=budget or limits.initial_budget,
                 max_extensions=limits.max_extensions, followup=follow.as_json() if follow else None,
             )
         while not synthesize and (step := research.next_query()) is not None:
