@@ -74,7 +74,7 @@ describe("the XPI", () => {
       const built = await buildXpi({ out });
       const entries = readZip(await readFile(out));
       assert.deepEqual([...entries.keys()], built.entries);
-      for (const name of ["manifest.json", "bootstrap.js", "prefs.js", "bridge.js", "zocrates.js", "preferences.xhtml",
+      for (const name of ["manifest.json", "bootstrap.js", "prefs.js", "bridge.js", "writes.js", "zocrates.js", "preferences.xhtml",
         "preferences.js", "style.css", "locale/en-US/zocrates.ftl", "icons/zocrates.svg"]) {
         assert.ok(entries.has(name), `${name} missing from the XPI`);
         assert.deepEqual(entries.get(name), await readFile(join(PLUGIN, name)), `${name} differs from its source`);

@@ -2,9 +2,9 @@
 // Everything the plugin adds is added here or by what this loads, and taken away in shutdown:
 // the pane, toolbar button and menu item in each main window (ZocratesPlugin), the preferences pane
 // (unregistered by Zotero itself when the plugin shuts down), the bridge's timers and listeners, and
-// the bridge's JSWindowActor and its resource://zocrates/ mapping.
+// the bridge's JSWindowActor and its resource://zocrates/ mapping, and the write channel (writes.js).
 
-/* global ZocratesPlugin, ZocratesBridge */
+/* global ZocratesPlugin, ZocratesBridge, ZocratesWrites */
 
 function install() {}
 
@@ -14,6 +14,7 @@ async function startup({ id, version, rootURI }) {
   await Zotero.initializationPromise;
   Services.scriptloader.loadSubScript(`${rootURI}bridge.js`);
   Services.scriptloader.loadSubScript(`${rootURI}zocrates.js`);
+  Services.scriptloader.loadSubScript(`${rootURI}writes.js`); // uses bridge.js
   // The page runs in a content process: a JSWindowActor pair carries its messages (bridge.js).
   ZocratesBridge.registerActors(rootURI);
   ZocratesPlugin.init({ id, version, rootURI });
@@ -25,6 +26,8 @@ async function startup({ id, version, rootURI }) {
     image: `${rootURI}icons/zocrates.svg`,
   });
   ZocratesPlugin.addToAllWindows();
+  // Writes the daemon hands over reach Zotero whether or not the pane is open.
+  ZocratesWrites.start({ version });
   Zotero.debug(`Zocrates: started ${version}`);
 }
 
@@ -42,6 +45,8 @@ function shutdown() {
   // Also on application shutdown: removing our elements and timers is cheap and leaves nothing behind.
   if (typeof ZocratesPlugin !== "undefined") ZocratesPlugin.removeFromAllWindows();
   if (typeof ZocratesBridge !== "undefined") ZocratesBridge.unregisterActors();
+  // Ends its open poll at once; a write being performed finishes on its own.
+  if (typeof ZocratesWrites !== "undefined") ZocratesWrites.stop().catch((/** @type {any} */ err) => Zotero.logError(err));
 }
 
 function uninstall() {}

@@ -157,8 +157,8 @@ var ZocratesBridge = (function () {
     }
   }
 
-  /** The body of `response`, or null once it passes MAX_HEALTH_BYTES (the rest is not read). */
-  async function boundedText(/** @type {Response} */ response) {
+  /** The body of `response`, or null once it passes `maxBytes` (the rest is not read). */
+  async function boundedText(/** @type {Response} */ response, maxBytes = MAX_HEALTH_BYTES) {
     if (!response.body) return "";
     const reader = response.body.getReader();
     const chunks = [];
@@ -167,7 +167,7 @@ var ZocratesBridge = (function () {
       const { done, value } = await reader.read();
       if (done) break;
       size += value.byteLength;
-      if (size > MAX_HEALTH_BYTES) {
+      if (size > maxBytes) {
         reader.cancel().catch(() => {});
         return null;
       }
@@ -890,6 +890,7 @@ var ZocratesBridge = (function () {
     daemonJsonPath,
     readDaemonInfo,
     proveDaemon,
+    boundedText,
     parseZoteroURI,
     sanitizeNoteHTML,
     noteHTML,
