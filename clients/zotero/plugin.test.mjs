@@ -16,7 +16,7 @@ import { dirname, join, resolve } from "node:path";
 import zlib from "node:zlib";
 
 import { buildXpi, crc32 } from "./plugin/build.mjs";
-import { FIREFOX, Marionette, REPO, STEP_TIMEOUT_MS, Zocratesd, daemonEnv, launchFirefox, python, requireFirefox, stopProcess } from "./testkit.mjs";
+import { FIREFOX, Marionette, PLUGIN_SANDBOX, REPO, STEP_TIMEOUT_MS, Zocratesd, daemonEnv, launchFirefox, python, requireFirefox, stopProcess } from "./testkit.mjs";
 
 const PLUGIN = join(REPO, "clients", "zotero", "plugin");
 const TSC = join(REPO, "node_modules", ".bin", "tsc");
@@ -258,13 +258,8 @@ const Zotero = {
   debug() {},
   logError: (e) => calls.push({ call: "Zotero.logError", message: String(e) }),
 };
-const sandbox = Cu.Sandbox(Services.scriptSecurityManager.getSystemPrincipal(), {
-  sandboxName: "zocrates-test",
-  wantGlobalProperties: ["atob", "btoa", "Blob", "crypto", "CSS", "ChromeUtils", "DOMParser", "fetch", "File",
-    "FileReader", "TextDecoder", "TextEncoder", "URL", "URLSearchParams", "XMLHttpRequest"],
-});
-Object.assign(sandbox, { Zotero, ChromeWorker, IOUtils, Localization, PathUtils, Services, Worker, XMLSerializer,
-  setTimeout, clearTimeout, setInterval, clearInterval, requestIdleCallback, cancelIdleCallback });
+${PLUGIN_SANDBOX}
+const sandbox = pluginSandbox("zocrates-test", Zotero);
 Services.scriptloader.loadSubScript(rootURI + "bridge.js", sandbox);
 sandbox.ZocratesBridge.registerActors(rootURI);
 const box = document.createXULElement("vbox");

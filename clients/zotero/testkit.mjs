@@ -129,6 +129,22 @@ export async function launchFirefox(options = {}) {
   return puppeteer.launch({ browser: "firefox", executablePath: FIREFOX, headless: true, ...options });
 }
 
+/** Chrome JavaScript (to put in a Marionette script) defining `pluginSandbox(name, Zotero)`: a sandbox
+ *  as Zotero.Plugins makes a plugin's (plugins.js, _loadScope: its global properties and the globals
+ *  it copies in), with IOUtils and PathUtils (which the plugin's scripts use) and `Zotero` the stand-in. */
+export const PLUGIN_SANDBOX = `
+function pluginSandbox(name, Zotero) {
+  const sandbox = Cu.Sandbox(Services.scriptSecurityManager.getSystemPrincipal(), {
+    sandboxName: name,
+    wantGlobalProperties: ["atob", "btoa", "Blob", "crypto", "CSS", "ChromeUtils", "DOMParser", "fetch", "File",
+      "FileReader", "TextDecoder", "TextEncoder", "URL", "URLSearchParams", "XMLHttpRequest"],
+  });
+  Object.assign(sandbox, { Zotero, ChromeWorker, IOUtils, Localization, PathUtils, Services, Worker, XMLSerializer,
+    setTimeout, clearTimeout, setInterval, clearInterval, requestIdleCallback, cancelIdleCallback });
+  return sandbox;
+}
+`;
+
 /** A minimal Marionette client (Gecko's own remote protocol, in Firefox and in Zotero alike): the
  *  only way to run code in a chrome window, where Zotero runs plugins. Frames are `<length>:<json>`. */
 export class Marionette {

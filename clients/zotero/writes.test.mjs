@@ -13,7 +13,7 @@ import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { FIREFOX, Marionette, REPO, STEP_TIMEOUT_MS, requireFirefox, stopProcess } from "./testkit.mjs";
+import { FIREFOX, Marionette, PLUGIN_SANDBOX, REPO, STEP_TIMEOUT_MS, requireFirefox, stopProcess } from "./testkit.mjs";
 
 const PLUGIN = join(REPO, "clients", "zotero", "plugin");
 const PROOF_LABEL = "zocratesd-health-proof:";
@@ -155,7 +155,7 @@ const BASE_FIELDS = new Map([["5:1", 8]]); // a case's title is its caseName
 const CREATOR_TYPES = new Map([["author", 1], ["editor", 2], ["counsel", 3]]);
 const TYPE_CREATORS = new Map([[3, [1, 2]], [4, [1, 2]], [5, [3]]]);
 const PRIMARY_CREATOR = new Map([[3, 1], [4, 1], [5, 3]]);
-let store, nextID;
+let store, nextID, libraries;
 
 // Zotero's rules that matter here: libraryID before key, a key only once and only Zotero's alphabet,
 // one object per key and library (the database's UNIQUE constraint), fields only for their type.
@@ -200,11 +200,13 @@ class Item extends DataObject {
   isTopLevelItem() { return !this._parentID; }
   get parentID() { return this._parentID; }
   set parentID(v) { this._parentID = v; this.dirty = true; }
-  hasTag(t) { return this._tags.some((x) => x.tag === t); }
+  // Zotero reads an item's tags and collections only once its library's items are loaded (_requireData).
+  _requireData(what) { if (!libraries[this._libraryID].loaded.has("item")) throw new Error("Item " + this._key + "'s " + what + " are not loaded"); }
+  hasTag(t) { this._requireData("tags"); return this._tags.some((x) => x.tag === t); }
   getTags() { return this._tags.map((x) => ({ ...x })); }
   addTag(t, type = 0) { if (this.hasTag(t)) return false; this._tags.push({ tag: t, type }); this.dirty = true; return true; }
   removeTag(t) { const n = this._tags.length; this._tags = this._tags.filter((x) => x.tag !== t); this.dirty ||= n !== this._tags.length; return n !== this._tags.length; }
-  inCollection(id) { return this._collections.includes(id); }
+  inCollection(id) { this._requireData("collections"); return this._collections.includes(id); }
   _collectionID(idOrKey) {
     const c = store.collections.find((c) => c.id === idOrKey || (c.libraryID === this._libraryID && c.key === idOrKey));
     if (!c) throw new Error("Invalid collection '" + idOrKey + "'");
@@ -264,6 +266,11 @@ function seed(object, fields) {
 // The library every test starts from: two papers (one tagged "read" and in the Thesis collection),
 // an attachment of the first, a collection; a group library; a read-only group library.
 function reset() {
+  // The user library is loaded at Zotero's start; a group library's items when first used.
+  libraries = Object.fromEntries([[1, true], [2, true], [3, false]].map(([libraryID, editable]) => [libraryID, {
+    libraryID, editable, loaded: new Set(libraryID === 1 ? ["item", "collection"] : []),
+    async waitForDataLoad(type) { this.loaded.add(type); },
+  }]));
   store = { items: [], collections: [] };
   nextID = 100;
   saves.length = 0;
@@ -279,7 +286,7 @@ const find = (kind) => async (libraryID, key) => store[kind].find((o) => o.libra
 const Zotero = {
   version: "9.0.99-stand-in",
   DataDirectory: { dir: dataDir },
-  Libraries: { userLibraryID: 1, get: (id) => ({ 1: { libraryID: 1, editable: true }, 2: { libraryID: 2, editable: true }, 3: { libraryID: 3, editable: false } })[id] || false },
+  Libraries: { userLibraryID: 1, get: (id) => libraries[id] || false },
   Groups: { getLibraryIDFromGroupID: (groupID) => ({ 4001: 2, 4002: 3 })[groupID] || false },
   Items: { getByLibraryAndKeyAsync: find("items") },
   Collections: { getByLibraryAndKeyAsync: find("collections") },
@@ -299,13 +306,8 @@ const Zotero = {
   debug: (line) => debug.push(String(line)),
   logError: (e) => debug.push("logError: " + String(e && e.message || e)),
 };
-const sandbox = Cu.Sandbox(Services.scriptSecurityManager.getSystemPrincipal(), {
-  sandboxName: "zocrates-writes-test",
-  wantGlobalProperties: ["atob", "btoa", "Blob", "crypto", "CSS", "ChromeUtils", "DOMParser", "fetch", "File",
-    "FileReader", "TextDecoder", "TextEncoder", "URL", "URLSearchParams", "XMLHttpRequest"],
-});
-Object.assign(sandbox, { Zotero, ChromeWorker, IOUtils, Localization, PathUtils, Services, Worker, XMLSerializer,
-  setTimeout, clearTimeout, setInterval, clearInterval, requestIdleCallback, cancelIdleCallback });
+${PLUGIN_SANDBOX}
+const sandbox = pluginSandbox("zocrates-writes-test", Zotero);
 Services.scriptloader.loadSubScript(rootURI + "bridge.js", sandbox);
 Services.scriptloader.loadSubScript(rootURI + "writes.js", sandbox);
 const state = () => ({
@@ -417,6 +419,9 @@ describe("the plugin's write channel in Gecko, as Zotero runs it", () => {
     { operation: { type: "add_item", new_key: "NEWCASEA", collection: null, library: "groups/4001", item: { item_type: "case", title: "Roe", creators: [], fields: {} } },
       plan: { created_items: ["NEWCASEA"] },
       check: (z) => assert.deepEqual([z.items["2/NEWCASEA"].itemType, z.items["2/NEWCASEA"].fields], ["case", { caseName: "Roe" }]) },
+    { operation: { type: "tag_items", items: ["GRPPAPER"], tags: ["group"], library: "groups/4001" },
+      plan: { tags_added: { GRPPAPER: ["group"] } },
+      check: (z) => assert.deepEqual(z.items["2/GRPPAPER"].tags, ["group"]) },
     { operation: { type: "trash", items: ["PAPERBBB"], collections: ["THESISCC"], library: "user" },
       plan: {},
       check: (z) => assert.deepEqual([z.items["1/PAPERBBB"].deleted, z.collections["1/THESISCC"].deleted, z.items["1/PAPERAAA"].deleted], [true, true, false]) },

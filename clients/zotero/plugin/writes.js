@@ -254,8 +254,9 @@ var ZocratesWrites = (function () {
 
   // ---- Zotero -------------------------------------------------------------------------------
 
-  /** Zotero's libraryID for "user" or "groups/N", if it can be written. */
-  function writableLibraryID(/** @type {string} */ library) {
+  /** Zotero's libraryID for "user" or "groups/N", if it can be written, once Zotero has loaded its
+   *  objects (a group library's may load only when first used; an item's tags read before then throw). */
+  async function writableLibraryID(/** @type {string} */ library) {
     let libraryID;
     if (library === "user") {
       libraryID = Zotero.Libraries.userLibraryID;
@@ -266,6 +267,8 @@ var ZocratesWrites = (function () {
     }
     const found = Zotero.Libraries.get(libraryID);
     if (!found || !found.editable) refuse(`the library ${library} is read-only in Zotero`);
+    await found.waitForDataLoad("collection");
+    await found.waitForDataLoad("item");
     return libraryID;
   }
 
@@ -301,7 +304,7 @@ var ZocratesWrites = (function () {
    * @returns {Promise<Prepared>}
    */
   async function prepare(op) {
-    const libraryID = writableLibraryID(op.library);
+    const libraryID = await writableLibraryID(op.library);
     switch (op.type) {
       case "tag_items":
       case "untag_items":
@@ -575,7 +578,9 @@ var ZocratesWrites = (function () {
       const request = await this.poll(daemon);
       if (!request) return;
       const answered = await answer(request, this.scope);
-      if (answered && !this.stopped) await this.post(daemon, answered.id, answered.body);
+      // A request that cannot be answered is not asked again at once by a daemon that works: wait.
+      if (!answered) await this.pause(this.nextBackoff(), daemon.signature);
+      else if (!this.stopped) await this.post(daemon, answered.id, answered.body);
     }
 
     /** Log a state once, not at every retry. */
