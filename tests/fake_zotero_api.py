@@ -368,27 +368,6 @@ class FakeZoteroApi:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802
-                self._serve("GET")
-
-            def do_POST(self) -> None:  # noqa: N802
-                self._serve("POST")
-
-            def do_PUT(self) -> None:  # noqa: N802
-                self._serve("PUT")
-
-            def do_PATCH(self) -> None:  # noqa: N802
-                self._serve("PATCH")
-
-            def do_DELETE(self) -> None:  # noqa: N802
-                self._serve("DELETE")
-
-            def do_HEAD(self) -> None:  # noqa: N802
-                self._serve("HEAD")
-
-            def do_OPTIONS(self) -> None:  # noqa: N802
-                self._serve("OPTIONS")
-
             def _serve(self, method: str) -> None:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 length = headers.get("content-length", "")
@@ -450,6 +429,8 @@ class FakeZoteroApi:
                 self.end_headers()
                 self.wfile.write(body)
 
+        for method in ("GET", *WRITE_METHODS, "HEAD", "OPTIONS"):  # BaseHTTPRequestHandler calls do_<METHOD>
+            setattr(Handler, f"do_{method}", lambda h, m=method: h._serve(m))
         return Handler
 
     def check_get(self, url: SplitResult, headers: dict[str, str]) -> bool | tuple[int, dict[str, str], bytes]:
@@ -668,6 +649,18 @@ class FakeZoteroApi:
         return True
 
     @staticmethod
+    def _check_object_version(kind: str, existing: dict[str, Any], headers: dict[str, str]) -> None:
+        """If-Unmodified-Since-Version against the object's own version (LAPI l.2177-2192, l.2318-2333)."""
+        header = headers.get("if-unmodified-since-version")
+        if header is None:
+            raise _Fail(428, "If-Unmodified-Since-Version not provided")
+        expected = _js_int(header)
+        if expected is None or expected < 0:
+            raise _Fail(400, "Invalid If-Unmodified-Since-Version value")
+        if existing["version"] > expected:
+            raise _Fail(412, f"{kind} has been modified since specified version (expected {expected}, found {existing['version']})")
+
+    @staticmethod
     def _parse_body(data: Any) -> Any:
         # LAPI l.744-761
         if data is None or data == "":
@@ -761,15 +754,10 @@ class FakeZoteroApi:
                 if expected != existing["version"]:
                     return self._text(412, f"{kind} version mismatch: expected {expected}, found {existing['version']}")
             else:
-                header = headers.get("if-unmodified-since-version")
-                if header is None:
-                    return self._text(428, "If-Unmodified-Since-Version not provided")
-                expected = _js_int(header)
-                if expected is None or expected < 0:
-                    return self._text(400, "Invalid If-Unmodified-Since-Version value")
-                if existing["version"] > expected:
-                    return self._text(412, f"{kind} has been modified since specified version "
-                                           f"(expected {expected}, found {existing['version']})")
+                try:
+                    self._check_object_version(kind, existing, headers)
+                except _Fail as e:
+                    return self._text(e.status, e.message)
             if patch:
                 body = {**existing["data"], **body}
         elif kind == "item" and not body.get("itemType"):
@@ -796,14 +784,10 @@ class FakeZoteroApi:
         existing = self._find(kind, key)
         if existing is None:
             return self._text(404, "Not found")
-        header = headers.get("if-unmodified-since-version")
-        if header is None:
-            return self._text(428, "If-Unmodified-Since-Version not provided")
-        expected = _js_int(header)
-        if expected is None or expected < 0:
-            return self._text(400, "Invalid If-Unmodified-Since-Version value")
-        if existing["version"] > expected:
-            return self._text(412, f"{kind} has been modified since specified version (expected {expected}, found {existing['version']})")
+        try:
+            self._check_object_version(kind, existing, headers)
+        except _Fail as e:
+            return self._text(e.status, e.message)
         injected = self._take_injected()
         if injected == "fail":
             return 500, {}, b""
