@@ -1063,6 +1063,9 @@ class FakeZoteroApi:
                 objs = [i for i in self.items if trashed or not i["data"].get("deleted")]
             if rest[-1] == "top":
                 objs = [i for i in objs if not i["data"].get("parentItem")]
+            if "itemKey" in q:  # LAPI l.1117-1128: only these keys (of the listing the path names)
+                wanted = set(q["itemKey"].split(","))
+                objs = [i for i in objs if i["key"] in wanted]
         elif len(rest) == 3 and rest[0] == "collections" and rest[2] == "items":
             objs = [i for i in self.items if rest[1] in i["data"].get("collections", ()) and (trashed or not i["data"].get("deleted"))]
         elif len(rest) == 3 and rest[0] == "items" and rest[2] == "children":

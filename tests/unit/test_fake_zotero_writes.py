@@ -446,3 +446,8 @@ def test_requests_are_recorded_with_headers_and_body(zot: FakeZoteroApi, http: h
     last = zot.received[-1]
     assert (last.method, last.path, last.headers["zotero-api-key"], last.json()[0]["title"]) == (
         "POST", "/api/users/0/items", h["Zotero-API-Key"], "Rec")
+
+
+def test_item_key_narrows_a_listing_to_those_items(zot: FakeZoteroApi, http: httpx.Client) -> None:
+    r = http.get("/api/users/0/items", params={"itemKey": f"{PAPER},KARPDPR1", "includeTrashed": "1"})
+    assert sorted(o["key"] for o in r.json()) == ["KARPDPR1", PAPER]  # LAPI l.1117-1128

@@ -230,7 +230,8 @@ class ZoteroLocalApi:
                                      {"itemKey": ",".join(keys), "includeTrashed": "1", "format": "json"})
         if not isinstance(found, list):
             raise NotNow("Zotero's answer to a read was not a list of items")
-        data: dict[str, ItemData] = {o["key"]: o["data"] for o in found if isinstance(o, dict) and isinstance(o.get("data"), dict)}
+        data: dict[str, ItemData] = {o["key"]: o["data"] for o in found
+                                     if isinstance(o, dict) and o.get("key") in keys and isinstance(o.get("data"), dict)}
         missing = [k for k in keys if k not in data]
         if missing and not missing_ok:
             raise Refused(f"no item {', '.join(missing)} in your Zotero library any more; nothing was written")
