@@ -37,8 +37,7 @@ from zocratesd.logtext import escape_for_log
 from zocratesd.rpc.peer import Peer
 from zocratesd.rpc.updates import checkpoint_call_id, config_options, session_info, to_acp
 from zocratesd.updates import ConfigOptions, MessageChunk
-from zocratesd.writes import WriteRecord, operations
-from zocratesd.writes.operations import Citation, Creator, ItemFields, Operation
+from zocratesd.writes import WriteRecord, write_json
 
 if TYPE_CHECKING:
     from zocratesd.rpc import models
@@ -638,51 +637,38 @@ class Agent:
 
     # --- _zocrates/writes/*: writes into Zotero ---------------------------------------------------
 
-    async def _submit(self, conn: Connection, params: models.WriteParams, op: Operation) -> object:
+    async def _submit(self, conn: Connection, params: models.WriteParams) -> object:
         record = await self.daemon.writes.submit(
-            op, session_id=params.session_id, face=face_name(conn), consented=params.confirm)
+            await params.operation(self.daemon.writes), session_id=params.session_id, face=face_name(conn),
+            consented=params.confirm)
         return self._write_json(record)
 
     def _write_json(self, record: WriteRecord) -> object:
-        out = record.to_json()
-        if record.state == "queued" and self.daemon.writes.waiting_for:
-            out["error"] = self.daemon.writes.waiting_for
-        return out
+        return write_json(record, self.daemon.writes.waiting_for)
 
     @acp_method("_zocrates/writes/save_note")
     async def write_note(self, conn: Connection, params: models.SaveNoteParams) -> object:
-        citations = [Citation(c.key, c.title, c.page, c.library) for c in params.citations]
-        op = await self.daemon.writes.save_note(
-            params.markdown, parent=params.parent_item, collection=params.collection, citations=citations,
-            library=params.library)
-        return await self._submit(conn, params, op)
+        return await self._submit(conn, params)
 
     @acp_method("_zocrates/writes/tag")
     async def write_tags(self, conn: Connection, params: models.TagItemsParams) -> object:
-        return await self._submit(conn, params, operations.tag_items(params.item_keys, params.tags, library=params.library))
+        return await self._submit(conn, params)
 
     @acp_method("_zocrates/writes/untag")
-    async def write_untag(self, conn: Connection, params: models.TagItemsParams) -> object:
-        return await self._submit(conn, params, operations.untag_items(params.item_keys, params.tags, library=params.library))
+    async def write_untag(self, conn: Connection, params: models.UntagItemsParams) -> object:
+        return await self._submit(conn, params)
 
     @acp_method("_zocrates/writes/add_to_collection")
     async def write_collect(self, conn: Connection, params: models.CollectParams) -> object:
-        op = await self.daemon.writes.add_to_collection(params.item_keys, params.collection, library=params.library)
-        return await self._submit(conn, params, op)
+        return await self._submit(conn, params)
 
     @acp_method("_zocrates/writes/create_collection")
     async def write_collection(self, conn: Connection, params: models.CreateCollectionParams) -> object:
-        op = await self.daemon.writes.create_collection(params.name, parent=params.parent, library=params.library)
-        return await self._submit(conn, params, op)
+        return await self._submit(conn, params)
 
     @acp_method("_zocrates/writes/add_item")
     async def write_item(self, conn: Connection, params: models.AddItemParams) -> object:
-        fields = None
-        if params.item_type or params.title:
-            creators = tuple(Creator(c.creator_type, c.first_name, c.last_name, c.name) for c in params.creators)
-            fields = ItemFields(params.item_type or "journalArticle", params.title or "", creators, dict(params.fields))
-        op = await self.daemon.writes.add_item(item=fields, csl=params.csl, collection=params.collection, library=params.library)
-        return await self._submit(conn, params, op)
+        return await self._submit(conn, params)
 
     @acp_method("_zocrates/writes/confirm")
     async def write_confirm(self, conn: Connection, params: models.ConfirmWriteParams) -> object:

@@ -47,6 +47,9 @@ from zocratesd.limits import (
     SESSION_ID_PATTERN,
     WRITE_ID_PATTERN,
 )
+from zocratesd.writes import Writes
+from zocratesd.writes import operations as ops
+from zocratesd.writes.operations import Operation
 
 
 class Model(BaseModel):
@@ -741,7 +744,8 @@ WriteId = Field(pattern=WRITE_ID_PATTERN, description="A write's id (as a write 
 
 
 class WriteParams(Params):
-    """What every method that proposes a write takes besides the operation."""
+    """What every method that proposes a write takes besides the operation. Each subclass makes its
+    operation (`operation`): one place for every face that takes these params (JSON-RPC, HTTP)."""
 
     session_id: str | None = Field(
         None, pattern=SESSION_ID_PATTERN, description="The session the write belongs to (`undo` per session).")
@@ -750,6 +754,9 @@ class WriteParams(Params):
         "without asking again. False: the write waits in `awaiting_consent` for `_zocrates/writes/confirm`, unless "
         "writes.mode is `allow` or its kind was allowed always."))
     library: str = WriteLibrary
+
+    async def operation(self, writes: Writes) -> Operation:
+        raise NotImplementedError
 
 
 class CitationRef(Model):
@@ -767,20 +774,39 @@ class SaveNoteParams(WriteParams):
     citations: list[CitationRef] = Field(default_factory=list, max_length=MAX_WRITE_ITEMS,
                                          description="Sources listed under the note with links that select them in Zotero.")
 
+    async def operation(self, writes: Writes) -> Operation:
+        citations = [ops.Citation(c.key, c.title, c.page, c.library) for c in self.citations]
+        return await writes.save_note(self.markdown, parent=self.parent_item, collection=self.collection,
+                                      citations=citations, library=self.library)
+
 
 class TagItemsParams(WriteParams):
     item_keys: list[str] = ItemKeys
     tags: list[str] = Field(min_length=1, max_length=MAX_WRITE_TAGS)
+
+    async def operation(self, writes: Writes) -> Operation:
+        return ops.tag_items(self.item_keys, self.tags, library=self.library)
+
+
+class UntagItemsParams(TagItemsParams):
+    async def operation(self, writes: Writes) -> Operation:
+        return ops.untag_items(self.item_keys, self.tags, library=self.library)
 
 
 class CollectParams(WriteParams):
     item_keys: list[str] = ItemKeys
     collection: str = Field(max_length=MAX_COLLECTION_REF_CHARS, description='The collection: its key, name or "Parent / Child" path.')
 
+    async def operation(self, writes: Writes) -> Operation:
+        return await writes.add_to_collection(self.item_keys, self.collection, library=self.library)
+
 
 class CreateCollectionParams(WriteParams):
     name: str = Field(min_length=1, max_length=MAX_COLLECTION_NAME_CHARS)
     parent: str | None = Field(None, max_length=MAX_COLLECTION_REF_CHARS, description="The parent collection (key, name or path).")
+
+    async def operation(self, writes: Writes) -> Operation:
+        return await writes.create_collection(self.name, parent=self.parent, library=self.library)
 
 
 class CreatorModel(Model):
@@ -799,6 +825,13 @@ class AddItemParams(WriteParams):
     csl: dict[str, object] | None = Field(
         None, description="The item as CSL-JSON instead of the fields above (what Crossref and citation tools give).")
     collection: str | None = Field(None, max_length=MAX_COLLECTION_REF_CHARS, description="A collection to file it in (key, name or path).")
+
+    async def operation(self, writes: Writes) -> Operation:
+        fields = None
+        if self.item_type or self.title:
+            creators = tuple(ops.Creator(c.creator_type, c.first_name, c.last_name, c.name) for c in self.creators)
+            fields = ops.ItemFields(self.item_type or "journalArticle", self.title or "", creators, dict(self.fields))
+        return await writes.add_item(item=fields, csl=self.csl, collection=self.collection, library=self.library)
 
 
 class WriteIdParams(Params):
@@ -883,7 +916,7 @@ METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "_zocrates/library/items": (LibraryItemsParams, LibraryItemsResult),
     "_zocrates/writes/save_note": (SaveNoteParams, WriteResult),
     "_zocrates/writes/tag": (TagItemsParams, WriteResult),
-    "_zocrates/writes/untag": (TagItemsParams, WriteResult),
+    "_zocrates/writes/untag": (UntagItemsParams, WriteResult),
     "_zocrates/writes/add_to_collection": (CollectParams, WriteResult),
     "_zocrates/writes/create_collection": (CreateCollectionParams, WriteResult),
     "_zocrates/writes/add_item": (AddItemParams, WriteResult),

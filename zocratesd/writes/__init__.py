@@ -19,7 +19,15 @@ from zocratesd.writes.paths import WritePath
 from zocratesd.writes.plugin import PluginChannel
 from zocratesd.writes.service import Writes
 
-__all__ = ["PluginChannel", "WritePath", "WriteRecord", "Writes", "zotero_paths"]
+__all__ = ["PluginChannel", "WritePath", "WriteRecord", "Writes", "write_json", "zotero_paths"]
+
+
+def write_json(record: WriteRecord, waiting_for: str | None) -> dict[str, object]:
+    """A write as every face sends it; a queued one says what it waits for."""
+    out = record.to_json()
+    if record.state == "queued" and waiting_for:
+        out["error"] = waiting_for
+    return out
 
 
 def zotero_paths(plugin: PluginChannel, base_url: str, state_dir: Path) -> list[WritePath]:
