@@ -13,10 +13,10 @@ from typing import Any
 
 import httpx
 import pytest
+from rawrpc import RawConn
 from shimhttp import Shim
 from test_library import wait_ready
 from test_writes import writes_daemon
-from rawrpc import RawConn
 
 pytestmark = pytest.mark.e2e
 
