@@ -31,6 +31,7 @@ SESSION_BUSY: Final = 1001
 OVERLOADED: Final = 1002
 MODEL_ERROR: Final = 1003
 CHECKPOINT_NOT_PENDING: Final = 1004
+WRITE_REFUSED: Final = 1005
 
 
 class ErrorCode(msgspec.Struct, frozen=True):
@@ -56,6 +57,7 @@ ERROR_CODES: Final[dict[int, ErrorCode]] = {
         ErrorCode(OVERLOADED, "Overloaded", "overloaded"),
         ErrorCode(MODEL_ERROR, "Model error", "model_error"),
         ErrorCode(CHECKPOINT_NOT_PENDING, "Checkpoint not pending", "checkpoint_not_pending"),
+        ErrorCode(WRITE_REFUSED, "Write refused", "write_refused"),
     )
 }
 # A code not in the table (one a peer sent us, or a newer daemon's) still gets a message and a kind.

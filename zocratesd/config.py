@@ -287,6 +287,15 @@ class LibraryConfig(_Section):
         self.local_api_url = self.local_api_url.rstrip("/")
 
 
+class WritesConfig(_Section):
+    """Writes into Zotero (notes, tags, collections, new items; zocratesd/writes), always through
+    Zotero itself, at `library.local_api_url`'s server. `ask`: each write waits for a yes in the face
+    that asked (a kind can be allowed always from there); `allow`: written without asking (still
+    recorded, still undoable); `off`: refused."""
+
+    mode: Literal["ask", "allow", "off"] = "ask"
+
+
 class RpcConfig(_Section):
     # 16 MiB: large enough for a prompt with many embedded snippets, small enough that a runaway
     # client cannot make the daemon buffer without bound (rust-sdk #342 argues for a finite cap).
@@ -309,6 +318,7 @@ class ZocratesConfig(msgspec.Struct, forbid_unknown_fields=True):
     http: HttpConfig = field(default_factory=HttpConfig)
     rpc: RpcConfig = field(default_factory=RpcConfig)
     library: LibraryConfig = field(default_factory=LibraryConfig)
+    writes: WritesConfig = field(default_factory=WritesConfig)
 
     def __post_init__(self) -> None:
         if getattr(_converting, "on", False):

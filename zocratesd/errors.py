@@ -67,6 +67,12 @@ class CheckpointNotPending(ZocratesError):
     kind = "checkpoint_not_pending"
 
 
+class WriteRefused(ZocratesError):
+    """A write into Zotero that will not be made: writes are off in the config. Nothing was written."""
+
+    kind = "write_refused"
+
+
 class InvalidInput(ZocratesError):
     """A value from a client failed validation (bad id, bad title, ...)."""
 

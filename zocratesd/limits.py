@@ -109,3 +109,20 @@ MAX_OFFSET: Final = 2**53 - 1
 # How often the library indexer looks for changes in Zotero (library.poll_interval_s): a look is
 # two stat() calls, and an edit is searchable within about this plus the time it takes to index.
 DEFAULT_POLL_INTERVAL_S: Final = 2.0
+
+# Writes into Zotero (zocratesd/writes). Zotero's API takes at most 50 objects per write request,
+# so one write touches at most that many items and is one request (its undo too).
+MAX_WRITE_ITEMS: Final = 50
+# Zotero's sync server refuses tags over 255 characters (a tag written locally would never sync).
+MAX_TAG_CHARS: Final = 255
+# Tags one write adds or removes: a handful, not a vocabulary.
+MAX_WRITE_TAGS: Final = 20
+# A note is an answer or a summary; this is a book.
+MAX_NOTE_CHARS: Final = 200_000
+MAX_COLLECTION_NAME_CHARS: Final = 255
+# A new item's field (an abstract is the longest) and its creators.
+MAX_FIELD_CHARS: Final = 10_000
+MAX_CREATORS: Final = 100
+# A write's id as the journal makes it ("w-" and 12 hex digits); a longer one is no write of ours.
+WRITE_ID_PATTERN: Final = r"^w-[0-9a-f]{12}$"
+WRITE_ID_RE: Final = whole(WRITE_ID_PATTERN)

@@ -42,7 +42,9 @@ from zocratesd import locations
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = {"search_library", "get_item", "list_collections", "list_tags", "recent_items", "ask", "resume", "sessions"}
+READ_TOOLS = {"search_library", "get_item", "list_collections", "list_tags", "recent_items"}
+WRITE_TOOLS = {"save_note", "tag_items", "untag_items", "add_to_collection", "create_collection", "add_item", "confirm_write", "undo"}
+TOOLS = READ_TOOLS | {"ask", "resume", "sessions"} | WRITE_TOOLS
 # Two parts with a research budget of one round: the turn pauses at a checkpoint.
 TWO_PARTS = "What do transformer attention heads specialise in? How does axolotl regeneration work?"
 
@@ -121,7 +123,7 @@ async def test_every_tool_resource_and_prompt(world: Any) -> None:
         listed = (await s.list_tools()).tools
         assert {t.name for t in listed} == TOOLS
         assert all(t.output_schema and t.input_schema["type"] == "object" for t in listed)
-        assert {t.name for t in listed if t.annotations and t.annotations.read_only_hint} == TOOLS - {"ask", "resume", "sessions"}
+        assert {t.name for t in listed if t.annotations and t.annotations.read_only_hint} == READ_TOOLS
         await ready(s)
 
         found = ok(await call(s, "search_library", {"query": "transformer attention heads", "top_k": 3}))

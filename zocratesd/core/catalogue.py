@@ -276,6 +276,21 @@ class Catalogue:
             raise NotFound(f"no item {key}{where} in the library index" + self._no_index_hint(), itemKey=key)
         return found
 
+    async def titles(self, library: str, keys: Sequence[str]) -> dict[str, str]:
+        """The titles of items about to be written to; NotFound for keys the library index does not hold."""
+        lib = check_library(library) or "user"
+        await self._check_known(lib, keys)
+        if self.library is None:
+            return {}
+        return await self.library.read(lambda conn: catalog.titles(conn, lib, keys)) or {}
+
+    async def collection_name(self, library: str, key: str) -> str | None:
+        """The name of a collection of the library index (None when it holds none with that key)."""
+        lib = check_library(library) or "user"
+        if self.library is None:
+            return None
+        return await self.library.read(lambda conn: catalog.collection_name(conn, lib, key))
+
     async def collection_list(self, library: str | None = None) -> list[dict[str, object]]:
         lib = check_library(library)
         if self.library is None:

@@ -9,7 +9,9 @@ It delegates each concern to a service of its own:
 - core/catalogue.py: the library (its retriever, status, suggestions, search and browsing);
 - core/session_config.py and core/settings.py: a session's settings and the daemon's;
 - core/validation.py: the domain rules every argument is checked against;
-- core/startup.py: where the engine's start stands; core/engine_side.py: what needs the engine.
+- core/startup.py: where the engine's start stands; core/engine_side.py: what needs the engine;
+- writes (its own package): writes into Zotero, consented, recorded, undoable (`daemon.writes`), and
+  the plugin's channel they reach Zotero through (`daemon.plugin`).
 Results are the core's typed structs, turned into the JSON shapes the faces send here, once.
 """
 
@@ -36,10 +38,12 @@ from zocratesd.core.turns import Ask, TurnResult, Turns
 from zocratesd.core.validation import check_resume_response, check_session_id
 from zocratesd.core.watchers import MAX_QUEUED_UPDATES, OnReady, Subscription, Watchers
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Retriever
+from zocratesd.locations import state_dir
 from zocratesd.maintenance import Maintenance, MaintenanceReport, StorageStats
 from zocratesd.store import SessionLocks, SessionRow, SessionsDb
 from zocratesd.store.reader import LiveSession
 from zocratesd.updates import ConfigOption, Update
+from zocratesd.writes import PluginChannel, Writes, zotero_paths
 
 if TYPE_CHECKING:
     from zocratesd.compaction import Compactor
@@ -101,6 +105,13 @@ class Daemon:
         self.maintenance = Maintenance(self.db, self.locks, config)
         self.startup_maintenance: MaintenanceReport | None = None
         self.settings = Settings(config, config_path(data_dir))  # updates `config` in place
+        self.plugin = PluginChannel()
+        self.writes = Writes(
+            state_dir(data_dir), mode=lambda: config.writes.mode,
+            paths=lambda: zotero_paths(self.plugin, config.library.local_api_url, state_dir(data_dir)),
+            titles=self.catalogue.titles, collection_name=self.catalogue.collection_name,
+            find_collection=lambda ref: self.session_config.find_collection(ref),
+        )
         if load_engine:
             self.load_engine()
             self.gate.set(EngineState.READY)
@@ -132,7 +143,7 @@ class Daemon:
         return self._engine().compactor
 
     @property
-    def writes_waiting(self) -> bool:
+    def requests_wait_for_engine(self) -> bool:
         """Whether a write asked before `start()` finished still waits (process/lifecycle.py)."""
         return self.gate.waiting > 0
 
@@ -172,7 +183,14 @@ class Daemon:
         self.catalogue.start()
         self.gate.set(EngineState.READY)
 
+    async def run_writes(self) -> None:
+        """Apply consented writes into Zotero for as long as the daemon runs, from the engine's
+        readiness on (writes.db and the HTTP client to Zotero are no part of the first reply)."""
+        await self.gate.opened()
+        await self.writes.run()
+
     async def aclose(self) -> None:
+        await self.writes.aclose()
         await self.catalogue.aclose()
         await self.maintenance.aclose()
         await self.db.aclose()

@@ -35,6 +35,11 @@ class EngineGate:
         if state is EngineState.READY:
             self._ready.set()
 
+    async def opened(self) -> None:
+        """Return once the engine is ready, without counting as a write that waits (for background
+        work that should not compete with the start)."""
+        await self._ready.wait()
+
     async def wait(self) -> None:
         """Return once the engine is ready (at once when it is)."""
         if self.ready:

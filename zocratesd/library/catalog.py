@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from typing import Any, Final
 
 from zocratesd.library._records import USER_LIBRARY, ItemRecord, item_uid, library_path, valid_key
@@ -94,6 +95,18 @@ def find_uid(conn: sqlite3.Connection, key: str, library: str | None) -> str | N
     row = conn.execute(
         "SELECT uid FROM items WHERE item_key = ? ORDER BY library != ?, library LIMIT 1", (key, USER_LIBRARY)
     ).fetchone()
+    return str(row[0]) if row else None
+
+
+def titles(conn: sqlite3.Connection, library: str, keys: Sequence[str]) -> dict[str, str]:
+    """The titles of the items of `library` among `keys` (absent keys are left out)."""
+    marks = ",".join("?" * len(keys))
+    rows = conn.execute(f"SELECT item_key, title FROM items WHERE library = ? AND item_key IN ({marks})", (library, *keys))
+    return {str(k): str(t) for k, t in rows}
+
+
+def collection_name(conn: sqlite3.Connection, library: str, key: str) -> str | None:
+    row = conn.execute("SELECT name FROM collections WHERE library = ? AND key = ?", (library, key)).fetchone()
     return str(row[0]) if row else None
 
 

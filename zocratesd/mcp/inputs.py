@@ -18,9 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import CoreSchema, ErrorDetails
 
-from zocratesd.limits import ITEM_KEY_PATTERN, MAX_PROMPT_CHARS, SESSION_ID_PATTERN
+from zocratesd.limits import ITEM_KEY_PATTERN, MAX_CREATORS, MAX_PROMPT_CHARS, MAX_WRITE_ITEMS, SESSION_ID_PATTERN
 from zocratesd.logtext import escape_for_log
 from zocratesd.rpc.models import (
+    AddItemParams,
+    CitationRef,
+    CollectParams,
+    ConfirmWriteParams,
+    CreateCollectionParams,
     LibraryCollectionsParams,
     LibraryItemParams,
     LibraryItemsParams,
@@ -28,6 +33,9 @@ from zocratesd.rpc.models import (
     LibraryTagsParams,
     RenameSessionParams,
     ResumeAnswer,
+    SaveNoteParams,
+    TagItemsParams,
+    UndoWriteParams,
 )
 
 # A page of list_tags or recent_items: a screenful for a model, smaller than the daemon's default.
@@ -116,6 +124,65 @@ class SessionsArgs(Args):
     action: Literal["list", "show", "rename", "delete"]
     session_id: SessionId | None = Field(None, description=SESSION_ID)
     title: str | None = wire(RenameSessionParams, "title", default=None, description="The new title (rename).")
+
+
+# --- writes into Zotero: each tool's arguments are its daemon method's, snake_case ------------------
+
+WRITE_LIBRARY: Final = 'The library written: "user" (My Library, the default) or "groups/<groupID>".'
+
+
+class CitationArg(Args):
+    key: ItemKey
+    title: str = wire(CitationRef, "title")
+    page: str | None = wire(CitationRef, "page", description="The page label cited.")
+
+
+class SaveNoteArgs(Args):
+    markdown: str = wire(SaveNoteParams, "markdown")
+    parent_item: str | None = wire(SaveNoteParams, "parent_item")
+    collection: str | None = wire(SaveNoteParams, "collection")
+    citations: list[CitationArg] = Field(default_factory=list, max_length=MAX_WRITE_ITEMS,
+                                         description="Sources to list under the note, with links that select them in Zotero.")
+    library: str = wire(SaveNoteParams, "library", description=WRITE_LIBRARY)
+
+
+class TagItemsArgs(Args):
+    item_keys: list[ItemKey] = wire(TagItemsParams, "item_keys")
+    tags: list[str] = wire(TagItemsParams, "tags")
+    library: str = wire(TagItemsParams, "library", description=WRITE_LIBRARY)
+
+
+class AddToCollectionArgs(Args):
+    item_keys: list[ItemKey] = wire(CollectParams, "item_keys")
+    collection: str = wire(CollectParams, "collection")
+    library: str = wire(CollectParams, "library", description=WRITE_LIBRARY)
+
+
+class CreateCollectionArgs(Args):
+    name: str = wire(CreateCollectionParams, "name")
+    parent: str | None = wire(CreateCollectionParams, "parent")
+    library: str = wire(CreateCollectionParams, "library", description=WRITE_LIBRARY)
+
+
+class AddItemArgs(Args):
+    item_type: str | None = wire(AddItemParams, "item_type")
+    title: str | None = wire(AddItemParams, "title")
+    creators: list[dict[str, str]] = Field(
+        default_factory=list, max_length=MAX_CREATORS,
+        description='Each {"creator_type": "author", "first_name": ..., "last_name": ...} or {"name": ...} for an institution.')
+    fields: dict[str, str] = wire(AddItemParams, "fields")
+    csl: dict[str, object] | None = wire(AddItemParams, "csl")
+    collection: str | None = wire(AddItemParams, "collection")
+    library: str = wire(AddItemParams, "library", description=WRITE_LIBRARY)
+
+
+class UndoArgs(Args):
+    write_id: str | None = wire(UndoWriteParams, "write_id", description="The write to undo; absent: the newest applied one.")
+
+
+class ConfirmWriteArgs(Args):
+    write_id: str = wire(ConfirmWriteParams, "write_id")
+    decision: Literal["write", "discard"] = Field(description="write: the user agreed to the preview; discard: they did not.")
 
 
 class _ToolSchema(GenerateJsonSchema):

@@ -46,6 +46,17 @@ _ITEM_SUMMARY: Final = {
 _OBJECTS: Final = {"type": "array", "items": {"type": "object"}}
 
 
+class WriteState(TypedDict, total=False):
+    """What a write tool reads of the daemon's record of a write (`_zocrates/writes/*`)."""
+
+    id: str
+    kind: str
+    state: str
+    preview: str
+    created: list[str]
+    error: str | None
+
+
 class LibraryReading(TypedDict):
     """A result's `library_status`, while the library is still being read (tools.library_reading)."""
 
@@ -112,6 +123,7 @@ class ToolSpec:
     output: dict[str, Any]
     read_only: bool = False  # only reads: MCP annotations let a client run it without asking
     destructive: bool = False
+    idempotent: bool | None = None  # calling it twice does no more than once (default: read_only)
 
     def listing(self) -> dict[str, Any]:
         return {
@@ -119,12 +131,30 @@ class ToolSpec:
             "inputSchema": inputs.input_schema(self.arguments),
             "outputSchema": {**self.output, "properties": {**self.output["properties"], UNTRUSTED_KEY: _UNTRUSTED}},
             "annotations": {"title": self.title, "readOnlyHint": self.read_only, "destructiveHint": self.destructive,
-                            "idempotentHint": self.read_only, "openWorldHint": False},
+                            "idempotentHint": self.read_only if self.idempotent is None else self.idempotent,
+                            "openWorldHint": False},
         }
 
 
 # Every result says its text is untrusted library text (tools.tool_result adds the field).
 _UNTRUSTED: Final = {"type": "string", "description": NOTE}
+
+_WRITE: Final = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"}, "kind": {"type": "string"},
+        "state": {"type": "string", "enum": ["awaiting_consent", "queued", "applied", "failed", "discarded", "undone"]},
+        "preview": {"type": "string"}, "created": {"type": "array", "items": {"type": "string"}},
+        "error": _NULLABLE_STR, "undoes": _NULLABLE_STR, "path": _NULLABLE_STR,
+    },
+    "required": ["id", "state", "preview"],
+}
+# What every write tool says of consent: the user agrees to each write before it is made.
+_CONSENT: Final = (
+    " Nothing is written before the user agrees to the exact change: they are asked through your client when it "
+    "supports elicitation; otherwise the result is state=awaiting_consent with a preview to show them, and "
+    "confirm_write applies it once they agree. Every write can be undone (the undo tool)."
+)
 
 TOOLS: Final[tuple[ToolSpec, ...]] = (
     ToolSpec(
@@ -203,6 +233,50 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
          "properties": {"action": {"type": "string"}, "sessions": _OBJECTS, "session": _NULLABLE_OBJ, "deleted": _NULLABLE_STR},
          "required": ["action"]},
         destructive=True,
+    ),
+    ToolSpec(
+        "save_note", "Save a note into Zotero",
+        "Save Markdown as a Zotero note: a child note of parent_item, or a standalone note in a collection; "
+        "citations are listed under it with links that select each source in Zotero." + _CONSENT,
+        inputs.SaveNoteArgs, _WRITE, idempotent=False,
+    ),
+    ToolSpec(
+        "tag_items", "Tag Zotero items",
+        "Add tags to items (at most 50 items, 20 tags); tags an item already has are left as they are." + _CONSENT,
+        inputs.TagItemsArgs, _WRITE, idempotent=True,
+    ),
+    ToolSpec(
+        "untag_items", "Remove tags from Zotero items",
+        "Remove tags from items (undo puts them back)." + _CONSENT,
+        inputs.TagItemsArgs, _WRITE, destructive=True, idempotent=True,
+    ),
+    ToolSpec(
+        "add_to_collection", "Add Zotero items to a collection",
+        "File items in a collection (by key, name or path); items already in it are left as they are." + _CONSENT,
+        inputs.AddToCollectionArgs, _WRITE, idempotent=True,
+    ),
+    ToolSpec(
+        "create_collection", "Create a Zotero collection",
+        "Create a collection, under a parent collection when given." + _CONSENT,
+        inputs.CreateCollectionArgs, _WRITE, idempotent=False,
+    ),
+    ToolSpec(
+        "add_item", "Add an item to Zotero",
+        "Add a new item from its metadata: item_type, title, creators and Zotero fields (DOI, date, url, "
+        "abstractNote, publicationTitle, ...), or CSL-JSON in `csl`; optionally filed in a collection." + _CONSENT,
+        inputs.AddItemArgs, _WRITE, idempotent=False,
+    ),
+    ToolSpec(
+        "confirm_write", "Confirm or discard a waiting write",
+        "For a write whose result was state=awaiting_consent: decision=write applies it, decision=discard drops it. "
+        "Call it only with the user's answer to the preview the write showed.",
+        inputs.ConfirmWriteArgs, _WRITE, destructive=True, idempotent=True,
+    ),
+    ToolSpec(
+        "undo", "Undo a write into Zotero",
+        "Revert the newest write (or write_id): a created note, item or collection goes to Zotero's trash, added tags "
+        "and collection memberships are removed, removed tags come back.",
+        inputs.UndoArgs, _WRITE, destructive=True, idempotent=False,
     ),
 )
 BY_NAME: Final = {t.name: t for t in TOOLS}
@@ -345,3 +419,22 @@ def sessions_text(result: dict[str, Any]) -> str:
         if session.get("pending_hitl"):
             lines.append("\n[Research checkpoint pending: resume it with the resume tool]")
     return "\n".join(lines)
+
+
+def write_text(record: WriteState) -> str:
+    """A write's result for the model: what happened, and what to do next when it waits."""
+    state, wid, preview = record.get("state"), record.get("id"), str(record.get("preview", ""))
+    if state == "applied":
+        made = f" Created: {', '.join(record['created'])}." if record.get("created") else ""
+        return f"Written into Zotero (write {wid}; the undo tool reverts it).{made}\n\n{preview}"
+    if state == "awaiting_consent":
+        return (f"Not written yet: the user has to agree first. Show them this change, then call confirm_write with "
+                f"write_id={wid} and decision=write if they agree, decision=discard if not.\n\n{preview}")
+    if state == "queued":
+        return (f"Agreed, and waiting for Zotero ({record.get('error') or 'Zotero is not reachable'}): write {wid} is made "
+                f"as soon as Zotero can take it.\n\n{preview}")
+    if state == "undone":
+        return f"Write {wid} is undone."
+    if state == "discarded":
+        return f"Not written: write {wid} was declined or discarded. Nothing changed in Zotero."
+    return f"Not written: {record.get('error') or 'Zotero refused it'}. Nothing changed in Zotero."

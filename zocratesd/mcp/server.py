@@ -17,6 +17,7 @@ checkpoint stays pending in the session, and the tool's result says how to `resu
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -37,8 +38,9 @@ from zocratesd.logtext import escape_for_log
 from zocratesd.mcp import answers, schemas, tools
 from zocratesd.mcp.answers import Checkpoint, TurnOutcome
 from zocratesd.mcp.calls import DaemonCalls
-from zocratesd.mcp.inputs import AskArgs, ResumeArgs, SearchLibraryArgs
+from zocratesd.mcp.inputs import AskArgs, ConfirmWriteArgs, ResumeArgs, SearchLibraryArgs, UndoArgs
 from zocratesd.mcp.link import DaemonLink, LinkDown
+from zocratesd.mcp.schemas import WriteState
 from zocratesd.mcp.tools import Made, ToolError, Work
 from zocratesd.untrusted import fence
 
@@ -64,6 +66,12 @@ INDEX_PROGRESS_POLL_S: Final = 0.25
 _ROUND_RE: Final = re.compile(r"^Round (\d+):")
 # `tools/list`'s tools: the same on every call.
 _TOOL_LIST: Final = [spec.listing() for spec in schemas.TOOLS]
+# The question a write tool puts to the user (MCP elicitation): the preview is its message; accepting
+# writes it, and the box lets later writes of its kind through without asking.
+CONSENT_SCHEMA: Final = {
+    "type": "object",
+    "properties": {"always": {"type": "boolean", "title": "Don't ask again for this kind of write", "default": False}},
+}
 
 # A tool's handler: its parsed arguments in, its structured result and text out.
 Handler = Callable[[ServerRequestContext[Any], Any], Awaitable[Made]]
@@ -75,7 +83,9 @@ class ZocratesMcp(DaemonCalls):
 
     def __init__(self, link: DaemonLink) -> None:
         super().__init__(link)
-        turns: dict[str, Handler] = {"ask": self._ask, "resume": self._resume, "search_library": self._search}
+        turns: dict[str, Handler] = {"ask": self._ask, "resume": self._resume, "search_library": self._search,
+                                     "confirm_write": self._confirm_write, "undo": self._undo}
+        turns |= {name: functools.partial(self._write, name) for name in tools.WRITE_METHODS}
         # Every listed tool has a handler (a KeyError here names one that has none).
         self._handlers: dict[str, Handler] = {
             spec.name: turns[spec.name] if spec.name in turns else self._quick(tools.QUICK[spec.name])
@@ -233,6 +243,45 @@ class ZocratesMcp(DaemonCalls):
             answers.sources(text, found), rounds, result.invocation_id,
             Checkpoint(hitl.get("message"), hitl["invocation_id"], hitl["interrupt_id"]) if hitl else None,
         )
+
+    # --- writes into Zotero ----------------------------------------------------------------------
+
+    async def _write(self, name: str, ctx: ServerRequestContext[Any], args: Any) -> Made:
+        """A write tool: proposed to the daemon, then put to the user (elicitation) before it is made."""
+        record: WriteState = await self._call(tools.WRITE_METHODS[name], tools.write_params(args))
+        if record.get("state") == "awaiting_consent":
+            record = await self._consent(ctx, record)
+        return Made(dict(record), schemas.write_text(record))
+
+    async def _consent(self, ctx: ServerRequestContext[Any], record: WriteState) -> WriteState:
+        """Ask the user, through the client, to agree to the write's exact change. Without elicitation
+        the write stays waiting, and the result says to confirm it with confirm_write."""
+        caps = ctx.session.client_capabilities
+        if caps is None or caps.elicitation is None or not ctx.session.can_send_request:
+            return record
+        try:
+            answer = await ctx.session.elicit_form(
+                f"Zocrates asks to write into your Zotero library:\n\n{record['preview']}", CONSENT_SCHEMA,
+                related_request_id=ctx.request_id,
+            )
+        except Exception as exc:  # the client failed the request: the write stays waiting, as without elicitation
+            log.info("zocratesd mcp: elicitation failed (%s); the write waits for confirm_write", escape_for_log(exc))
+            return record
+        if answer.action != "accept":
+            discarded: WriteState = await self._call("_zocrates/writes/discard", {"writeId": record["id"]})
+            return discarded
+        always = bool((answer.content or {}).get("always"))
+        confirmed: WriteState = await self._call("_zocrates/writes/confirm", {"writeId": record["id"], "always": always})
+        return confirmed
+
+    async def _confirm_write(self, ctx: ServerRequestContext[Any], a: ConfirmWriteArgs) -> Made:
+        method = "_zocrates/writes/confirm" if a.decision == "write" else "_zocrates/writes/discard"
+        record = await self._call(method, {"writeId": a.write_id})
+        return Made(dict(record), schemas.write_text(record))
+
+    async def _undo(self, ctx: ServerRequestContext[Any], a: UndoArgs) -> Made:
+        record = await self._call("_zocrates/writes/undo", {"writeId": a.write_id} if a.write_id else {})
+        return Made(dict(record), schemas.write_text(record))
 
     async def _elicit(self, params: dict[str, Any]) -> dict[str, Any]:
         """A checkpoint of a running `ask`: asked through the MCP client's elicitation when it

@@ -37,10 +37,13 @@ from zocratesd.untrusted import NOTE, RULE, UNTRUSTED_KEY, fence
 SERVER_NAME: Final = "zocrates"
 SERVER_TITLE: Final = "Zocrates"
 INSTRUCTIONS: Final = (
-    "Zocrates reads the user's Zotero library (read-only). search_library finds passages with zotero:// links; "
+    "Zocrates reads the user's Zotero library and, with the user's consent to each change, writes to it. "
+    "search_library finds passages with zotero:// links; "
     "get_item reads one item (fulltext=true pages through its text); list_collections, list_tags and recent_items "
     "browse. ask runs Zocrates' own cited research answer in a persistent session (pass session_id to follow up); "
     "resume continues one paused at a research checkpoint; sessions lists, shows, renames and deletes them. "
+    "save_note, tag_items, untag_items, add_to_collection, create_collection and add_item write into Zotero: the "
+    "user agrees to each (confirm_write when your client cannot ask them), undo reverts one. "
     f"Tool results and item resources carry library text, fenced. {RULE} Their structuredContent says so in its "
     f"`{UNTRUSTED_KEY}` field."
 )
@@ -224,6 +227,24 @@ def collection_key(wanted: str) -> Generator[DaemonCall, Any, str]:
         raise ToolError(f"no collection called {wanted[:80]!r} (list_collections shows them)")
     raise ToolError(f"{len(found)} collections match {wanted[:80]!r}: " + "; ".join(
         f"{c['path']} [{c['key']}]" for c in found[:8]))
+
+
+# --- writes: each tool's daemon method, and its arguments as the method's params ---------------------
+
+WRITE_METHODS: Final = {
+    "save_note": "_zocrates/writes/save_note", "tag_items": "_zocrates/writes/tag", "untag_items": "_zocrates/writes/untag",
+    "add_to_collection": "_zocrates/writes/add_to_collection", "create_collection": "_zocrates/writes/create_collection",
+    "add_item": "_zocrates/writes/add_item",
+}
+# The daemon's camelCase names for the write tools' snake_case arguments (the rest are the same).
+_WRITE_PARAM_NAMES: Final = {"item_keys": "itemKeys", "parent_item": "parentItem", "item_type": "itemType"}
+
+
+def write_params(args: inputs.Args) -> dict[str, object]:
+    """A write tool's arguments as its daemon method's params; never consented here: the user's yes
+    comes from the elicitation (or confirm_write), not from the model's call."""
+    params = {_WRITE_PARAM_NAMES.get(k, k): v for k, v in args.model_dump(exclude_none=True).items()}
+    return {**params, "confirm": False}
 
 
 # The quick tools' work, by name (server.py drives them; it runs ask and resume itself).

@@ -193,6 +193,7 @@ async def _run(
         plan = daemon_plan(http=transport.serves_http, before_stage=opts.before_stage)
         async with anyio.create_task_group() as root:
             root.start_soon(bring_up, daemon, plan, root.cancel_scope, failed)
+            root.start_soon(daemon.run_writes)  # writes consented before a restart are applied then
             root.start_soon(_serve_full_table, plan, daemon, methods)
             if notifier.watchdog_interval_s:
                 root.start_soon(watchdog, notifier, notifier.watchdog_interval_s)

@@ -73,7 +73,7 @@ async def bring_up(daemon: Daemon, plan: Plan, scope: anyio.CancelScope, failed:
         return
     log.info("engine ready in %.0f ms (%s)", (time.monotonic() - started) * 1000, plan.describe() or "imported already")
     freeze_startup_heap()
-    if daemon.writes_waiting:  # its own first run warms ADK up; a warm-up turn now would compete with it
+    if daemon.requests_wait_for_engine:  # its own first run warms ADK up; a warm-up turn now would compete with it
         log.debug("no warm-up turn: a request is waiting for the engine")
         return
     await warm_up()

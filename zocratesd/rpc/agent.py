@@ -37,6 +37,7 @@ from zocratesd.logtext import escape_for_log
 from zocratesd.rpc.peer import Peer
 from zocratesd.rpc.updates import checkpoint_call_id, config_options, session_info, to_acp
 from zocratesd.updates import ConfigOptions, MessageChunk
+from zocratesd.writes import WriteRecord, write_json
 
 if TYPE_CHECKING:
     from zocratesd.rpc import models
@@ -48,6 +49,15 @@ log = logging.getLogger(__name__)
 SLOW_CLIENT_TIMEOUT_S = 30.0
 _origins = itertools.count(1)  # names connections as the origins of their setting changes
 _messages = itertools.count(1)  # ids of the agent messages that answer slash commands
+# A client's name as the journal records the face a write came from: what it said at `initialize`.
+MAX_FACE_CHARS: Final = 60
+
+
+def face_name(conn: Connection) -> str:
+    """Who asked, for the record of writes: the client's own name (`clientInfo.name`), else "rpc"."""
+    name = conn.client_info.get("name")
+    text = " ".join(str(name).split())[:MAX_FACE_CHARS] if isinstance(name, str) else ""
+    return escape_for_log(text) if text else "rpc"
 
 
 def _advertised(capabilities: Mapping[str, object], *path: str) -> bool:
@@ -624,6 +634,63 @@ class Agent:
     @acp_method("_zocrates/library/items")
     async def library_items(self, conn: Connection, params: models.LibraryItemsParams) -> object:
         return await self.daemon.library_items(params.library, limit=params.limit, offset=params.offset, order=params.order)
+
+    # --- _zocrates/writes/*: writes into Zotero ---------------------------------------------------
+
+    async def _submit(self, conn: Connection, params: models.WriteParams) -> object:
+        record = await self.daemon.writes.submit(
+            await params.operation(self.daemon.writes), session_id=params.session_id, face=face_name(conn),
+            consented=params.confirm)
+        return self._write_json(record)
+
+    def _write_json(self, record: WriteRecord) -> object:
+        return write_json(record, self.daemon.writes.waiting_for)
+
+    @acp_method("_zocrates/writes/save_note")
+    async def write_note(self, conn: Connection, params: models.SaveNoteParams) -> object:
+        return await self._submit(conn, params)
+
+    @acp_method("_zocrates/writes/tag")
+    async def write_tags(self, conn: Connection, params: models.TagItemsParams) -> object:
+        return await self._submit(conn, params)
+
+    @acp_method("_zocrates/writes/untag")
+    async def write_untag(self, conn: Connection, params: models.UntagItemsParams) -> object:
+        return await self._submit(conn, params)
+
+    @acp_method("_zocrates/writes/add_to_collection")
+    async def write_collect(self, conn: Connection, params: models.CollectParams) -> object:
+        return await self._submit(conn, params)
+
+    @acp_method("_zocrates/writes/create_collection")
+    async def write_collection(self, conn: Connection, params: models.CreateCollectionParams) -> object:
+        return await self._submit(conn, params)
+
+    @acp_method("_zocrates/writes/add_item")
+    async def write_item(self, conn: Connection, params: models.AddItemParams) -> object:
+        return await self._submit(conn, params)
+
+    @acp_method("_zocrates/writes/confirm")
+    async def write_confirm(self, conn: Connection, params: models.ConfirmWriteParams) -> object:
+        return self._write_json(await self.daemon.writes.confirm(params.write_id, always=params.always))
+
+    @acp_method("_zocrates/writes/discard")
+    async def write_discard(self, conn: Connection, params: models.WriteIdParams) -> object:
+        return self._write_json(await self.daemon.writes.discard(params.write_id))
+
+    @acp_method("_zocrates/writes/undo")
+    async def write_undo(self, conn: Connection, params: models.UndoWriteParams) -> object:
+        return self._write_json(
+            await self.daemon.writes.undo(params.write_id, session_id=params.session_id, face=face_name(conn)))
+
+    @acp_method("_zocrates/writes/get")
+    async def write_get(self, conn: Connection, params: models.WriteIdParams) -> object:
+        return self._write_json(await self.daemon.writes.get(params.write_id))
+
+    @acp_method("_zocrates/writes/list")
+    async def write_list(self, conn: Connection, params: models.ListWritesParams) -> object:
+        records = await self.daemon.writes.list(limit=params.limit, pending=params.pending, session_id=params.session_id)
+        return {"writes": [self._write_json(r) for r in records], "waiting_for": self.daemon.writes.waiting_for}
 
     # --- helpers --------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ RPC_CODES: Final[dict[type[errors.ZocratesError], int]] = {
     errors.InvalidInput: jsonrpc.INVALID_PARAMS,
     errors.ModelError: jsonrpc.MODEL_ERROR,
     errors.CheckpointNotPending: jsonrpc.CHECKPOINT_NOT_PENDING,
+    errors.WriteRefused: jsonrpc.WRITE_REFUSED,
 }
 
 

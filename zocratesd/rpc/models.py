@@ -23,11 +23,16 @@ from zocratesd.limits import (
     ITEM_KEY_PATTERN,
     LIBRARY_PATTERN,
     MAX_ACTIVE_ITEMS,
+    MAX_COLLECTION_NAME_CHARS,
     MAX_COLLECTION_REF_CHARS,
     MAX_CONFIG_ID_CHARS,
+    MAX_CREATORS,
+    MAX_FIELD_CHARS,
     MAX_GUIDANCE_CHARS,
     MAX_INTERRUPT_ID_CHARS,
+    MAX_ITEM_TITLE_CHARS,
     MAX_LIST,
+    MAX_NOTE_CHARS,
     MAX_OFFSET,
     MAX_PROMPT_BLOCKS,
     MAX_PROTOCOL_VERSION,
@@ -37,8 +42,14 @@ from zocratesd.limits import (
     MAX_SUGGESTIONS,
     MAX_TAG_FILTER_CHARS,
     MAX_TITLE_CHARS,
+    MAX_WRITE_ITEMS,
+    MAX_WRITE_TAGS,
     SESSION_ID_PATTERN,
+    WRITE_ID_PATTERN,
 )
+from zocratesd.writes import Writes
+from zocratesd.writes import operations as ops
+from zocratesd.writes.operations import Operation
 
 
 class Model(BaseModel):
@@ -725,6 +736,150 @@ class LibraryItemsResult(Model):
     next_offset: int | None
 
 
+# --- writes into Zotero (zocratesd/writes) --------------------------------------------------------
+
+WriteLibrary = Field("user", pattern=LIBRARY_PATTERN, description='The library written: "user" (My Library) or "groups/<groupID>".')
+ItemKeys = Field(min_length=1, max_length=MAX_WRITE_ITEMS, description="Zotero item keys (8 characters A-Z, 0-9).")
+WriteId = Field(pattern=WRITE_ID_PATTERN, description="A write's id (as a write method returned it).")
+
+
+class WriteParams(Params):
+    """What every method that proposes a write takes besides the operation. Each subclass makes its
+    operation (`operation`): one place for every face that takes these params (JSON-RPC, HTTP)."""
+
+    session_id: str | None = Field(
+        None, pattern=SESSION_ID_PATTERN, description="The session the write belongs to (`undo` per session).")
+    confirm: bool = Field(False, description=(
+        "The person already said yes to this exact write in this client (a terminal's --yes, a card's button): written "
+        "without asking again. False: the write waits in `awaiting_consent` for `_zocrates/writes/confirm`, unless "
+        "writes.mode is `allow` or its kind was allowed always."))
+    library: str = WriteLibrary
+
+    async def operation(self, writes: Writes) -> Operation:
+        raise NotImplementedError
+
+
+class CitationRef(Model):
+    key: str = Field(pattern=ITEM_KEY_PATTERN)
+    title: str = Field("", max_length=MAX_ITEM_TITLE_CHARS)
+    page: str | None = Field(None, max_length=40)
+    library: str = WriteLibrary
+
+
+class SaveNoteParams(WriteParams):
+    markdown: str = Field(min_length=1, max_length=MAX_NOTE_CHARS, description="The note, in Markdown (raw HTML is shown as text).")
+    parent_item: str | None = Field(None, pattern=ITEM_KEY_PATTERN, description="The paper the note is a child of.")
+    collection: str | None = Field(
+        None, max_length=MAX_COLLECTION_REF_CHARS, description="A standalone note's collection (key, name or path).")
+    citations: list[CitationRef] = Field(default_factory=list, max_length=MAX_WRITE_ITEMS,
+                                         description="Sources listed under the note with links that select them in Zotero.")
+
+    async def operation(self, writes: Writes) -> Operation:
+        citations = [ops.Citation(c.key, c.title, c.page, c.library) for c in self.citations]
+        return await writes.save_note(self.markdown, parent=self.parent_item, collection=self.collection,
+                                      citations=citations, library=self.library)
+
+
+class TagItemsParams(WriteParams):
+    item_keys: list[str] = ItemKeys
+    tags: list[str] = Field(min_length=1, max_length=MAX_WRITE_TAGS)
+
+    async def operation(self, writes: Writes) -> Operation:
+        return ops.tag_items(self.item_keys, self.tags, library=self.library)
+
+
+class UntagItemsParams(TagItemsParams):
+    async def operation(self, writes: Writes) -> Operation:
+        return ops.untag_items(self.item_keys, self.tags, library=self.library)
+
+
+class CollectParams(WriteParams):
+    item_keys: list[str] = ItemKeys
+    collection: str = Field(max_length=MAX_COLLECTION_REF_CHARS, description='The collection: its key, name or "Parent / Child" path.')
+
+    async def operation(self, writes: Writes) -> Operation:
+        return await writes.add_to_collection(self.item_keys, self.collection, library=self.library)
+
+
+class CreateCollectionParams(WriteParams):
+    name: str = Field(min_length=1, max_length=MAX_COLLECTION_NAME_CHARS)
+    parent: str | None = Field(None, max_length=MAX_COLLECTION_REF_CHARS, description="The parent collection (key, name or path).")
+
+    async def operation(self, writes: Writes) -> Operation:
+        return await writes.create_collection(self.name, parent=self.parent, library=self.library)
+
+
+class CreatorModel(Model):
+    creator_type: str = Field("author", max_length=40)
+    first_name: str = Field("", max_length=MAX_ITEM_TITLE_CHARS)
+    last_name: str = Field("", max_length=MAX_ITEM_TITLE_CHARS)
+    name: str = Field("", max_length=MAX_ITEM_TITLE_CHARS, description="A single-field name (an institution).")
+
+
+class AddItemParams(WriteParams):
+    item_type: str | None = Field(None, max_length=40, description="Zotero's item type (journalArticle, book, ...).")
+    title: str | None = Field(None, max_length=MAX_FIELD_CHARS)
+    creators: list[CreatorModel] = Field(default_factory=list, max_length=MAX_CREATORS)
+    fields: dict[str, str] = Field(
+        default_factory=dict, description="Zotero field names and values (date, DOI, url, abstractNote, ...).")
+    csl: dict[str, object] | None = Field(
+        None, description="The item as CSL-JSON instead of the fields above (what Crossref and citation tools give).")
+    collection: str | None = Field(None, max_length=MAX_COLLECTION_REF_CHARS, description="A collection to file it in (key, name or path).")
+
+    async def operation(self, writes: Writes) -> Operation:
+        fields = None
+        if self.item_type or self.title:
+            creators = tuple(ops.Creator(c.creator_type, c.first_name, c.last_name, c.name) for c in self.creators)
+            fields = ops.ItemFields(self.item_type or "journalArticle", self.title or "", creators, dict(self.fields))
+        return await writes.add_item(item=fields, csl=self.csl, collection=self.collection, library=self.library)
+
+
+class WriteIdParams(Params):
+    write_id: str = WriteId
+
+
+class ConfirmWriteParams(WriteIdParams):
+    always: bool = Field(False, description="Also write later writes of this kind without asking.")
+
+
+class UndoWriteParams(Params):
+    write_id: str | None = Field(
+        None, pattern=WRITE_ID_PATTERN, description="The write to undo; absent: the newest applied one (of `sessionId` when given).")
+    session_id: str | None = Field(None, pattern=SESSION_ID_PATTERN)
+
+
+class ListWritesParams(Params):
+    pending: bool = Field(False, description="Only writes not yet applied (awaiting consent, or waiting for Zotero).")
+    session_id: str | None = Field(None, pattern=SESSION_ID_PATTERN)
+    limit: int = Field(DEFAULT_LIST, ge=1, le=MAX_LIST)
+
+
+class WriteResult(Model):
+    """A write into Zotero as the journal holds it."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    kind: str
+    state: Literal["awaiting_consent", "queued", "applied", "failed", "discarded", "undone"]
+    preview: str = Field(description="What the write does, in words a person can check before saying yes.")
+    created_at: str
+    updated_at: str
+    session_id: str | None
+    face: str
+    proposed_by: Literal["user", "model"]
+    operation: dict[str, object] = Field(description="The operation as recorded (`type` names it).")
+    undoes: str | None = None
+    undone_by: str | None = None
+    path: Literal["plugin", "local_api", "connector"] | None = Field(None, description="How it reached Zotero.")
+    created: list[str] | None = Field(None, description="Keys of what it created (a note, an item, a collection).")
+    error: str | None = Field(None, description="Why it failed, or (queued) what it waits for.")
+
+
+class ListWritesResult(Model):
+    writes: list[WriteResult]
+    waiting_for: str | None = Field(description="Why queued writes are not applied yet (Zotero closed, ...).")
+
+
 # --- notifications ------------------------------------------------------------------------------
 
 
@@ -759,6 +914,17 @@ METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "_zocrates/library/collections": (LibraryCollectionsParams, LibraryCollectionsResult),
     "_zocrates/library/tags": (LibraryTagsParams, LibraryTagsResult),
     "_zocrates/library/items": (LibraryItemsParams, LibraryItemsResult),
+    "_zocrates/writes/save_note": (SaveNoteParams, WriteResult),
+    "_zocrates/writes/tag": (TagItemsParams, WriteResult),
+    "_zocrates/writes/untag": (UntagItemsParams, WriteResult),
+    "_zocrates/writes/add_to_collection": (CollectParams, WriteResult),
+    "_zocrates/writes/create_collection": (CreateCollectionParams, WriteResult),
+    "_zocrates/writes/add_item": (AddItemParams, WriteResult),
+    "_zocrates/writes/confirm": (ConfirmWriteParams, WriteResult),
+    "_zocrates/writes/discard": (WriteIdParams, WriteResult),
+    "_zocrates/writes/undo": (UndoWriteParams, WriteResult),
+    "_zocrates/writes/get": (WriteIdParams, WriteResult),
+    "_zocrates/writes/list": (ListWritesParams, ListWritesResult),
 }
 NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionUpdateParams, "session/cancel": CancelParams}
 

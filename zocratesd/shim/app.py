@@ -14,6 +14,7 @@ import anyio.abc
 import uvicorn
 
 from zocratesd.config import HttpConfig
+from zocratesd.shim import writes
 from zocratesd.shim.codes import OneTimeCodes
 from zocratesd.shim.guard import Guard
 from zocratesd.shim.openpage import OpenPages
@@ -50,7 +51,7 @@ def build(
     codes = OneTimeCodes()
     pages = OpenPages(codes.ttl_s)
     app = build_app(daemon, turn_group, opened=opened, closed=closed, web=WebApp(config.allowed_origins),
-                    token=token, codes=codes, pages=pages)
+                    token=token, codes=codes, pages=pages, more_routes=writes.ROUTES)
     protocol = protocol_class(connections)
     guarded = Guard(app, port=port, token=token, allowed_origins=config.allowed_origins,
                     opened=opened, closed=closed, trusted=lambda scope: connections.trust(scope.get("client")),

@@ -53,6 +53,7 @@ HTTP_STATUSES: Final[dict[type[errors.ZocratesError], HttpStatus]] = {
     errors.SessionBusy: HttpStatus(409, "session_busy"),
     errors.CheckpointNotPending: HttpStatus(409, "checkpoint_not_pending"),
     errors.InvalidInput: HttpStatus(422, "invalid_input"),
+    errors.WriteRefused: HttpStatus(403, "write_refused"),
     errors.ModelError: HttpStatus(502, "model_error"),  # Bad Gateway: the model endpoint failed, not us
 }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import Daemon, TurnResult, check_resume_response, check_session_id
@@ -49,6 +49,7 @@ CAPABILITIES: Json = {
     "cancel": True,
     "library_status": True,
     "library_suggestions": True,
+    "writes": True,
     "settings": True,
     "web_app": True,
     "one_time_codes": True,
@@ -333,11 +334,13 @@ def build_app(
     token: str = "",
     codes: OneTimeCodes | None = None,
     pages: OpenPages | None = None,
+    more_routes: Sequence[BaseRoute] = (),
 ) -> Starlette:
-    """The routes of one daemon, sharing a `Shim` of these (its doc says what each is)."""
+    """The routes of one daemon (and `more_routes`, other modules' routes over the same `Shim`),
+    sharing a `Shim` of these (its doc says what each is)."""
     codes = codes or OneTimeCodes()
     pages = pages or OpenPages(codes.ttl_s)
     codes.on_drop = pages.drop
-    app = Starlette(routes=ROUTES, exception_handlers=EXCEPTION_HANDLERS)
+    app = Starlette(routes=[*ROUTES, *more_routes], exception_handlers=EXCEPTION_HANDLERS)
     app.state.shim = Shim(daemon, turns, opened, closed, web or WebApp([]), token, codes, pages)
     return app

@@ -42,6 +42,7 @@ from typing import Any, Final, TextIO
 import anyio
 import anyio.abc
 
+from zocrates_client import write_commands
 from zocrates_client._types import (
     Checkpoint,
     CheckpointAction,
@@ -185,6 +186,8 @@ def _parser() -> argparse.ArgumentParser:
     lib_status = lib_actions.add_parser("status", help="the index's state and counts", parents=leaf)
     lib_status.add_argument("--watch", action="store_true", help="follow it (a progress bar) until it is ready")
     lib_actions.add_parser("refresh", help="look at Zotero for changes now, and wait until they are indexed", parents=leaf)
+
+    write_commands.add_parsers(commands, leaf, PROG)
 
     open_ = commands.add_parser("open", help="open the web UI of the running daemon", parents=leaf)
     open_.add_argument("--print", action="store_true", dest="print_only", help="print the address, open no browser")
@@ -744,6 +747,13 @@ def _rpc_message(exc: RpcError, session_id: str | None) -> str:
     return f"zocratesd refused {exc.method}: {exc.message}" + (f": {escape_for_log(exc.detail)}" if exc.detail else "")
 
 
+async def _write(client: Client, args: argparse.Namespace) -> None:
+    try:
+        await write_commands.run(client, args, PROG)
+    except write_commands.NotWritten as exc:
+        raise CliError(str(exc)) from None
+
+
 def _starts_daemon(args: argparse.Namespace) -> bool:
     return args.command in ("ask", "chat", "resume") and not args.no_start
 
@@ -840,6 +850,8 @@ def _run_command(args: argparse.Namespace) -> int:
         return _run_async(args, lambda c: _sessions(c, args), None, session_id)
     if args.command == "library":
         return _run_async(args, lambda c: _library(c, args))
+    if args.command in write_commands.COMMANDS:
+        return _run_async(args, lambda c: _write(c, args))
     if args.command == "open":
         return _open(args)
     if args.command == "chat":

@@ -514,6 +514,33 @@ class Client:
         result: dict[str, Any] = await self.call("_zocrates/library/status", {"refresh": refresh} if refresh else {})
         return result
 
+    # --- writes into Zotero ------------------------------------------------------------------------
+
+    async def write(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One of the `_zocrates/writes/*` methods (protocol/README.md, "Writes into Zotero"): the
+        write as the daemon recorded it (`state` says whether it awaits consent, waits for Zotero,
+        or was applied)."""
+        if not method.startswith("_zocrates/writes/"):
+            raise ValueError(f"{method!r} is not a write method")
+        result: dict[str, Any] = await self.call(method, params)
+        return result
+
+    async def confirm_write(self, write_id: str, *, always: bool = False) -> dict[str, Any]:
+        return await self.write("_zocrates/writes/confirm", {"writeId": write_id, "always": always})
+
+    async def discard_write(self, write_id: str) -> dict[str, Any]:
+        return await self.write("_zocrates/writes/discard", {"writeId": write_id})
+
+    async def undo_write(self, write_id: str | None = None, *, session_id: str | None = None) -> dict[str, Any]:
+        params = {k: v for k, v in (("writeId", write_id), ("sessionId", session_id)) if v}
+        return await self.write("_zocrates/writes/undo", params)
+
+    async def list_writes(self, *, pending: bool = False, session_id: str | None = None, limit: int = 50) -> dict[str, Any]:
+        params: dict[str, Any] = {"pending": pending, "limit": limit}
+        if session_id:
+            params["sessionId"] = session_id
+        return await self.write("_zocrates/writes/list", params)
+
     # --- generic --------------------------------------------------------------------------------
 
     async def call(self, method: str, params: Params | None = None) -> Any:

@@ -46,11 +46,11 @@ async def test_a_write_waits_at_the_gate_until_the_engine_is_ready(tmp_path: Pat
 
             tg.start_soon(create)
             with anyio.fail_after(30):
-                while not daemon.writes_waiting:
+                while not daemon.requests_wait_for_engine:
                     await anyio.sleep(0.01)
             assert made == [] and daemon.engine_state is EngineState.NOT_LOADED
             await daemon.start(importer=lambda: None)
-        assert len(made) == 1 and not daemon.writes_waiting
+        assert len(made) == 1 and not daemon.requests_wait_for_engine
         assert [r.id for r in await daemon.list_sessions()] == made
     finally:
         await daemon.aclose()
@@ -70,7 +70,7 @@ async def test_a_failed_start_says_so_and_opens_no_write(tmp_path: Path) -> None
         async with anyio.create_task_group() as tg:
             tg.start_soon(daemon.create_session)
             with anyio.fail_after(30):
-                while not daemon.writes_waiting:
+                while not daemon.requests_wait_for_engine:
                     await anyio.sleep(0.01)
             tg.cancel_scope.cancel()
         assert await daemon.list_sessions() == []

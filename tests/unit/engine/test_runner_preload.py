@@ -60,7 +60,7 @@ async def test_the_serving_side_reads_without_adk(tmp_path: Path) -> None:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(daemon.create_session)
                 await anyio.sleep(0.2)
-                assert daemon.writes_waiting
+                assert daemon.requests_wait_for_engine
                 tg.cancel_scope.cancel()
             assert not daemon.engine_loaded
             await daemon.aclose()

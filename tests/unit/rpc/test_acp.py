@@ -56,6 +56,17 @@ EXTENSIONS = [
     "_zocrates/session/rewind",
     "_zocrates/storage/maintenance",
     "_zocrates/storage/stats",
+    "_zocrates/writes/add_item",
+    "_zocrates/writes/add_to_collection",
+    "_zocrates/writes/confirm",
+    "_zocrates/writes/create_collection",
+    "_zocrates/writes/discard",
+    "_zocrates/writes/get",
+    "_zocrates/writes/list",
+    "_zocrates/writes/save_note",
+    "_zocrates/writes/tag",
+    "_zocrates/writes/undo",
+    "_zocrates/writes/untag",
 ]
 EXTEND = {"outcome": {"outcome": "selected", "optionId": "extend"}}
 SYNTHESIZE = {"outcome": {"outcome": "selected", "optionId": "synthesize"}}

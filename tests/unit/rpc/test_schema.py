@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -368,7 +369,11 @@ async def live(tmp_path: Path) -> AsyncIterator[tuple[_Client, Any]]:
     from zocratesd.rpc.peer import Peer
 
     # A budget of one round: a two-part question stops at a research checkpoint.
-    daemon = Daemon(tmp_path, ZocratesConfig(research={"initial_budget": 1}))
+    # Zotero's port is a closed one: a Zotero running on the test machine is not written to.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    daemon = Daemon(tmp_path, ZocratesConfig(research={"initial_budget": 1}, library={"local_api_url": f"http://127.0.0.1:{closed}"}))
     await daemon.start()
     server_end, client_end = pipe()
     peer = Peer(server_end, build_methods(daemon), name="schema-test")
@@ -379,6 +384,47 @@ async def live(tmp_path: Path) -> AsyncIterator[tuple[_Client, Any]]:
             await client_end.send_eof()
     finally:
         await daemon.aclose()
+
+
+async def plugin_in_zotero(daemon: Any) -> None:
+    """What the Zocrates plugin does inside Zotero (which cannot run here): take the daemon's write
+    requests from its channel and answer that they were made (clients/zotero/plugin has the real one)."""
+    while True:
+        request = await daemon.plugin.poll(1.0, plugin_version="test", zotero_version="9.0.6")
+        if request is None:
+            continue
+        op = request["operation"]
+        change: dict[str, Any] = {}
+        if request["call"] == "plan" and op["type"] == "tag_items":
+            change = {"tags_added": {k: op["tags"] for k in op["items"]}}
+        elif request["call"] == "plan" and op.get("new_key"):
+            change = {"created_collections" if op["type"] == "create_collection" else "created_items": [op["new_key"]]}
+        daemon.plugin.answer(request["id"], {"result": {"change": change}})
+
+
+async def exercise_writes(ok: Any, daemon: Any) -> None:
+    """Every `_zocrates/writes/*` method, first with Zotero out of reach, then through the plugin."""
+    waiting, _ = await ok("_zocrates/writes/tag", {"itemKeys": ["LEWIS202"], "tags": ["review"]})
+    assert waiting["state"] == "awaiting_consent"
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.writes.run)
+        queued, _ = await ok("_zocrates/writes/untag", {"itemKeys": ["LEWIS202"], "tags": ["old"], "confirm": True})
+        assert queued["state"] == "queued" and queued["error"], queued
+        listed, _ = await ok("_zocrates/writes/list", {"pending": True})
+        assert [w["id"] for w in listed["writes"]] == [queued["id"], waiting["id"]]
+        await ok("_zocrates/writes/discard", {"writeId": queued["id"]})
+        collection, _ = await ok("_zocrates/writes/create_collection", {"name": "Thesis"})
+        await ok("_zocrates/writes/add_to_collection", {"itemKeys": ["LEWIS202"], "collection": "Thesis"})
+        await ok("_zocrates/writes/save_note", {"markdown": "# Notes\n\nOn *RAG*.", "parentItem": "LEWIS202"})
+        await ok("_zocrates/writes/add_item", {"csl": {"type": "book", "title": "Bees", "issued": {"date-parts": [[2018]]}}})
+        tg.start_soon(plugin_in_zotero, daemon)
+        applied, _ = await ok("_zocrates/writes/confirm", {"writeId": waiting["id"]})
+        assert applied["state"] == "applied" and applied["path"] == "plugin", applied
+        made, _ = await ok("_zocrates/writes/get", {"writeId": collection["id"]})
+        assert made["state"] == "awaiting_consent"
+        undone, _ = await ok("_zocrates/writes/undo", {"writeId": waiting["id"]})
+        assert undone["state"] == "applied" and undone["undoes"] == waiting["id"], undone
+        tg.cancel_scope.cancel()
 
 
 @pytest.mark.anyio
@@ -471,6 +517,7 @@ async def test_real_answers_match_the_schemas_and_models(live: Any, schemas: dic
     assert library["state"] in ("disabled", "starting", "unavailable", "ready")
     suggested, _ = await ok("_zocrates/library/suggestions", {"limit": 2})
     assert isinstance(suggested["suggestions"], list) and len(suggested["suggestions"]) <= 2
+    await exercise_writes(ok, daemon)
     # The library catalogue needs a library: test_library_answers_match_the_schemas_and_models.
     assert set(results) | set(LIBRARY_CATALOGUE) == set(METHODS), "every method must be exercised here"
 
