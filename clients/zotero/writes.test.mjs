@@ -6,14 +6,15 @@
 // daemon does (protocol/http.md): the /health proof, the long poll and the answers.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { createHmac, randomBytes } from "node:crypto";
 import { mkdtemp, mkdir, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:http";
+import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { FIREFOX, Marionette, PLUGIN_SANDBOX, REPO, STEP_TIMEOUT_MS, requireFirefox, stopProcess } from "./testkit.mjs";
+import { FIREFOX, Marionette, PLUGIN_SANDBOX, REPO, STEP_TIMEOUT_MS, Zocratesd, daemonEnv, python, requireFirefox, stopProcess } from "./testkit.mjs";
 
 const PLUGIN = join(REPO, "clients", "zotero", "plugin");
 const PROOF_LABEL = "zocratesd-health-proof:";
@@ -138,6 +139,48 @@ class DaemonShim {
     } else {
       this.queue.push(request);
     }
+  }
+}
+
+/** JSON-RPC on the daemon's Unix socket (protocol/README.md: one JSON object per line). */
+class Rpc {
+  static open(path) {
+    return new Promise((resolve, reject) => {
+      const socket = net.connect(path, () => resolve(new Rpc(socket)));
+      socket.once("error", reject);
+    });
+  }
+
+  constructor(socket) {
+    this.socket = socket;
+    this.buffer = "";
+    this.pending = new Map();
+    this.id = 0;
+    socket.setEncoding("utf8");
+    socket.on("data", (chunk) => {
+      this.buffer += chunk;
+      let nl;
+      while ((nl = this.buffer.indexOf("\n")) >= 0) {
+        const message = JSON.parse(this.buffer.slice(0, nl));
+        this.buffer = this.buffer.slice(nl + 1);
+        this.pending.get(message.id)?.(message);
+        this.pending.delete(message.id);
+      }
+    });
+  }
+
+  async result(method, params) {
+    const id = ++this.id;
+    const reply = await new Promise((resolve) => {
+      this.pending.set(id, resolve);
+      this.socket.write(`${JSON.stringify({ jsonrpc: "2.0", id, method, params })}\n`);
+    });
+    if (reply.error) throw new Error(`${method}: ${JSON.stringify(reply.error)}`);
+    return reply.result;
+  }
+
+  close() {
+    this.socket.destroy();
   }
 }
 
@@ -316,7 +359,9 @@ const state = () => ({
   unsaved: [...store.items, ...store.collections].filter((o) => o.dirty).map((o) => o.key),
   saves: saves.length,
 });
-window.__zw = { sandbox, debug, reset, state };
+// A paper of another library (the end-to-end test's Zotero data): seeded as Zotero loaded it.
+const addPaper = (key) => { seed(new Item("journalArticle"), { key }); return true; };
+window.__zw = { sandbox, debug, reset, state, addPaper };
 // As bootstrap.js starts it.
 sandbox.ZocratesWrites.start({ version: "0.1.0-test" });
 return true;
@@ -602,5 +647,55 @@ describe("the plugin's write channel in Gecko, as Zotero runs it", () => {
     // stop() resolved once the loop had ended: nothing can poll again.
     const lines = await marionette.script("return window.__zw.debug");
     assert.match(lines.at(-1), /write channel: stopped$/);
+  });
+
+  test("end to end: writes proposed on a real zocratesd's socket reach the channel and Zotero, and undo goes the same way", async () => {
+    // A Zotero data directory with the Python tests' sample library (the daemon checks keys against it),
+    // Zotero 10's local API off: the plugin is the only way into Zotero.
+    const zoteroDir = join(root, "e2e-zotero");
+    await mkdir(join(zoteroDir, "zocrates-data"), { recursive: true });
+    const built = spawnSync(python(), ["-c", "import sys; from pathlib import Path; from zoterofixture import build_zotero_dir, sample_library; build_zotero_dir(Path(sys.argv[1]), *sample_library())", zoteroDir],
+      { cwd: REPO, encoding: "utf8", env: { ...process.env, PYTHONPATH: `${REPO}:${join(REPO, "tests")}` } });
+    assert.equal(built.status, 0, built.stderr);
+    const closed = await new Promise((resolve) => {
+      const probe = net.createServer().listen(0, "127.0.0.1", () => probe.close(() => resolve(probe.address()?.port ?? 0)));
+    });
+    await writeFile(join(zoteroDir, "zocrates-data", "zocrates_config.json"), JSON.stringify({ library: { local_api: false, local_api_url: `http://127.0.0.1:${closed}` } }));
+    await mkdir(join(root, "run"), { recursive: true, mode: 0o700 });
+    const daemon = new Zocratesd({ dataDir: zoteroDir, env: daemonEnv(root), stderr: "inherit" });
+    const info = await daemon.start();
+    let rpc;
+    try {
+      // Zotero holds the paper; the plugin starts (as at Zotero's start) on this data directory.
+      await marionette.script(`const zw = window.__zw; zw.reset(); zw.addPaper("LEWIS202");
+        zw.sandbox.Zotero.DataDirectory.dir = arguments[0]; zw.sandbox.ZocratesWrites.start({ version: "0.1.0-test" }); return true;`, [zoteroDir]);
+      rpc = await Rpc.open(info.socket);
+      await until(async () => ["ready", "error", "unavailable"].includes((await rpc.result("_zocrates/library/status", {})).state), "the library index");
+      const applied = (writeId, state = "applied") => until(async () => {
+        const w = await rpc.result("_zocrates/writes/get", { writeId });
+        assert.ok(!["failed", "discarded"].includes(w.state), JSON.stringify(w));
+        return w.state === state && w;
+      }, `write ${writeId} ${state}`);
+      // A tag (the person said yes in this client): planned, then applied, through the plugin.
+      const tag = await rpc.result("_zocrates/writes/tag", { itemKeys: ["LEWIS202"], tags: ["review"], confirm: true });
+      const tagged = await applied(tag.id);
+      assert.equal(tagged.path, "plugin");
+      assert.deepEqual((await zotero()).items["1/LEWIS202"].tags, ["review"]);
+      // A note rendered by the daemon from Markdown, saved under its key as a child of the paper.
+      const note = await rpc.result("_zocrates/writes/save_note", { markdown: "# Summary\n\nRAG combines **parametric** memory.", parentItem: "LEWIS202", confirm: true });
+      const saved = await applied(note.id);
+      const zotero1 = await zotero();
+      const child = zotero1.items[`1/${note.operation.new_key}`];
+      assert.deepEqual([child.itemType, child.parent], ["note", "LEWIS202"], JSON.stringify(saved));
+      assert.match(child.note, /<strong>parametric<\/strong>/);
+      // Undo of the tag: the daemon's inverse (a retag) goes through the channel and takes it off.
+      await rpc.result("_zocrates/writes/undo", { writeId: tag.id });
+      await applied(tag.id, "undone");
+      assert.deepEqual((await zotero()).items["1/LEWIS202"].tags, []);
+    } finally {
+      rpc?.close();
+      await marionette.script("return window.__zw.sandbox.ZocratesWrites.stop().then(() => true)");
+      await daemon.stop();
+    }
   });
 });
