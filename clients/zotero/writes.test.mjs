@@ -485,8 +485,10 @@ describe("the plugin's write channel in Gecko, as Zotero runs it", () => {
       assert.deepEqual(applied.unsaved, [], `changed without saving: ${what}`);
       assert.ok(applied.saves > before.saves, `nothing saved: ${what}`);
       check(applied);
-      // Applied again (a retry after a lost answer): no save, no second object.
-      await ask("apply", operation, { noteHTML });
+      // Applied again (a retry after a lost answer): no save, no second object. It answers what it
+      // changed now (nothing), and for a creation the key the write's object has.
+      const again = ["save_note", "add_item", "create_collection"].includes(operation.type) ? plan : {};
+      assert.deepEqual(await ask("apply", operation, { noteHTML }), { result: { change: again } }, `again: ${what}`);
       assert.deepEqual(await zotero(), applied, `a second apply changed Zotero: ${what}`);
     }
   });

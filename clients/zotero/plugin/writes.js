@@ -297,7 +297,9 @@ var ZocratesWrites = (function () {
   /**
    * What an operation changes, read from Zotero now (nothing is written), and `perform`, which writes
    * exactly that. Every key is looked up first: one Zotero does not have refuses the whole operation
-   * before anything is written. Performing what is already there does nothing (a retried apply).
+   * before anything is written. Performing what is already there does nothing (a retried apply), and
+   * its change says so, except that a creation always names its key: the object the write made, by
+   * this attempt or an earlier one.
    * @typedef {{tags_added?: Record<string, string[]>, tags_removed?: Record<string, string[]>, collection_added?: string[], created_items?: string[], created_collections?: string[]}} Change
    * @typedef {{change: Change, perform: () => Promise<void>}} Prepared
    * @param {Operation} op
