@@ -882,6 +882,8 @@ var ZocratesBridge = (function () {
   return {
     TAG,
     CAPABILITIES,
+    KEY_RE,
+    MAX_NOTE_HTML_CHARS,
     registerActors,
     unregisterActors,
     BridgeHost,

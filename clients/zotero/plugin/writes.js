@@ -1,6 +1,6 @@
 // writes.js: the write channel: the daemon hands consented writes (notes, tags, collections, new
 // items) to the plugin, which performs them with Zotero's own API and answers what changed
-// (/work/notes/w41/plugin-protocol.md; protocol/http.md, "The plugin's write channel").
+// (protocol/http.md, "The plugin's write channel").
 //
 // A classic script that defines one global, `ZocratesWrites`; bootstrap.js loads it after bridge.js
 // (whose daemon finding it reuses), starts the channel at startup and stops it at shutdown. It runs
@@ -33,9 +33,10 @@ var ZocratesWrites = (function () {
   const DAEMON_JSON_RECHECK_MS = 3000;
   /** An empty answer sooner than this is a daemon not holding the poll: back off, never spin. */
   const MIN_EMPTY_POLL_MS = 1000;
-  /** A request is one operation; a note is at most 1 M characters (bridge.js), 4 bytes each in UTF-8. */
-  const MAX_POLL_BYTES = 5_000_000;
-  const MAX_NOTE_HTML_CHARS = 1_000_000;
+  /** A note is at most as long as the page may send (bridge.js), and a request is one operation. */
+  const { MAX_NOTE_HTML_CHARS } = ZocratesBridge;
+  /** A request's note in UTF-8 (up to 4 bytes a character), and room for its operation. */
+  const MAX_POLL_BYTES = 4 * MAX_NOTE_HTML_CHARS + 1_000_000;
   /** Zotero's Web API writes at most 50 objects per request; the daemon splits larger writes. */
   const MAX_ITEMS = 50;
   const MAX_TAGS = 50;
@@ -48,8 +49,8 @@ var ZocratesWrites = (function () {
   /** Outside text in a debug line: escaped, and cut to this. */
   const MAX_LOG_CHARS = 200;
 
-  /** A key the daemon names (bridge.js's pattern: the lookup decides whether it exists). */
-  const KEY_RE = /^[A-Z0-9]{8}$/;
+  /** A key the daemon names, as the bridge takes one (the lookup decides whether it exists). */
+  const { KEY_RE } = ZocratesBridge;
   /** A key for a new object: Zotero's own alphabet (Zotero.Utilities.isValidObjectKey), or Zotero refuses it. */
   const NEW_KEY_RE = /^[23456789ABCDEFGHIJKLMNPQRSTUVWXYZ]{8}$/;
   const GROUP_LIBRARY_RE = /^groups\/([1-9][0-9]{0,11})$/;
