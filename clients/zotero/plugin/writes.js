@@ -579,7 +579,7 @@ var ZocratesWrites = (function () {
       const daemon = await this.provenDaemon();
       if (!daemon) return;
       const request = await this.poll(daemon);
-      if (!request) return;
+      if (!request || this.stopped) return; // once stopped, nothing more is written
       const answered = await answer(request, this.scope);
       // A request that cannot be answered is not asked again at once by a daemon that works: wait.
       if (!answered) await this.pause(this.nextBackoff(), daemon.signature);
