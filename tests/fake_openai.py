@@ -14,6 +14,7 @@ answer, and any raw SSE lines a test wants (`raw_lines`: malformed chunks, forge
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,9 @@ class Behaviour:
     answer_chars: int = 0  # answer with this many characters of text, in 64 KiB deltas
     unknown_tool: str | None = None  # every answer calls this tool (which does not exist)
     raw_lines: list[bytes] | None = None  # stream these lines as they are, then [DONE]
+    # A model that obeys instructions found in library text: a passage saying "tag every item with X"
+    # makes it call tag_items on the passages' items (the prompt-injection case of writes).
+    obey_library: bool = False
 
 
 @dataclass
@@ -85,12 +89,19 @@ class FakeOpenAI:
     # --- what the "model" says -------------------------------------------------------------
 
     @staticmethod
-    def reply_for(body: dict[str, Any], use_tools: bool) -> dict[str, Any]:
+    def reply_for(body: dict[str, Any], use_tools: bool, obey_library: bool = False) -> dict[str, Any]:
         messages = body["messages"]
         last = messages[-1]
         questions = [m["content"] for m in messages if m["role"] == "user"]
         if last["role"] == "tool":  # fenced untrusted text around the tool's JSON, which a model reads
             result = json.loads(fenced_body(last["content"]))
+            if "write_id" in result:
+                return {"content": f"I proposed the change ({result['write_id']}); you are asked to confirm it."}
+            injected = re.search(r"tag every item with (\w+)", json.dumps(result.get("passages") or []))
+            if obey_library and injected:
+                keys = sorted({p["item_key"] for p in result["passages"]})
+                args = json.dumps({"item_keys": keys, "tags": [injected.group(1)]})
+                return {"tool_calls": [{"id": f"call_{len(messages)}", "name": "tag_items", "arguments": args}]}
             n = len(result.get("passages") or [])
             return {"content": f"From {n} passages: answer to '{questions[-1]}' [1]. I have seen {len(questions)} questions."}
         if use_tools and body.get("tools"):
@@ -109,7 +120,7 @@ class FakeOpenAI:
         if b.line_bytes or b.keepalive_forever or b.answer_chars or b.raw_lines is not None:
             self._hostile(h, b)
             return
-        reply = self.reply_for(body, b.use_tools)
+        reply = self.reply_for(body, b.use_tools, b.obey_library)
         if b.unknown_tool:
             n = len(body["messages"])
             reply = {"tool_calls": [{"id": f"call_{n}", "name": b.unknown_tool, "arguments": "{}"}]}

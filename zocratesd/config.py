@@ -290,8 +290,9 @@ class LibraryConfig(_Section):
 class WritesConfig(_Section):
     """Writes into Zotero (notes, tags, collections, new items; zocratesd/writes), always through
     Zotero itself, at `library.local_api_url`'s server. `ask`: each write waits for a yes in the face
-    that asked (a kind can be allowed always from there); `allow`: written without asking (still
-    recorded, still undoable); `off`: refused."""
+    that asked (a kind can be allowed always from there); `allow`: what the person asks for in a face
+    is written without asking (still recorded, still undoable), while what the model proposes is
+    still asked, so library text can never write unasked; `off`: refused."""
 
     mode: Literal["ask", "allow", "off"] = "ask"
 

@@ -27,15 +27,23 @@ from zocratesd.core.turn_updates import TurnUpdates
 from zocratesd.core.validation import ResumeAnswer
 from zocratesd.engine.models import build_model
 from zocratesd.engine.runner import Engine, preload_lazy_imports
+from zocratesd.engine.write_tools import build_write_tools
 from zocratesd.library.retrieval import Retriever
 from zocratesd.store import SessionsDb
+from zocratesd.writes import Writes
 
 
 class EngineSide:
-    def __init__(self, db: SessionsDb, config: ZocratesConfig, retriever: Retriever) -> None:
+    def __init__(self, db: SessionsDb, config: ZocratesConfig, retriever: Retriever, writes: Writes) -> None:
         db.load_service()
         self.db = db
-        self.engine = Engine(db.service, build_model(config.model), retriever, config.research, config.model)
+        # The model proposes writes into Zotero; the person's face asks them (writes/service.py).
+        write_tools = build_write_tools(
+            propose=lambda op, session_id: writes.propose(op, session_id=session_id, face="assistant", proposer="model"),
+            collect=lambda keys, collection: writes.add_to_collection(keys, collection),
+        )
+        self.engine = Engine(db.service, build_model(config.model), retriever, config.research, config.model,
+                             more_tools=write_tools)
         self.compactor = Compactor.from_config(db, config, self.engine.model)
 
     def updates(self) -> TurnUpdates:
@@ -61,5 +69,5 @@ def preload() -> None:
     preload_lazy_imports()
 
 
-def load(db: SessionsDb, config: ZocratesConfig, retriever: Retriever) -> EngineSide:
-    return EngineSide(db, config, retriever)
+def load(db: SessionsDb, config: ZocratesConfig, retriever: Retriever, writes: Writes) -> EngineSide:
+    return EngineSide(db, config, retriever, writes)

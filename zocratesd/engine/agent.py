@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from google.adk.agents import LlmAgent
 from google.adk.agents.readonly_context import ReadonlyContext
 from google.adk.models.base_llm import BaseLlm
+from google.adk.tools.base_tool import BaseTool
 from pydantic import PrivateAttr
 
 from zocratesd.config import ResearchConfig
@@ -57,14 +59,14 @@ class Coordinator(LlmAgent):
 
 def build_coordinator(
     model: BaseLlm, retriever: Retriever, research: ResearchConfig | None = None,
-    models: dict[str, BaseLlm] | None = None,
+    models: dict[str, BaseLlm] | None = None, more_tools: Sequence[BaseTool] = (),
 ) -> LlmAgent:
     agent = Coordinator(
         name=COORDINATOR,
         model=model,
         mode="chat",
         instruction=coordinator_instruction,
-        tools=[build_search_tool(retriever, research)],
+        tools=[build_search_tool(retriever, research), *more_tools],
     )
     agent._models = dict(models or {})
     return agent

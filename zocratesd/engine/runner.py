@@ -19,7 +19,7 @@ import functools
 import importlib
 import importlib.util
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
 
 from google.adk.agents.invocation_context import LlmCallsLimitExceededError
@@ -31,6 +31,7 @@ from google.adk.runners import Runner
 from google.adk.sessions import BaseSessionService, InMemorySessionService
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.telemetry.context import ContentCapturingMode, TelemetryConfig
+from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
 from zocratesd.config import ModelConfig, ResearchConfig
@@ -61,7 +62,7 @@ if importlib.util.find_spec("a2a") is None:
 class Engine:
     def __init__(
         self, service: BaseSessionService, model: BaseLlm, retriever: Retriever, research: ResearchConfig | None = None,
-        limits: ModelConfig | None = None,
+        limits: ModelConfig | None = None, more_tools: Sequence[BaseTool] = (),
     ):
         self.model = model
         self.limits = limits or ModelConfig()
@@ -71,7 +72,7 @@ class Engine:
         alternatives: dict[str, BaseLlm] = {model_id(self.limits): model}
         if OFFLINE not in alternatives:
             alternatives[OFFLINE] = OfflineLlm()
-        self.agent = build_coordinator(model, retriever, self.research, alternatives)
+        self.agent = build_coordinator(model, retriever, self.research, alternatives, more_tools)
         # Native compaction stays off (events_compaction_config=None): compaction runs after the
         # turn's answer, under the session lock (spec section 4), never before the first token.
         self.app = App(name=APP_NAME, root_agent=self.agent, events_compaction_config=None)

@@ -43,7 +43,9 @@ CLOSED_POLL_S: Final = 0.5
 RECONNECT_PAUSES_S: Final = (0.2, 0.5, 1.0)
 # What we answer: form-mode elicitation instead of session/request_permission (rpc/acp.py
 # ask_checkpoint), so a checkpoint can be put to the MCP client as an elicitation of its own.
-CLIENT_CAPABILITIES: Final = {**tools.DAEMON_CLIENT_CAPABILITIES, "elicitation": {"form": {}}}
+# ... and asks its own client about the writes a turn proposed (server.py `_ask`), so the daemon does not.
+CLIENT_CAPABILITIES: Final = {**tools.DAEMON_CLIENT_CAPABILITIES, "elicitation": {"form": {}},
+                              "_meta": {"zocrates": {"asksAboutWrites": {}}}}
 
 Elicit = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 

@@ -96,6 +96,8 @@ _TURN_OUTPUT: Final = {
         "answer": {"type": "string"},
         "sources": {"type": "array", "items": _SOURCE},
         "search_rounds": {"type": "integer"},
+        "writes": {"type": "array", "items": {"type": "object"},
+                   "description": "Writes into Zotero the assistant proposed in this turn, each after the user was asked."},
         "invocation_id": _NULLABLE_STR,
         "checkpoint": _CHECKPOINT,
     },

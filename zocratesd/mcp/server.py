@@ -168,8 +168,9 @@ class ZocratesMcp(DaemonCalls):
         params = prompt_params(sid, a.question, None, tuple(a.item_keys or ()), collection, ())
         if a.library:
             params.setdefault("_meta", {}).setdefault("zocrates", {})["library"] = a.library
+        since = time.time()
         outcome = await self._turn(ctx, sid, lambda: Turn(client, sid, "session/prompt", params, DEFAULT_UPDATES_BUFFER))
-        return Made(outcome.structured(), outcome.text())
+        return await self._with_proposed_writes(ctx, sid, since, Made(outcome.structured(), outcome.text()))
 
     async def _resume(self, ctx: ServerRequestContext[Any], a: ResumeArgs) -> Made:
         client = await self.link.client()
@@ -252,6 +253,18 @@ class ZocratesMcp(DaemonCalls):
         if record.get("state") == "awaiting_consent":
             record = await self._consent(ctx, record)
         return Made(dict(record), schemas.write_text(record))
+
+    async def _with_proposed_writes(self, ctx: ServerRequestContext[Any], sid: str, since: float, made: Made) -> Made:
+        """A turn's result, after asking the user about the writes the assistant proposed in it
+        (oldest first); each one's fate in `writes` and in the text."""
+        listing = await self._call("_zocrates/writes/list", {"pending": True, "sessionId": sid})
+        proposed = [w for w in reversed(listing.get("writes", [])) if w.get("state") == "awaiting_consent"
+                    and w.get("proposed_by") == "model" and tools.written_since(w, since)]
+        if not proposed:
+            return made
+        fates = [await self._consent(ctx, record) for record in proposed]
+        text = made.text + "".join(f"\n\n{schemas.write_text(f)}" for f in fates)
+        return Made({**made.structured, "writes": [dict(f) for f in fates]}, text)
 
     async def _consent(self, ctx: ServerRequestContext[Any], record: WriteState) -> WriteState:
         """Ask the user, through the client, to agree to the write's exact change. Without elicitation

@@ -13,6 +13,8 @@ carries on.
 
 from __future__ import annotations
 
+import calendar
+import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
@@ -238,6 +240,14 @@ WRITE_METHODS: Final = {
 }
 # The daemon's camelCase names for the write tools' snake_case arguments (the rest are the same).
 _WRITE_PARAM_NAMES: Final = {"item_keys": "itemKeys", "parent_item": "parentItem", "item_type": "itemType"}
+
+
+def written_since(record: Mapping[str, Any], since: float) -> bool:
+    """Whether a write was proposed at or after `since` (epoch seconds; records stamp whole seconds)."""
+    try:
+        return calendar.timegm(time.strptime(str(record.get("created_at")), "%Y-%m-%dT%H:%M:%SZ")) >= int(since)
+    except ValueError:
+        return False
 
 
 def write_params(args: inputs.Args) -> dict[str, object]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.logtext import escape_for_log
 from zocratesd.rpc.peer import Peer
 from zocratesd.rpc.updates import checkpoint_call_id, config_options, session_info, to_acp
+from zocratesd.rpc.write_consent import ask_write, outcome_text
 from zocratesd.updates import ConfigOptions, MessageChunk
 from zocratesd.writes import WriteRecord, write_json
 
@@ -74,12 +76,16 @@ class ClientCapabilities:
 
     boolean_options: bool = False  # `session.configOptions.boolean`: config options of type boolean
     form_elicitation: bool = False  # `elicitation.form`: a checkpoint asked as a form
+    # `_meta.zocrates.asksAboutWrites`: the client asks its person about the writes a turn proposed
+    # (rpc/write_consent.py); the daemon does not.
+    asks_about_writes: bool = False
 
     @classmethod
     def read(cls, advertised: Mapping[str, object]) -> ClientCapabilities:
         return cls(
             boolean_options=_advertised(advertised, "session", "configOptions", "boolean"),
             form_elicitation=_advertised(advertised, "elicitation", "form"),
+            asks_about_writes=_advertised(advertised, "_meta", "zocrates", "asksAboutWrites"),
         )
 
 
@@ -545,8 +551,11 @@ class Agent:
             await feed.queued()  # the checkpoint's tool_call goes out before the question about it
             return await ask_checkpoint(conn.peer, session_id, checkpoint)
 
+        started = time.time()
         try:
             result = await self.daemon.prompt(session_id, text, context, ask=ask)
+            if not conn.capabilities.asks_about_writes:
+                await self._consent_to_writes(conn, session_id, started)
         finally:
             # The answer (or error) comes after every update of the turn.
             with anyio.CancelScope(shield=True):
@@ -560,6 +569,22 @@ class Agent:
         stop = "cancelled" if result.pending_hitl is not None and asked else result.stop_reason
         meta = {"invocationId": result.invocation_id, "pendingHitl": result.pending_hitl}
         return {"stopReason": stop, "_meta": {"zocrates": meta}}
+
+    async def _consent_to_writes(self, conn: Connection, session_id: str, since: float) -> None:
+        """Put the writes the model proposed in this turn to the person, oldest first, and say
+        what became of each in the conversation."""
+        writes = self.daemon.writes
+        proposed = [r for r in reversed(await writes.list(pending=True, session_id=session_id))
+                    if r.state == "awaiting_consent" and r.proposer == "model" and r.created_at >= since]
+        for record in proposed:
+            answer = await ask_write(conn.peer, session_id, record)
+            if answer in ("write", "write_always"):
+                record = await writes.confirm(record.id, always=answer == "write_always")
+            elif answer == "dont_write":
+                record = await writes.discard(record.id)
+            chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": outcome_text(record)},
+                     "messageId": f"write-{record.id}"}
+            await conn.peer.notify("session/update", {"sessionId": session_id, "update": chunk})
 
     @acp_method("session/cancel", notification=True)
     async def cancel(self, conn: Connection, params: models.CancelParams) -> dict[str, Any]:

@@ -107,7 +107,10 @@ class Writes:
             raise WriteRefused("writes into Zotero are off (writes.mode = off in the config); nothing was written")
         preview = await self.preview(op)
         kind = ops.kind_of(op)
-        allowed = mode == "allow" or kind in await anyio.to_thread.run_sync(self.journal.always_allowed)
+        # `allow` lets the person's own requests through; what the model proposes is asked, unless the
+        # person said "always" to its kind at such a question: library text can never write unasked.
+        allowed = (mode == "allow" and proposer == "user") or kind in await anyio.to_thread.run_sync(
+            self.journal.always_allowed)
         state: Literal["queued", "awaiting_consent"] = "queued" if allowed else "awaiting_consent"
         record = await anyio.to_thread.run_sync(
             lambda: self.journal.add(op, preview, state, session_id=session_id, face=face, proposer=proposer))

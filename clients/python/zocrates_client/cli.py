@@ -568,7 +568,9 @@ async def _ask(client: Client, runner: TurnRunner, args: argparse.Namespace, tex
     if session_id is None:
         session_id = await client.new_session()
     await _wait_for_index(client, args.json)
+    started = time.time()
     result = await _prompt_once(client, runner, session_id, text, scope)
+    await write_commands.consent_after_turn(client, session_id, started, interactive=runner.interactive, prog=PROG)
     _after_turn(session_id, result, runner)
 
 
@@ -766,7 +768,7 @@ async def _with_client(args: argparse.Namespace, body: Callable[[Client], Awaita
         data_dir=data_dir, start_daemon=start, on_request=runner.handle_request if runner else None,
         on_daemon_start=announce,
     ) as client:
-        await client.initialize(client_name=PROG)
+        await client.initialize(client_name=PROG, asks_about_writes=True)
         await body(client)
 
 
@@ -961,7 +963,9 @@ def _chat_turn(args: argparse.Namespace, state: ChatState, text: str) -> int:
         if not state.checked_index:
             await _wait_for_index(client, args.json)
             state.checked_index = True
+        started = time.time()
         result = await _prompt_once(client, runner, state.session_id, text, state.scope)
+        await write_commands.consent_after_turn(client, state.session_id, started, interactive=runner.interactive, prog=PROG)
         if result.pending_hitl is not None:
             raise CheckpointLeft(_left_message(state.session_id, result))
 

@@ -383,13 +383,20 @@ class Client:
         client_name: str = "zocrates_client",
         client_version: str = __version__,
         protocol_version: int = PROTOCOL_VERSION,
+        asks_about_writes: bool = False,
     ) -> InitializeResult:
-        """ACP `initialize`: the daemon's protocol version, identity and `_zocrates/*` extensions."""
+        """ACP `initialize`: the daemon's protocol version, identity and `_zocrates/*` extensions.
+        `asks_about_writes`: this client asks its person about the writes into Zotero a turn
+        proposed (from `_zocrates/writes/list`) instead of the daemon asking with
+        `session/request_permission` (a `toolCall` of kind `edit` with `_meta.zocrates.writeId`)."""
+        capabilities: dict[str, object] = dict(CLIENT_CAPABILITIES)
+        if asks_about_writes:
+            capabilities["_meta"] = {"zocrates": {"asksAboutWrites": {}}}
         result = await self.call(
             "initialize",
             {
                 "protocolVersion": protocol_version,
-                "clientCapabilities": CLIENT_CAPABILITIES,
+                "clientCapabilities": capabilities,
                 "clientInfo": {"name": client_name, "version": client_version},
             },
         )

@@ -9,8 +9,10 @@ write is left waiting for consent, and the message says how to confirm or discar
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import sys
+import time
 from typing import Any, Final
 
 from zocrates_client.client import Client
@@ -97,8 +99,26 @@ async def _propose(client: Client, args: argparse.Namespace, prog: str, method: 
     return record
 
 
-async def _ask_consent(client: Client, record: dict[str, Any], prog: str) -> dict[str, Any]:
-    if not sys.stdin.isatty():
+async def consent_after_turn(client: Client, session_id: str, since: float, *, interactive: bool, prog: str) -> None:
+    """Ask about the writes the assistant proposed during the turn (oldest first): on a terminal,
+    one question each; otherwise they stay waiting, and stderr says how to answer them."""
+    listing = await client.list_writes(pending=True, session_id=session_id)
+    proposed = [w for w in reversed(listing["writes"]) if w["state"] == "awaiting_consent"
+                and w["proposed_by"] == "model" and _epoch(w["created_at"]) >= int(since)]
+    for record in proposed:
+        sys.stderr.write("\nThe assistant proposes a change to your Zotero library.")
+        try:
+            _report(await _ask_consent(client, record, prog, interactive=interactive), argparse.Namespace(json=False), prog)
+        except NotWritten as exc:
+            sys.stderr.write(f"{exc}\n")
+
+
+def _epoch(stamp: str) -> int:
+    return calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+async def _ask_consent(client: Client, record: dict[str, Any], prog: str, *, interactive: bool | None = None) -> dict[str, Any]:
+    if not (sys.stdin.isatty() if interactive is None else interactive):
         raise NotWritten(f"not written yet: write {record['id']} waits for your consent. `{prog} writes confirm {record['id']}` "
                          f"writes it, `{prog} writes discard {record['id']}` drops it (or run with --yes)")
     sys.stderr.write(f"\n{escape_for_terminal(record['preview'])}\n\n{CONSENT_PROMPT}")

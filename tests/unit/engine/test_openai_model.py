@@ -76,9 +76,11 @@ async def test_streamed_turn_with_a_tool_call(tmp_path: Path, fake: FakeOpenAI, 
         body = first["body"]
         assert body["model"] == "test/model" and body["stream"] is True
         assert body["messages"][0]["role"] == "system" and "Zocrates" in body["messages"][0]["content"]
-        (tool,) = body["tools"]
-        assert tool["function"]["name"] == "search_library"
-        assert tool["function"]["parameters"]["properties"]["query"]["type"] == "string"
+        tools = {t["function"]["name"]: t["function"] for t in body["tools"]}
+        # search_library, and the writes the model may propose (the person is asked before any is made).
+        assert set(tools) == {"search_library", "save_note", "tag_items", "add_to_collection"}
+        assert tools["search_library"]["parameters"]["properties"]["query"]["type"] == "string"
+        assert tools["tag_items"]["parameters"]["properties"]["item_keys"]["type"] == "array"
         assert second["body"]["messages"][-1]["role"] == "tool"
         ui = await d.get_session(sid)
         assert ui["messages"][-1]["text"].startswith("From 1 passages")
