@@ -170,7 +170,7 @@ class AddItemArgs(Args):
     creators: list[dict[str, str]] = Field(
         default_factory=list, max_length=MAX_CREATORS,
         description='Each {"creator_type": "author", "first_name": ..., "last_name": ...} or {"name": ...} for an institution.')
-    fields: dict[str, str] = wire(AddItemParams, "fields")
+    fields: dict[str, str] = Field(default_factory=dict, description=AddItemParams.model_fields["fields"].description)
     csl: dict[str, object] | None = wire(AddItemParams, "csl")
     collection: str | None = wire(AddItemParams, "collection")
     library: str = wire(AddItemParams, "library", description=WRITE_LIBRARY)

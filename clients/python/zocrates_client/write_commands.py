@@ -21,6 +21,8 @@ from zocratesd.logtext import escape_for_log, escape_for_terminal
 EXIT_NOT_WRITTEN: Final = 1
 CONSENT_PROMPT: Final = "Write this into Zotero? [y] yes · [a] yes, and always for this kind · [N] no: "
 COMMANDS: Final = ("note", "tag", "untag", "collect", "undo", "writes")
+# A write's preview in `zocrates writes`: one line, cut where a terminal line would wrap twice.
+LIST_PREVIEW_CHARS: Final = 160
 
 
 class NotWritten(Exception):
@@ -175,7 +177,8 @@ async def _writes(client: Client, args: argparse.Namespace, prog: str) -> None:
 def _describe(record: dict[str, Any], *, full: bool) -> str:
     head = (f"{record['id']}  {record['updated_at']}  {record['state']:<16} {record['kind']:<18} "
             f"{record['proposed_by']} via {record['face']}")
-    if not full:
-        first = record["preview"].splitlines()[0] if record["preview"] else ""
-        return f"{head}  {first}"
+    if not full:  # the preview on one line: what it does, then the items it touches
+        lines = [line.strip().removeprefix("- ") for line in str(record["preview"]).splitlines() if line.strip()]
+        summary = " ".join(lines[:1]) + (" " + "; ".join(lines[1:]) if len(lines) > 1 else "")
+        return f"{head}  {summary[:LIST_PREVIEW_CHARS]}"
     return f"{head}\n\n{record['preview']}" + (f"\n\n{record['error']}" if record.get("error") else "")
