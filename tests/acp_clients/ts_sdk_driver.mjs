@@ -102,7 +102,7 @@ try {
   assert.ok(rag, `collections listed by name: ${JSON.stringify(opts.scope.options)}`);
   const cmds = await a.until(sid, (u) => u.sessionUpdate === "available_commands_update", 0, "available_commands_update");
   const names = cmds.find((u) => u.sessionUpdate === "available_commands_update").availableCommands.map((c) => c.name);
-  assert.deepEqual(names, ["library", "collection", "papers", "research", "compact", "rewind", "status"]);
+  assert.deepEqual(names, ["library", "collection", "papers", "research", "compact", "rewind", "status", "note", "tag", "undo", "writes"]);
   facts.commands = names;
 
   // B attaches with session/resume: no replay, the options (compaction as a select), the commands.

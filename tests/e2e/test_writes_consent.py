@@ -128,3 +128,44 @@ def test_on_a_terminal_the_assistants_proposal_is_asked_and_only_yes_writes(
     assert tags_of(zotero10, "MITEPAPR") == tags
     assert ("nothing was written" in t.output) == (not tags) and ("written: w-" in t.output) == bool(tags)
     d.stop()
+
+
+def test_slash_commands_tag_what_the_answer_cited_after_the_editor_says_yes_and_undo_it(
+    daemon_factory: Any, zotero10: FakeZoteroApi,
+) -> None:
+    from test_writes_zotero import daemon_for
+
+    d = daemon_for(daemon_factory, zotero10)  # the offline model: its answers cite with zotero:// links
+    d.start()
+    with RawConn(d.socket_path) as c:
+        c.result("initialize", {"protocolVersion": 1, "clientInfo": {"name": "zed", "version": "1"}})
+        wait_ready(c)
+        sid = c.result("session/new", {"cwd": "/", "mcpServers": []})["sessionId"]
+        c.result("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "What does dense passage retrieval do?"}]})
+        cited = c.result("_zocrates/session/get", {"sessionId": sid})["messages"][-1]["text"]
+        assert "zotero://select/library/items/KARPDPR1" in cited
+
+        def command(text: str, option: str) -> list[dict[str, Any]]:
+            c.send({"jsonrpc": "2.0", "id": 901, "method": "session/prompt",
+                    "params": {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}})
+            asked = []
+            while True:
+                msg = c.recv()
+                if msg.get("method") == "session/request_permission":
+                    asked.append(msg["params"])
+                    c.send({"jsonrpc": "2.0", "id": msg["id"], "result": {"outcome": {"outcome": "selected", "optionId": option}}})
+                elif msg.get("id") == 901:
+                    assert msg["result"]["_meta"]["zocrates"]["command"]["ok"], msg
+                    return asked
+
+        asked = command("/tag dpr-reading", "dont_write")
+        assert len(asked) == 1 and 'Add the tag "dpr-reading"' in asked[0]["toolCall"]["title"]
+        assert tags_of(zotero10, "KARPDPR1") == []
+        asked = command("/tag dpr-reading", "write")
+        assert len(asked) == 1 and tags_of(zotero10, "KARPDPR1") == ["dpr-reading"]
+        assert command("/undo", "write") == [] and tags_of(zotero10, "KARPDPR1") == []
+        asked = command("/note", "write")
+        assert len(asked) == 1 and "Save a note" in asked[0]["toolCall"]["title"]
+        notes = [i["data"] for i in zotero10.items if i["data"]["itemType"] == "note"]
+        assert len(notes) == 1 and "KARPDPR1" in notes[0]["note"]
+    d.stop()

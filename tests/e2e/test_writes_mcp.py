@@ -16,10 +16,10 @@ import anyio
 import mcp_types as types
 import pytest
 from daemonproc import daemon_env
+from fake_openai import Behaviour, FakeOpenAI
 from fake_zotero_api import FakeZoteroApi
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from fake_openai import Behaviour, FakeOpenAI
 from test_writes_consent import INJECTED, QUESTION
 from test_writes_zotero import notes_on, tags_of
 from zoterofixture import build_zotero_dir, sample_library

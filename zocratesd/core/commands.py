@@ -15,6 +15,8 @@ import msgspec
 
 from zocratesd.core.session_config import COLLECTION_PREFIX, COMPACTION, LIBRARY, PAPERS, RESEARCH_BUDGET, SCOPE
 from zocratesd.errors import InvalidInput, NotFound
+from zocratesd.limits import ITEM_URI
+from zocratesd.writes import operations as ops
 
 if TYPE_CHECKING:
     from zocratesd.core.daemon import Daemon
@@ -34,7 +36,14 @@ COMMANDS = (
     Command("compact", "Summarise the older turns now"),
     Command("rewind", "Undo the last turn"),
     Command("status", "The library index and the session store"),
+    Command("note", "Save the last answer into Zotero as a note (on the paper it cites, when it cites one)"),
+    Command("tag", "Tag the papers the last answer cited", "tag"),
+    Command("undo", "Undo this session's last write into Zotero"),
+    Command("writes", "This session's writes into Zotero that wait for your consent or for Zotero"),
 )
+# The commands that propose a write: the face asks the person before it is made (rpc/agent.py).
+WRITE_COMMANDS = frozenset({"note", "tag"})
+_CITED_RE = re.compile(ITEM_URI)
 _BY_NAME = {c.name: c for c in COMMANDS}
 _COMMAND_RE = re.compile(r"^\s*/([a-z][a-z_-]*)(?:\s+(.*))?$", re.DOTALL)
 
@@ -76,6 +85,8 @@ async def run(daemon: Daemon, session_id: str, name: str, arg: str) -> str:
         return await _rewind_last(daemon, session_id)
     if name == "status":
         return await _status(daemon, session_id)
+    if name in ("note", "tag", "undo", "writes"):
+        return await _write_command(daemon, session_id, name, arg)
     raise InvalidInput(f"unknown command /{name}")  # pragma: no cover - parse() admits only COMMANDS
 
 
@@ -93,6 +104,44 @@ async def _rewind_last(daemon: Daemon, session_id: str) -> str:
     shown = asked if len(asked) <= 80 else asked[:79] + "…"
     return (f"Rewound the last turn (\u201c{shown}\u201d). The editor still shows it; "
             "load the session again to see the conversation without it.")
+
+
+async def _last_answer(daemon: Daemon, session_id: str) -> tuple[str, list[tuple[str, str]]]:
+    """The session's last answer and the items it cites (library, key), in order."""
+    view = await daemon.get_session(session_id)
+    answer = next((m["text"] for m in reversed(view["messages"]) if m["role"] == "assistant" and m["text"].strip()), None)
+    if answer is None:
+        raise InvalidInput("there is no answer in this session yet")
+    cited = list(dict.fromkeys((lib if lib != "library" else "user", key) for lib, key in _CITED_RE.findall(answer)))
+    return answer, cited
+
+
+async def _write_command(daemon: Daemon, session_id: str, name: str, arg: str) -> str:
+    writes = daemon.writes
+    if name == "undo":
+        done = await writes.undo(session_id=session_id, face="slash-command")
+        return f"Undone: {done.preview.removeprefix('Undo ')}" if done.state == "applied" else f"Undo {done.state}: {done.error or ''}"
+    if name == "writes":
+        pending = await writes.list(pending=True, session_id=session_id)
+        if not pending:
+            return "No write into Zotero is waiting in this session."
+        return "\n".join(f"{r.id} ({r.state.replace('_', ' ')}): {r.preview.splitlines()[0]}" for r in pending)
+    answer, cited = await _last_answer(daemon, session_id)
+    op: ops.Operation
+    if name == "note":
+        parents = {key for _, key in cited}
+        op = await writes.save_note(answer, parent=next(iter(parents)) if len(parents) == 1 else None,
+                                    library=cited[0][0] if cited else "user")
+    else:
+        if not arg:
+            raise InvalidInput("name the tag: /tag NAME")
+        if not cited:
+            raise InvalidInput("the last answer cites no paper to tag")
+        op = ops.tag_items([key for _, key in cited], [arg], library=cited[0][0])
+    record = await writes.propose(op, session_id=session_id, face="slash-command")
+    if record.state == "awaiting_consent":
+        return f"Proposed ({record.id}): {record.preview.splitlines()[0]}"
+    return f"{record.state.capitalize()} ({record.id}): {record.preview.splitlines()[0]}"
 
 
 async def _status(daemon: Daemon, session_id: str) -> str:

@@ -570,12 +570,14 @@ class Agent:
         meta = {"invocationId": result.invocation_id, "pendingHitl": result.pending_hitl}
         return {"stopReason": stop, "_meta": {"zocrates": meta}}
 
-    async def _consent_to_writes(self, conn: Connection, session_id: str, since: float) -> None:
-        """Put the writes the model proposed in this turn to the person, oldest first, and say
-        what became of each in the conversation."""
+    async def _consent_to_writes(
+        self, conn: Connection, session_id: str, since: float, proposers: tuple[str, ...] = ("model",),
+    ) -> None:
+        """Put the writes proposed since `since` (by the model in a turn, or by a slash command) to
+        the person, oldest first, and say what became of each in the conversation."""
         writes = self.daemon.writes
         proposed = [r for r in reversed(await writes.list(pending=True, session_id=session_id))
-                    if r.state == "awaiting_consent" and r.proposer == "model" and r.created_at >= since]
+                    if r.state == "awaiting_consent" and r.proposer in proposers and r.created_at >= since]
         for record in proposed:
             answer = await ask_write(conn.peer, session_id, record)
             if answer in ("write", "write_always"):
@@ -729,6 +731,7 @@ class Agent:
         """A slash command: its reply as an agent message to this connection. A command the core
         refuses (bad argument, busy session) is answered in the message too: the user typed it."""
         outcome: dict[str, Any] = {"name": name, "ok": True}
+        started = time.time()
         await self.daemon.config_options(session_id)  # no such session: an error, as for any prompt
         try:
             reply = await commands.run(self.daemon, session_id, name, arg)
@@ -739,6 +742,8 @@ class Agent:
         chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": reply},
                  "messageId": f"command-{next(_messages)}"}
         await conn.peer.notify("session/update", {"sessionId": session_id, "update": chunk})
+        if name in commands.WRITE_COMMANDS and outcome["ok"] and not conn.capabilities.asks_about_writes:
+            await self._consent_to_writes(conn, session_id, started, proposers=("user",))
         return {"stopReason": "end_turn", "_meta": {"zocrates": {"command": outcome}}}
 
 

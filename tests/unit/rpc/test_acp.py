@@ -656,7 +656,8 @@ async def test_slash_commands_change_settings_and_answer_in_a_message(world: Wor
     b = await initialized(world, "b")
     sid = str((await a.result("session/new", {"cwd": "/", "mcpServers": []}))["sessionId"])
     commands = await a.commands(sid)
-    assert [c["name"] for c in commands] == ["library", "collection", "papers", "research", "compact", "rewind", "status"]
+    assert [c["name"] for c in commands] == ["library", "collection", "papers", "research", "compact", "rewind", "status",
+                                            "note", "tag", "undo", "writes"]
     assert {c["name"]: c.get("input") for c in commands}["collection"] == {"hint": "collection name"}
     await b.load(sid)
 
