@@ -169,3 +169,46 @@ def test_slash_commands_tag_what_the_answer_cited_after_the_editor_says_yes_and_
         notes = [i["data"] for i in zotero10.items if i["data"]["itemType"] == "note"]
         assert len(notes) == 1 and "KARPDPR1" in notes[0]["note"]
     d.stop()
+
+
+class PermissionEditor:
+    """An editor on the official ACP Python SDK: it answers a write's permission request with the
+    option of `kind` and records what it was asked."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind, self.asked = kind, []
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        pass
+
+    async def request_permission(self, options: Any, session_id: str, tool_call: Any, **kwargs: Any) -> Any:
+        from acp.schema import AllowedOutcome, RequestPermissionResponse
+
+        self.asked.append(tool_call.model_dump(by_alias=True, exclude_none=True))
+        chosen = next(o.option_id for o in options if o.kind == self.kind)
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=chosen))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("kind", "tags"), [("reject_once", []), ("allow_once", ["pwned"])])
+async def test_the_acp_sdk_editor_answers_the_permission_both_ways(
+    daemon_factory: Any, zotero10: FakeZoteroApi, model: FakeOpenAI, kind: str, tags: list[str],
+) -> None:
+    import sys
+
+    from acp import spawn_agent_process, text_block
+
+    d = obedient_daemon(daemon_factory, zotero10, model)
+    d.start()
+    with RawConn(d.socket_path) as c:
+        wait_ready(c)
+    editor = PermissionEditor(kind)
+    async with spawn_agent_process(editor, sys.executable, "-m", "zocratesd", "stdio", "--zotero-data-dir", str(d.data_dir),
+                                   env=d.env) as (agent, _):
+        await agent.initialize(protocol_version=1)
+        sid = (await agent.new_session(cwd="/")).session_id
+        done = await agent.prompt(session_id=sid, prompt=[text_block(QUESTION)])
+    assert done.stop_reason == "end_turn" and len(editor.asked) == 1
+    assert editor.asked[0]["kind"] == "edit" and "Varroa Mite Control in Winter" in json.dumps(editor.asked[0])
+    assert tags_of(zotero10, "MITEPAPR") == tags
+    d.stop()
