@@ -109,6 +109,8 @@ async def test_without_elicitation_the_write_waits_for_confirm_write(world: Worl
         assert not listed["save_note"].annotations.idempotent_hint and not listed["tag_items"].annotations.read_only_hint
         pending = await call(s, "add_to_collection", {"item_keys": ["KARPDPR1"], "collection": "Miscellany"})
         assert pending["state"] == "awaiting_consent" and "confirm_write" in pending["_text"]
+        listed = await call(s, "list_writes", {})
+        assert [w["id"] for w in listed["writes"]] == [pending["id"]] and "Miscellany" in listed["_text"]
         assert "MISCCOLL" not in zotero10.item("KARPDPR1")["collections"]
         done = await call(s, "confirm_write", {"write_id": pending["id"], "decision": "write"})
         assert done["state"] == "applied" and "MISCCOLL" in zotero10.item("KARPDPR1")["collections"]

@@ -31,6 +31,7 @@ from zocratesd.rpc.models import (
     LibraryItemsParams,
     LibrarySearchParams,
     LibraryTagsParams,
+    ListWritesParams,
     RenameSessionParams,
     ResumeAnswer,
     SaveNoteParams,
@@ -174,6 +175,12 @@ class AddItemArgs(Args):
     csl: dict[str, object] | None = wire(AddItemParams, "csl")
     collection: str | None = wire(AddItemParams, "collection")
     library: str = wire(AddItemParams, "library", description=WRITE_LIBRARY)
+
+
+class ListWritesArgs(Args):
+    pending: bool = wire(ListWritesParams, "pending", default=True)
+    session_id: SessionId | None = Field(None, description="Only this Zocrates session's writes.")
+    limit: int = wire(ListWritesParams, "limit", default=DEFAULT_PAGE)
 
 
 class UndoArgs(Args):

@@ -275,6 +275,15 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         inputs.ConfirmWriteArgs, _WRITE, destructive=True, idempotent=True,
     ),
     ToolSpec(
+        "list_writes", "Writes into Zotero",
+        "The writes into Zotero, newest first: with pending=true (the default) those waiting for the user's consent "
+        "or for Zotero (closed, or its permission dialog unanswered), each with its preview, state and id.",
+        inputs.ListWritesArgs,
+        {"type": "object", "properties": {"writes": {"type": "array", "items": _WRITE}, "waiting_for": _NULLABLE_STR},
+         "required": ["writes"]},
+        read_only=True,
+    ),
+    ToolSpec(
         "undo", "Undo a write into Zotero",
         "Revert the newest write (or write_id): a created note, item or collection goes to Zotero's trash, added tags "
         "and collection memberships are removed, removed tags come back.",
@@ -440,3 +449,13 @@ def write_text(record: WriteState) -> str:
     if state == "discarded":
         return f"Not written: write {wid} was declined or discarded. Nothing changed in Zotero."
     return f"Not written: {record.get('error') or 'Zotero refused it'}. Nothing changed in Zotero."
+
+
+def writes_text(result: dict[str, Any]) -> str:
+    writes = result.get("writes") or []
+    if not writes:
+        return "No writes into Zotero."
+    lines = [f"{w['id']} ({str(w['state']).replace('_', ' ')}): {str(w['preview']).splitlines()[0]}" for w in writes]
+    if result.get("waiting_for") and any(w["state"] == "queued" for w in writes):
+        lines.append(f"Queued writes wait: {result['waiting_for']}")
+    return "\n".join(lines)

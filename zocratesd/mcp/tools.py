@@ -257,8 +257,16 @@ def write_params(args: inputs.Args) -> dict[str, object]:
     return {**params, "confirm": False}
 
 
+def list_writes(a: inputs.ListWritesArgs) -> Work:
+    params: dict[str, Any] = {"pending": a.pending, "limit": a.limit}
+    if a.session_id:
+        params["sessionId"] = a.session_id
+    result = yield DaemonCall("_zocrates/writes/list", params)
+    return Made(result, schemas.writes_text(result))
+
+
 # The quick tools' work, by name (server.py drives them; it runs ask and resume itself).
 QUICK: Final[dict[str, Callable[[Any], Work]]] = {
     "search_library": search_library, "get_item": get_item, "list_collections": list_collections,
-    "list_tags": list_tags, "recent_items": recent_items, "sessions": sessions,
+    "list_tags": list_tags, "recent_items": recent_items, "sessions": sessions, "list_writes": list_writes,
 }
