@@ -297,6 +297,38 @@ class WritesConfig(_Section):
     mode: Literal["ask", "allow", "off"] = "ask"
 
 
+class OnlineConfig(_Section):
+    """Search beyond the library (zocratesd/online): OpenAlex, arXiv and Crossref, public APIs that
+    need no key. Only the search terms leave the machine. `off`: never; `ask` (the default): the
+    person is asked the first time a turn would go online; `on`: the assistant searches online when
+    the library leaves parts of a question unanswered."""
+
+    mode: Literal["off", "ask", "on"] = "ask"
+    openalex_url: str = "https://api.openalex.org"
+    arxiv_url: str = "https://export.arxiv.org"
+    crossref_url: str = "https://api.crossref.org"
+    # OpenAlex's and Crossref's "polite pool": faster, more reliable answers for a contact address.
+    mailto: str | None = None
+    # One request to one provider, and all of one search (the providers are asked at once).
+    request_timeout_s: Annotated[float, Meta(gt=0, le=120)] = 10.0
+    search_timeout_s: Annotated[float, Meta(gt=0, le=300)] = 20.0
+    # Requests one turn may make in all (a retry counts): a research loop cannot flood a provider.
+    max_requests_per_turn: Annotated[int, Meta(ge=1, le=100)] = 9
+    # An answer bigger than this is refused as it streams (a page of 25 works is ~100-300 KiB).
+    max_response_bytes: Annotated[int, Meta(ge=1024, le=64 * 1024 * 1024)] = 4 * 1024 * 1024
+
+    def _check(self) -> None:
+        for name in ("openalex_url", "arxiv_url", "crossref_url"):
+            url = getattr(self, name)
+            parts = urlsplit(url)
+            loopback = is_loopback_host(parts.hostname or "")
+            if not parts.hostname or parts.scheme not in ("https", "http") or (parts.scheme == "http" and not loopback):
+                raise _field_error(name, "an https:// URL (plain http:// only to this machine, for a local mirror)")
+            setattr(self, name, url.rstrip("/"))
+        if self.mailto is not None and (len(self.mailto) > 200 or "@" not in self.mailto or any(c.isspace() for c in self.mailto)):
+            raise _field_error("mailto", "an e-mail address (OpenAlex's and Crossref's polite pool)")
+
+
 class RpcConfig(_Section):
     # 16 MiB: large enough for a prompt with many embedded snippets, small enough that a runaway
     # client cannot make the daemon buffer without bound (rust-sdk #342 argues for a finite cap).
@@ -320,6 +352,7 @@ class ZocratesConfig(msgspec.Struct, forbid_unknown_fields=True):
     rpc: RpcConfig = field(default_factory=RpcConfig)
     library: LibraryConfig = field(default_factory=LibraryConfig)
     writes: WritesConfig = field(default_factory=WritesConfig)
+    online: OnlineConfig = field(default_factory=OnlineConfig)
 
     def __post_init__(self) -> None:
         if getattr(_converting, "on", False):

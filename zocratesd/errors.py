@@ -73,6 +73,12 @@ class WriteRefused(ZocratesError):
     kind = "write_refused"
 
 
+class OnlineOff(ZocratesError):
+    """A search beyond the library while `online.mode` is off: nothing left the machine."""
+
+    kind = "online_off"
+
+
 class InvalidInput(ZocratesError):
     """A value from a client failed validation (bad id, bad title, ...)."""
 

@@ -38,6 +38,7 @@ from zocratesd.library import catalog, dense
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, InMemoryRetriever, Retriever, Scope, tokens
 from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, MAX_SUGGESTIONS, Suggestion
 from zocratesd.limits import QUERY_KEY_TERMS
+from zocratesd.online.works import OnlineWork, title_key
 
 if TYPE_CHECKING:
     from zocratesd.library.service import Library
@@ -290,6 +291,24 @@ class Catalogue:
         if self.library is None:
             return None
         return await self.library.read(lambda conn: catalog.collection_name(conn, lib, key))
+
+    async def in_library(self, works: Sequence[OnlineWork]) -> dict[int, tuple[str, str]]:
+        """Which online works the library holds already (same DOI, or same title and year within
+        one): index -> (library, item key)."""
+        if self.library is None or not works:
+            return {}
+        dois = [w.doi for w in works if w.doi]
+        titles = [w.title for w in works]
+        rows = await self.library.read(lambda conn: catalog.items_by_doi_or_title(conn, dois, titles)) or []
+        found: dict[int, tuple[str, str]] = {}
+        for i, w in enumerate(works):
+            for lib, key, title, year, doi in rows:
+                same_doi = bool(w.doi and doi and w.doi == doi.lower())
+                same_title = title_key(title) == title_key(w.title) and (w.year is None or year is None or abs(w.year - year) <= 1)
+                if same_doi or same_title:
+                    found[i] = (lib, key)
+                    break
+        return found
 
     async def collection_list(self, library: str | None = None) -> list[dict[str, object]]:
         lib = check_library(library)

@@ -10,6 +10,7 @@ It delegates each concern to a service of its own:
 - core/session_config.py and core/settings.py: a session's settings and the daemon's;
 - core/validation.py: the domain rules every argument is checked against;
 - core/startup.py: where the engine's start stands; core/engine_side.py: what needs the engine;
+- core/online.py: a person's search beyond the library (`daemon.online`);
 - writes (its own package): writes into Zotero, consented, recorded, undoable (`daemon.writes`), and
   the plugin's channel they reach Zotero through (`daemon.plugin`).
 Results are the core's typed structs, turned into the JSON shapes the faces send here, once.
@@ -30,6 +31,7 @@ from zocratesd import __version__, deferred
 from zocratesd.config import ZocratesConfig, config_path
 from zocratesd.core.catalogue import LIBRARY_PASSAGES_FILE, Catalogue
 from zocratesd.core.context import PromptContext
+from zocratesd.core.online import Online
 from zocratesd.core.session_config import SessionConfig
 from zocratesd.core.sessions import Sessions, SessionView
 from zocratesd.core.settings import Settings
@@ -105,6 +107,7 @@ class Daemon:
         self.maintenance = Maintenance(self.db, self.locks, config)
         self.startup_maintenance: MaintenanceReport | None = None
         self.settings = Settings(config, config_path(data_dir))  # updates `config` in place
+        self.online = Online(config.online, state_dir(data_dir), self.catalogue.in_library)
         self.plugin = PluginChannel()
         self.writes = Writes(
             state_dir(data_dir), mode=lambda: config.writes.mode,
@@ -191,6 +194,7 @@ class Daemon:
 
     async def aclose(self) -> None:
         await self.writes.aclose()
+        await self.online.aclose()
         await self.catalogue.aclose()
         await self.maintenance.aclose()
         await self.db.aclose()

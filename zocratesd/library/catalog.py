@@ -105,6 +105,21 @@ def titles(conn: sqlite3.Connection, library: str, keys: Sequence[str]) -> dict[
     return {str(k): str(t) for k, t in rows}
 
 
+def items_by_doi_or_title(
+    conn: sqlite3.Connection, dois: Sequence[str], titles: Sequence[str],
+) -> list[tuple[str, str, str, int | None, str | None]]:
+    """(library, item key, title, year, DOI) of the items with one of these DOIs (any case) or one
+    of these titles (compared lower-cased); trashed items are not in the index."""
+    if not dois and not titles:
+        return []
+    rows = conn.execute(
+        f"SELECT library, item_key, title, year, doi FROM items WHERE lower(doi) IN ({','.join('?' * len(dois)) or 'NULL'}) "
+        f"OR lower(title) IN ({','.join('?' * len(titles)) or 'NULL'})",
+        (*[d.lower() for d in dois], *[t.lower() for t in titles]),
+    )
+    return [(str(lib), str(key), str(title), year, doi) for lib, key, title, year, doi in rows]
+
+
 def collection_name(conn: sqlite3.Connection, library: str, key: str) -> str | None:
     row = conn.execute("SELECT name FROM collections WHERE library = ? AND key = ?", (library, key)).fetchone()
     return str(row[0]) if row else None

@@ -719,6 +719,11 @@ class Agent:
         records = await self.daemon.writes.list(limit=params.limit, pending=params.pending, session_id=params.session_id)
         return {"writes": [self._write_json(r) for r in records], "waiting_for": self.daemon.writes.waiting_for}
 
+    @acp_method("_zocrates/online/search")
+    async def online_search(self, conn: Connection, params: models.OnlineSearchParams) -> object:
+        return await self.daemon.online.search(
+            params.query, limit=params.limit, year_from=params.year_from, year_to=params.year_to)
+
     # --- helpers --------------------------------------------------------------------------------
 
     def _send_commands(self, conn: Connection, session_id: str) -> None:

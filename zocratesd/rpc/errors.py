@@ -24,6 +24,7 @@ RPC_CODES: Final[dict[type[errors.ZocratesError], int]] = {
     errors.ModelError: jsonrpc.MODEL_ERROR,
     errors.CheckpointNotPending: jsonrpc.CHECKPOINT_NOT_PENDING,
     errors.WriteRefused: jsonrpc.WRITE_REFUSED,
+    errors.OnlineOff: jsonrpc.ONLINE_OFF,
 }
 
 

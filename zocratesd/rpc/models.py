@@ -880,6 +880,40 @@ class ListWritesResult(Model):
     waiting_for: str | None = Field(description="Why queued writes are not applied yet (Zotero closed, ...).")
 
 
+# --- search beyond the library (zocratesd/online) -----------------------------------------------------
+
+
+class OnlineSearchParams(Params):
+    query: str = Field(min_length=1, max_length=500, description="The search terms (only they leave the machine).")
+    limit: int = Field(10, ge=1, le=25, description="Works per provider, at most.")
+    year_from: int | None = Field(None, ge=1000, le=2999)
+    year_to: int | None = Field(None, ge=1000, le=2999)
+
+
+class OnlineWorkResult(Model):
+    model_config = ConfigDict(extra="allow")
+    title: str
+    authors: list[str]
+    year: int | None
+    venue: str | None
+    abstract: str | None
+    doi: str | None = Field(description="Bare and lower-case: 10.1234/abc.")
+    url: str | None
+    oa_url: str | None = Field(description="A free full text, when one is known.")
+    arxiv_id: str | None
+    providers: list[Literal["openalex", "arxiv", "crossref"]]
+    in_library: dict[str, str] | None = Field(None, description="The library item it is (same DOI, or title and year): {library, item_key, link}.")
+
+
+class OnlineSearchResult(Model):
+    query: str
+    works: list[OnlineWorkResult]
+    failures: list[str] = Field(description="One line per provider that failed (it says why); the others' works still count.")
+    offline: bool = Field(description="No provider could be reached.")
+    cached: bool
+    message: str | None
+
+
 # --- notifications ------------------------------------------------------------------------------
 
 
@@ -925,6 +959,7 @@ METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "_zocrates/writes/undo": (UndoWriteParams, WriteResult),
     "_zocrates/writes/get": (WriteIdParams, WriteResult),
     "_zocrates/writes/list": (ListWritesParams, ListWritesResult),
+    "_zocrates/online/search": (OnlineSearchParams, OnlineSearchResult),
 }
 NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionUpdateParams, "session/cancel": CancelParams}
 

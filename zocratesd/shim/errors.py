@@ -54,6 +54,7 @@ HTTP_STATUSES: Final[dict[type[errors.ZocratesError], HttpStatus]] = {
     errors.CheckpointNotPending: HttpStatus(409, "checkpoint_not_pending"),
     errors.InvalidInput: HttpStatus(422, "invalid_input"),
     errors.WriteRefused: HttpStatus(403, "write_refused"),
+    errors.OnlineOff: HttpStatus(403, "online_off"),
     errors.ModelError: HttpStatus(502, "model_error"),  # Bad Gateway: the model endpoint failed, not us
 }
 
