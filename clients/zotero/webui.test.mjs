@@ -352,6 +352,17 @@ function attrs(p, selector, name) {
   return p.evaluate((sel, n) => [...document.querySelectorAll(sel)].map((e) => e.getAttribute(n)), selector, name);
 }
 
+/** Open the web app of the fixture library, start a new chat there and ask `question`; once the
+ *  turn showed `shows` (its answer, by default) and ended. */
+async function askInNewChat(p, question, shows = ".msg.assistant:not(.live) .answer") {
+  await open(p, library.url());
+  await click(p, "#new-chat");
+  await present(p, "#welcome");
+  await ask(p, question);
+  await present(p, shows);
+  await turnEnded(p);
+}
+
 /** The session the page shows. */
 function shownSession(p) {
   return p.evaluate(() => sessionStorage.getItem("zocrates.session"));
@@ -848,12 +859,7 @@ describe("the sidebar web app in Firefox", () => {
   });
 
   test("a four-part question shows the checkpoint card; it is back after a reload and a daemon restart; extend with guidance", async () => {
-    await open(page, library.url());
-    await click(page, "#new-chat");
-    await present(page, "#welcome");
-    await ask(page, FOUR_PARTS);
-    await present(page, ".checkpoint-card");
-    await turnEnded(page);
+    await askInNewChat(page, FOUR_PARTS, ".checkpoint-card");
     const todo = await texts(page, ".checkpoint-card .aspects.todo li");
     assert.deepEqual(todo, ["How do beekeepers treat varroa mites?"]);
     assert.equal((await texts(page, ".checkpoint-card .aspects.done li")).length, 3);
@@ -1007,12 +1013,7 @@ describe("the sidebar web app in Firefox", () => {
   });
 
   test("writes into Zotero: a card shows the preview; yes waits for Zotero (not running here), then discard; cancel writes nothing; still there after a reload", async () => {
-    await open(page, library.url());
-    await click(page, "#new-chat");
-    await present(page, "#welcome");
-    await ask(page, "What is retrieval-augmented generation?");
-    await present(page, ".msg.assistant:not(.live) .answer");
-    await turnEnded(page);
+    await askInNewChat(page, "What is retrieval-augmented generation?");
     const sid = await shownSession(page);
     const cited = await page.$$eval(".msg.assistant .answer .source a", (as) => [...new Set(as.map((a) => a.getAttribute("href")))]);
     assert.ok(cited.length >= 1, "the answer cites papers");
@@ -1074,12 +1075,7 @@ describe("the sidebar web app in Firefox", () => {
   test("writes into Zotero: applied through the plugin, undone; a collection that does not exist is created on the same card", async () => {
     const plugin = pluginInZotero(library);
     try {
-      await open(page, library.url());
-      await click(page, "#new-chat");
-      await present(page, "#welcome");
-      await ask(page, "What is dense passage retrieval?");
-      await present(page, ".msg.assistant:not(.live) .answer");
-      await turnEnded(page);
+      await askInNewChat(page, "What is dense passage retrieval?");
       await click(page, ".msg.assistant .tag-cited");
       await typeInto(page, ".write-ask .write-input", "cited");
       await click(page, ".write-ask .write-preview-button");
@@ -1126,7 +1122,7 @@ describe("the sidebar web app in Firefox", () => {
     }
   });
 
-  test("writes into Zotero: pending ones are shown when the chat opens, and their previews are text, never markup", async () => {
+  test("writes into Zotero: pending ones are shown when the chat opens, their previews are text, never markup; always for this kind", async () => {
     await open(page, library.url());
     await click(page, "#new-chat");
     await present(page, "#welcome");
@@ -1148,12 +1144,18 @@ describe("the sidebar web app in Firefox", () => {
     assert.equal(await page.$$eval(".write-card img", (imgs) => imgs.length), 0);
     assert.equal(await page.evaluate(() => window.__pwned), undefined);
     await shot(page, "write-cards-pending.png");
-    // Cancel from the keyboard.
-    await page.focus(`.write-card[data-writes="${item.id}"] .write-cancel`);
+    // "Always for this kind", from the keyboard: this one is consented to, and so is the next new item.
+    await page.focus(`.write-card[data-writes="${item.id}"] .write-always`);
     await press(page, "Enter");
-    await until(page, (id) => document.querySelector(`.write-card[data-writes="${id}"]`).dataset.state === "discarded", item.id);
-    await click(page, `.write-card[data-writes="${tagging.id}"] .write-discard`);
-    await until(page, (id) => document.querySelector(`.write-card[data-writes="${id}"]`).dataset.state === "discarded", tagging.id);
+    await until(page, (id) => document.querySelector(`.write-card[data-writes="${id}"]`).dataset.state === "queued", item.id);
+    assert.equal(await page.$eval(`.write-card[data-writes="${item.id}"] .write-preview`, (e) => e.textContent), item.preview);
+    const { write: next } = await library.client.proposeWrite("add_item", { itemType: "book", title: "Another book", sessionId: sid });
+    assert.equal(next.state, "queued");
+    for (const w of [item, tagging]) {
+      await click(page, `.write-card[data-writes="${w.id}"] .write-discard`);
+      await until(page, (id) => document.querySelector(`.write-card[data-writes="${id}"]`).dataset.state === "discarded", w.id);
+    }
+    await library.client.discardWrite(next.id);
     assert.deepEqual((await library.client.listWrites({ pending: true })).writes, []);
     // Another chat shows none of them.
     await click(page, "#sessions-toggle");
