@@ -1072,15 +1072,17 @@ describe("the sidebar web app in Firefox", () => {
     assert.deepEqual(page.errors, []);
   });
 
-  test("writes into Zotero: applied through the plugin, undone; a collection that does not exist is created on the same card", async () => {
+  test("writes into Zotero: a waiting one is written once Zotero is back, undone; a collection that does not exist is created on the same card", async () => {
+    await askInNewChat(page, "What is dense passage retrieval?");
+    await click(page, ".msg.assistant .tag-cited");
+    await typeInto(page, ".write-ask .write-input", "cited");
+    await click(page, ".write-ask .write-preview-button");
+    await present(page, '.write-card[data-state="awaiting_consent"]');
+    await click(page, ".write-card .write-confirm");
+    await until(page, () => document.querySelector(".write-card")?.dataset.state === "queued");
+    // Zotero (its plugin) comes back: the daemon hands it the write, and the card says so by itself.
     const plugin = pluginInZotero(library);
     try {
-      await askInNewChat(page, "What is dense passage retrieval?");
-      await click(page, ".msg.assistant .tag-cited");
-      await typeInto(page, ".write-ask .write-input", "cited");
-      await click(page, ".write-ask .write-preview-button");
-      await present(page, '.write-card[data-state="awaiting_consent"]');
-      await click(page, ".write-card .write-confirm");
       await until(page, () => document.querySelector(".write-card")?.dataset.state === "applied");
       assert.equal(await page.$eval(".write-card .write-outcome", (e) => e.textContent), "Written to Zotero.");
       const [tagged] = (await library.client.listWrites({ limit: 1 })).writes;
