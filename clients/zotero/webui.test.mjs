@@ -352,6 +352,54 @@ function attrs(p, selector, name) {
   return p.evaluate((sel, n) => [...document.querySelectorAll(sel)].map((e) => e.getAttribute(n)), selector, name);
 }
 
+/** Open the web app of the fixture library, start a new chat there and ask `question`; once the
+ *  turn showed `shows` (its answer, by default) and ended. */
+async function askInNewChat(p, question, shows = ".msg.assistant:not(.live) .answer") {
+  await open(p, library.url());
+  await click(p, "#new-chat");
+  await present(p, "#welcome");
+  await ask(p, question);
+  await present(p, shows);
+  await turnEnded(p);
+}
+
+/** The session the page shows. */
+function shownSession(p) {
+  return p.evaluate(() => sessionStorage.getItem("zocrates.session"));
+}
+
+/** The Zocrates plugin's side of the daemon's write channel, played as the plugin inside Zotero
+ *  plays it (Zotero cannot run here; plugin.test.mjs drives the plugin's own code): it long-polls
+ *  GET /plugin/writes and answers each plan and apply with what the write changes. `seen` lists
+ *  the [call, operation type] it was handed. */
+function pluginInZotero(daemon) {
+  const headers = { Authorization: `Bearer ${daemon.token}`, "X-Zocrates-Plugin": "0.1.0", "X-Zotero-Version": "9.0.6" };
+  const seen = [];
+  let stopped = false;
+  const changeOf = (op) => {
+    switch (op.type) {
+      case "tag_items": return { tags_added: Object.fromEntries(op.items.map((k) => [k, op.tags])) };
+      case "add_to_collection": return { collection_added: op.items };
+      case "create_collection": return { created_collections: [op.new_key] };
+      case "save_note": return { created_items: [op.new_key] };
+      default: return {};
+    }
+  };
+  const running = (async () => {
+    while (!stopped) {
+      const { request } = await (await fetch(`${daemon.base}/plugin/writes?wait=1`, { headers })).json();
+      if (!request) continue;
+      seen.push([request.call, request.operation.type]);
+      const answered = await fetch(`${daemon.base}/plugin/writes/${request.id}`, {
+        method: "POST", headers: { ...headers, "Content-Type": "application/json" },
+        body: JSON.stringify({ result: { change: changeOf(request.operation) } }),
+      });
+      assert.equal(answered.status, 200, await answered.text());
+    }
+  })();
+  return { seen, stop: async () => { stopped = true; await running; } };
+}
+
 describe("the sidebar web app in Firefox", () => {
   test("without a valid token the page says how to get one", async () => {
     await open(page, `${library.base}/ui/`);
@@ -425,6 +473,7 @@ describe("the sidebar web app in Firefox", () => {
   test("the first screen: the library's counts and questions drawn from it, one click away", async () => {
     await open(page, library.url());
     await click(page, "#new-chat");
+    await present(page, "#welcome");
     await present(page, "#welcome .suggestion");
     const { library: status } = await library.client.libraryStatus();
     const { suggestions } = await library.client.librarySuggestions();
@@ -677,6 +726,7 @@ describe("the sidebar web app in Firefox", () => {
   test("a PDF page of a group library's paper opens in that group", async () => {
     await open(page, library.url());
     await click(page, "#new-chat");
+    await present(page, "#welcome");
     await ask(page, "How fast did coral reefs recover from mass bleaching where parrotfish remained?");
     await turnEnded(page);
     const sources = await page.$$eval(".msg.assistant:last-child .answer .source a", (as) => as.map((a) => a.getAttribute("href")));
@@ -724,12 +774,20 @@ describe("the sidebar web app in Firefox", () => {
     await until(host, () => window.__messages.filter((m) => m.type === "open").length === 2);
     const pdf = await host.evaluate(() => window.__messages.filter((m) => m.type === "open")[1].uri);
     assert.match(pdf, /^zotero:\/\/open-pdf\/library\/items\/LEWISPDF\?page=[123]$/);
+    // Save as note goes through the daemon (recorded, consented to, undoable), not the bridge: a
+    // child note of the one cited paper, its citations linked.
     await click(frame, ".msg.assistant .save-note");
-    await until(frame, () => document.querySelector(".msg.assistant .save-note").textContent === "Saved as a note");
-    const note = await host.evaluate(() => window.__messages.find((m) => m.type === "save-note"));
-    assert.match(note.html, /<a href="zotero:\/\/select\/library\/items\/LEWIS202"/);
-    assert.equal(note.parent, "zotero://select/library/items/LEWIS202");
-    assert.ok(note.citations.length >= 1);
+    await present(frame, '.msg.assistant .write-card[data-state="awaiting_consent"]');
+    const note = (await library.client.listWrites({ pending: true })).writes[0];
+    assert.equal(note.kind, "save_note");
+    assert.equal(note.face, "zotero-sidebar");
+    assert.equal(note.operation.parent, "LEWIS202");
+    assert.deepEqual(note.operation.citations.map((c) => c.key), ["LEWIS202"]);
+    assert.match(note.operation.markdown, /\]\(zotero:\/\/select\/library\/items\/LEWIS202\)/);
+    await click(frame, ".msg.assistant .write-card .write-cancel");
+    await until(frame, () => document.querySelector(".msg.assistant .write-card").dataset.state === "discarded");
+    assert.equal((await library.client.getWrite(note.id)).write.state, "discarded");
+    assert.ok(!(await host.evaluate(() => window.__messages)).some((m) => m.type === "save-note"), "no note crosses the bridge");
     assert.ok(!JSON.stringify(await host.evaluate(() => window.__messages)).includes(library.token), "the token never crosses the bridge");
 
     // A paper whose text has a link whose label hides its target: the answer quotes it with its
@@ -746,9 +804,11 @@ describe("the sidebar web app in Firefox", () => {
     });
     assert.deepEqual(quoted, { label: "the guild members page", next: " (attacker.example)" });
     await frame.evaluate(() => [...document.querySelectorAll(".msg.assistant .save-note")].at(-1).click());
-    await until(host, () => window.__messages.filter((m) => m.type === "save-note").length === 2);
-    const phish = await host.evaluate(() => window.__messages.filter((m) => m.type === "save-note")[1].html);
-    assert.match(phish, /<a href="https:\/\/attacker\.example\/renew"[^>]*>the guild members page<\/a> <span class="link-host">\(attacker\.example\)<\/span>/);
+    await until(frame, () => document.querySelectorAll('.msg.assistant .write-card[data-state="awaiting_consent"]').length === 1);
+    const phish = (await library.client.listWrites({ pending: true })).writes[0];
+    assert.match(phish.operation.markdown, /\[the guild members page\]\(https:\/\/attacker\.example\/renew\) \(attacker\.example\)/);
+    await frame.evaluate(() => document.querySelector('.write-card[data-state="awaiting_consent"] .write-cancel').click());
+    await until(frame, () => !document.querySelector('.write-card[data-state="awaiting_consent"]'));
 
     // The selection changes to nothing (the whole library); a second question goes there.
     await host.evaluate(() => window.sendSelection({ items: [], collection: null }));
@@ -799,11 +859,7 @@ describe("the sidebar web app in Firefox", () => {
   });
 
   test("a four-part question shows the checkpoint card; it is back after a reload and a daemon restart; extend with guidance", async () => {
-    await open(page, library.url());
-    await click(page, "#new-chat");
-    await ask(page, FOUR_PARTS);
-    await present(page, ".checkpoint-card");
-    await turnEnded(page);
+    await askInNewChat(page, FOUR_PARTS, ".checkpoint-card");
     const todo = await texts(page, ".checkpoint-card .aspects.todo li");
     assert.deepEqual(todo, ["How do beekeepers treat varroa mites?"]);
     assert.equal((await texts(page, ".checkpoint-card .aspects.done li")).length, 3);
@@ -954,6 +1010,160 @@ describe("the sidebar web app in Firefox", () => {
     await until(p, () => !document.querySelector("#chat").hidden && document.querySelector("#prefs").hidden);
     assert.deepEqual(p.errors, []);
     await p.close();
+  });
+
+  test("writes into Zotero: a card shows the preview; yes waits for Zotero (not running here), then discard; cancel writes nothing; still there after a reload", async () => {
+    await askInNewChat(page, "What is retrieval-augmented generation?");
+    const sid = await shownSession(page);
+    const cited = await page.$$eval(".msg.assistant .answer .source a", (as) => [...new Set(as.map((a) => a.getAttribute("href")))]);
+    assert.ok(cited.length >= 1, "the answer cites papers");
+    const keys = cited.map((u) => u.split("/").at(-1));
+
+    // Save as note: the card shows what would be written, and nothing is written yet.
+    await click(page, ".msg.assistant .save-note");
+    await present(page, '.write-card[data-state="awaiting_consent"]');
+    const note = (await library.client.listWrites({ pending: true, sessionId: sid })).writes[0];
+    assert.equal(note.state, "awaiting_consent");
+    assert.equal(note.session_id, sid);
+    assert.equal(await page.$eval(".write-card .write-preview", (e) => e.textContent), note.preview);
+    assert.match(note.preview, /^Save a note/);
+    assert.deepEqual(note.operation.citations.map((c) => c.key).sort(), [...keys].sort());
+    assert.equal(note.operation.parent, keys.length === 1 ? keys[0] : null);
+    assert.deepEqual(await texts(page, ".write-card .card-actions button"), ["Write to Zotero", "Always for this kind", "Cancel"]);
+    // Under its answer, and the narrowest sidebar (280 px) holds it.
+    assert.equal(await page.$eval(".write-card", (c) => c.previousElementSibling?.className), "write-actions");
+    await page.mainFrame().browsingContext.setViewport({ viewport: { ...SIDEBAR, width: 280 }, devicePixelRatio: 1 });
+    assert.ok(await fitsWidth(page));
+    await shot(page, "write-card.png");
+    await page.mainFrame().browsingContext.setViewport({ viewport: SIDEBAR, devicePixelRatio: 1 });
+    // The keyboard reaches it: the card's first button has the focus, Enter presses it.
+    assert.equal(await page.evaluate(() => document.activeElement?.className), "primary write-confirm");
+    await press(page, "Enter");
+    await until(page, () => document.querySelector(".write-card")?.dataset.state === "queued");
+    assert.match(await page.$eval(".write-card .write-outcome", (e) => e.textContent), /Not written yet: Zotero is not running/);
+    assert.equal((await library.client.getWrite(note.id)).write.state, "queued");
+    assert.equal(await page.$eval(".msg.assistant .save-note", (e) => e.textContent), "Save as note");
+
+    // Tag cited papers: the tags are asked for inline; Cancel on the card writes nothing.
+    await click(page, ".msg.assistant .tag-cited");
+    await typeInto(page, ".write-ask .write-input", "review, to read");
+    await press(page, "Enter");
+    await until(page, () => document.querySelectorAll(".write-card").length === 2);
+    const tag = (await library.client.listWrites({ pending: true, sessionId: sid })).writes[0];
+    assert.equal(tag.kind, "tag_items");
+    assert.deepEqual(tag.operation.tags, ["review", "to read"]);
+    assert.deepEqual([...tag.operation.items].sort(), [...keys].sort());
+    assert.equal(await page.$eval('.write-card[data-state="awaiting_consent"] .write-preview', (e) => e.textContent), tag.preview);
+    assert.equal(await page.$(".write-ask"), null, "the question closes once its card is there");
+    await click(page, '.write-card[data-state="awaiting_consent"] .write-cancel');
+    await until(page, () => [...document.querySelectorAll(".write-card")].map((c) => c.dataset.state).join() === "queued,discarded");
+    assert.match(await page.$eval('.write-card[data-state="discarded"] .write-outcome', (e) => e.textContent), /nothing was written/);
+    assert.equal((await library.client.getWrite(tag.id)).write.state, "discarded");
+
+    // A reload: the note waiting for Zotero is still shown, and can be dropped from there.
+    await open(page, library.url());
+    await until(page, (id) => document.querySelector(".write-card")?.dataset.writes === id, note.id);
+    assert.equal(await page.$$eval(".write-card", (cs) => cs.length), 1);
+    assert.match(await page.$eval(".write-card .write-outcome", (e) => e.textContent), /Zotero is not running/);
+    await click(page, ".write-card .write-discard");
+    await until(page, () => document.querySelector(".write-card")?.dataset.state === "discarded");
+    assert.equal((await library.client.getWrite(note.id)).write.state, "discarded");
+    assert.deepEqual((await library.client.listWrites({ pending: true })).writes, []);
+    assert.deepEqual(page.errors, []);
+  });
+
+  test("writes into Zotero: a waiting one is written once Zotero is back, undone; a collection that does not exist is created on the same card", async () => {
+    await askInNewChat(page, "What is dense passage retrieval?");
+    await click(page, ".msg.assistant .tag-cited");
+    await typeInto(page, ".write-ask .write-input", "cited");
+    await click(page, ".write-ask .write-preview-button");
+    await present(page, '.write-card[data-state="awaiting_consent"]');
+    await click(page, ".write-card .write-confirm");
+    await until(page, () => document.querySelector(".write-card")?.dataset.state === "queued");
+    // Zotero (its plugin) comes back: the daemon hands it the write, and the card says so by itself.
+    const plugin = pluginInZotero(library);
+    try {
+      await until(page, () => document.querySelector(".write-card")?.dataset.state === "applied");
+      assert.equal(await page.$eval(".write-card .write-outcome", (e) => e.textContent), "Written to Zotero.");
+      const [tagged] = (await library.client.listWrites({ limit: 1 })).writes;
+      assert.equal(tagged.state, "applied");
+      assert.equal(tagged.path, "plugin");
+      await click(page, ".write-card .write-undo");
+      await until(page, () => document.querySelector(".write-card")?.dataset.state === "undone");
+      assert.equal(await page.$eval(".write-card .write-outcome", (e) => e.textContent), "Undone.");
+      assert.equal((await library.client.getWrite(tagged.id)).write.state, "undone");
+      assert.deepEqual(plugin.seen, [["plan", "tag_items"], ["apply", "tag_items"], ["plan", "retag"], ["apply", "retag"]]);
+
+      // Add to collection, by a path no collection has: "Create it" proposes both on one card.
+      await click(page, ".msg.assistant .add-to-collection");
+      await typeInto(page, ".write-ask .write-input", "Thesis / Chapter 2");
+      await press(page, "Enter");
+      await until(page, () => /no collection “Thesis \/ Chapter 2”/.test(document.querySelector(".write-ask .write-problem")?.textContent || ""));
+      // "Thesis" does not exist either: the daemon says so, and nothing is proposed.
+      await click(page, ".write-ask .write-create");
+      await until(page, () => /Thesis/.test(document.querySelector(".write-ask .write-problem")?.textContent || "") && !document.querySelector(".write-ask .write-create"));
+      assert.deepEqual((await library.client.listWrites({ pending: true })).writes, []);
+      await typeInto(page, ".write-ask .write-input", "Chapter 2", { clear: true });
+      await press(page, "Enter");
+      await present(page, ".write-ask .write-create");
+      await click(page, ".write-ask .write-create");
+      await until(page, () => document.querySelectorAll('.write-card[data-state="awaiting_consent"] .write-preview').length === 2);
+      const previews = await texts(page, '.write-card[data-state="awaiting_consent"] .write-preview');
+      assert.match(previews[0], /^Create the collection "Chapter 2"/);
+      assert.match(previews[1], /to the collection "Chapter 2"/);
+      await click(page, '.write-card[data-state="awaiting_consent"] .write-confirm');
+      await until(page, () => document.querySelectorAll('.write-card[data-state="applied"] .write-one[data-state="applied"]').length === 2);
+      assert.deepEqual(plugin.seen.slice(4), [["plan", "create_collection"], ["apply", "create_collection"], ["plan", "add_to_collection"], ["apply", "add_to_collection"]]);
+      await click(page, '.write-card[data-state="applied"] .write-undo');
+      await until(page, () => [...document.querySelectorAll(".write-card")].at(-1).dataset.state === "undone");
+      // The papers leave the collection first, then the collection goes to Zotero's trash.
+      assert.deepEqual(plugin.seen.slice(8).map(([call, type]) => `${call} ${type}`), ["plan remove_from_collection", "apply remove_from_collection", "plan trash", "apply trash"]);
+      assert.deepEqual(page.errors, []);
+    } finally {
+      await plugin.stop();
+    }
+  });
+
+  test("writes into Zotero: pending ones are shown when the chat opens, their previews are text, never markup; always for this kind", async () => {
+    await open(page, library.url());
+    await click(page, "#new-chat");
+    await present(page, "#welcome");
+    const sid = await shownSession(page);
+    // Proposed by another client of the same chat (a model's turn, an editor): one waits for the
+    // person's yes, one (said yes to) for Zotero.
+    const hostile = '<img src=x onerror="window.__pwned=1"> Attention';
+    const { write: item } = await library.client.proposeWrite("add_item", { itemType: "journalArticle", title: hostile, sessionId: sid });
+    const { write: tagging } = await library.client.proposeWrite("tag", { itemKeys: ["LEWIS202"], tags: ["later"], sessionId: sid, confirm: true });
+    assert.equal(tagging.state, "queued");
+    await open(page, library.url());
+    await until(page, () => document.querySelectorAll(".writes-loose .write-card").length === 2);
+    // Oldest first, as they were proposed.
+    assert.deepEqual(await attrs(page, ".write-card", "data-writes"), [item.id, tagging.id]);
+    assert.deepEqual(await attrs(page, ".write-card", "data-state"), ["awaiting_consent", "queued"]);
+    const shown = await page.$eval(`.write-card[data-writes="${item.id}"] .write-preview`, (e) => e.textContent);
+    assert.equal(shown, item.preview);
+    assert.ok(shown.includes(hostile));
+    assert.equal(await page.$$eval(".write-card img", (imgs) => imgs.length), 0);
+    assert.equal(await page.evaluate(() => window.__pwned), undefined);
+    await shot(page, "write-cards-pending.png");
+    // "Always for this kind", from the keyboard: this one is consented to, and so is the next new item.
+    await page.focus(`.write-card[data-writes="${item.id}"] .write-always`);
+    await press(page, "Enter");
+    await until(page, (id) => document.querySelector(`.write-card[data-writes="${id}"]`).dataset.state === "queued", item.id);
+    assert.equal(await page.$eval(`.write-card[data-writes="${item.id}"] .write-preview`, (e) => e.textContent), item.preview);
+    const { write: next } = await library.client.proposeWrite("add_item", { itemType: "book", title: "Another book", sessionId: sid });
+    assert.equal(next.state, "queued");
+    for (const w of [item, tagging]) {
+      await click(page, `.write-card[data-writes="${w.id}"] .write-discard`);
+      await until(page, (id) => document.querySelector(`.write-card[data-writes="${id}"]`).dataset.state === "discarded", w.id);
+    }
+    await library.client.discardWrite(next.id);
+    assert.deepEqual((await library.client.listWrites({ pending: true })).writes, []);
+    // Another chat shows none of them.
+    await click(page, "#sessions-toggle");
+    await click(page, "#sessions .session:not(.current) .session-open");
+    await until(page, (id) => sessionStorage.getItem("zocrates.session") !== id && !document.querySelector(".write-card"), sid);
+    assert.deepEqual(page.errors, []);
   });
 
   test("a page on a foreign origin cannot read anything, even with the token", async () => {

@@ -10,7 +10,7 @@
 
 import { DaemonNotRunning, TurnView, ZocratesClient, ZocratesHttpError } from "./zocrates-client.mjs";
 import { Bridge } from "./bridge.js";
-import { parseSources, renderMarkdown } from "./markdown.js";
+import { noteMarkdown, parseSources, renderMarkdown } from "./markdown.js";
 
 const TOKEN_KEY = "zocrates.token";
 const SESSION_KEY = "zocrates.session";
@@ -28,6 +28,13 @@ const SUGGESTIONS_REFRESH_MS = 5000;
 // After Stop, how long the stream may take to end before the page stops listening to it.
 const STOP_GRACE_MS = 15_000;
 const CANCEL_RETRIES = 8; // a turn that just started may not be cancellable for a few ms
+// While a consented write waits for Zotero (closed, a dialog unanswered), its card asks how it
+// stands this often, so that it says "written" once Zotero took it.
+const WRITE_POLL_MS = 4000;
+// A cited item as the answer's sources name it: the library it is in and its key.
+const ITEM_URI_RE = /^zotero:\/\/select\/(library|groups\/\d{1,12})\/items\/([A-Z0-9]{8})$/;
+// The pages a source's entry lists at its end ("... pp. 1, 2.").
+const LISTED_PAGES_RE = /\bpp?\. ([0-9A-Za-z-]{1,16}(?:, [0-9A-Za-z-]{1,16})*)\.$/;
 
 const app = {
   client: null,
@@ -46,6 +53,10 @@ const app = {
   libraryTimer: null,
   library: null, // the last library status
   suggestions: { key: null, at: 0, list: [], loading: false }, // the first screen's questions (from the daemon)
+  cards: [], // the consent cards of writes into Zotero shown in this page (see newCard)
+  asking: new Map(), // "<session> <invocation>" -> the inline question of an answer's write action
+  writesLoadedFor: null, // the session whose pending writes were asked for
+  writeTimer: null,
   els: {},
 };
 
@@ -124,6 +135,8 @@ function describe(err) {
         return `The model failed: ${message}. Check the model settings in zocrates_config.json, or try again.`;
       case "unauthorized":
         return "The daemon refused this page's token (it has restarted since). Reopen the sidebar.";
+      case "write_refused":
+        return message;
       default:
         return `${err.code}: ${message}`;
     }
@@ -447,6 +460,7 @@ function showSession(session) {
   const row = app.sessions.find((s) => s.id === session.id);
   if (row) row.title = session.title;
   renderChat();
+  if (app.writesLoadedFor !== session.id) loadPendingWrites(session.id).catch(showError);
   const queued = app.queued;
   if (queued !== null) {
     app.queued = null;
@@ -488,6 +502,10 @@ function renderMessages() {
   const turn = app.turns.get(s.id);
   if (!s.messages.length && !turn) box.append(welcome());
   for (const m of s.messages) box.append(m.role === "user" ? userMessage(m, !!turn) : assistantMessage(m));
+  // Writes not under an answer shown here (found pending on load, or their answer was rewound).
+  const shown = new Set(s.messages.filter((m) => m.role !== "user" && m.text && m.invocation_id).map((m) => m.invocation_id));
+  const loose = app.cards.filter((c) => c.sessionId === s.id && !shown.has(c.anchor));
+  if (loose.length) box.append(h("div", { class: "writes-loose", role: "group", "aria-label": "Writes into Zotero" }, loose.map((c) => c.el)));
   if (turn) {
     box.append(turn.el);
     renderLive(turn);
@@ -628,10 +646,8 @@ function assistantMessage(m) {
     el.append(h("div", { class: "answer" }, renderMarkdown(m.text, { sources })));
     const links = pageLinks(sources);
     if (links) el.append(links); // append(null) would show the word "null"
-    if (app.bridge?.can("save-note")) {
-      const save = h("button", { type: "button", class: "link-button save-note", text: "Save as note", on: { click: () => saveNote(m, save) } });
-      el.append(h("div", { class: "msg-actions" }, save));
-    }
+    el.append(writeActions(m));
+    if (m.invocation_id) for (const card of cardsOf(app.session?.id, m.invocation_id)) el.append(card.el);
   }
   return el;
 }
@@ -656,9 +672,9 @@ function withPages(sources, passages, text) {
   const ordered = [...passages].sort((a, b) => (a.page ?? 0) - (b.page ?? 0));
   for (const s of sources.values()) {
     // The PDF opens in the library the cited item is in: the user's own, or a group's.
-    const [, lib, key] = /^zotero:\/\/select\/(library|groups\/\d{1,12})\/items\/([A-Z0-9]{8})$/.exec(s.uri || "") || [];
+    const [, lib, key] = ITEM_URI_RE.exec(s.uri || "") || [];
     if (!key) continue;
-    const listed = /\bpp?\. ([0-9A-Za-z-]{1,16}(?:, [0-9A-Za-z-]{1,16})*)\.$/.exec(s.title || "");
+    const listed = LISTED_PAGES_RE.exec(s.title || "");
     const cited = new Set([...(listed ? listed[1].split(", ") : []), ...(inline.get(s.n) || [])]);
     for (const p of ordered) {
       if (p.item_key === key && p.attachment_key && Number.isInteger(p.page)) {
@@ -757,6 +773,8 @@ async function runTurn(sid, open) {
   else if (app.session?.id === sid) await reloadSession(sid);
   else renderSessions();
   refreshSessions().catch(() => {});
+  // A write the model proposed during the turn waits for consent: its card.
+  if (app.session?.id === sid) loadPendingWrites(sid).catch(() => {});
   return { view: v, failure };
 }
 
@@ -1005,7 +1023,7 @@ function renderChips() {
   box.replaceChildren(...chips);
 }
 
-// --- links and notes (through the bridge when Zotero hosts the page) ---------------------------------
+// --- links (through the bridge when Zotero hosts the page) ------------------------------------------
 
 function onLinkClick(event) {
   const a = event.target instanceof Element ? event.target.closest("a[href]") : null;
@@ -1017,23 +1035,358 @@ function onLinkClick(event) {
   }
 }
 
-async function saveNote(m, button) {
-  const sources = parseSources(m.text);
-  // The note is the answer as rendered: built from text nodes, so serialising it is safe HTML.
-  const holder = document.createElement("div");
-  holder.append(renderMarkdown(m.text, { sources }));
-  const citations = [...sources.values()].map((s) => ({ uri: s.uri, title: s.title }));
-  const items = new Set(citations.map((c) => c.uri).filter((u) => u.startsWith("zotero://select/")));
-  button.disabled = true;
-  button.textContent = "Saving…";
-  try {
-    await app.bridge.saveNote({ html: holder.innerHTML, citations, parent: items.size === 1 ? [...items][0] : null });
-    button.textContent = "Saved as a note";
-  } catch (err) {
-    button.disabled = false;
-    button.textContent = "Save as note";
-    showError(`Could not save the note: ${describe(err)}`);
+// --- writes into Zotero: an answer's actions and their consent cards ---------------------------------
+//
+// Every write goes through the daemon (POST /writes/<kind>), whether Zotero hosts the page or not:
+// the daemon records it, the person says yes on its card, the daemon hands it to Zotero (the
+// plugin, or Zotero's local API) and can undo it. A card is one proposal (one write, or two: a
+// collection created and the papers put into it); its element lives across re-renders of the
+// chat and is refilled in place, so the conversation neither jumps nor loses what a card shows.
+
+// What "Always for this kind" lets through without asking, in words.
+const KIND_NAMES = {
+  save_note: "notes", tag_items: "tags added", untag_items: "tags removed", add_to_collection: "additions to collections",
+  create_collection: "new collections", add_item: "new items",
+};
+const NO_COLLECTION_RE = /^no collection called /;
+
+/** The Zotero items an answer cites (its "# Cited Sources" entries): `all` of them
+ *  `[{key, title, page, library}]`, and the `items` of one `library`, the first one's (a tag or a
+ *  collection is written in one library; a note's citations may name several). */
+function citedItems(m) {
+  const sources = withPages(parseSources(m.text), app.passages.get(m.invocation_id), m.text);
+  const all = [];
+  for (const s of sources.values()) {
+    const [, lib, key] = ITEM_URI_RE.exec(s.uri || "") || [];
+    if (!key || all.some((c) => c.key === key)) continue;
+    const listed = LISTED_PAGES_RE.exec(s.title || "");
+    const pages = listed ? listed[1] : [...(s.pdfs?.keys() || [])].join(", ");
+    all.push({ key, title: String(s.title || "").slice(0, 1000), page: pages ? pages.slice(0, 40) : null, library: lib === "library" ? "user" : lib });
   }
+  const library = all[0]?.library || "user";
+  return { library, all, items: all.filter((c) => c.library === library) };
+}
+
+function askKey(m) {
+  return `${app.session?.id} ${m.invocation_id || ""}`;
+}
+
+function writeActions(m) {
+  const { items } = citedItems(m);
+  const actions = h("div", { class: "msg-actions" },
+    h("button", { type: "button", class: "link-button save-note", text: savedNote(m) ? "Saved as a note" : "Save as note",
+      title: "Save this answer as a note in Zotero (you confirm it first)", on: { click: () => saveNote(m) } }),
+    items.length ? h("button", { type: "button", class: "link-button tag-cited", text: "Tag cited papers", "aria-expanded": String(app.asking.get(askKey(m))?.what === "tag"),
+      on: { click: (e) => askFor(m, "tag", e.currentTarget) } }) : null,
+    items.length ? h("button", { type: "button", class: "link-button add-to-collection", text: "Add to collection", "aria-expanded": String(app.asking.get(askKey(m))?.what === "collection"),
+      on: { click: (e) => askFor(m, "collection", e.currentTarget) } }) : null);
+  return h("div", { class: "write-actions" }, actions, app.asking.get(askKey(m))?.el);
+}
+
+/** Whether a note saved from this answer is in Zotero now (the button says so). */
+function savedNote(m) {
+  return cardsOf(app.session?.id, m.invocation_id).some((c) => c.writes.some((w) => w.kind === "save_note" && w.state === "applied"));
+}
+
+function cardsOf(sessionId, anchor) {
+  return app.cards.filter((c) => c.sessionId === sessionId && c.anchor === anchor);
+}
+
+async function saveNote(m) {
+  const sources = parseSources(m.text);
+  const { library, all, items } = citedItems(m);
+  const params = {
+    markdown: noteMarkdown(m.text, sources),
+    citations: all.map(({ key, title, page, library: lib }) => ({ key, title, page, library: lib })),
+    sessionId: app.session.id,
+  };
+  // One cited paper: the note is its child; else a standalone note.
+  if (all.length === 1) {
+    params.parentItem = items[0].key;
+    params.library = library;
+  }
+  await proposeFor(m.invocation_id || null, [() => ["save_note", params]]).catch(showError);
+}
+
+/** The inline question of "Tag cited papers" / "Add to collection" under an answer (a second
+ *  click on its button closes it). */
+function askFor(m, what, button) {
+  const key = askKey(m);
+  const open = app.asking.get(key);
+  if (open) {
+    open.el.remove();
+    app.asking.delete(key);
+    for (const b of button.parentElement.querySelectorAll("[aria-expanded]")) b.setAttribute("aria-expanded", "false");
+    if (open.what === what) return;
+  }
+  const tagging = what === "tag";
+  const input = h("input", { type: "text", class: "write-input", maxlength: tagging ? "2000" : "500",
+    "aria-label": tagging ? "Tags, separated by commas" : "Collection name or path",
+    placeholder: tagging ? "Tags, separated by commas" : "Collection (e.g. Thesis / Chapter 2)" });
+  const problem = h("div", { class: "write-problem", role: "alert", hidden: true });
+  const submit = h("button", { type: "submit", class: "primary write-preview-button", text: "Preview" });
+  const close = () => {
+    form.remove();
+    app.asking.delete(key);
+    button.setAttribute("aria-expanded", "false");
+    button.focus();
+  };
+  const form = h("form", { class: `write-ask ${tagging ? "ask-tags" : "ask-collection"}`, "aria-label": tagging ? "Tag cited papers" : "Add to collection",
+    on: {
+      submit: (e) => { e.preventDefault(); submitAsk(m, what, input, problem, submit, close); },
+      keydown: (e) => { if (e.key === "Escape") { e.preventDefault(); e.stopPropagation(); close(); } },
+    } },
+  h("div", { class: "write-ask-row" }, input, submit,
+    h("button", { type: "button", class: "link-button", text: "Cancel", on: { click: close } })),
+  problem);
+  app.asking.set(key, { what, el: form });
+  button.setAttribute("aria-expanded", "true");
+  button.closest(".write-actions").append(form);
+  input.focus();
+}
+
+async function submitAsk(m, what, input, problem, submit, close) {
+  const { library, items } = citedItems(m);
+  const itemKeys = items.map((c) => c.key);
+  const value = input.value.trim();
+  const say = (...content) => {
+    fill(problem, ...content);
+    problem.hidden = !content.length;
+  };
+  let steps;
+  if (what === "tag") {
+    const tags = [...new Set(value.split(",").map((t) => t.trim()).filter(Boolean))];
+    if (!tags.length) return say("Type one or more tags, separated by commas.");
+    steps = [() => ["tag", { itemKeys, tags, library, sessionId: app.session.id }]];
+  } else {
+    if (!value) return say("Type the name of a collection, or its path (Parent / Child).");
+    steps = [() => ["add_to_collection", { itemKeys, collection: value, library, sessionId: app.session.id }]];
+  }
+  say();
+  submit.disabled = true;
+  try {
+    await proposeFor(m.invocation_id || null, steps);
+    close();
+  } catch (err) {
+    if (what === "collection" && err instanceof ZocratesHttpError && NO_COLLECTION_RE.test(err.body?.error?.message || "")) {
+      // Offer to create it (and its place: "Parent / Child" makes Child under Parent).
+      const parts = value.split("/").map((p) => p.trim()).filter(Boolean);
+      const name = parts.at(-1);
+      const parent = parts.slice(0, -1).join(" / ");
+      const create = h("button", { type: "button", class: "link-button write-create", text: "Create it",
+        on: { click: () => {
+          create.disabled = true;
+          proposeFor(m.invocation_id || null, [
+            () => ["create_collection", { name, ...(parent ? { parent } : {}), library, sessionId: app.session.id }],
+            (made) => ["add_to_collection", { itemKeys, collection: made.operation.new_key, library, sessionId: app.session.id }],
+          ]).then(close, (e) => { create.disabled = false; say(describe(e)); });
+        } } });
+      say(h("span", { text: `There is no collection “${value}” in your library. ` }), create);
+      create.focus();
+    } else {
+      say(describe(err));
+    }
+  } finally {
+    submit.disabled = false;
+  }
+}
+
+/** Propose the writes of `steps` (each a function of the write before it, giving [kind, params])
+ *  and show them on one card under the answer `anchor`. A step refused takes back the ones before. */
+async function proposeFor(anchor, steps) {
+  const sessionId = app.session.id;
+  const writes = [];
+  try {
+    for (const step of steps) {
+      const [kind, params] = step(writes.at(-1));
+      writes.push((await app.client.proposeWrite(kind, params)).write);
+    }
+  } catch (err) {
+    for (const w of writes) await app.client.discardWrite(w.id).catch(() => {});
+    throw err;
+  }
+  const card = newCard(sessionId, anchor, writes);
+  placeCard(card);
+  card.el.scrollIntoView({ block: "nearest" });
+  card.el.querySelector("button")?.focus();
+  watchWrites();
+}
+
+function newCard(sessionId, anchor, writes) {
+  const card = { sessionId, anchor, writes, undos: [], busy: null, problem: null,
+    el: h("div", { class: "write-card", role: "group", "aria-label": "Write to Zotero", tabindex: "-1" }) };
+  app.cards.push(card);
+  fillCard(card);
+  return card;
+}
+
+/** Put a new card where it belongs in the shown chat: under its answer, else with the loose ones. */
+function placeCard(card) {
+  if (app.session?.id !== card.sessionId) return;
+  const box = app.els.messages;
+  // The answer's own message (a turn's thoughts may be a message of their own before it).
+  const under = card.anchor && [...box.querySelectorAll(".msg.assistant")].filter((el) => el.dataset.invocation === card.anchor && el.querySelector(".answer")).at(-1);
+  if (under) {
+    under.append(card.el);
+    return;
+  }
+  let loose = box.querySelector(".writes-loose");
+  if (!loose) {
+    loose = h("div", { class: "writes-loose", role: "group", "aria-label": "Writes into Zotero" });
+    const live = app.turns.get(card.sessionId)?.el;
+    if (live?.isConnected) live.before(loose);
+    else box.append(loose);
+  }
+  loose.append(card.el);
+}
+
+/** The summary state of a card: what the person is asked, or what came of it. */
+function cardState(card) {
+  const states = card.writes.map((w) => w.state);
+  for (const st of ["awaiting_consent", "failed", "queued", "applied", "undone"]) if (states.includes(st)) return st;
+  return "discarded";
+}
+
+function outcome(w) {
+  switch (w.state) {
+    case "applied": return "Written to Zotero.";
+    case "queued": return `Not written yet: ${w.error || "waiting for Zotero"}. It will be once Zotero can take it, unless you discard it.`;
+    case "failed": return `Not written: ${w.error || "Zotero refused it"}.`;
+    case "discarded": return "Cancelled: nothing was written.";
+    case "undone": return "Undone.";
+    default: return "";
+  }
+}
+
+function fillCard(card) {
+  const focused = card.el.contains(document.activeElement);
+  const state = cardState(card);
+  card.el.dataset.state = state;
+  card.el.dataset.writes = card.writes.map((w) => w.id).join(" ");
+  const asking = state === "awaiting_consent";
+  const buttons = [];
+  const act = (label, fn) => () => cardAction(card, label, fn);
+  if (card.busy) {
+    // nothing to press while the daemon answers
+  } else if (asking) {
+    const kinds = [...new Set(card.writes.map((w) => KIND_NAMES[w.kind] || w.kind))].join(" and ");
+    buttons.push(
+      h("button", { type: "button", class: "primary write-confirm", text: "Write to Zotero", on: { click: act("Writing to Zotero…", () => confirmCard(card, false)) } }),
+      h("button", { type: "button", class: "write-always", text: "Always for this kind", title: `From now on, write ${kinds} without asking`,
+        on: { click: act("Writing to Zotero…", () => confirmCard(card, true)) } }),
+      h("button", { type: "button", class: "link-button write-cancel", text: "Cancel", on: { click: act("Cancelling…", () => discardCard(card, ["awaiting_consent"])) } }));
+  } else {
+    if (card.writes.some((w) => w.state === "applied")) {
+      buttons.push(h("button", { type: "button", class: "write-undo", text: "Undo", on: { click: act("Undoing…", () => undoCard(card)) } }));
+    }
+    if (card.writes.some((w) => w.state === "queued")) {
+      buttons.push(h("button", { type: "button", class: "link-button write-discard", text: "Discard", title: "Drop this write: nothing is written",
+        on: { click: act("Discarding…", () => discardCard(card, ["queued"])) } }));
+    }
+  }
+  const waitingUndo = card.undos.filter((u) => u.state === "queued" || u.state === "failed");
+  fill(card.el,
+    h("div", { class: "write-title", text: asking ? "Write to Zotero?" : "Write to Zotero" }),
+    card.writes.map((w) => h("div", { class: "write-one", data: { id: w.id, state: w.state } },
+      h("pre", { class: "write-preview", text: w.preview || "" }),
+      asking ? null : h("p", { class: "write-outcome", text: outcome(w) }))),
+    waitingUndo.map((u) => h("p", { class: "write-outcome", text: u.state === "failed" ? `Undo failed: ${u.error || "Zotero refused it"}.` : `Undo not done yet: ${u.error || "waiting for Zotero"}.` })),
+    card.problem ? h("p", { class: "write-problem", role: "alert", text: card.problem }) : null,
+    h("p", { class: "write-status", role: "status", text: card.busy || "" }),
+    buttons.length ? h("div", { class: "card-actions" }, buttons) : null);
+  if (focused) (card.el.querySelector("button") || card.el).focus();
+  // The answer's "Save as note" says when its note is in Zotero.
+  const save = card.el.closest(".msg.assistant")?.querySelector(".save-note");
+  if (save && card.writes.some((w) => w.kind === "save_note")) save.textContent = state === "applied" ? "Saved as a note" : "Save as note";
+}
+
+async function cardAction(card, busy, fn) {
+  card.busy = busy;
+  card.problem = null;
+  fillCard(card);
+  try {
+    await fn();
+  } catch (err) {
+    card.problem = describe(err);
+  }
+  card.busy = null;
+  fillCard(card);
+  watchWrites();
+}
+
+function replaceWrite(card, write) {
+  card.writes = card.writes.map((w) => (w.id === write.id ? write : w));
+}
+
+async function confirmCard(card, always) {
+  for (const w of card.writes) {
+    if (w.state !== "awaiting_consent") continue;
+    // A step that failed (the collection was not created) takes the rest back.
+    if (card.writes.some((x) => x.state === "failed")) replaceWrite(card, (await app.client.discardWrite(w.id)).write);
+    else replaceWrite(card, (await app.client.confirmWrite(w.id, { always })).write);
+    fillCard(card);
+  }
+}
+
+async function discardCard(card, states) {
+  for (const w of card.writes) if (states.includes(w.state)) replaceWrite(card, (await app.client.discardWrite(w.id)).write);
+}
+
+async function undoCard(card) {
+  // The last written first (papers out of a collection, then the collection).
+  for (const w of [...card.writes].reverse()) {
+    if (w.state !== "applied") continue;
+    card.undos.push((await app.client.undoWrite({ writeId: w.id })).write);
+    replaceWrite(card, (await app.client.getWrite(w.id)).write);
+  }
+}
+
+/** Ask again, every WRITE_POLL_MS, about the writes that wait for Zotero. */
+function watchWrites() {
+  const waiting = () => app.cards.some((c) => !c.busy && [...c.writes, ...c.undos].some((w) => w.state === "queued"));
+  if (app.writeTimer !== null || !waiting()) return;
+  app.writeTimer = setTimeout(async () => {
+    for (const card of app.cards) {
+      if (card.busy) continue;
+      let changed = false;
+      for (const list of [card.writes, card.undos]) {
+        for (const [i, w] of list.entries()) {
+          if (w.state !== "queued") continue;
+          try {
+            const { write } = await app.client.getWrite(w.id);
+            if (write.state !== w.state) {
+              list[i] = write;
+              changed = true;
+            }
+          } catch {
+            /* the daemon is away: asked again next time */
+          }
+        }
+      }
+      if (changed) {
+        // An undo that went through: the write it undid says so.
+        for (const u of card.undos) {
+          if (u.state === "applied" && u.undoes) {
+            const target = card.writes.find((w) => w.id === u.undoes && w.state === "applied");
+            if (target) replaceWrite(card, (await app.client.getWrite(target.id).catch(() => ({ write: target }))).write);
+          }
+        }
+        fillCard(card);
+      }
+    }
+    app.writeTimer = null;
+    watchWrites();
+  }, WRITE_POLL_MS);
+}
+
+/** Show the cards of the session's writes that wait (for consent, or for Zotero): proposed by a
+ *  model during a turn, or by this page before a reload. */
+async function loadPendingWrites(sessionId) {
+  app.writesLoadedFor = sessionId;
+  const { writes } = await app.client.listWrites({ pending: true, sessionId });
+  const known = new Set(app.cards.flatMap((c) => c.writes.map((w) => w.id)));
+  for (const w of writes.filter((x) => !known.has(x.id)).reverse()) placeCard(newCard(sessionId, null, [w]));
+  watchWrites();
 }
 
 // --- library status ----------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // bridge.js: the page's side of the page <-> Zotero plugin bridge (window.postMessage).
 //
-// Only the plugin can touch Zotero (the selection, opening an item or a PDF page, writing a note),
-// so the page asks it by messages `{zocrates: "bridge/1", dir, type, id?, ...}`:
+// Only the plugin can touch Zotero's window (the selection, opening an item or a PDF page), so the
+// page asks it by messages `{zocrates: "bridge/1", dir, type, id?, ...}`:
 // - page -> host: to window.parent when framed, else to this window (a chrome host that embeds a
 //   top-level content browser listens on its contentWindow); targetOrigin "*", so a message never
 //   carries anything secret (never the token);
@@ -12,8 +12,9 @@
 
 export const BRIDGE_TAG = "bridge/1";
 export const HELLO_TIMEOUT_MS = 1000;
-// How long a request (open, save-note) may wait for the host: saving a note is quick in Zotero;
-// a host that never answers must not leave a button spinning forever.
+// How long a request (open) may wait for the host: a host that never answers must not leave the
+// page waiting forever. (Writes into Zotero do not cross the bridge: the daemon hands them to the
+// plugin, after the person's consent, and records them.)
 const REQUEST_TIMEOUT_MS = 15_000;
 
 export class Bridge {
@@ -62,11 +63,6 @@ export class Bridge {
   /** Ask Zotero to open a zotero:// URI (an item, a PDF at a page). */
   open(uri) {
     return this.request("open", { uri });
-  }
-
-  /** Save an answer as a note: `{html, citations: [{uri, title}], parent}`; resolves `{key}`. */
-  saveNote(note) {
-    return this.request("save-note", note);
   }
 
   close() {

@@ -306,3 +306,67 @@ class Renderer {
 export function renderMarkdown(markdown, { doc = document, sources } = {}) {
   return new Renderer(doc, sources ?? parseSources(markdown)).blocks(markdown);
 }
+
+/** Markdown-escape a title for a link's label. */
+function escapeLabel(text) {
+  return String(text).replace(/[\\`*_[\]<>]/g, (c) => `\\${c}`);
+}
+
+/** One line's inline Markdown as a note keeps it (see noteMarkdown). */
+function noteInline(line, sources) {
+  let out = "";
+  let at = 0;
+  for (const m of line.matchAll(INLINE_RE)) {
+    out += line.slice(at, m.index);
+    at = m.index + m[0].length;
+    let pieces;
+    if (m[3] !== undefined) {
+      const href = safeUrl(m[4]);
+      const host = href && hiddenHost(href, m[3]);
+      out += host ? `${m[0]} (${host})` : m[0];
+    } else if (m[5] !== undefined && (pieces = parseCitationGroup(m[5])) !== null) {
+      const linked = pieces.map((p) => {
+        if (p.n === undefined) return p.sep ?? p.text;
+        const uri = sources.get(p.n)?.uri;
+        return uri ? `[${p.n}](${uri})` : String(p.n);
+      });
+      out += `\\[${linked.join("")}\\]`;
+    } else if (m[6] !== undefined || m[7] !== undefined) {
+      const mark = m[6] !== undefined ? "**" : "__";
+      out += mark + noteInline(m[6] ?? m[7], sources) + mark;
+    } else if (m[8] !== undefined || m[9] !== undefined) {
+      const mark = m[8] !== undefined ? "*" : "_";
+      out += mark + noteInline(m[8] ?? m[9], sources) + mark;
+    } else {
+      out += m[0];
+    }
+  }
+  return out + line.slice(at);
+}
+
+/** An answer's Markdown as a note saved from it says it, for a CommonMark renderer (the daemon's):
+ *  each "# Cited Sources" entry a link to its item, each citation number a link to its source, a
+ *  link whose label hides its target followed by its host (as this page shows them), and each
+ *  line break kept. Code is left as it is. */
+export function noteMarkdown(markdown, sources = parseSources(markdown)) {
+  const out = [];
+  let fence = null;
+  for (const line of String(markdown || "").split("\n")) {
+    const f = /^\s*(```+|~~~+)/.exec(line);
+    if (fence !== null) {
+      out.push(line);
+      if (f && f[1].startsWith(fence)) fence = null;
+      continue;
+    }
+    if (f) {
+      fence = f[1];
+      out.push(line);
+      continue;
+    }
+    const m = SOURCE_RE.exec(line);
+    const uri = m && safeUrl(m[3]);
+    if (uri) out.push(`- \\[${m[1]}\\] [${escapeLabel(m[2])}](${uri})`);
+    else out.push(line.trim() ? `${noteInline(line, sources)}  ` : line); // "  ": a hard line break
+  }
+  return out.join("\n");
+}

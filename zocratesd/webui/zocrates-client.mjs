@@ -320,6 +320,47 @@ export class ZocratesClient {
     return this._json("POST", "/sessions/maintenance", undefined, options);
   }
 
+  /** Propose a write into Zotero (`kind`: save_note, tag, untag, add_to_collection,
+   *  create_collection, add_item; `params` as `_zocrates/writes/<kind>` takes them): `{write}`,
+   *  usually `awaiting_consent` with its `preview`. Nothing is written before `confirmWrite`. */
+  proposeWrite(kind, params, options) {
+    return this._json("POST", `/writes/${encodeURIComponent(kind)}`, params, options);
+  }
+
+  /** The person's yes (`always`: later writes of its kind without asking): `{write}` once it was
+   *  tried: `applied`, `failed`, or `queued` with what it waits for in `error`. */
+  confirmWrite(writeId, { always = false } = {}, options) {
+    return this._json("POST", `/writes/${encodeURIComponent(writeId)}/confirm`, always ? { always: true } : {}, options);
+  }
+
+  /** The person's no, or dropping a queued write: `{write}`, `discarded`. */
+  discardWrite(writeId, options) {
+    return this._json("POST", `/writes/${encodeURIComponent(writeId)}/discard`, undefined, options);
+  }
+
+  /** Revert an applied write (or the newest one of `sessionId`): `{write}`, the undo as a write. */
+  undoWrite({ writeId, sessionId } = {}, options) {
+    const body = {};
+    if (writeId) body.writeId = writeId;
+    if (sessionId) body.sessionId = sessionId;
+    return this._json("POST", "/writes/undo", body, options);
+  }
+
+  /** `{write}` as recorded. */
+  getWrite(writeId, options) {
+    return this._json("GET", `/writes/${encodeURIComponent(writeId)}`, undefined, options);
+  }
+
+  /** `{writes, waiting_for}`, newest first; `pending`: only those not applied yet. */
+  listWrites({ pending = false, sessionId, limit } = {}, options) {
+    const q = new URLSearchParams();
+    if (pending) q.set("pending", "true");
+    if (sessionId) q.set("sessionId", sessionId);
+    if (limit) q.set("limit", String(Number(limit)));
+    const query = q.toString();
+    return this._json("GET", query ? `/writes?${query}` : "/writes", undefined, options);
+  }
+
   /** A turn as an async iterable of events (`parts`, `request_input`, then `done` or `error`).
    *  Refusals (busy: 409, unknown session: 404, bad input: 422) throw before the first event.
    *  Aborting `signal` stops the stream only; the turn finishes and is saved in the daemon. */

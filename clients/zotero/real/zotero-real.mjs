@@ -433,6 +433,9 @@ describe("Zocrates in a real Zotero", { timeout: 30 * 60_000 }, () => {
     assert.match(answer.text, /two years/);
     const notesBefore = await zotero.run(`return Zotero.Items.get(arguments[0]).getNotes();`, [made.artID]);
     await inPage(`(Array.from(document.querySelectorAll("#messages .msg.assistant button.save-note")).pop().click(), true)`);
+    // The consent card: the person's yes; the daemon hands the note to the plugin.
+    await inPage(`!!document.querySelector('#messages .write-card[data-state="awaiting_consent"] .write-confirm')`, { wait: true, what: "the consent card" });
+    await inPage(`(document.querySelector('#messages .write-card[data-state="awaiting_consent"] .write-confirm').click(), true)`);
     await inPage(`Array.from(document.querySelectorAll("#messages .msg.assistant button.save-note")).pop()?.textContent === "Saved as a note"`, { wait: true, what: "the note saved" });
     const note = await zotero.until(`
       const added = Zotero.Items.get(arguments[0]).getNotes().filter((id) => !arguments[1].includes(id));
