@@ -902,7 +902,8 @@ class OnlineWorkResult(Model):
     oa_url: str | None = Field(description="A free full text, when one is known.")
     arxiv_id: str | None
     providers: list[Literal["openalex", "arxiv", "crossref"]]
-    in_library: dict[str, str] | None = Field(None, description="The library item it is (same DOI, or title and year): {library, item_key, link}.")
+    in_library: dict[str, str] | None = Field(
+        None, description="The library item it is (same DOI, or title and year): {library, item_key, link}.")
 
 
 class OnlineSearchResult(Model):
