@@ -520,24 +520,20 @@ describe("the bridge host in Gecko, with the real web app", () => {
     assert.deepEqual(opened, { call: "Reader.open", id: 12, location: { pageIndex: 2 } });
   });
 
-  test("save as note: a child note of the cited paper, with its citation links", async () => {
+  test("save as note: the page proposes the write to the daemon and shows its card; the bridge writes nothing", async () => {
     const frame = await appFrame();
     await frame.waitForSelector(".msg.assistant .save-note", { timeout: STEP_TIMEOUT_MS });
     await clickIn(frame, ".msg.assistant .save-note");
-    const saved = await recorded((c) => c.call === "Item.saveTx", "a saved note");
-    assert.equal(saved.itemType, "note");
-    assert.equal(saved.parentID, 11);
-    assert.equal(saved.libraryID, 1);
-    assert.match(saved.note, new RegExp(`<a href="zotero://select/library/items/${LEWIS.key}">`));
-    assert.doesNotMatch(saved.note, /<script|on\w+=|javascript:/i);
-    const deadline = Date.now() + STEP_TIMEOUT_MS;
-    while ((await frame.$eval(".msg.assistant .save-note", (el) => el.textContent)) !== "Saved as a note") {
-      assert.ok(Date.now() < deadline, "the page did not say the note was saved");
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    await frame.waitForSelector(".write-card", { timeout: STEP_TIMEOUT_MS });
+    const preview = await frame.$eval(".write-card", (el) => el.textContent);
+    assert.match(preview, /Save a note/);
+    // Nothing reaches Zotero before the person's yes, and never through the bridge: the write channel
+    // (writes.js, clients/zotero/writes.test.mjs) performs it once it is consented.
+    const calls = await page.evaluate(() => window.calls);
+    assert.ok(!calls.some((c) => c.call === "Item.saveTx"), "the bridge saved a note");
   });
 
-  test("what a page sends is checked: sanitised notes, refused URIs, foreign origins ignored", async () => {
+  test("what a page sends is checked: no writes, refused URIs, foreign origins ignored", async () => {
     const frame = await appFrame();
     // Messages posted by the page's origin, as a compromised page could send them.
     const answers = await frame.evaluate(async () => {
@@ -553,20 +549,15 @@ describe("the bridge host in Gecko, with the real web app", () => {
         window.parent.postMessage({ ...fields, zocrates: "bridge/1", dir: "page-host", id }, "*");
       });
       return {
-        note: await ask({ type: "save-note", parent: null, citations: [{ uri: "zotero://select/library/items/VASWANI1", title: "Attention <b>" }, { uri: "javascript:alert(1)", title: "x" }],
-          html: '<p onclick="alert(1)">Hi <a href="javascript:alert(1)">bad</a> <a href="https://doi.org/10.1/x">doi</a><script>alert(1)</script><img src=x onerror=alert(1)></p>' }),
+        note: await ask({ type: "save-note", parent: null, html: "<p>a note a compromised page wants saved</p>" }),
         file: await ask({ type: "open", uri: "file:///etc/passwd" }),
         missing: await ask({ type: "open", uri: "zotero://select/library/items/NOSUCHK1" }),
         unknown: await ask({ type: "delete-library" }),
       };
     });
-    assert.equal(answers.note.ok, true);
-    const note = await recorded((c) => c.call === "Item.saveTx" && c.key === answers.note.key, "the standalone note");
-    // Standalone: in the selected collection of the selected library.
-    assert.equal(note.parentID, null);
-    assert.deepEqual(note.collections, [7]);
-    assert.equal(note.note, '<p>Hi bad <a href="https://doi.org/10.1/x">doi</a></p>'
-      + '<h2>Sources</h2><ol><li><a href="zotero://select/library/items/VASWANI1">Attention &lt;b&gt;</a></li></ol>');
+    // The bridge saves nothing: a write goes through the daemon, with the person's consent.
+    assert.equal(answers.note.ok, false);
+    assert.match(answers.note.error, /does not know the request "save-note"/);
     assert.deepEqual(answers.file, { zocrates: "bridge/1", dir: "host-page", type: "result", id: answers.file.id, ok: false, error: "not a Zotero item link: file:///etc/passwd" });
     assert.equal(answers.missing.ok, false);
     assert.match(answers.missing.error, /NOSUCHK1 is not in this Zotero library/);

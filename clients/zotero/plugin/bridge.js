@@ -16,8 +16,9 @@
 //   host.destroy();       // removes everything it added
 //
 // The page is unprivileged web content from the daemon (http://127.0.0.1:<port>/ui/); it can only
-// ask, by message, for the three things the host offers: the selection, opening a zotero:// URI and
-// saving a note. Everything it sends is checked here as untrusted input.
+// ask, by message, for the two things the host offers: the selection and opening a zotero:// URI.
+// Writes (a note, tags) go through the daemon, where the person consents to each, and reach Zotero
+// through the write channel (writes.js). Everything the page sends is checked here as untrusted input.
 
 /* exported ZocratesBridge */
 var ZocratesBridge = (function () {
@@ -25,7 +26,7 @@ var ZocratesBridge = (function () {
 
   const TAG = "bridge/1";
   const HTML_NS = "http://www.w3.org/1999/xhtml";
-  const CAPABILITIES = ["selection", "open", "save-note"];
+  const CAPABILITIES = ["selection", "open"];
   /** How often an open pane rereads daemon.json: a restarted daemon has a new port and token, and
    *  a stopped one removes the file; a small local read, so a few seconds costs nothing. */
   const WATCH_INTERVAL_MS = 3000;
@@ -45,7 +46,6 @@ var ZocratesBridge = (function () {
   const MAX_SELECTION_ITEMS = 100;
   /** A note is one answer; a page sending more than this is broken, not verbose. */
   const MAX_NOTE_HTML_CHARS = 1_000_000;
-  const MAX_CITATIONS = 200;
   /** Request ids already answered: a page that repeats one is not obeyed twice. */
   const MAX_SEEN_IDS = 1000;
   const ACTOR = "ZocratesBridge";
@@ -442,21 +442,6 @@ var ZocratesBridge = (function () {
     return out.join("");
   }
 
-  /** The note: the sanitised answer, then a Sources list of the citations it does not already link. */
-  function noteHTML(win, html, citations) {
-    let body = sanitizeNoteHTML(win, html);
-    const linked = new Set(Array.from(body.matchAll(/href="([^"]*)"/g), (m) => m[1].replace(/&amp;/g, "&")));
-    const sources = [];
-    for (const c of citations) {
-      if (!c || typeof c.uri !== "string" || !noteLinkAllowed(c.uri) || linked.has(c.uri)) continue;
-      linked.add(c.uri);
-      const title = typeof c.title === "string" && c.title.trim() ? c.title.trim() : c.uri;
-      sources.push(`<li><a href="${escapeHTML(c.uri)}">${escapeHTML(title.slice(0, 500))}</a></li>`);
-    }
-    if (sources.length) body += `<h2>Sources</h2><ol>${sources.join("")}</ol>`;
-    return body;
-  }
-
   // ---- the actors (Zotero only) ---------------------------------------------------------------
 
   /** @returns {nsIResProtocolHandler} */
@@ -785,11 +770,6 @@ var ZocratesBridge = (function () {
             await openURI(msg.uri);
             reply({ ok: true });
             return;
-          case "save-note": {
-            const key = await saveNote(this.window, msg);
-            reply({ ok: true, key });
-            return;
-          }
           case "reconnect":
             // The page lost the daemon (a 401 after a restart): reread daemon.json and reload.
             reply({ ok: true });
@@ -822,39 +802,6 @@ var ZocratesBridge = (function () {
   }
 
   /** @param {number} libraryID */
-  function libraryEditable(libraryID) {
-    const library = Zotero.Libraries.get(libraryID);
-    return !!library && library.editable;
-  }
-
-  /** Save `{html, citations, parent}` as a note; resolves to the new note's key. */
-  async function saveNote(win, msg) {
-    if (typeof msg.html !== "string" || !msg.html.trim()) throw new BridgeError("the note is empty");
-    if (msg.html.length > MAX_NOTE_HTML_CHARS) throw new BridgeError("the note is too long to save");
-    const citations = Array.isArray(msg.citations) ? msg.citations.slice(0, MAX_CITATIONS) : [];
-    const note = new Zotero.Item("note");
-    if (msg.parent) {
-      const parsed = parseZoteroURI(msg.parent);
-      const cited = await itemFor(parsed);
-      const parent = cited.isRegularItem() ? cited : cited.parentItem;
-      if (!parent || !parent.isRegularItem()) throw new BridgeError(`a note cannot be attached to "${cited.getDisplayTitle()}"`);
-      if (!libraryEditable(parent.libraryID)) throw new BridgeError("that library is read-only");
-      note.libraryID = parent.libraryID;
-      note.parentID = parent.id;
-    } else {
-      const main = mainPane();
-      if (!main) throw new BridgeError("Zotero's main window is closed");
-      const libraryID = selectedLibraryID(main.pane);
-      if (!libraryEditable(libraryID)) throw new BridgeError("the selected library is read-only");
-      note.libraryID = libraryID;
-      const collection = selectedCollection(main.pane);
-      if (collection) note.addToCollection(collection.id);
-    }
-    note.setNote(noteHTML(win, msg.html, citations));
-    await note.saveTx();
-    return note.key;
-  }
-
   /** Call `onChange` when the item list, the collection tree or the selected tab changes; returns the undo. */
   function watchSelection(onChange) {
     const main = mainPane();
@@ -895,9 +842,7 @@ var ZocratesBridge = (function () {
     boundedText,
     parseZoteroURI,
     sanitizeNoteHTML,
-    noteHTML,
     selectionSnapshot,
     openURI,
-    saveNote,
   };
 })();
