@@ -32,6 +32,7 @@ from zocratesd.rpc.models import (
     LibrarySearchParams,
     LibraryTagsParams,
     ListWritesParams,
+    OnlineSearchParams,
     RenameSessionParams,
     ResumeAnswer,
     SaveNoteParams,
@@ -181,6 +182,13 @@ class ListWritesArgs(Args):
     pending: bool = wire(ListWritesParams, "pending", default=True)
     session_id: SessionId | None = Field(None, description="Only this Zocrates session's writes.")
     limit: int = wire(ListWritesParams, "limit", default=DEFAULT_PAGE)
+
+
+class SearchOnlineArgs(Args):
+    query: str = wire(OnlineSearchParams, "query")
+    limit: int = wire(OnlineSearchParams, "limit")
+    year_from: int | None = wire(OnlineSearchParams, "year_from")
+    year_to: int | None = wire(OnlineSearchParams, "year_to")
 
 
 class UndoArgs(Args):

@@ -265,8 +265,18 @@ def list_writes(a: inputs.ListWritesArgs) -> Work:
     return Made(result, schemas.writes_text(result))
 
 
+def search_online(a: inputs.SearchOnlineArgs) -> Work:
+    params: dict[str, Any] = {"query": a.query, "limit": a.limit}
+    for theirs, value in (("yearFrom", a.year_from), ("yearTo", a.year_to)):
+        if value is not None:
+            params[theirs] = value
+    result = yield DaemonCall("_zocrates/online/search", params)
+    return Made(result, schemas.online_text(result))
+
+
 # The quick tools' work, by name (server.py drives them; it runs ask and resume itself).
 QUICK: Final[dict[str, Callable[[Any], Work]]] = {
     "search_library": search_library, "get_item": get_item, "list_collections": list_collections,
     "list_tags": list_tags, "recent_items": recent_items, "sessions": sessions, "list_writes": list_writes,
+    "search_online": search_online,
 }

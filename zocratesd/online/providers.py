@@ -6,7 +6,7 @@ answer of the wrong shape is a `BadAnswer`, never a crash.
 - OpenAlex (https://docs.openalex.org): `GET /works?search=&per-page=&filter=publication_year:A-B
   &select=...&mailto=`; abstracts come as an inverted index (word -> positions), rebuilt here.
 - arXiv (https://info.arxiv.org/help/api/user-manual.html): `GET /api/query?search_query=all:w1 AND
-  all:w2&max_results=`; an Atom feed. It has no year filter: years are filtered after.
+  all:w2 AND submittedDate:[...]&max_results=`; an Atom feed; errors are an entry titled "Error".
 - Crossref (https://api.crossref.org): `GET /works?query.bibliographic=&rows=&filter=from-pub-date:A,
   until-pub-date:B&select=...&mailto=`; abstracts in JATS XML, reduced to text here.
 """
@@ -115,10 +115,13 @@ def openalex_works(payload: object) -> list[OnlineWork]:
 # --- arXiv --------------------------------------------------------------------------------------------
 
 
-def arxiv_search(query: str, limit: int) -> Search:
+def arxiv_search(query: str, limit: int, years: tuple[int, int] | None) -> Search:
     words = [w for w in _WORD_RE.findall(query) if len(w) > 2][:ARXIV_MAX_TERMS] or [query.strip()]
-    return Search("/api/query", {"search_query": " AND ".join(f"all:{w}" for w in words), "start": "0",
-                                 "max_results": str(limit)})
+    terms = " AND ".join(f"all:{w}" for w in words)
+    if years:  # the submission date, GMT, to the minute (user manual section 5.1)
+        terms += f" AND submittedDate:[{years[0]}01010000 TO {years[1]}12312359]"
+    return Search("/api/query", {"search_query": terms, "start": "0", "max_results": str(limit),
+                                 "sortBy": "relevance", "sortOrder": "descending"})
 
 
 def arxiv_works(body: bytes, years: tuple[int, int] | None) -> list[OnlineWork]:
@@ -132,7 +135,9 @@ def arxiv_works(body: bytes, years: tuple[int, int] | None) -> list[OnlineWork]:
     for entry in feed.iter(f"{_ATOM}entry"):
         title = _text(entry.findtext(f"{_ATOM}title"), MAX_TITLE_CHARS)
         abs_url = _url(entry.findtext(f"{_ATOM}id"))
-        if not title or title == "Error" or not abs_url:  # arXiv reports a bad query as an entry titled Error
+        if title == "Error":  # arXiv reports a refused query as an entry titled Error (user manual 3.4)
+            raise BadAnswer(f"arXiv refused the query: {_text(entry.findtext(f'{_ATOM}summary')) or 'no reason given'}")
+        if not title or not abs_url:
             continue
         published = entry.findtext(f"{_ATOM}published") or ""
         year = int(published[:4]) if published[:4].isdigit() else None

@@ -39,7 +39,8 @@ RETRY_PAUSE_S: Final = 0.5
 # A Retry-After longer than this is not waited for within a search: the provider is skipped this time.
 MAX_RETRY_AFTER_S: Final = 10.0
 CHUNK_BYTES: Final = 64 * 1024
-NO_NETWORK: Final = "offline: no network, so only your library was searched"
+# What a provider asks of its users between two requests (arXiv's terms of use: one every three seconds).
+MIN_INTERVAL_S: Final[dict[Provider, float]] = {"arxiv": 3.0}
 
 
 class Budget:
@@ -76,6 +77,8 @@ class OnlineSearch:
         self._state_dir = state_dir
         self._cache: OnlineCache | None = None
         self._client: httpx.AsyncClient | None = None
+        self._pacing = {p: anyio.Lock() for p in PROVIDER_ORDER}
+        self._last = dict.fromkeys(PROVIDER_ORDER, -1e9)
 
     @property
     def cache(self) -> OnlineCache:
@@ -139,7 +142,7 @@ class OnlineSearch:
         elif provider == "crossref":
             request, base = providers.crossref_search(query, limit, years, c.mailto), c.crossref_url
         else:
-            request, base = providers.arxiv_search(query, limit), c.arxiv_url
+            request, base = providers.arxiv_search(query, limit, years), c.arxiv_url
         body, from_cache = await self._get(provider, base, request, budget)
         try:
             if provider == "arxiv":
@@ -160,6 +163,7 @@ class OnlineSearch:
         for attempt in range(2):
             if not budget.take():
                 raise ProviderFailed("this turn's online requests are spent")
+            await self._pace(provider)
             status, headers, body = await self._fetch(url, request.params)
             if status == 200:
                 await anyio.to_thread.run_sync(self.cache.put, key, body)
@@ -177,6 +181,15 @@ class OnlineSearch:
                 continue
             raise ProviderFailed(f"it answered HTTP {status}")
         raise ProviderFailed("it did not answer usefully")
+
+    async def _pace(self, provider: Provider) -> None:
+        """Keep a provider's asked spacing between this daemon's requests (arXiv: one every 3 s)."""
+        gap = MIN_INTERVAL_S.get(provider, 0.0)
+        async with self._pacing[provider]:
+            wait = self._last[provider] + gap - time.monotonic()
+            if wait > 0:
+                await anyio.sleep(wait)
+            self._last[provider] = time.monotonic()
 
     async def _fetch(self, url: str, params: dict[str, str]) -> tuple[int, httpx.Headers, bytes]:
         limit = self.config.max_response_bytes

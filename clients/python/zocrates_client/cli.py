@@ -42,7 +42,7 @@ from typing import Any, Final, TextIO
 import anyio
 import anyio.abc
 
-from zocrates_client import write_commands
+from zocrates_client import online_command, write_commands
 from zocrates_client._types import (
     Checkpoint,
     CheckpointAction,
@@ -188,6 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     lib_actions.add_parser("refresh", help="look at Zotero for changes now, and wait until they are indexed", parents=leaf)
 
     write_commands.add_parsers(commands, leaf, PROG)
+    online_command.add_parser(commands, leaf)
 
     open_ = commands.add_parser("open", help="open the web UI of the running daemon", parents=leaf)
     open_.add_argument("--print", action="store_true", dest="print_only", help="print the address, open no browser")
@@ -852,6 +853,8 @@ def _run_command(args: argparse.Namespace) -> int:
         return _run_async(args, lambda c: _sessions(c, args), None, session_id)
     if args.command == "library":
         return _run_async(args, lambda c: _library(c, args))
+    if args.command == online_command.COMMAND:
+        return _run_async(args, lambda c: online_command.run(c, args))
     if args.command in write_commands.COMMANDS:
         return _run_async(args, lambda c: _write(c, args))
     if args.command == "open":
