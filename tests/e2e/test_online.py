@@ -38,8 +38,10 @@ def services() -> Iterator[tuple[FakeOpenAlex, FakeArxiv, FakeCrossref]]:
         yield oa, ax, cr
 
 
-def online_daemon(daemon_factory: Any, urls: tuple[str, str, str], **online: Any) -> Any:
+def online_daemon(daemon_factory: Any, urls: tuple[str, str, str], *, where: str | None = None, **online: Any) -> Any:
     d = daemon_factory()
+    if where is not None:  # a second daemon in the test: its own Zotero data dir
+        d = daemon_factory(d.data_dir.parent / where)
     build_zotero_dir(d.data_dir, *sample_library(), version=129)
     d.state_dir.mkdir(parents=True, exist_ok=True)
     config = {"library": {"local_api": False}, "online": {
@@ -91,7 +93,8 @@ def test_each_failure_is_a_line_and_the_other_providers_still_answer(daemon_fact
     ax.malformed(1)
     with RawConn(d.socket_path) as c:
         found = c.result("_zocrates/online/search", {"query": "varroa mites colonies"})
-        assert [w["title"] for w in found["works"]] == [VARROA.title], found
+        # OpenAlex (after its 429) holds both works; arXiv's broken answer and Crossref's 500s only cost their own.
+        assert {w["title"] for w in found["works"]} == {VARROA.title, PREPRINT.title}, found
         assert any(f.startswith("arxiv: its answer was not understood") for f in found["failures"]), found
         assert any(f == "crossref: it answered HTTP 500" for f in found["failures"]), found
         assert len([r for r in oa.received]) == 2  # the 429, then the answer
@@ -116,7 +119,7 @@ def test_no_network_is_a_fast_clear_line_and_off_sends_nothing(daemon_factory: A
             assert time.monotonic() - t0 < 5 and found["works"] == [] and found["offline"], found
             assert found["message"] == "offline: no provider could be reached, so nothing was found online"
         d.stop()
-    off = started(online_daemon(daemon_factory, (oa.base_url, oa.base_url, oa.base_url), mode="off"))
+    off = started(online_daemon(daemon_factory, (oa.base_url, oa.base_url, oa.base_url), where="zotero-off", mode="off"))
     with RawConn(off.socket_path) as c:
         refused = c.call("_zocrates/online/search", {"query": "varroa"})
         assert refused["error"]["data"]["kind"] == "online_off" and "nothing left this machine" in refused["error"]["data"]["message"]

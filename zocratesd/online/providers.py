@@ -32,6 +32,7 @@ CROSSREF_FIELDS: Final = "DOI,title,author,issued,container-title,abstract,URL,l
 _ATOM: Final = "{http://www.w3.org/2005/Atom}"
 _ARXIV: Final = "{http://arxiv.org/schemas/atom}"
 _TAGS_RE: Final = re.compile(r"<[^>]+>")
+_JATS_TITLE_RE: Final = re.compile(r"<jats:title>.*?</jats:title>", re.DOTALL)
 _WORD_RE: Final = re.compile(r"[\w-]+")
 
 
@@ -167,7 +168,10 @@ def crossref_search(query: str, limit: int, years: tuple[int, int] | None, mailt
 
 
 def _jats(value: object) -> str | None:
-    return _text(_TAGS_RE.sub(" ", value), MAX_ABSTRACT_CHARS) if isinstance(value, str) else None
+    """A JATS abstract as text: its heading ("Abstract") dropped, the markup removed."""
+    if not isinstance(value, str):
+        return None
+    return _text(_TAGS_RE.sub(" ", _JATS_TITLE_RE.sub(" ", value)), MAX_ABSTRACT_CHARS)
 
 
 def _first(value: object) -> str | None:

@@ -55,13 +55,10 @@ def _same(a: OnlineWork, b: OnlineWork) -> bool:
 
 
 def _fill(kept: OnlineWork, other: OnlineWork) -> OnlineWork:
-    """`kept` with what it lacks taken from `other` (a longer abstract wins: providers cut them)."""
-    abstract = kept.abstract
-    if other.abstract and len(other.abstract) > len(abstract or ""):
-        abstract = other.abstract
+    """`kept` with what it lacks taken from `other`."""
     return msgspec.structs.replace(
         kept, authors=kept.authors or other.authors, year=kept.year or other.year, venue=kept.venue or other.venue,
-        abstract=abstract, doi=kept.doi or other.doi, url=kept.url or other.url, oa_url=kept.oa_url or other.oa_url,
+        abstract=kept.abstract or other.abstract, doi=kept.doi or other.doi, url=kept.url or other.url, oa_url=kept.oa_url or other.oa_url,
         arxiv_id=kept.arxiv_id or other.arxiv_id, providers=tuple(dict.fromkeys([*kept.providers, other.provider])),
     )
 
