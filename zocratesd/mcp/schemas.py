@@ -464,7 +464,7 @@ def write_text(record: WriteState) -> str:
     return f"Not written: {record.get('error') or 'Zotero refused it'}. Nothing changed in Zotero."
 
 
-def writes_text(result: dict[str, Any]) -> str:
+def writes_text(result: Mapping[str, Any]) -> str:
     writes = result.get("writes") or []
     if not writes:
         return "No writes into Zotero."
@@ -474,7 +474,7 @@ def writes_text(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def online_text(result: dict[str, Any]) -> str:
+def online_text(result: Mapping[str, Any]) -> str:
     """The works found online, one block each, with where they are (the library, or a DOI and a link)."""
     lines = [f"Online: {len(result.get('works') or [])} works for \"{escape_text(result.get('query'))}\"."]
     if result.get("message"):

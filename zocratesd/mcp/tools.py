@@ -258,7 +258,7 @@ def write_params(args: inputs.Args) -> dict[str, object]:
 
 
 def list_writes(a: inputs.ListWritesArgs) -> Work:
-    params: dict[str, Any] = {"pending": a.pending, "limit": a.limit}
+    params: dict[str, object] = {"pending": a.pending, "limit": a.limit}
     if a.session_id:
         params["sessionId"] = a.session_id
     result = yield DaemonCall("_zocrates/writes/list", params)
@@ -266,7 +266,7 @@ def list_writes(a: inputs.ListWritesArgs) -> Work:
 
 
 def search_online(a: inputs.SearchOnlineArgs) -> Work:
-    params: dict[str, Any] = {"query": a.query, "limit": a.limit}
+    params: dict[str, object] = {"query": a.query, "limit": a.limit}
     for theirs, value in (("yearFrom", a.year_from), ("yearTo", a.year_to)):
         if value is not None:
             params[theirs] = value

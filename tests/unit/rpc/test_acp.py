@@ -51,6 +51,7 @@ EXTENSIONS = [
     "_zocrates/library/status",
     "_zocrates/library/suggestions",
     "_zocrates/library/tags",
+    "_zocrates/online/search",
     "_zocrates/session/get",
     "_zocrates/session/rename",
     "_zocrates/session/rewind",

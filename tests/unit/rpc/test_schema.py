@@ -373,7 +373,10 @@ async def live(tmp_path: Path) -> AsyncIterator[tuple[_Client, Any]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    daemon = Daemon(tmp_path, ZocratesConfig(research={"initial_budget": 1}, library={"local_api_url": f"http://127.0.0.1:{closed}"}))
+    nowhere = f"http://127.0.0.1:{closed}"  # no provider answers: an online search is offline, fast
+    daemon = Daemon(tmp_path, ZocratesConfig(
+        research={"initial_budget": 1}, library={"local_api_url": nowhere},
+        online={"openalex_url": nowhere, "arxiv_url": nowhere, "crossref_url": nowhere}))
     await daemon.start()
     server_end, client_end = pipe()
     peer = Peer(server_end, build_methods(daemon), name="schema-test")
@@ -518,6 +521,8 @@ async def test_real_answers_match_the_schemas_and_models(live: Any, schemas: dic
     suggested, _ = await ok("_zocrates/library/suggestions", {"limit": 2})
     assert isinstance(suggested["suggestions"], list) and len(suggested["suggestions"]) <= 2
     await exercise_writes(ok, daemon)
+    offline, _ = await ok("_zocrates/online/search", {"query": "hypothetical document embeddings", "limit": 3})
+    assert offline["offline"] and offline["works"] == [] and len(offline["failures"]) == 3
     # The library catalogue needs a library: test_library_answers_match_the_schemas_and_models.
     assert set(results) | set(LIBRARY_CATALOGUE) == set(METHODS), "every method must be exercised here"
 
