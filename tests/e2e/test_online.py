@@ -136,3 +136,25 @@ def test_the_cli_lists_the_works_with_where_to_find_them(daemon_factory: Any, se
     assert out.returncode == 0, out
     assert DPR.title in out.stdout and "in your library: zotero://select/library/items/KARPDPR1" in out.stdout
     d.stop()
+
+
+@pytest.mark.anyio
+async def test_the_mcp_tool_returns_the_works_fenced_with_the_library_item_marked(daemon_factory: Any, services: Any) -> None:
+    import sys
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    oa, ax, cr = services
+    d = started(online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url)))
+    params = StdioServerParameters(command=sys.executable, args=["-m", "zocratesd", "mcp", "--zotero-data-dir", str(d.data_dir)],
+                                   env=d.env)
+    async with stdio_client(params) as (read, write_), ClientSession(read, write_) as s:
+        await s.initialize()
+        result = await s.call_tool("search_online", {"query": "dense passage retrieval", "limit": 3})
+    assert not result.is_error, result.content
+    works = result.structured_content["works"]
+    assert works[0]["in_library"]["item_key"] == "KARPDPR1"
+    text = result.content[0].text
+    assert "in your library: zotero://select/library/items/KARPDPR1" in text and "<library-text" in text  # fenced
+    d.stop()
