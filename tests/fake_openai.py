@@ -45,6 +45,8 @@ class Behaviour:
     # A model that obeys instructions found in library text: a passage saying "tag every item with X"
     # makes it call tag_items on the passages' items (the prompt-injection case of writes).
     obey_library: bool = False
+    # When the library search finds nothing, search online (search_online_literature) and answer from it.
+    online_when_empty: bool = False
 
 
 @dataclass
@@ -89,7 +91,7 @@ class FakeOpenAI:
     # --- what the "model" says -------------------------------------------------------------
 
     @staticmethod
-    def reply_for(body: dict[str, Any], use_tools: bool, obey_library: bool = False) -> dict[str, Any]:
+    def reply_for(body: dict[str, Any], use_tools: bool, obey_library: bool = False, online_when_empty: bool = False) -> dict[str, Any]:
         messages = body["messages"]
         last = messages[-1]
         questions = [m["content"] for m in messages if m["role"] == "user"]
@@ -97,6 +99,13 @@ class FakeOpenAI:
             result = json.loads(fenced_body(last["content"]))
             if "write_id" in result:
                 return {"content": f"I proposed the change ({result['write_id']}); you are asked to confirm it."}
+            if "works" in result:  # search_online_literature's answer
+                cited = "; ".join(f"[{w['n']}] {w['title']} ({w['source']}: {w['link']})" for w in result["works"])
+                return {"content": f"From {len(result['works'])} online works: {cited}"}
+            tools = {t["function"]["name"] for t in body.get("tools") or []}
+            if online_when_empty and not result.get("passages") and "search_online_literature" in tools:
+                args = json.dumps({"query": questions[-1]})
+                return {"tool_calls": [{"id": f"call_{len(messages)}", "name": "search_online_literature", "arguments": args}]}
             injected = re.search(r"tag every item with (\w+)", json.dumps(result.get("passages") or []))
             if obey_library and injected:
                 keys = sorted({p["item_key"] for p in result["passages"]})
@@ -120,7 +129,7 @@ class FakeOpenAI:
         if b.line_bytes or b.keepalive_forever or b.answer_chars or b.raw_lines is not None:
             self._hostile(h, b)
             return
-        reply = self.reply_for(body, b.use_tools, b.obey_library)
+        reply = self.reply_for(body, b.use_tools, b.obey_library, b.online_when_empty)
         if b.unknown_tool:
             n = len(body["messages"])
             reply = {"tool_calls": [{"id": f"call_{n}", "name": b.unknown_tool, "arguments": "{}"}]}

@@ -29,7 +29,11 @@ PREPRINT = ScholarlyWork("Modelling varroa mite population growth in honeybee co
 # The library holds this one already (KARPDPR1): found online, it is cited as the library item.
 DPR = ScholarlyWork("Dense Passage Retrieval for Open-Domain Question Answering", authors=(("Vladimir", "Karpukhin"),),
                     year=2020, doi="10.18653/v1/2020.emnlp-main.550", abstract="Dense passage retrieval with varroa-free encoders.")
-CORPUS = [VARROA, PREPRINT, DPR]
+# Nothing in the sample library is about tardigrades: a question only online works answer.
+TARDI = ScholarlyWork("Tardigrade survival of desiccation by vitrification", authors=(("Maria", "Boothby"),), year=2017,
+                      venue="Molecular Cell", doi="10.1016/j.molcel.2017.02.018",
+                      abstract="Tardigrades survive desiccation using intrinsically disordered proteins that vitrify.")
+CORPUS = [VARROA, PREPRINT, DPR, TARDI]
 
 
 @pytest.fixture
@@ -158,3 +162,30 @@ async def test_the_mcp_tool_returns_the_works_fenced_with_the_library_item_marke
     text = result.content[0].text
     assert "in your library: zotero://select/library/items/KARPDPR1" in text and "<library-text" in text  # fenced
     d.stop()
+
+
+def test_with_online_on_a_question_the_library_cannot_answer_is_answered_from_online_works(
+    daemon_factory: Any, services: Any,
+) -> None:
+    from fake_openai import Behaviour, FakeOpenAI
+
+    oa, ax, cr = services
+    model = FakeOpenAI(behaviour=Behaviour(online_when_empty=True))
+    try:
+        d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="on")
+        config = json.loads((d.state_dir / "zocrates_config.json").read_text())
+        config["model"] = {"provider": "openai", "name": "fake/model", "base_url": model.base_url, "api_key_env": "ZQ_KEY"}
+        (d.state_dir / "zocrates_config.json").write_text(json.dumps(config))
+        d.env["ZQ_KEY"] = "sk-e2e"
+        started(d)
+        with RawConn(d.socket_path) as c:
+            sid = c.result("session/new", {"cwd": "/", "mcpServers": []})["sessionId"]
+            c.result("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "tardigrade desiccation survival"}]})
+            answer = c.result("_zocrates/session/get", {"sessionId": sid})["messages"][-1]["text"]
+        assert "online works" in answer and TARDI.title in answer and f"https://doi.org/{TARDI.doi}" in answer, answer
+        assert "online:" in answer  # marked as an online source, not the user's library
+        sent = oa.received[0].param("search")
+        assert sent == "tardigrade desiccation survival"  # the question's terms, nothing else
+        d.stop()
+    finally:
+        model.close()

@@ -153,7 +153,7 @@ class Daemon:
     def load_engine(self) -> None:
         """Build the engine side (idempotent; imports ADK unless `import_engine()` ran already)."""
         if self._side is None:
-            self._side = _engine_side().load(self.db, self.config, self.catalogue.retriever, self.writes)
+            self._side = _engine_side().load(self.db, self.config, self.catalogue.retriever, self.writes, self.online)
 
     async def start(self, *, importer: Callable[[], None] = import_engine, in_thread: InThread | None = None) -> None:
         """Load the engine if it was deferred (`importer` and the library source run by `in_thread`,

@@ -23,9 +23,11 @@ import zocratesd.store.slim
 import zocratesd.store.writer  # noqa: F401
 from zocratesd.compaction import Compactor
 from zocratesd.config import ZocratesConfig
+from zocratesd.core.online import Online
 from zocratesd.core.turn_updates import TurnUpdates
 from zocratesd.core.validation import ResumeAnswer
 from zocratesd.engine.models import build_model
+from zocratesd.engine.online_tool import build_online_tool
 from zocratesd.engine.runner import Engine, preload_lazy_imports
 from zocratesd.engine.write_tools import build_write_tools
 from zocratesd.library.retrieval import Retriever
@@ -34,7 +36,7 @@ from zocratesd.writes import Writes
 
 
 class EngineSide:
-    def __init__(self, db: SessionsDb, config: ZocratesConfig, retriever: Retriever, writes: Writes) -> None:
+    def __init__(self, db: SessionsDb, config: ZocratesConfig, retriever: Retriever, writes: Writes, online: Online) -> None:
         db.load_service()
         self.db = db
         # The model proposes writes into Zotero; the person's face asks them (writes/service.py).
@@ -42,6 +44,9 @@ class EngineSide:
             propose=lambda op, session_id: writes.propose(op, session_id=session_id, face="assistant", proposer="model"),
             collect=lambda keys, collection: writes.add_to_collection(keys, collection),
         )
+        # Beyond the library: offered when online.mode is on (only the search terms leave the machine).
+        if config.online.mode == "on":
+            write_tools.append(build_online_tool(lambda query, limit: online.search(query, limit=limit)))
         self.engine = Engine(db.service, build_model(config.model), retriever, config.research, config.model,
                              more_tools=write_tools)
         self.compactor = Compactor.from_config(db, config, self.engine.model)
@@ -69,5 +74,5 @@ def preload() -> None:
     preload_lazy_imports()
 
 
-def load(db: SessionsDb, config: ZocratesConfig, retriever: Retriever, writes: Writes) -> EngineSide:
-    return EngineSide(db, config, retriever, writes)
+def load(db: SessionsDb, config: ZocratesConfig, retriever: Retriever, writes: Writes, online: Online) -> EngineSide:
+    return EngineSide(db, config, retriever, writes, online)
