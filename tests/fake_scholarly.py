@@ -2,7 +2,7 @@
 
 Written from the services' documentation (no network here to record a live answer); the facts, each with its
 doc page, are in /work/notes/scholarly-facts.md, and tests/unit/test_fake_scholarly.py pins each one.
-- `FakeOpenAlex`: `GET /works?search=&filter=&per-page=&page=&select=&mailto=` answering `{"meta", "results",
+- `FakeOpenAlex`: `GET /works?search=&filter=&per-page=&page=&cursor=&select=&mailto=` answering `{"meta", "results",
   "group_by"}` with Work objects (`abstract_inverted_index`, `authorships`, `primary_location`, `open_access`,
   `relevance_score` under a search), `GET /works/<W id | doi:10.x | https://doi.org/10.x>`; a bad parameter is 403
   `{"error": "Invalid query parameters error.", "message": ...}`; `X-RateLimit-*` headers on every answer.
@@ -11,7 +11,7 @@ doc page, are in /work/notes/scholarly-facts.md, and tests/unit/test_fake_schola
   titles and summaries; errors as a feed whose one entry is titled `Error` (HTTP `error_status`, 400 by default;
   set 200 to play the answers clients report today). `search_query` takes `ti: au: abs: co: jr: cat: id: all:`
   terms, quoted phrases, `AND`/`OR`/`ANDNOT`, parentheses and `submittedDate:[YYYYMMDDTTTT TO YYYYMMDDTTTT]`.
-- `FakeCrossref`: `GET /works?query=&query.bibliographic=&query.author=&rows=&offset=&filter=&select=&mailto=`
+- `FakeCrossref`: `GET /works?query=&query.bibliographic=&query.author=&rows=&offset=&cursor=&filter=&select=&mailto=`
   answering the `work-list` envelope (OR matching over bibliographic metadata, never abstracts, ranked by `score`),
   `GET /works/<doi>` the `work` envelope or 404 `Resource not found.` (text/plain); `X-Rate-Limit-Limit` and
   `X-Rate-Limit-Interval` on every answer; a bad parameter is 400 `validation-failure`.
@@ -19,7 +19,8 @@ doc page, are in /work/notes/scholarly-facts.md, and tests/unit/test_fake_schola
 All three serve one corpus of `ScholarlyWork`s a test sets (constructor or `set_works`); each shows the works the
 real service would hold: OpenAlex all of them, arXiv those with an `arxiv_id`, Crossref those with a Crossref DOI
 (not arXiv's own 10.48550 DataCite DOIs). Matching is plain word matching (lower case, a few stop words, a trailing
-plural "s" dropped), deterministic: ties keep corpus order.
+plural "s" dropped), deterministic: ties keep corpus order. `SAMPLE_WORKS` is a ready corpus (see the comment there:
+one work duplicates the test library's LEWIS202 by title and year but not DOI, one topic is online only).
 
 Every request is recorded in `received` (method, path, query, lower-cased headers, monotonic time);
 `wait_for_requests(n)` waits for the n-th. Hostile answers are queued and each used by one request, then the
@@ -144,6 +145,38 @@ class ScholarlyWork:
 
     def display_authors(self) -> list[str]:
         return [f"{g} {f}".strip() for g, f in self.author_names()]
+
+
+# ---- a sample corpus ------------------------------------------------------------------------------------------
+ATTENTION = ScholarlyWork(
+    "Attention Is All You Need", ("Ashish Vaswani", "Noam Shazeer", ("Niki", "Parmar")), 2017,
+    "Advances in Neural Information Processing Systems",
+    "The dominant sequence transduction models are based on complex recurrent or convolutional neural networks. "
+    "We propose a new simple network architecture, the Transformer, based solely on attention mechanisms.",
+    doi="10.48550/arXiv.1706.03762", arxiv_id="1706.03762", arxiv_version=7, date="2017-06-12", categories=("cs.CL", "cs.LG"),
+    comment="15 pages, 5 figures", cited_by_count=100000)
+RAG = ScholarlyWork(
+    "Retrieval-Augmented Generation for Knowledge-Intensive NLP Tasks", ("Patrick Lewis", "Ethan Perez"), 2020,
+    "Advances in Neural Information Processing Systems",
+    "Large pre-trained language models store factual knowledge in their parameters. We explore retrieval-augmented generation.",
+    doi="10.5555/3495724.3496517", arxiv_id="2005.11401", date="2020-05-22", oa_url="https://proceedings.example/rag.pdf")
+REFERENCE_MANAGERS = ScholarlyWork(
+    "Reference managers in the humanities", ("Ada Lovelace",), 2021, "Journal of Documentation",
+    "A survey of how historians keep citations with Zotero and similar reference managers.",
+    doi="10.1108/JD-01-2021-0001", date="2021-09-01")
+GRAPH_ATTENTION = ScholarlyWork("Graph attention networks revisited", ("Grace Hopper",), 2022, "Neural Computation", None,
+                                doi="10.1162/neco.2022.1")
+CEPHALOPODS = ScholarlyWork(
+    "Dynamic skin patterning in cephalopods", ("Jane Goodall", "Roger Hanlon"), 2019, "Journal of Experimental Biology",
+    "Octopuses change colour within milliseconds: chromatophores under direct neural control expand and contract.",
+    doi="10.1242/jeb.190001", date="2019-04-15", oa_url="https://journals.example/jeb.190001.pdf", cited_by_count=42)
+# - ATTENTION: arXiv with a journal reference; its DOI is arXiv's (DataCite), so Crossref does not hold it.
+# - RAG: in all three; the same paper as the test library's LEWIS202 (tests/zoterofixture.py sample_library) by title,
+#   year and arXiv id but not by DOI (the library keeps arXiv's DOI, this one the proceedings'): the library-duplicate case.
+# - REFERENCE_MANAGERS: OpenAlex and Crossref only, closed access; "Zotero" is in its abstract only (Crossref never finds it).
+# - GRAPH_ATTENTION: no abstract anywhere.
+# - CEPHALOPODS: a topic no test library holds, open access, for answers from online abstracts.
+SAMPLE_WORKS = [ATTENTION, RAG, REFERENCE_MANAGERS, GRAPH_ATTENTION, CEPHALOPODS]
 
 
 # ---- a small boolean query language (OpenAlex search, arXiv search_query) ------------------------------------
@@ -539,6 +572,23 @@ def _json(data: Any) -> bytes:
     return json.dumps(data, ensure_ascii=False).encode()
 
 
+def _make_cursor(offset: int) -> str:
+    """An opaque cursor, as both services hand out (base64 text, with characters a URL must encode)."""
+    return base64.b64encode(f"offset+{offset}".encode()).decode()
+
+
+def _cursor_offset(cursor: str, bad: Callable[[str], Exception]) -> int:
+    if cursor == "*":
+        return 0
+    try:
+        kind, _, n = base64.b64decode(cursor, validate=True).decode().partition("+")
+        if kind == "offset":
+            return int(n)
+    except ValueError:
+        pass
+    raise bad(f"{cursor} is not a valid cursor")
+
+
 def split_filters(query: dict[str, list[str]], allowed: tuple[str, ...], bad: Callable[[str], Exception], *,
                   fold_case: bool = False) -> list[tuple[str, str]]:
     """`filter=key:value,key2:value2`, the syntax OpenAlex and Crossref share, as (key, value) pairs; a key not in
@@ -658,8 +708,9 @@ class FakeOpenAlex(_FakeService):
         per_page = self._int(query, "per-page", "per_page", default=OPENALEX_PER_PAGE_DEFAULT)
         if not 1 <= per_page <= OPENALEX_PER_PAGE_MAX:
             raise _OpenAlexError(f"per-page parameter must be between 1 and {OPENALEX_PER_PAGE_MAX}.")
+        cursor = query.get("cursor", [None])[0]
         page = self._int(query, "page", default=1)
-        if page < 1 or page * per_page > OPENALEX_PAGING_MAX:
+        if cursor is None and (page < 1 or page * per_page > OPENALEX_PAGING_MAX):
             raise _OpenAlexError(f"Maximum results size of {OPENALEX_PAGING_MAX:,} records is exceeded. Cursor pagination is required for records beyond {OPENALEX_PAGING_MAX:,}.")
         hits = [w for w in self.works if all(self._passes(w, f) for f in self._filters(query))]
         search = " ".join(query.get("search", [])).strip()
@@ -670,15 +721,19 @@ class FakeOpenAlex(_FakeService):
             qwords = positive_words(node)
             scores = {id(w): relevance(w, qwords) + w.cited_by_count / 1000 for w in hits}
             hits.sort(key=lambda w: -scores[id(w)])
-        window = hits[(page - 1) * per_page: page * per_page]
+        first = _cursor_offset(cursor, _OpenAlexError) if cursor is not None else (page - 1) * per_page
+        window = hits[first:first + per_page]
         results = []
         for w in window:
             obj = self.work_json(w)
             if search:
                 obj["relevance_score"] = round(scores[id(w)], 4)
             results.append(self._select(obj, query))
-        return {"meta": {"count": len(hits), "db_response_time_ms": 1, "page": page, "per_page": per_page, "groups_count": None},
-                "results": results, "group_by": []}
+        meta: dict[str, Any] = {"count": len(hits), "db_response_time_ms": 1, "page": None if cursor else page, "per_page": per_page,
+                                "groups_count": None}
+        if cursor is not None:  # paging.md: repeat until next_cursor is null and results are empty
+            meta["next_cursor"] = _make_cursor(first + per_page) if window else None
+        return {"meta": meta, "results": results, "group_by": []}
 
     @staticmethod
     def _search_node(search: str) -> Node:
@@ -1117,7 +1172,9 @@ class FakeCrossref(_FakeService):
             if name not in _CROSSREF_KNOWN:
                 raise _CrossrefInvalid("parameter-not-allowed", name, f"This route does not support {name}")
         rows = self._int(query, "rows", CROSSREF_ROWS_DEFAULT, CROSSREF_ROWS_MAX)
-        offset = self._int(query, "offset", 0, CROSSREF_OFFSET_MAX)
+        cursor = query.get("cursor", [None])[0]
+        offset = _cursor_offset(cursor, lambda m: _CrossrefInvalid("cursor-not-valid", cursor or "", m)) if cursor is not None \
+            else self._int(query, "offset", 0, CROSSREF_OFFSET_MAX)
         filters: dict[str, list[str]] = {}
         for key, value in self._filters(query):
             filters.setdefault(key, []).append(value)
@@ -1138,9 +1195,11 @@ class FakeCrossref(_FakeService):
             obj = self.work_json(w)
             obj["score"] = scores.get(id(w), 1.0)
             items.append(self._select(obj, query))
-        return {"status": "ok", "message-type": "work-list", "message-version": "1.0.0",
-                "message": {"facets": {}, "total-results": len(hits), "items": items, "items-per-page": rows,
-                            "query": {"start-index": offset, "search-terms": search}}}
+        message: dict[str, Any] = {"facets": {}, "total-results": len(hits), "items": items, "items-per-page": rows,
+                                   "query": {"start-index": offset, "search-terms": search}}
+        if cursor is not None:  # README "Deep paging with cursors": always a next-cursor; past the end, empty items
+            message["next-cursor"] = _make_cursor(offset + rows)
+        return {"status": "ok", "message-type": "work-list", "message-version": "1.0.0", "message": message}
 
     @staticmethod
     def _score(w: ScholarlyWork, name: str, ws: list[str]) -> float:

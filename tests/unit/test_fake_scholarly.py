@@ -14,29 +14,25 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from fake_scholarly import FakeArxiv, FakeCrossref, FakeOpenAlex, ScholarlyWork, parse_query, refused_port, valid_arxiv_id, words
+from fake_scholarly import (
+    ATTENTION,
+    GRAPH_ATTENTION,
+    RAG,
+    REFERENCE_MANAGERS,
+    SAMPLE_WORKS,
+    FakeArxiv,
+    FakeCrossref,
+    FakeOpenAlex,
+    parse_query,
+    refused_port,
+    valid_arxiv_id,
+    words,
+)
+from zoterofixture import sample_library
 
 NS = {"a": "http://www.w3.org/2005/Atom", "arxiv": "http://arxiv.org/schemas/atom", "os": "http://a9.com/-/spec/opensearch/1.1/"}
 
-TRANSFORMER = ScholarlyWork(
-    "Attention Is All You Need", ("Ashish Vaswani", "Noam Shazeer", ("Niki", "Parmar")), 2017,
-    "Advances in Neural Information Processing Systems",
-    "The dominant sequence transduction models are based on complex recurrent or convolutional neural networks. "
-    "We propose a new simple network architecture, the Transformer, based solely on attention mechanisms.",
-    doi="10.48550/arXiv.1706.03762", arxiv_id="1706.03762", arxiv_version=7, date="2017-06-12", categories=("cs.CL", "cs.LG"),
-    comment="15 pages, 5 figures", cited_by_count=100000)
-RAG = ScholarlyWork(
-    "Retrieval-Augmented Generation for Knowledge-Intensive NLP Tasks", ("Patrick Lewis", "Ethan Perez"), 2020,
-    "Advances in Neural Information Processing Systems",
-    "Large pre-trained language models store factual knowledge in their parameters. We explore retrieval-augmented generation.",
-    doi="10.5555/3495724.3496517", arxiv_id="2005.11401", date="2020-05-22", oa_url="https://proceedings.example/rag.pdf")
-ZOTERO = ScholarlyWork(
-    "Reference managers in the humanities", ("Ada Lovelace",), 2021, "Journal of Documentation",
-    "A survey of how historians keep citations with Zotero and similar reference managers.",
-    doi="10.1108/JD-01-2021-0001", date="2021-09-01")
-NO_ABSTRACT = ScholarlyWork("Graph attention networks revisited", ("Grace Hopper",), 2022, "Neural Computation", None,
-                            doi="10.1162/neco.2022.1")
-CORPUS = [TRANSFORMER, RAG, ZOTERO, NO_ABSTRACT]
+CORPUS = SAMPLE_WORKS
 
 
 @pytest.fixture
@@ -98,7 +94,7 @@ def test_openalex_per_page_over_200_is_a_403_query_error(oa: FakeOpenAlex) -> No
 
 def test_openalex_search_looks_in_title_and_abstract(oa: FakeOpenAlex) -> None:
     titles = [w["title"] for w in httpx.get(oa.base_url + "/works", params={"search": "recurrent"}).json()["results"]]
-    assert titles == [TRANSFORMER.title]  # OA api-entities/works/search-works.md: titles, abstracts, fulltext ("recurrent" is in the abstract only)
+    assert titles == [ATTENTION.title]  # OA api-entities/works/search-works.md: titles, abstracts, fulltext ("recurrent" is in the abstract only)
 
 
 def test_openalex_search_matches_whole_words_only(oa: FakeOpenAlex) -> None:
@@ -113,12 +109,12 @@ def test_openalex_search_results_carry_a_descending_relevance_score(oa: FakeOpen
 
 def test_openalex_boolean_search(oa: FakeOpenAlex) -> None:
     r = httpx.get(oa.base_url + "/works", params={"search": "(attention OR retrieval) NOT graph"})
-    assert {w["title"] for w in r.json()["results"]} == {TRANSFORMER.title, RAG.title}  # OA search-entities.md "Boolean searches"
+    assert {w["title"] for w in r.json()["results"]} == {ATTENTION.title, RAG.title}  # OA search-entities.md "Boolean searches"
 
 
 def test_openalex_abstract_is_an_inverted_index(oa: FakeOpenAlex) -> None:
     work = httpx.get(oa.base_url + "/works", params={"search": "transformer"}).json()["results"][0]
-    assert rebuild(work["abstract_inverted_index"]) == TRANSFORMER.abstract  # OA work-object/README.md abstract_inverted_index
+    assert rebuild(work["abstract_inverted_index"]) == ATTENTION.abstract  # OA work-object/README.md abstract_inverted_index
 
 
 def test_openalex_abstract_may_be_null(oa: FakeOpenAlex) -> None:
@@ -139,12 +135,12 @@ def test_openalex_work_fields_the_daemon_reads(oa: FakeOpenAlex) -> None:
 
 def test_openalex_year_range_filter(oa: FakeOpenAlex) -> None:
     r = httpx.get(oa.base_url + "/works", params={"search": "attention", "filter": "publication_year:2019-2022"})
-    assert [w["title"] for w in r.json()["results"]] == [NO_ABSTRACT.title]  # OA api-guide-for-llms.md "Range"
+    assert [w["title"] for w in r.json()["results"]] == [GRAPH_ATTENTION.title]  # OA api-guide-for-llms.md "Range"
 
 
 def test_openalex_publication_date_filters_are_inclusive(oa: FakeOpenAlex) -> None:
     r = httpx.get(oa.base_url + "/works", params={"filter": "from_publication_date:2020-05-22,to_publication_date:2021-09-01"})
-    assert {w["title"] for w in r.json()["results"]} == {RAG.title, ZOTERO.title}  # OA filter-works.md from_/to_publication_date
+    assert {w["title"] for w in r.json()["results"]} == {RAG.title, REFERENCE_MANAGERS.title}  # OA filter-works.md from_/to_publication_date
 
 
 def test_openalex_unknown_filter_is_a_403(oa: FakeOpenAlex) -> None:
@@ -163,9 +159,21 @@ def test_openalex_select_of_a_nested_field_is_an_error(oa: FakeOpenAlex) -> None
 
 
 def test_openalex_single_work_by_doi(oa: FakeOpenAlex) -> None:
-    assert httpx.get(oa.base_url + "/works/https://doi.org/10.1108/JD-01-2021-0001").json()["title"] == ZOTERO.title  # OA get-a-single-work.md
-    assert httpx.get(oa.base_url + "/works/doi:10.1108/jd-01-2021-0001").json()["title"] == ZOTERO.title
+    assert httpx.get(oa.base_url + "/works/https://doi.org/10.1108/JD-01-2021-0001").json()["title"] == REFERENCE_MANAGERS.title  # OA get-a-single-work.md
+    assert httpx.get(oa.base_url + "/works/doi:10.1108/jd-01-2021-0001").json()["title"] == REFERENCE_MANAGERS.title
     assert httpx.get(oa.base_url + "/works/doi:10.1/none").status_code == 404  # api-guide-for-llms.md "404 Not Found"
+
+
+def test_openalex_cursor_paging(oa: FakeOpenAlex) -> None:
+    url, seen, cursor = oa.base_url + "/works", [], "*"
+    while True:  # OA paging.md "Cursor paging": until next_cursor is null and results are empty
+        body = httpx.get(url, params={"filter": "publication_year:2017-2022", "per-page": "2", "cursor": cursor}).json()
+        seen += [w["title"] for w in body["results"]]
+        assert body["meta"]["page"] is None
+        if body["meta"]["next_cursor"] is None:
+            break
+        cursor = body["meta"]["next_cursor"]
+    assert body["results"] == [] and len(seen) == len(set(seen)) == 5
 
 
 def test_openalex_rate_limit_headers(oa: FakeOpenAlex) -> None:
@@ -206,17 +214,17 @@ def test_arxiv_submitted_date_takes_the_manuals_plus_signs(ax: FakeArxiv) -> Non
 def test_arxiv_entry_elements(ax: FakeArxiv) -> None:
     e = entries(httpx.get(ax.base_url + "/api/query", params={"id_list": "1706.03762"}))[0]
     assert e.findtext("a:id", namespaces=NS) == "http://arxiv.org/abs/1706.03762v7"  # AX 3.3.2.1 <id>
-    assert " ".join(e.findtext("a:title", namespaces=NS).split()) == TRANSFORMER.title  # <title>
-    assert " ".join(e.findtext("a:summary", namespaces=NS).split()) == TRANSFORMER.abstract  # AX 3.3.2.2 <summary>
+    assert " ".join(e.findtext("a:title", namespaces=NS).split()) == ATTENTION.title  # <title>
+    assert " ".join(e.findtext("a:summary", namespaces=NS).split()) == ATTENTION.abstract  # AX 3.3.2.2 <summary>
     assert [a.findtext("a:name", namespaces=NS) for a in e.findall("a:author", NS)] == ["Ashish Vaswani", "Noam Shazeer", "Niki Parmar"]
     assert e.findtext("a:published", namespaces=NS) == "2017-06-12T12:00:00Z"  # AX 3.3.2.1 <published>: v1 submission
-    assert e.findtext("arxiv:doi", namespaces=NS) == TRANSFORMER.doi  # AX 3.3.2.4 <arxiv:doi>
-    assert e.findtext("arxiv:journal_ref", namespaces=NS) == TRANSFORMER.venue  # <arxiv:journal_ref>
+    assert e.findtext("arxiv:doi", namespaces=NS) == ATTENTION.doi  # AX 3.3.2.4 <arxiv:doi>
+    assert e.findtext("arxiv:journal_ref", namespaces=NS) == ATTENTION.venue  # <arxiv:journal_ref>
     assert e.find("arxiv:primary_category", NS).get("term") == "cs.CL"  # <arxiv:primary_category>
     links = {(link.get("rel"), link.get("title")): link.get("href") for link in e.findall("a:link", NS)}
     assert links[("alternate", None)] == "http://arxiv.org/abs/1706.03762v7"  # AX 3.3.2.3: abstract page, always
     assert links[("related", "pdf")] == "http://arxiv.org/pdf/1706.03762v7"  # pdf, always
-    assert links[("related", "doi")] == "http://dx.doi.org/" + TRANSFORMER.doi  # doi, when there is one
+    assert links[("related", "doi")] == "http://dx.doi.org/" + ATTENTION.doi  # doi, when there is one
 
 
 def test_arxiv_titles_and_summaries_are_hard_wrapped(ax: FakeArxiv) -> None:
@@ -227,7 +235,7 @@ def test_arxiv_titles_and_summaries_are_hard_wrapped(ax: FakeArxiv) -> None:
 
 def test_arxiv_feed_holds_only_arxiv_works(ax: FakeArxiv) -> None:
     r = httpx.get(ax.base_url + "/api/query", params={"search_query": "all:zotero"})
-    assert total(r) == 0 and entries(r) == []  # ZOTERO has no arXiv id
+    assert total(r) == 0 and entries(r) == []  # REFERENCE_MANAGERS has no arXiv id
 
 
 def test_arxiv_boolean_query(ax: FakeArxiv) -> None:
@@ -340,7 +348,7 @@ def test_crossref_more_than_1000_rows_is_a_validation_failure(cr: FakeCrossref) 
 
 def test_crossref_query_matches_any_token_and_ranks_by_score(cr: FakeCrossref) -> None:
     items = httpx.get(cr.base_url + "/works", params={"query": "retrieval generation humanities"}).json()["message"]["items"]
-    assert [i["title"][0] for i in items] == [RAG.title, ZOTERO.title]  # CR README "Field queries": "richard or feynman (or both)", sort by score
+    assert [i["title"][0] for i in items] == [RAG.title, REFERENCE_MANAGERS.title]  # CR README "Field queries": "richard or feynman (or both)", sort by score
     assert items[0]["score"] > items[1]["score"]
 
 
@@ -363,6 +371,15 @@ def test_crossref_pub_date_filter_is_inclusive_of_whole_years(cr: FakeCrossref) 
 def test_crossref_unknown_filter_is_a_validation_failure(cr: FakeCrossref) -> None:
     r = httpx.get(cr.base_url + "/works", params={"filter": "colour:blue"})
     assert r.status_code == 400 and r.json()["message"][0]["type"] == "filter-not-available"  # shape: guess (facts file)
+
+
+def test_crossref_cursor_paging(cr: FakeCrossref) -> None:
+    m = httpx.get(cr.base_url + "/works", params={"rows": "3", "cursor": "*"}).json()["message"]
+    assert len(m["items"]) == 3 and m["next-cursor"]  # CR README "Deep paging with cursors"
+    m2 = httpx.get(cr.base_url + "/works", params={"rows": "3", "cursor": m["next-cursor"]}).json()["message"]
+    assert len(m2["items"]) == 1  # fewer than rows: the end
+    m3 = httpx.get(cr.base_url + "/works", params={"rows": "3", "cursor": m2["next-cursor"]}).json()["message"]
+    assert m3["items"] == []  # "Using next-cursor beyond this point will result in responses with an empty items list"
 
 
 def test_crossref_select(cr: FakeCrossref) -> None:
@@ -397,6 +414,14 @@ def test_crossref_does_not_hold_arxivs_datacite_dois(cr: FakeCrossref) -> None:
 def test_crossref_rate_limit_headers(cr: FakeCrossref) -> None:
     r = httpx.get(cr.base_url + "/works", params={"query": "x"})
     assert r.headers["X-Rate-Limit-Limit"] == "50" and r.headers["X-Rate-Limit-Interval"] == "1s"  # CR README "Rate limits"
+
+
+# ---- the sample corpus ---------------------------------------------------------------------------------------------
+
+def test_sample_rag_is_the_test_librarys_lewis202_but_for_the_doi() -> None:
+    lewis = next(i for i in sample_library()[0] if i.key == "LEWIS202")
+    assert (lewis.title, lewis.date) == (RAG.title, str(RAG.year)) and RAG.arxiv_id in (lewis.url or "")
+    assert (lewis.doi or "").lower() != (RAG.doi or "").lower()
 
 
 # ---- the query language -------------------------------------------------------------------------------------------
