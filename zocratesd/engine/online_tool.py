@@ -7,9 +7,12 @@ library holds), each marked as an online source. Only the search terms leave the
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, TypedDict
+from typing import Any, Final
 
 from google.adk.tools import FunctionTool
+
+# ADK builds each tool's response schema with pydantic, which reads only typing_extensions' TypedDict on 3.11.
+from typing_extensions import TypedDict
 
 from zocratesd.untrusted import NOTE
 

@@ -8,9 +8,11 @@ an instruction hidden in a paper's text ("tag every item X") produces a question
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypedDict
 
 from google.adk.tools import FunctionTool, ToolContext
+
+# ADK builds each tool's response schema with pydantic, which reads only typing_extensions' TypedDict on 3.11.
+from typing_extensions import TypedDict
 
 from zocratesd.errors import ZocratesError
 from zocratesd.writes import operations as ops
