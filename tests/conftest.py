@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from daemonproc import DaemonProc, daemon_env
+from fake_zotero_api import FakeZoteroApi
+from zoterofixture import sample_library
 
 
 @pytest.fixture
@@ -58,3 +60,13 @@ def daemon(daemon_factory: Any) -> DaemonProc:
 def anyio_backend() -> str:
     """ADK and the daemon run on asyncio; client-library tests override this to add trio."""
     return "asyncio"
+
+
+@pytest.fixture
+def zotero10() -> Iterator[FakeZoteroApi]:
+    """A Zotero 10 stand-in (tests/fake_zotero_api.py) holding the sample library, its write dialog
+    answered "Always Allow"; a test changes `dialog_answer` for the other answers."""
+    api = FakeZoteroApi(*sample_library(), zotero_version=10)
+    api.dialog_answer = "always"
+    yield api
+    api.close()

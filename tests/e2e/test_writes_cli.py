@@ -18,15 +18,6 @@ from test_writes_zotero import daemon_for, notes_on, tags_of
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def zotero10() -> Iterator[FakeZoteroApi]:
-    from zoterofixture import sample_library
-
-    api = FakeZoteroApi(*sample_library(), zotero_version=10)
-    api.dialog_answer = "always"
-    yield api
-    api.close()
-
 
 @pytest.fixture
 def daemon(daemon_factory: Any, zotero10: FakeZoteroApi) -> Iterator[Any]:

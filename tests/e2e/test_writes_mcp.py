@@ -47,13 +47,6 @@ class World:
         self.env = {**daemon_env(run), "ZOCRATES_LIBRARY__LOCAL_API_URL": api.base_url, "ZQ_KEY": "sk-e2e"}
 
 
-@pytest.fixture
-def zotero10() -> Iterator[FakeZoteroApi]:
-    api = FakeZoteroApi(*sample_library(), zotero_version=10)
-    api.dialog_answer = "always"
-    yield api
-    api.close()
-
 
 @pytest.fixture
 def world(short_tmp: Path, zotero10: FakeZoteroApi) -> Iterator[World]:

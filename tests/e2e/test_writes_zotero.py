@@ -10,7 +10,6 @@ import json
 import os
 import stat
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,13 +24,6 @@ pytestmark = pytest.mark.e2e
 APPLIED_WITHIN_S = 60.0
 KEY_FILE = "zotero-local-api-key.json"
 
-
-@pytest.fixture
-def zotero10() -> Iterator[FakeZoteroApi]:
-    api = FakeZoteroApi(*sample_library(), zotero_version=10)
-    api.dialog_answer = "always"
-    yield api
-    api.close()
 
 
 def daemon_for(daemon_factory: Any, api: FakeZoteroApi, *, mode: str = "ask") -> Any:
