@@ -83,6 +83,7 @@ class Daemon extends Zocratesd {
     await super.start({
       ready: async (info) => {
         this.token = info.token;
+        this.pluginToken = info.plugin_token;
         this.client = new ZocratesClient({ baseUrl: this.base, token: info.token });
         await this.client.health();
       },
@@ -373,7 +374,8 @@ function shownSession(p) {
  *  GET /plugin/writes and answers each plan and apply with what the write changes. `seen` lists
  *  the [call, operation type] it was handed. */
 function pluginInZotero(daemon) {
-  const headers = { Authorization: `Bearer ${daemon.token}`, "X-Zocrates-Plugin": "0.1.0", "X-Zotero-Version": "9.0.6" };
+  const headers = { Authorization: `Bearer ${daemon.token}`, "X-Zocrates-Plugin-Token": daemon.pluginToken,
+                    "X-Zocrates-Plugin": "0.1.0", "X-Zotero-Version": "9.0.6" };
   const seen = [];
   let stopped = false;
   const changeOf = (op) => {

@@ -39,6 +39,7 @@ async function until(check, what, timeoutMs = STEP_TIMEOUT_MS) {
 class DaemonShim {
   constructor({ token = randomBytes(24).toString("hex"), proof = "right" } = {}) {
     this.token = token;
+    this.pluginToken = randomBytes(24).toString("hex");  // daemon.json's plugin_token: the channel's own
     this.proof = proof;
     this.mode = "up";
     this.requests = [];
@@ -75,7 +76,7 @@ class DaemonShim {
   }
 
   daemonJson(pid = process.pid) {
-    return JSON.stringify({ pid, http: { port: this.port }, token: this.token });
+    return JSON.stringify({ pid, http: { port: this.port }, token: this.token, plugin_token: this.pluginToken });
   }
 
   json(res, status, body) {
@@ -95,6 +96,7 @@ class DaemonShim {
         return this.json(res, 200, { status: "success", proof });
       }
       if (req.headers.authorization !== `Bearer ${this.token}`) return this.json(res, 401, { status: "error" });
+      if (req.headers["x-zocrates-plugin-token"] !== this.pluginToken) return this.json(res, 403, { status: "error" });
       if (req.method === "GET" && url.pathname === "/plugin/writes") return this.poll(req, res, Number(url.searchParams.get("wait")));
       const m = /^\/plugin\/writes\/([^/]+)$/.exec(url.pathname);
       if (req.method === "POST" && m) {
@@ -627,8 +629,9 @@ describe("the plugin's write channel in Gecko, as Zotero runs it", () => {
       await until(() => times(impostor, /^\/health\?challenge=[0-9a-f]{32}$/, 0).length >= 2, "two challenges at the impostor", 30_000);
       assert.ok(impostor.requests.every((r) => /^\/health\?challenge=[0-9a-f]{32}$/.test(r.path) && r.headers.authorization === undefined),
         JSON.stringify(impostor.requests.map((r) => [r.path, r.headers.authorization])));
-      assert.ok(!JSON.stringify(impostor.requests).includes(impostor.token));
-      assert.ok(!JSON.stringify(impostor.requests).includes(shim.token));
+      for (const secret of [impostor.token, impostor.pluginToken, shim.token, shim.pluginToken]) {
+        assert.ok(!JSON.stringify(impostor.requests).includes(secret), "a token sent to the impostor");
+      }
     } finally {
       await impostor.close();
     }
@@ -636,7 +639,9 @@ describe("the plugin's write channel in Gecko, as Zotero runs it", () => {
     await writeFile(daemonJson, shim.daemonJson(), { mode: 0o600 });
     await until(() => shim.polls.size === 1, "the poll back at the daemon", 30_000);
     const lines = await marionette.script("return window.__zw.debug");
-    for (const token of [shim.token, impostor.token]) assert.ok(!lines.some((l) => l.includes(token)), "a token in the debug output");
+    for (const token of [shim.token, shim.pluginToken, impostor.token, impostor.pluginToken]) {
+      assert.ok(!lines.some((l) => l.includes(token)), "a token in the debug output");
+    }
   });
 
   test("stop (plugin shutdown) ends the open poll at once, and the channel with it", async () => {

@@ -25,10 +25,10 @@ class PluginInZotero:
     """Polls `GET /plugin/writes` and performs each request on `tags` (item key -> set of tags), as
     the plugin does with Zotero's API; counts the requests it was given."""
 
-    def __init__(self, shim: Shim, tags: dict[str, set[str]]):
+    def __init__(self, shim: Shim, plugin_token: str, tags: dict[str, set[str]]):
         self.client = httpx.Client(base_url=shim.base, timeout=60,
-                                   headers={"Authorization": f"Bearer {shim.token}", "X-Zocrates-Plugin": "0.1.0",
-                                            "X-Zotero-Version": "9.0.6"})
+                                   headers={"Authorization": f"Bearer {shim.token}", "X-Zocrates-Plugin-Token": plugin_token,
+                                            "X-Zocrates-Plugin": "0.1.0", "X-Zotero-Version": "9.0.6"})
         self.tags, self.calls, self.stop = tags, [], threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
@@ -77,7 +77,7 @@ def sidebar(daemon_factory: Any) -> Iterator[tuple[Any, Shim]]:
 def test_the_sidebar_proposes_the_person_confirms_the_plugin_writes_and_undo_reverts(sidebar: Any) -> None:
     d, shim = sidebar
     tags = {"LEWIS202": {"rag", "nlp"}}
-    with PluginInZotero(shim, tags) as plugin:
+    with PluginInZotero(shim, d.info["plugin_token"], tags) as plugin:
         proposed = shim.ok("POST", "/writes/tag", json={"itemKeys": ["LEWIS202", "KARPDPR1"], "tags": ["cited"]})["write"]
         assert proposed["state"] == "awaiting_consent" and proposed["face"] == "zotero-sidebar"
         assert "Dense Passage Retrieval" in proposed["preview"] and plugin.calls == []  # nothing reaches Zotero yet
@@ -107,5 +107,9 @@ def test_without_the_token_nothing_is_proposed_and_the_channel_is_closed(sidebar
     bad = shim.request("POST", "/writes/tag", json={"itemKeys": ["lowercase"], "tags": ["x"]})
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_input"
     assert shim.request("POST", "/writes/erase_everything", json={}).status_code == 404
-    assert shim.request("POST", "/plugin/writes/p-999", json={"result": {}}).status_code == 404
+    # The page's token is not the plugin's: the write channel refuses it (the page cannot take or answer writes).
+    assert shim.request("GET", "/plugin/writes", params={"wait": 0}).status_code == 403
+    assert shim.request("POST", "/plugin/writes/p-999", json={"result": {}}).status_code == 403
+    plugin = {"X-Zocrates-Plugin-Token": d.info["plugin_token"]}
+    assert shim.request("POST", "/plugin/writes/p-999", json={"result": {}}, headers=plugin).status_code == 404
     d.stop()

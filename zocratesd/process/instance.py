@@ -123,7 +123,7 @@ class Instance:
         self.owns_socket = False
         self.activated_by = manager
 
-    def write_info(self, http: dict[str, Any] | None = None, token: str | None = None) -> None:
+    def write_info(self, http: dict[str, Any] | None = None, token: str | None = None, plugin_token: str | None = None) -> None:
         """Write daemon.json: from now on a client that finds it can connect at once."""
         locations.write_private_json(
             self.info_path,
@@ -135,6 +135,7 @@ class Instance:
                 "started_at": datetime.now(UTC).isoformat(),
                 "http": http,
                 "token": token,
+                "plugin_token": plugin_token,
                 "activated_by": self.activated_by,
             },
         )

@@ -159,7 +159,8 @@ class SocketTransport:
 
     def publish(self, instance: Instance) -> str:
         face = self.http_face
-        instance.write_info(http=face.info if face else None, token=face.token if face else None)
+        instance.write_info(http=face.info if face else None, token=face.token if face else None,
+                            plugin_token=face.plugin_token if face else None)
         how = f" (socket-activated by {instance.activated_by})" if instance.activated_by else ""
         return f"{instance.socket_path}{how}"
 

@@ -43,7 +43,7 @@ class Serving:
 
 
 def build(
-    daemon: Daemon, config: HttpConfig, *, token: str, port: Callable[[], int],
+    daemon: Daemon, config: HttpConfig, *, token: str, plugin_token: str, port: Callable[[], int],
     turn_group: Callable[[], anyio.abc.TaskGroup], opened: Callable[[], None], closed: Callable[[], None],
     grace_s: float, cap: int, keep_alive_s: int,
 ) -> Serving:
@@ -51,7 +51,7 @@ def build(
     codes = OneTimeCodes()
     pages = OpenPages(codes.ttl_s)
     app = build_app(daemon, turn_group, opened=opened, closed=closed, web=WebApp(config.allowed_origins),
-                    token=token, codes=codes, pages=pages, more_routes=writes.ROUTES)
+                    token=token, plugin_token=plugin_token, codes=codes, pages=pages, more_routes=writes.ROUTES)
     protocol = protocol_class(connections)
     guarded = Guard(app, port=port, token=token, allowed_origins=config.allowed_origins,
                     opened=opened, closed=closed, trusted=lambda scope: connections.trust(scope.get("client")),

@@ -104,6 +104,7 @@ class Shim:
     token: str
     codes: OneTimeCodes
     pages: OpenPages
+    plugin_token: str = ""  # the write channel's (shim/writes.py); "" closes the channel
 
 
 def shim_of(request: Request) -> Shim:
@@ -335,6 +336,7 @@ def build_app(
     codes: OneTimeCodes | None = None,
     pages: OpenPages | None = None,
     more_routes: Sequence[BaseRoute] = (),
+    plugin_token: str = "",
 ) -> Starlette:
     """The routes of one daemon (and `more_routes`, other modules' routes over the same `Shim`),
     sharing a `Shim` of these (its doc says what each is)."""
@@ -342,5 +344,5 @@ def build_app(
     pages = pages or OpenPages(codes.ttl_s)
     codes.on_drop = pages.drop
     app = Starlette(routes=[*ROUTES, *more_routes], exception_handlers=EXCEPTION_HANDLERS)
-    app.state.shim = Shim(daemon, turns, opened, closed, web or WebApp([]), token, codes, pages)
+    app.state.shim = Shim(daemon, turns, opened, closed, web or WebApp([]), token, codes, pages, plugin_token)
     return app

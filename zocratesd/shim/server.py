@@ -130,6 +130,9 @@ class HttpFace:
         self.daemon = daemon
         self.config = config
         self.token = secrets.token_urlsafe(32)
+        # The write channel's second credential: only daemon.json holds it, never the web page (which
+        # has `token`), so a page cannot take or answer the writes meant for the plugin inside Zotero.
+        self.plugin_token = secrets.token_urlsafe(32)
         self._sock: socket.socket | None = None
         self._turns: anyio.abc.TaskGroup | None = None
         self._accepting: anyio.CancelScope | None = None
@@ -145,7 +148,8 @@ class HttpFace:
         """The app, its guard and the uvicorn server around them (shim/app.py)."""
         app = deferred.load(SERVING_MODULE)
         serving: Serving = app.build(
-            self.daemon, self.config, token=self.token, port=lambda: self.port, turn_group=self._turn_group,
+            self.daemon, self.config, token=self.token, plugin_token=self.plugin_token, port=lambda: self.port,
+            turn_group=self._turn_group,
             opened=self._opened, closed=self._closed, grace_s=self._grace_s,
             cap=connection_cap(self.config.max_connections), keep_alive_s=KEEP_ALIVE_S,
         )

@@ -9,6 +9,7 @@ clients can propose or confirm a write; the params are the JSON-RPC methods' (rp
 
 from __future__ import annotations
 
+import hmac
 from typing import Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -43,6 +44,7 @@ PROPOSALS: Final[dict[str, type[WriteParams]]] = {
 # The plugin says who it is on each poll: shown in the status, checked against this daemon's version.
 MAX_VERSION_CHARS: Final = 40
 DEFAULT_POLL_WAIT_S: Final = 25.0
+PLUGIN_TOKEN_HEADER: Final = "X-Zocrates-Plugin-Token"
 
 
 P = TypeVar("P", bound=BaseModel)
@@ -116,7 +118,18 @@ def _header(request: Request, name: str) -> str | None:
     return value.strip()[:MAX_VERSION_CHARS] if value else None
 
 
+def _check_plugin(request: Request) -> None:
+    """Only the plugin, which reads daemon.json, holds the channel's own token: the web page (which
+    has the shim's token only) can neither take the plugin's writes nor answer for it."""
+    expected = shim_of(request).plugin_token
+    given = request.headers.get(PLUGIN_TOKEN_HEADER, "")
+    if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
+        raise HttpError(403, "forbidden", f"the write channel is the Zocrates plugin's: {PLUGIN_TOKEN_HEADER} "
+                        "must carry daemon.json's plugin_token")
+
+
 async def plugin_poll(request: Request) -> Response:
+    _check_plugin(request)
     raw = request.query_params.get("wait", str(DEFAULT_POLL_WAIT_S))
     try:
         wait = float(raw)
@@ -129,6 +142,7 @@ async def plugin_poll(request: Request) -> Response:
 
 
 async def plugin_answer(request: Request) -> Response:
+    _check_plugin(request)
     body = await json_body(request)
     if not shim_of(request).daemon.plugin.answer(str(request.path_params["call_id"]), body):
         raise HttpError(404, "not_found", "no such write request (answered already, or given up on)")

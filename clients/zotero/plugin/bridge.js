@@ -113,7 +113,9 @@ var ZocratesBridge = (function () {
     // Always the loopback address: the origin the page is served from and the bridge checks.
     const origin = `http://127.0.0.1:${port}`;
     const pid = Number.isInteger(info.pid) && info.pid > 0 ? info.pid : null;
-    return { path, origin, port, pid, token: info.token, signature: `${info.pid}|${port}|${info.token}` };
+    // plugin_token: the write channel's own credential (writes.js), never given to the page.
+    const pluginToken = typeof info.plugin_token === "string" ? info.plugin_token : "";
+    return { path, origin, port, pid, token: info.token, pluginToken, signature: `${info.pid}|${port}|${info.token}` };
   }
 
   // daemon.json outlives a daemon that was killed (SIGKILL, the OOM killer), and once its port is
@@ -124,7 +126,7 @@ var ZocratesBridge = (function () {
   // request carries no token. Checked on every platform, unlike the listener's owner (readable from
   // /proc/net/tcp on Linux only), and it tells the user's daemon from any other process of theirs.
 
-  /** @typedef {{path: string, origin: string, port: number, pid: number | null, token: string, signature: string}} DaemonInfo */
+  /** @typedef {{path: string, origin: string, port: number, pid: number | null, token: string, pluginToken: string, signature: string}} DaemonInfo */
 
   /** @param {Uint8Array} bytes */
   function hex(bytes) {

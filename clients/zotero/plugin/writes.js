@@ -639,7 +639,8 @@ var ZocratesWrites = (function () {
     }
 
     headers(/** @type {any} */ daemon) {
-      return { Authorization: `Bearer ${daemon.token}`, "X-Zocrates-Plugin": this.version, "X-Zotero-Version": String(Zotero.version) };
+      return { Authorization: `Bearer ${daemon.token}`, "X-Zocrates-Plugin-Token": daemon.pluginToken || "",
+               "X-Zocrates-Plugin": this.version, "X-Zotero-Version": String(Zotero.version) };
     }
 
     /**
