@@ -189,3 +189,32 @@ def test_with_online_on_a_question_the_library_cannot_answer_is_answered_from_on
         d.stop()
     finally:
         model.close()
+
+
+@pytest.mark.parametrize(("mode", "flag", "online"), [
+    ("ask", None, False), ("ask", "--online", True), ("on", "--no-online", False), ("on", None, True),
+])
+def test_the_turn_goes_online_only_as_the_mode_and_the_persons_choice_allow(
+    daemon_factory: Any, services: Any, mode: str, flag: str | None, online: bool,
+) -> None:
+    from fake_openai import Behaviour, FakeOpenAI
+
+    oa, ax, cr = services
+    model = FakeOpenAI(behaviour=Behaviour(online_when_empty=True))
+    try:
+        d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode=mode)
+        config = json.loads((d.state_dir / "zocrates_config.json").read_text())
+        config["model"] = {"provider": "openai", "name": "fake/model", "base_url": model.base_url, "api_key_env": "ZQ_KEY"}
+        (d.state_dir / "zocrates_config.json").write_text(json.dumps(config))
+        d.env["ZQ_KEY"] = "sk-e2e"
+        started(d)
+        out = zocrates(d, "ask", "--new", *([flag] if flag else []), "tardigrade desiccation survival")
+        assert out.returncode == 0, out
+        sent = sum(len(s.received) for s in services)
+        if online:
+            assert TARDI.title in out.stdout and sent > 0, out
+        else:
+            assert sent == 0 and TARDI.title not in out.stdout, out  # nothing left the machine
+        d.stop()
+    finally:
+        model.close()

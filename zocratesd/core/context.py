@@ -50,6 +50,9 @@ class PromptContext(msgspec.Struct, frozen=True):
     # choose (core/session_config.py); a "library" setting changes nothing either way.
     scope_given: bool = False
     library: str | None = None  # "user" or "groups/<groupID>": search that library only
+    # The person's choice for this turn's search beyond the library: True allows it (their consent
+    # under online.mode = ask), False forbids it, None leaves it to online.mode.
+    online: bool | None = None
 
     @classmethod
     def build(
@@ -60,6 +63,7 @@ class PromptContext(msgspec.Struct, frozen=True):
         collection: str | None = None,
         snippets: Sequence[Snippet | Mapping[str, Any]] | None = None,
         library: str | None = None,
+        online: bool | None = None,
     ) -> PromptContext:
         """The context of one prompt, validated; InvalidInput (naming the problem) if it is not one.
 
@@ -81,8 +85,10 @@ class PromptContext(msgspec.Struct, frozen=True):
         focal = tuple(_snippet(sn) for sn in _list(snippets, "snippets", MAX_SNIPPETS))
         if library is not None and (not isinstance(library, str) or not LIBRARY_RE.match(library)):
             raise InvalidInput('library must be "user" or "groups/<groupID>"', value=str(library)[:40])
+        if online is not None and not isinstance(online, bool):
+            raise InvalidInput("online must be true or false")
         return cls(mode=checked, items=active, collection=collection, snippets=focal, scope_given=bool(mode or items),
-                   library=library)
+                   library=library, online=online)
 
     def scope(self) -> Scope:
         return Scope(mode=self.mode, item_keys=tuple(k for k, _ in self.items), collection=self.collection, library=self.library)
@@ -93,6 +99,7 @@ class PromptContext(msgspec.Struct, frozen=True):
             "active_context_items": [{"item_key": k, "title": t} for k, t in self.items] or None,
             "active_collection": self.collection,
             "active_library": self.library,
+            "online_allowed": self.online,
             "active_context_items_str": self.items_header(),
             "focal_snippets_str": strip_keys(self.snippets_xml()),
             "snippets": [s.as_json() for s in self.snippets],

@@ -44,9 +44,11 @@ class EngineSide:
             propose=lambda op, session_id: writes.propose(op, session_id=session_id, face="assistant", proposer="model"),
             collect=lambda keys, collection: writes.add_to_collection(keys, collection),
         )
-        # Beyond the library: offered when online.mode is on (only the search terms leave the machine).
-        if config.online.mode == "on":
-            write_tools.append(build_online_tool(lambda query, limit: online.search(query, limit=limit)))
+        # Beyond the library: offered unless online.mode is off; each turn may go online only as the
+        # mode and the person's choice for the turn allow (engine/online_tool.py `allowed`).
+        if config.online.mode != "off":
+            write_tools.append(build_online_tool(lambda query, limit: online.search(query, limit=limit),
+                                                 lambda: config.online.mode))
         self.engine = Engine(db.service, build_model(config.model), retriever, config.research, config.model,
                              more_tools=write_tools)
         self.compactor = Compactor.from_config(db, config, self.engine.model)

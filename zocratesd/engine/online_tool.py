@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-from google.adk.tools import FunctionTool
+from google.adk.tools import FunctionTool, ToolContext
 
 # ADK builds each tool's response schema with pydantic, which reads only typing_extensions' TypedDict on 3.11.
 from typing_extensions import TypedDict
@@ -17,6 +17,10 @@ from typing_extensions import TypedDict
 from zocratesd.untrusted import NOTE
 
 TOOL_NAME: Final = "search_online_literature"
+# What the model is told when the person has not allowed this turn to go online.
+NOT_ALLOWED: Final = ("Online search is not allowed for this turn (the user has not agreed to it: online.mode is ask, or "
+                      "they said no). Answer from the library, and tell the user they can allow it for a question "
+                      "(zocrates ask --online) or always (online.mode = on).")
 # Works one call gives the model: a page of sources, not a bibliography.
 WORKS_PER_CALL: Final = 8
 
@@ -58,12 +62,23 @@ def _sources(found: Mapping[str, Any]) -> list[OnlineSource]:
     return out
 
 
-def build_online_tool(search: SearchOnline) -> FunctionTool:
-    async def search_online_literature(query: str) -> OnlineFound:
+def allowed(mode: str, turn_choice: object) -> bool:
+    """Whether this turn may go online: `on` unless the person said no for the turn (`--no-online`),
+    `ask` only when they said yes for it (`--online`, the question their face asked)."""
+    if turn_choice is False:
+        return False
+    return mode == "on" or turn_choice is True
+
+
+def build_online_tool(search: SearchOnline, mode: Callable[[], str]) -> FunctionTool:
+    async def search_online_literature(query: str, tool_context: ToolContext) -> OnlineFound:
         """Search scholarly literature beyond the user's library (OpenAlex, arXiv, Crossref) for what
         the library does not answer. Returns numbered works with abstracts; cite them by number and
         DOI link, say they are online sources not in the user's library (unless marked as theirs),
         and that only their abstracts were read."""
+        if not allowed(mode(), tool_context.state.get("online_allowed")):
+            return {"query": query, "works": [], "failures": [], "untrusted": NOTE,
+                    "message": NOT_ALLOWED}
         found = await search(query, WORKS_PER_CALL)
         return {"query": query, "works": _sources(found), "failures": found.get("failures") or [],
                 "message": found.get("message"), "untrusted": NOTE}

@@ -403,6 +403,7 @@ def prompt_input(blocks: list[dict[str, Any]], meta: dict[str, Any] | None) -> t
         items = [*(items or ()), *(i for i in linked if i["item_key"] not in known)]
     context = PromptContext.build(
         mode=ours.get("mode"), items=items, collection=ours.get("collection"), snippets=ours.get("snippets"),
+        online=ours.get("online"),
         # Items linked from one group only (and nothing else selected): search that group, since a
         # key is unique per library only. `_meta.zocrates.library` says otherwise when given.
         library=ours.get("library") or (

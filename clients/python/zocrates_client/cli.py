@@ -154,6 +154,11 @@ def _parser() -> argparse.ArgumentParser:
              "answer now, or leave the checkpoint pending and exit 4 (the default when stdin is not a terminal; "
              "on a terminal it asks)",
     )
+    online = ask.add_mutually_exclusive_group()
+    online.add_argument("--online", dest="online", action="store_true", default=None,
+                        help="allow this question to search beyond your library (OpenAlex, arXiv, Crossref: only the "
+                             "search terms leave the machine); needed when online.mode is ask")
+    online.add_argument("--no-online", dest="online", action="store_false", help="search your library only, this time")
     ask.add_argument("text", metavar="TEXT", help="the question; - reads it from stdin")
 
     chat = commands.add_parser("chat", help="an interactive conversation", parents=leaf)
@@ -534,10 +539,11 @@ async def _most_recent_session(client: Client) -> str | None:
 
 
 async def _prompt_once(
-    client: Client, runner: TurnRunner, session_id: str, text: str, scope: Scope
+    client: Client, runner: TurnRunner, session_id: str, text: str, scope: Scope, online: bool | None = None,
 ) -> PromptResult:
     def start() -> Turn:
-        return client.stream_prompt(session_id, text, mode=scope.mode, items=scope.items, collection=scope.collection)
+        return client.stream_prompt(session_id, text, mode=scope.mode, items=scope.items, collection=scope.collection,
+                                    online=online)
 
     return await runner.run(client, session_id, start)
 
@@ -570,7 +576,7 @@ async def _ask(client: Client, runner: TurnRunner, args: argparse.Namespace, tex
         session_id = await client.new_session()
     await _wait_for_index(client, args.json)
     started = time.time()
-    result = await _prompt_once(client, runner, session_id, text, scope)
+    result = await _prompt_once(client, runner, session_id, text, scope, args.online)
     await write_commands.consent_after_turn(client, session_id, started, interactive=runner.interactive, prog=PROG)
     _after_turn(session_id, result, runner)
 

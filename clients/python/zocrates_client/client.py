@@ -300,9 +300,13 @@ def prompt_params(
     items: Sequence[str | tuple[str, str]],
     collection: str | None,
     snippets: Sequence[dict[str, Any]],
+    online: bool | None = None,
 ) -> dict[str, Any]:
-    """`session/prompt` params: the text, and the Zotero context in `_meta.zocrates`."""
+    """`session/prompt` params: the text, and the Zotero context in `_meta.zocrates` (with `online`:
+    the person's choice for this turn's search beyond the library)."""
     zocrates: dict[str, Any] = {}
+    if online is not None:
+        zocrates["online"] = online
     if mode is not None:
         zocrates["mode"] = mode
     elif collection is not None:
@@ -488,10 +492,12 @@ class Client:
         collection: str | None = None,
         snippets: Sequence[dict[str, Any]] = (),
         max_buffer: int = DEFAULT_UPDATES_BUFFER,
+        online: bool | None = None,
     ) -> Turn:
         """`prompt`, with its updates as they stream: `async with client.stream_prompt(...) as turn:
-        async for update in turn: ...`, then `turn.result`. See `Turn`."""
-        params = prompt_params(session_id, text, mode, items, collection, snippets)
+        async for update in turn: ...`, then `turn.result`. See `Turn`. `online`: allow (True) or
+        forbid (False) this turn's search beyond the library; None leaves it to `online.mode`."""
+        params = prompt_params(session_id, text, mode, items, collection, snippets, online)
         return Turn(self, session_id, "session/prompt", params, max_buffer)
 
     def stream_resume(

@@ -78,7 +78,7 @@ async def test_streamed_turn_with_a_tool_call(tmp_path: Path, fake: FakeOpenAI, 
         assert body["messages"][0]["role"] == "system" and "Zocrates" in body["messages"][0]["content"]
         tools = {t["function"]["name"]: t["function"] for t in body["tools"]}
         # search_library, and the writes the model may propose (the person is asked before any is made).
-        assert set(tools) == {"search_library", "save_note", "tag_items", "add_to_collection"}
+        assert set(tools) == {"search_library", "save_note", "tag_items", "add_to_collection", "search_online_literature"}
         assert tools["search_library"]["parameters"]["properties"]["query"]["type"] == "string"
         assert tools["tag_items"]["parameters"]["properties"]["item_keys"]["type"] == "array"
         assert second["body"]["messages"][-1]["role"] == "tool"
