@@ -113,6 +113,9 @@ class AskArgs(Args):
     collection: str | None = wire(LibrarySearchParams, "collection", description=COLLECTION)
     item_keys: list[ItemKey] | None = wire(LibrarySearchParams, "item_keys", description="Only these items.")
     library: str | None = wire(LibrarySearchParams, "library", description=LIBRARY)
+    online: bool | None = Field(None, description=(
+        "true: the user allows this question to search beyond their library (OpenAlex, arXiv, Crossref; only the "
+        "search terms leave the machine), which online.mode = ask needs; false: their library only; absent: online.mode."))
 
 
 class ResumeArgs(Args):

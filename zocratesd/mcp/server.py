@@ -165,7 +165,7 @@ class ZocratesMcp(DaemonCalls):
         sid = a.session_id
         if sid is None:
             sid = await client.new_session(cwd=str(self.link.data_dir), title=None)
-        params = prompt_params(sid, a.question, None, tuple(a.item_keys or ()), collection, ())
+        params = prompt_params(sid, a.question, None, tuple(a.item_keys or ()), collection, (), a.online)
         if a.library:
             params.setdefault("_meta", {}).setdefault("zocrates", {})["library"] = a.library
         since = time.time()
