@@ -60,10 +60,12 @@ def obedient_daemon(daemon_factory: Any, api: FakeZoteroApi, model: FakeOpenAI, 
     return d
 
 
-def prompt_answering(c: RawConn, session_id: str, option: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def prompt_answering(
+    c: RawConn, session_id: str, option: str, text: str = QUESTION,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """session/prompt as an editor sends it; each permission the daemon asks is answered `option`."""
     c.send({"jsonrpc": "2.0", "id": 900, "method": "session/prompt",
-            "params": {"sessionId": session_id, "prompt": [{"type": "text", "text": QUESTION}]}})
+            "params": {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}})
     asked = []
     while True:
         msg = c.recv()
@@ -146,17 +148,9 @@ def test_slash_commands_tag_what_the_answer_cited_after_the_editor_says_yes_and_
         assert "zotero://select/library/items/KARPDPR1" in cited
 
         def command(text: str, option: str) -> list[dict[str, Any]]:
-            c.send({"jsonrpc": "2.0", "id": 901, "method": "session/prompt",
-                    "params": {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}})
-            asked = []
-            while True:
-                msg = c.recv()
-                if msg.get("method") == "session/request_permission":
-                    asked.append(msg["params"])
-                    c.send({"jsonrpc": "2.0", "id": msg["id"], "result": {"outcome": {"outcome": "selected", "optionId": option}}})
-                elif msg.get("id") == 901:
-                    assert msg["result"]["_meta"]["zocrates"]["command"]["ok"], msg
-                    return asked
+            reply, asked = prompt_answering(c, sid, option, text)
+            assert reply["result"]["_meta"]["zocrates"]["command"]["ok"], reply
+            return asked
 
         asked = command("/tag dpr-reading", "dont_write")
         assert len(asked) == 1 and 'Add the tag "dpr-reading"' in asked[0]["toolCall"]["title"]
