@@ -126,3 +126,9 @@ MAX_CREATORS: Final = 100
 # A write's id as the journal makes it ("w-" and 12 hex digits); a longer one is no write of ours.
 WRITE_ID_PATTERN: Final = r"^w-[0-9a-f]{12}$"
 WRITE_ID_RE: Final = whole(WRITE_ID_PATTERN)
+
+# A search beyond the library (zocratesd/online): its terms are what leaves the machine, so a
+# pasted text is refused; works per provider a person reads in one answer.
+MAX_ONLINE_QUERY_CHARS: Final = 500
+MAX_ONLINE_RESULTS: Final = 25
+DEFAULT_ONLINE_RESULTS: Final = 10

@@ -15,14 +15,12 @@ import msgspec
 from zocratesd import deferred
 from zocratesd.config import OnlineConfig
 from zocratesd.errors import InvalidInput, OnlineOff
+from zocratesd.limits import DEFAULT_ONLINE_RESULTS, MAX_ONLINE_QUERY_CHARS, MAX_ONLINE_RESULTS
 from zocratesd.online.works import OnlineWork
 
 if TYPE_CHECKING:
     from zocratesd.online.service import OnlineResult, OnlineSearch
 
-MAX_ONLINE_QUERY_CHARS: Final = 500
-MAX_ONLINE_RESULTS: Final = 25
-# What a search sends out is its terms; a query longer than this is a pasted text, not terms.
 OFF_MESSAGE: Final = ("online search is off (online.mode = off in the config): nothing left this machine; "
                       "set online.mode to ask or on to search OpenAlex, arXiv and Crossref")
 
@@ -46,7 +44,9 @@ class Online:
         if self._search is not None:
             await self._search.aclose()
 
-    async def search(self, query: str, *, limit: int = 10, year_from: int | None = None, year_to: int | None = None) -> dict[str, object]:
+    async def search(
+        self, query: str, *, limit: int = DEFAULT_ONLINE_RESULTS, year_from: int | None = None, year_to: int | None = None,
+    ) -> dict[str, object]:
         """Works the providers find, merged; OnlineOff when online search is off (nothing sent)."""
         if self.config.mode == "off":
             raise OnlineOff(OFF_MESSAGE)

@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 
 from zocratesd.limits import (
     DEFAULT_LIST,
+    DEFAULT_ONLINE_RESULTS,
     DEFAULT_SEARCH_TOP_K,
     DEFAULT_SUGGESTIONS,
     ITEM_KEY_PATTERN,
@@ -34,6 +35,8 @@ from zocratesd.limits import (
     MAX_LIST,
     MAX_NOTE_CHARS,
     MAX_OFFSET,
+    MAX_ONLINE_QUERY_CHARS,
+    MAX_ONLINE_RESULTS,
     MAX_PROMPT_BLOCKS,
     MAX_PROTOCOL_VERSION,
     MAX_QUERY_CHARS,
@@ -884,8 +887,8 @@ class ListWritesResult(Model):
 
 
 class OnlineSearchParams(Params):
-    query: str = Field(min_length=1, max_length=500, description="The search terms (only they leave the machine).")
-    limit: int = Field(10, ge=1, le=25, description="Works per provider, at most.")
+    query: str = Field(min_length=1, max_length=MAX_ONLINE_QUERY_CHARS, description="The search terms (only they leave the machine).")
+    limit: int = Field(DEFAULT_ONLINE_RESULTS, ge=1, le=MAX_ONLINE_RESULTS, description="Works per provider, at most.")
     year_from: int | None = Field(None, ge=1000, le=2999)
     year_to: int | None = Field(None, ge=1000, le=2999)
 
