@@ -202,33 +202,44 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _create_index(path: Path) -> None:
+    """A new, empty index at `path`, made beside it and moved into place whole: a reader that
+    finds the file finds its tables too (a file without them reads as a damaged index)."""
+    made = path.with_name(path.name + ".new")
+    remove_index(made)
+    conn = _connect(made)
+    try:
+        conn.executescript(_SCHEMA)
+        conn.execute("INSERT INTO meta VALUES ('dense_model', ?)", (dense.model_name(),))
+    finally:
+        conn.close()  # its only connection: the -wal is folded into the file and removed
+    os.replace(made, path)
+
+
 def open_index(path: Path) -> sqlite3.Connection:
     """The writer's connection; creates the index, or raises IndexCorrupt after removing a bad one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fresh = not path.exists()
+    if not path.exists():
+        _create_index(path)
     try:
         conn = _connect(path)
     except sqlite3.DatabaseError as exc:
         remove_index(path)
         raise IndexCorrupt(f"{path}: {exc}") from None
     try:
-        if fresh:
-            conn.executescript(_SCHEMA)
-            conn.execute("INSERT INTO meta VALUES ('dense_model', ?)", (dense.model_name(),))
-        else:
-            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            if row is None or row[0] != str(INDEX_SCHEMA_VERSION):
-                raise sqlite3.DatabaseError(f"index schema {row[0] if row else None}, want {INDEX_SCHEMA_VERSION}")
-            # Every chunk has a vector of the model this process re-ranks with, or none has one:
-            # an index built with another model, or with the stage off (or on, when it is off
-            # now), is rebuilt.
-            row = conn.execute("SELECT value FROM meta WHERE key = 'dense_model'").fetchone()
-            if row is None or row[0] != dense.model_name():
-                have, want = (row[0] if row else None) or "none", dense.model_name() or "none"
-                raise sqlite3.DatabaseError(f"index vectors from {have}, want {want}")
-            conn.execute("SELECT count(*) FROM items").fetchone()
-            conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'zocrates' LIMIT 1").fetchall()
-            conn.execute(_DB_ITEMS)
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is None or row[0] != str(INDEX_SCHEMA_VERSION):
+            raise sqlite3.DatabaseError(f"index schema {row[0] if row else None}, want {INDEX_SCHEMA_VERSION}")
+        # Every chunk has a vector of the model this process re-ranks with, or none has one:
+        # an index built with another model, or with the stage off (or on, when it is off
+        # now), is rebuilt.
+        row = conn.execute("SELECT value FROM meta WHERE key = 'dense_model'").fetchone()
+        if row is None or row[0] != dense.model_name():
+            have, want = (row[0] if row else None) or "none", dense.model_name() or "none"
+            raise sqlite3.DatabaseError(f"index vectors from {have}, want {want}")
+        conn.execute("SELECT count(*) FROM items").fetchone()
+        conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'zocrates' LIMIT 1").fetchall()
+        conn.execute(_DB_ITEMS)
     except sqlite3.DatabaseError as exc:
         conn.close()
         remove_index(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -307,3 +308,33 @@ def test_pdfs_whose_page_labels_cannot_be_read_are_one_log_line_per_pass(tmp_pat
     assert lines[0].startswith("library: the page labels of 8 PDFs could not be read (storage/BROKEN00 (")
     assert lines[0].endswith(" and 3 more); their pages are cited by number"), lines[0]
     assert lib.status()["state"] == "ready" and keys(lib, "paper one")
+
+
+def test_reads_during_a_first_build_never_take_the_new_index_for_a_damaged_one(tmp_path: Path) -> None:
+    """A client polling the library while its index is first created (the sidebar at a first start)
+    must see "nothing indexed yet" or a whole index, never a file without its tables: that read
+    would be taken for damage, and the index just built thrown away and built again (minutes on a
+    large library, and "no such item" answers meanwhile)."""
+    items, colls = sample_library()
+    build_zotero_dir(tmp_path, items, colls)
+    index = tmp_path / "zocrates-data" / INDEX_NAME
+    lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None)
+    stop = threading.Event()
+    seen: list[object] = []
+
+    def poll() -> None:
+        while not stop.is_set():
+            seen.append(asyncio.run(lib.read(lambda conn: conn.execute("SELECT count(*) FROM items").fetchone()[0])))
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        for _ in range(40):
+            lib.reader.invalidate()
+            index_module.remove_index(index)
+            lib.indexer.refresh(None)
+            assert not lib.indexer._rebuild, "a read during the build was taken for a damaged index"
+    finally:
+        stop.set()
+        reader.join()
+    assert {n for n in seen if n is not None} <= set(range(len(items) + 1)) and len(seen) > 40
