@@ -112,7 +112,12 @@ class FakeOpenAI:
                 args = json.dumps({"item_keys": keys, "tags": [injected.group(1)]})
                 return {"tool_calls": [{"id": f"call_{len(messages)}", "name": "tag_items", "arguments": args}]}
             n = len(result.get("passages") or [])
-            return {"content": f"From {n} passages: answer to '{questions[-1]}' [1]. I have seen {len(questions)} questions."}
+            said = f"From {n} passages: answer to '{questions[-1]}' [1]. I have seen {len(questions)} questions."
+            # Sources from beyond the library are cited as a model is told to: title, marked online, DOI link.
+            online = [p for p in result.get("passages") or [] if p.get("kind") == "online"]
+            if online:
+                said += " Online works: " + "; ".join(f"[{p['n']}] {p['title']} (online: {p['link']})" for p in online)
+            return {"content": said}
         if use_tools and body.get("tools"):
             return {"tool_calls": [{"id": f"call_{len(messages)}", "name": "search_library", "arguments": json.dumps({"query": questions[-1]})}]}
         return {"content": f"Plain answer to '{questions[-1]}'."}

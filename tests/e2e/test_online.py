@@ -182,7 +182,8 @@ def test_with_online_on_a_question_the_library_cannot_answer_is_answered_from_on
             sid = c.result("session/new", {"cwd": "/", "mcpServers": []})["sessionId"]
             c.result("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "tardigrade desiccation survival"}]})
             answer = c.result("_zocrates/session/get", {"sessionId": sid})["messages"][-1]["text"]
-        assert "online works" in answer and TARDI.title in answer and f"https://doi.org/{TARDI.doi}" in answer, answer
+        # The research loop searched online for what the library left unanswered, and the model cites it.
+        assert "online works" in answer.lower() and TARDI.title in answer and f"https://doi.org/{TARDI.doi}" in answer, answer
         assert "online:" in answer  # marked as an online source, not the user's library
         sent = oa.received[0].param("search")
         assert sent == "tardigrade desiccation survival"  # the question's terms, nothing else

@@ -31,7 +31,7 @@ from zocratesd import __version__, deferred
 from zocratesd.config import ZocratesConfig, config_path
 from zocratesd.core.catalogue import LIBRARY_PASSAGES_FILE, Catalogue
 from zocratesd.core.context import PromptContext
-from zocratesd.core.online import Online
+from zocratesd.core.online import AskOnline, Online
 from zocratesd.core.session_config import SessionConfig
 from zocratesd.core.sessions import Sessions, SessionView
 from zocratesd.core.settings import Settings
@@ -103,11 +103,13 @@ class Daemon:
             self.db, self.locks, config, collections=self.catalogue.collections, publish=self._watchers.publish
         )
         self.sessions = Sessions(self.db, self.locks, self._watchers, self.session_config, self.gate)
-        self.turns = Turns(self.db, self.locks, self._watchers, self.session_config, self.gate, self._engine)
+        self.settings = Settings(config, config_path(data_dir))  # updates `config` in place
+        # "Always" to a turn's question about online search is online.mode = on, kept in the config file.
+        self.online = Online(config.online, state_dir(data_dir), self.catalogue.in_library,
+                             remember=lambda: self.settings.update({"online": {"mode": "on"}}))
+        self.turns = Turns(self.db, self.locks, self._watchers, self.session_config, self.gate, self._engine, self.online)
         self.maintenance = Maintenance(self.db, self.locks, config)
         self.startup_maintenance: MaintenanceReport | None = None
-        self.settings = Settings(config, config_path(data_dir))  # updates `config` in place
-        self.online = Online(config.online, state_dir(data_dir), self.catalogue.in_library)
         self.plugin = PluginChannel()
         self.writes = Writes(
             state_dir(data_dir), mode=lambda: config.writes.mode,
@@ -230,20 +232,21 @@ class Daemon:
 
     async def prompt(
         self, session_id: str, text: str, context: PromptContext | None = None, *, ask: Ask | None = None,
-        started: Callable[[], None] | None = None,
+        started: Callable[[], None] | None = None, ask_online: AskOnline | None = None,
     ) -> TurnResult:
         """Run one turn; its updates go to the session's watchers. SessionBusy at once while anything
         else holds the session. A checkpoint is put to `ask`; unanswered, the turn ends with it
-        pending. `started` is called once the turn will run: an error before it is a refusal."""
-        return await self.turns.prompt(session_id, text, context, ask, started)
+        pending. `started` is called once the turn will run: an error before it is a refusal.
+        `ask_online`: how the face asks its person whether the turn may search online (online.mode ask)."""
+        return await self.turns.prompt(session_id, text, context, ask, started, ask_online)
 
     async def resume(
         self, session_id: str, invocation_id: str, interrupt_id: str, response: Any, *, ask: Ask | None = None,
-        started: Callable[[], None] | None = None,
+        started: Callable[[], None] | None = None, ask_online: AskOnline | None = None,
     ) -> TurnResult:
         """Answer the session's pending checkpoint and run the rest of its turn; CheckpointNotPending
         (nothing changes) unless (invocation_id, interrupt_id) is the one pending."""
-        return await self.turns.resume(session_id, invocation_id, interrupt_id, response, ask, started)
+        return await self.turns.resume(session_id, invocation_id, interrupt_id, response, ask, started, ask_online)
 
     def cancel(self, session_id: str) -> bool:
         return self.turns.cancel(session_id)

@@ -47,10 +47,10 @@ class EngineSide:
         # Beyond the library: offered unless online.mode is off; each turn may go online only as the
         # mode and the person's choice for the turn allow (engine/online_tool.py `allowed`).
         if config.online.mode != "off":
-            write_tools.append(build_online_tool(lambda query, limit: online.search(query, limit=limit),
-                                                 lambda: config.online.mode))
+            write_tools.append(build_online_tool(online))
+        # The research loop searches online what the library leaves unanswered, as the mode and the person allow.
         self.engine = Engine(db.service, build_model(config.model), retriever, config.research, config.model,
-                             more_tools=write_tools)
+                             more_tools=write_tools, online=online)
         self.compactor = Compactor.from_config(db, config, self.engine.model)
 
     def updates(self) -> TurnUpdates:

@@ -6,15 +6,17 @@ and not twice. The providers' client (httpx) is loaded by the first search, not 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
 from zocratesd import deferred
 from zocratesd.config import OnlineConfig
-from zocratesd.errors import InvalidInput, OnlineOff
+from zocratesd.errors import InvalidInput, OnlineOff, ZocratesError
 from zocratesd.limits import DEFAULT_ONLINE_RESULTS, MAX_ONLINE_QUERY_CHARS, MAX_ONLINE_RESULTS
 from zocratesd.online.works import OnlineWork
 
@@ -25,14 +27,81 @@ OFF_MESSAGE: Final = ("online search is off (online.mode = off in the config): n
                       "set online.mode to ask or on to search OpenAlex, arXiv and Crossref")
 
 InLibrary = Callable[[Sequence[OnlineWork]], Awaitable[dict[int, tuple[str, str]]]]
+# The person's answer, in their face, to "may this turn search online for <terms>?": this turn,
+# always from now on (online.mode = on, written to the config), or no; None: no answer.
+OnlineAnswer = Literal["once", "always", "no"]
+AskOnline = Callable[[str], Awaitable[OnlineAnswer | None]]
+# Whether a turn may go online: yes; no (the mode, or the person said so); unasked (online.mode ask
+# and nobody could be asked: the face cannot ask, or did not answer).
+OnlineDecision = Literal["yes", "no", "unasked"]
+
+log = logging.getLogger(__name__)
+
+
+class _TurnAsk:
+    """One turn's question about going online: asked once a turn, its answer kept for the turn."""
+
+    def __init__(self, ask: AskOnline) -> None:
+        self.ask = ask
+        self.answer: OnlineAnswer | None = None
+        self.asked = False
 
 
 class Online:
-    def __init__(self, config: OnlineConfig, state_dir: Path, in_library: InLibrary):
+    def __init__(
+        self, config: OnlineConfig, state_dir: Path, in_library: InLibrary,
+        remember: Callable[[], Awaitable[object]] | None = None,
+    ):
         self.config = config
         self._state_dir = state_dir
         self._in_library = in_library
         self._search: OnlineSearch | None = None
+        self._remember = remember  # "always": online.mode = on, in the config file and now
+        self._asking: dict[str, _TurnAsk] = {}  # session id -> the running turn's way to ask its person
+
+    @property
+    def mode(self) -> str:
+        return self.config.mode
+
+    @contextlib.contextmanager
+    def turn(self, session_id: str, ask: AskOnline | None) -> Iterator[None]:
+        """While a turn runs: how its face asks the person whether it may go online (None: the face
+        cannot ask; under `ask` the turn then stays in the library unless it was allowed for it)."""
+        if ask is None:
+            yield
+            return
+        self._asking[session_id] = _TurnAsk(ask)
+        try:
+            yield
+        finally:
+            self._asking.pop(session_id, None)
+
+    async def decide(self, session_id: str, choice: object, terms: str) -> OnlineDecision:
+        """Whether the running turn of `session_id` may search online for `terms`: never when the
+        mode is off or the person said no for the turn (`--no-online`); under `on`, or when they said
+        yes for it (`--online`), yes; under `ask`, their face asks them, once a turn."""
+        if self.config.mode == "off" or choice is False:
+            return "no"
+        if self.config.mode == "on" or choice is True:
+            return "yes"
+        turn = self._asking.get(session_id)
+        if turn is None:
+            return "unasked"
+        if not turn.asked:
+            turn.asked = True
+            try:
+                turn.answer = await turn.ask(terms)
+            except Exception as exc:  # the face failed to ask: the turn stays in the library
+                log.info("session %s: asking about online search failed (%s)", session_id, type(exc).__name__)
+                turn.answer = None
+            if turn.answer == "always" and self._remember is not None:
+                try:
+                    await self._remember()
+                except ZocratesError as exc:  # e.g. $ZOCRATES_ONLINE__MODE decides: this turn still may
+                    log.warning("online search allowed for this turn, but not remembered: %s", exc.message)
+        if turn.answer is None:
+            return "unasked"
+        return "no" if turn.answer == "no" else "yes"
 
     @property
     def searcher(self) -> OnlineSearch:

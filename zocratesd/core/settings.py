@@ -42,8 +42,10 @@ APPLIES: Final[dict[str, Applies]] = {
     "compaction.probe_timeout_s": "next_start",  # HttpDecisionProbe's timeout, fixed at start
     "research.initial_budget": "now",
     "research.max_extensions": "now",
+    # Read at each search; the assistant's own online tool is offered by the mode at start.
+    "online.mode": "now",
 }
-_SECTIONS: Final = ("compaction", "research")
+_SECTIONS: Final = ("compaction", "research", "online")
 _ENV_PREFIX: Final = "ZOCRATES_"
 # Integers beyond this are not exact in JavaScript (the sidebar's language) and mean nothing as a
 # day count, a session count or a token count anyway.

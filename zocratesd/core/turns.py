@@ -17,6 +17,7 @@ import msgspec
 
 from zocrates_wire.ui_session import PendingHitl
 from zocratesd.core.context import PromptContext
+from zocratesd.core.online import OFF_MESSAGE
 from zocratesd.core.session_config import SessionConfig
 from zocratesd.core.startup import EngineGate
 from zocratesd.core.validation import (
@@ -30,7 +31,7 @@ from zocratesd.core.validation import (
 )
 from zocratesd.core.watchers import Watchers
 from zocratesd.engine import SESSION_CONFIG_KEY
-from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, SessionNotFound
+from zocratesd.errors import CheckpointNotPending, InvalidInput, NotFound, OnlineOff, SessionNotFound
 from zocratesd.logtext import escape_for_log
 from zocratesd.store import SessionLocks, SessionsDb
 from zocratesd.store.ui import DEFAULT_TITLE, title_of
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from google.adk.events import Event
 
     from zocratesd.core.engine_side import EngineSide
+    from zocratesd.core.online import AskOnline, Online
     from zocratesd.core.turn_updates import TurnUpdates
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,7 @@ class _Turn(msgspec.Struct):
     stream: TurnUpdates
     abort: asyncio.Event
     ask: Ask | None
+    ask_online: AskOnline | None  # how the face asks its person whether the turn may search online
     window: float | None  # where the session's load starts (`_window`)
     compaction: bool  # the session's setting, read under the lock at the turn's start
 
@@ -117,7 +120,7 @@ def _asked(user_event: Mapping[str, Any]) -> RestoredPrompt:
 class Turns:
     def __init__(
         self, db: SessionsDb, locks: SessionLocks, watchers: Watchers, session_config: SessionConfig,
-        gate: EngineGate, side: Callable[[], EngineSide],
+        gate: EngineGate, side: Callable[[], EngineSide], online: Online,
     ) -> None:
         self.db = db
         self.reader = db.reader
@@ -126,6 +129,7 @@ class Turns:
         self.session_config = session_config
         self.gate = gate
         self._side = side  # the engine side, once the gate is open
+        self.online = online
         self._aborts: dict[str, asyncio.Event] = {}
 
     async def _wait_for_engine(self, session_id: str) -> None:
@@ -135,7 +139,7 @@ class Turns:
 
     async def prompt(
         self, session_id: str, text: str, context: PromptContext | None, ask: Ask | None,
-        started: Callable[[], None] | None,
+        started: Callable[[], None] | None, ask_online: AskOnline | None = None,
     ) -> TurnResult:
         check_session_id(session_id)
         check_prompt(text)
@@ -152,24 +156,26 @@ class Turns:
                 delta["title"] = title_from_prompt(text)
             side = self._side()
             # Settings change only under the session lock, which the turn holds: read them now.
-            turn = _Turn(session_id, side.updates(), asyncio.Event(), ask, _window(state),
+            turn = _Turn(session_id, side.updates(), asyncio.Event(), ask, ask_online, _window(state),
                          self.session_config.from_state(state).compaction)
             events = side.run_turn(session_id, text, state_delta=delta, window_start=turn.window, abort=turn.abort)
             return await self._drive(turn, events)
 
     async def resume(
         self, session_id: str, invocation_id: str, interrupt_id: str, response: Any, ask: Ask | None,
-        started: Callable[[], None] | None,
+        started: Callable[[], None] | None, ask_online: AskOnline | None = None,
     ) -> TurnResult:
         check_session_id(session_id)
         check_interrupt_ids(invocation_id, interrupt_id)
         answer = check_resume_response(response)
+        if answer.action == "search_online" and self.online.mode == "off":
+            raise OnlineOff(OFF_MESSAGE)
         with self.locks.hold(session_id, "turn"):
             await self._check_pending(session_id, invocation_id, interrupt_id)
             state = await self.reader.session_state(session_id)
             await self._wait_for_engine(session_id)
             side = self._side()
-            turn = _Turn(session_id, side.updates(), asyncio.Event(), ask, _window(state),
+            turn = _Turn(session_id, side.updates(), asyncio.Event(), ask, ask_online, _window(state),
                          self.session_config.from_state(state).compaction)
             turn.stream.invocation_id = invocation_id
             await self.watchers.publish(session_id, CheckpointAnswered(invocation_id, interrupt_id, answer.to_json()))
@@ -200,23 +206,24 @@ class Turns:
         session_id, stream, abort = turn.session_id, turn.stream, turn.abort
         self._aborts[session_id] = abort
         try:
-            while True:
-                async for ev in events:
-                    for update in stream.feed(ev):
-                        await self.watchers.publish(session_id, update)
-                checkpoint = stream.checkpoint
-                if checkpoint is None or abort.is_set() or turn.ask is None:
-                    break
-                answer = await self._ask(turn, turn.ask, checkpoint)
-                if answer is None:
-                    break
-                stream.checkpoint = None
-                await self.watchers.publish(
-                    session_id, CheckpointAnswered(checkpoint.invocation_id, checkpoint.interrupt_id, answer.to_json())
-                )
-                events = self._side().resume_turn(
-                    session_id, checkpoint.interrupt_id, answer, window_start=turn.window, abort=abort
-                )
+            with self.online.turn(session_id, turn.ask_online):
+                while True:
+                    async for ev in events:
+                        for update in stream.feed(ev):
+                            await self.watchers.publish(session_id, update)
+                    checkpoint = stream.checkpoint
+                    if checkpoint is None or abort.is_set() or turn.ask is None:
+                        break
+                    answer = await self._ask(turn, turn.ask, checkpoint)
+                    if answer is None:
+                        break
+                    stream.checkpoint = None
+                    await self.watchers.publish(
+                        session_id, CheckpointAnswered(checkpoint.invocation_id, checkpoint.interrupt_id, answer.to_json())
+                    )
+                    events = self._side().resume_turn(
+                        session_id, checkpoint.interrupt_id, answer, window_start=turn.window, abort=abort
+                    )
         finally:
             self._aborts.pop(session_id, None)
         # Post-turn compaction (spec section 4): after the answer streamed, before the result,

@@ -32,14 +32,14 @@ _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]+")
 
 # A title made from the first prompt keeps this many characters (a sidebar row).
 TITLE_FROM_PROMPT_CHARS: Final = 60
-RESUME_ACTIONS: Final = ("extend_budget", "synthesize")
+RESUME_ACTIONS: Final = ("extend_budget", "synthesize", "search_online")
 ITEM_ORDERS: Final = ("added", "modified")
 
 
 class ResumeAnswer(msgspec.Struct, frozen=True, omit_defaults=True):
     """A checkpoint's answer, cleaned: guidance only with "extend_budget", never blank."""
 
-    action: Literal["extend_budget", "synthesize"]
+    action: Literal["extend_budget", "synthesize", "search_online"]  # search_online: beyond the library, then answer
     guidance: str | None = None
 
     def to_json(self) -> dict[str, str]:
@@ -108,14 +108,14 @@ def check_invocation_id(invocation_id: Any) -> str:
 
 
 def check_resume_response(response: Any) -> ResumeAnswer:
-    """`{action: "extend_budget"|"synthesize", guidance?: str}`, cleaned; InvalidInput if not."""
+    """`{action: "extend_budget"|"synthesize"|"search_online", guidance?: str}`, cleaned; InvalidInput if not."""
     if isinstance(response, ResumeAnswer):  # checked already (a face may check before it answers)
         return response
     if not isinstance(response, dict):
-        raise InvalidInput('a checkpoint answer is an object {"action": "extend_budget"|"synthesize", "guidance"?}')
+        raise InvalidInput('a checkpoint answer is an object {"action": "extend_budget"|"synthesize"|"search_online", "guidance"?}')
     action = response.get("action")
     if action not in RESUME_ACTIONS:
-        raise InvalidInput('a checkpoint answer\'s action is "extend_budget" or "synthesize"', action=str(action)[:40])
+        raise InvalidInput('a checkpoint answer\'s action is "extend_budget", "synthesize" or "search_online"', action=str(action)[:40])
     guidance = response.get("guidance")
     if guidance is not None and not isinstance(guidance, str):
         raise InvalidInput("guidance must be a string")

@@ -13,6 +13,7 @@ from pydantic import PrivateAttr
 
 from zocratesd.config import ResearchConfig
 from zocratesd.engine import SESSION_CONFIG_KEY
+from zocratesd.engine.online_tool import OnlineLookup
 from zocratesd.engine.tools import build_search_tool
 from zocratesd.library.retrieval import Retriever
 from zocratesd.untrusted import RULE, fence
@@ -59,14 +60,14 @@ class Coordinator(LlmAgent):
 
 def build_coordinator(
     model: BaseLlm, retriever: Retriever, research: ResearchConfig | None = None,
-    models: dict[str, BaseLlm] | None = None, more_tools: Sequence[BaseTool] = (),
+    models: dict[str, BaseLlm] | None = None, more_tools: Sequence[BaseTool] = (), online: OnlineLookup | None = None,
 ) -> LlmAgent:
     agent = Coordinator(
         name=COORDINATOR,
         model=model,
         mode="chat",
         instruction=coordinator_instruction,
-        tools=[build_search_tool(retriever, research), *more_tools],
+        tools=[build_search_tool(retriever, research, online=online), *more_tools],
     )
     agent._models = dict(models or {})
     return agent

@@ -6,14 +6,16 @@ library holds), each marked as an online source. Only the search terms leave the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any, Final, Protocol
 
 from google.adk.tools import FunctionTool, ToolContext
 
 # ADK builds each tool's response schema with pydantic, which reads only typing_extensions' TypedDict on 3.11.
 from typing_extensions import TypedDict
 
+from zocratesd.errors import ZocratesError
+from zocratesd.library.retrieval import Hit, Passage
 from zocratesd.untrusted import NOTE
 
 TOOL_NAME: Final = "search_online_literature"
@@ -24,8 +26,46 @@ NOT_ALLOWED: Final = ("Online search is not allowed for this turn (the user has 
 # Works one call gives the model: a page of sources, not a bibliography.
 WORKS_PER_CALL: Final = 8
 
-# A search of the providers (core/online.py `Online.search`), as the faces' JSON.
-SearchOnline = Callable[[str, int], Awaitable[Mapping[str, Any]]]
+# What a Passage of an online work is: its `kind` and `library` (it is in no Zotero library).
+ONLINE_KIND: Final = "online"
+
+
+class OnlineLookup(Protocol):
+    """The core's search beyond the library as the research loop uses it (core/online.py)."""
+
+    @property
+    def mode(self) -> str: ...
+
+    async def decide(self, session_id: str, choice: object, terms: str) -> str:
+        """Whether this turn may go online now ("yes", "no", or "unasked": nobody could be
+        asked): the mode, the turn's own choice, else the person's answer in their face."""
+        ...
+
+    async def search(self, query: str, *, limit: int) -> Mapping[str, Any]: ...
+
+
+def online_passages(found: Mapping[str, Any]) -> list[Hit]:
+    """The works of a search as passages the answerer quotes and cites: a work the library holds
+    as that library item (cited once, as the user's own), any other as an online source whose
+    link is its DOI (else its URL) and whose text is its abstract. Best first, scored by rank."""
+    hits: list[Hit] = []
+    works = [w for w in found.get("works") or () if w.get("abstract") or w.get("in_library")]
+    for rank, w in enumerate(works, start=1):
+        held = w.get("in_library")
+        title = str(w.get("title") or "(untitled)")
+        year = w.get("year") if isinstance(w.get("year"), int) else None
+        creators = tuple(str(a) for a in w.get("authors") or ())[:20]
+        text = str(w.get("abstract") or title)
+        if held:
+            p = Passage(item_key=held["item_key"], title=title, text=text, creators=creators, year=year,
+                        library=held["library"], kind="metadata", link=held["link"])
+        else:
+            doi = w.get("doi")
+            p = Passage(item_key=f"doi:{doi}" if doi else f"online:{rank}:{title[:80]}", title=title, text=text,
+                        creators=creators, year=year, library=ONLINE_KIND, kind=ONLINE_KIND,
+                        link=f"https://doi.org/{doi}" if doi else w.get("url"))
+        hits.append(Hit(p, 1.0 / rank))
+    return hits
 
 
 class OnlineSource(TypedDict, total=False):
@@ -62,24 +102,20 @@ def _sources(found: Mapping[str, Any]) -> list[OnlineSource]:
     return out
 
 
-def allowed(mode: str, turn_choice: object) -> bool:
-    """Whether this turn may go online: `on` unless the person said no for the turn (`--no-online`),
-    `ask` only when they said yes for it (`--online`, the question their face asked)."""
-    if turn_choice is False:
-        return False
-    return mode == "on" or turn_choice is True
-
-
-def build_online_tool(search: SearchOnline, mode: Callable[[], str]) -> FunctionTool:
+def build_online_tool(online: OnlineLookup) -> FunctionTool:
     async def search_online_literature(query: str, tool_context: ToolContext) -> OnlineFound:
         """Search scholarly literature beyond the user's library (OpenAlex, arXiv, Crossref) for what
         the library does not answer. Returns numbered works with abstracts; cite them by number and
         DOI link, say they are online sources not in the user's library (unless marked as theirs),
         and that only their abstracts were read."""
-        if not allowed(mode(), tool_context.state.get("online_allowed")):
+        terms = " ".join(query.split())
+        if await online.decide(tool_context.session.id, tool_context.state.get("online_allowed"), terms) != "yes":
             return {"query": query, "works": [], "failures": [], "untrusted": NOTE,
                     "message": NOT_ALLOWED}
-        found = await search(query, WORKS_PER_CALL)
+        try:
+            found = await online.search(terms, limit=WORKS_PER_CALL)
+        except ZocratesError as exc:  # terms too long, or online search switched off meanwhile: nothing was sent
+            return {"query": query, "works": [], "failures": [], "untrusted": NOTE, "message": exc.message}
         return {"query": query, "works": _sources(found), "failures": found.get("failures") or [],
                 "message": found.get("message"), "untrusted": NOTE}
 

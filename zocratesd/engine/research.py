@@ -21,6 +21,10 @@ Rules:
 - With aspects left and the budget spent, the pipeline asks (checkpoint `interrupt_ext_N`, N
   counting this turn's checkpoints) while N <= `research.max_extensions`; past the cap it
   synthesises without asking (DESIGN.md, "Decisions").
+- Beyond the library (engine/online_tool.py): parts whose passages answer nothing are searched
+  online when the turn may go online (online.mode `on`, or the person allowed it); at a checkpoint
+  "search online" searches the parts not searched yet there too, then answers. Online rounds are
+  rounds of their own (`source` "online") and do not spend the library's budget.
 - Synthesis fuses the rounds' rankings (reciprocal rank fusion), so each aspect's best passages
   make the answer whatever the scale of their scores.
 """
@@ -32,7 +36,8 @@ from typing import Any, cast
 
 import msgspec
 
-from zocratesd.engine.answer.question import search_texts, terms_of, word_stems
+from zocratesd.engine.answer.evidence import has_evidence
+from zocratesd.engine.answer.question import parse_question, search_texts, terms_of, word_stems
 from zocratesd.engine.followup import FollowUpJson
 from zocratesd.library.retrieval import Hit, Passage, PassageJson, Scope, tokens
 from zocratesd.limits import MAX_GUIDANCE_CHARS
@@ -53,6 +58,11 @@ MAX_SYNTHESIS_PASSAGES = 12
 # does NRF2 activate?"), or when at least this share of its words are the part's words ("cystine
 # uptake inhibition" and "How is cystine uptake regulated?"); otherwise it is a new topic.
 GUIDANCE_PART_OVERLAP = 0.5
+# Parts searched online in one turn at most (each is one search of the providers, at most three
+# requests): with online.max_requests_per_turn = 9, three parts use the turn's allowance.
+MAX_ONLINE_PARTS = 3
+# `online_note` when online search is possible but not allowed for the turn (online.mode ask, no yes).
+ONLINE_NOT_ALLOWED = "not_allowed"
 
 def plan_aspects(question: str) -> list[str]:
     """The question's aspects: its parts (engine/answer/question.py: sentences, `;` clauses,
@@ -79,13 +89,14 @@ class Round:
     aspect: str  # what was searched
     hits: list[PassageJson]  # Hit.as_json(), best first
     part: str = ""  # the part it searched for; "" (a snapshot without parts): `aspect` itself
+    source: str = "library"  # "online": a search beyond the library (OpenAlex, arXiv, Crossref)
 
     @property
     def for_part(self) -> str:
         return self.part or self.aspect
 
     def as_json(self) -> dict[str, Any]:
-        return {"n": self.n, "aspect": self.aspect, "hits": self.hits, "part": self.for_part}
+        return {"n": self.n, "aspect": self.aspect, "hits": self.hits, "part": self.for_part, "source": self.source}
 
 
 @dataclass
@@ -108,6 +119,7 @@ class Research:
     guided: int = 0  # how many of `guidance` were searched (in order)
     followup: FollowUpJson | None = None  # `query` completed from the turn before (engine/followup.py)
     capped: bool = False  # the cap stopped it: synthesised without asking
+    online_note: str | None = None  # why online search found nothing or was not done ("offline: ...")
 
     @classmethod
     def start(cls, *, invocation_id: str, branch: str | None, query: str, scope: Scope,
@@ -169,11 +181,29 @@ class Research:
         names, shared, _ = closeness(best)
         return best if names or shared >= GUIDANCE_PART_OVERLAP * len(words) else None
 
+    @property
+    def library_rounds(self) -> list[Round]:
+        """The rounds that searched the library: what the budget counts."""
+        return [r for r in self.rounds if r.source == "library"]
+
+    def online_parts(self, with_unsearched: bool = False) -> list[str]:
+        """The parts to search beyond the library: those searched whose passages answer nothing
+        (evidence.py), and with `with_unsearched` (the person chose "search online" at a
+        checkpoint) those not searched yet; never one searched online already; at most
+        MAX_ONLINE_PARTS."""
+        online = {r.for_part for r in self.rounds if r.source == "online"}
+        found: dict[str, list[PassageJson]] = {}
+        for r in self.library_rounds:
+            found.setdefault(r.for_part, []).extend(r.hits)
+        weak = [a for a in self.aspects if a in found and not has_evidence(parse_question(a).parts, found[a])]
+        wanted = weak + ([a for a in self.aspects if a not in found] if with_unsearched else [])
+        return [a for a in wanted if a not in online][:MAX_ONLINE_PARTS]
+
     def next_query(self) -> tuple[str, str, bool] | None:
         """(what the next round searches, the part it searches for, whether it is guidance), or
         None when the budget is spent or every part was searched. Guidance first, in the order
         given; then the parts, in the order asked."""
-        if len(self.rounds) >= self.budget:
+        if len(self.library_rounds) >= self.budget:
             return None
         g = self._pending_guidance()
         if g is not None:
@@ -187,8 +217,10 @@ class Research:
         nq = self.next_query()
         return nq[0] if nq else None
 
-    def record_round(self, aspect: str, hits: list[Hit], part: str | None = None, guided: bool = False) -> Round:
-        r = Round(n=len(self.rounds) + 1, aspect=aspect, hits=[h.as_json() for h in hits], part=part or aspect)
+    def record_round(self, aspect: str, hits: list[Hit], part: str | None = None, guided: bool = False,
+                     source: str = "library") -> Round:
+        r = Round(n=len(self.rounds) + 1, aspect=aspect, hits=[h.as_json() for h in hits], part=part or aspect,
+                  source=source)
         self.rounds.append(r)
         self.guided += guided
         return r
@@ -214,7 +246,7 @@ class Research:
     def extend(self, guidance: str | None) -> None:
         """The user granted checkpoint `asked`: more rounds, the guidance first."""
         self.completed_extensions.append(self.asked)
-        self.budget = len(self.rounds) + self.initial_budget
+        self.budget = len(self.library_rounds) + self.initial_budget
         g = " ".join((guidance or "").split())[:MAX_GUIDANCE_CHARS]
         if g and tokens(g) and g not in self.guidance:
             self.guidance.append(g)
@@ -231,16 +263,18 @@ class Research:
         return (f"{len(self.aspects)} parts (the {out} and " + "; ".join(f'"{a}"' for a in self.added_parts)
                 + (", a new part from your guidance)" if len(self.added_parts) == 1 else ", new parts from your guidance)"))
 
-    def checkpoint_message(self) -> str:
+    def checkpoint_message(self, online: bool = False) -> str:
         left = self.unaddressed
         return (
             f"I searched {len(self.searched_parts)} of {self.parts_phrase()}, which spent the research "
             f"budget of {self.budget} round{'s' if self.budget != 1 else ''}. Not yet searched: "
             + "; ".join(f'"{a}"' for a in left) + ". "
-            "Search further, or answer now from what I found?"
+            + ("Search further, search online (OpenAlex, arXiv, Crossref: only the search terms leave this "
+               "machine), or answer now from what I found?" if online else "Search further, or answer now from what I found?")
         )
 
-    def checkpoint_payload(self) -> dict[str, Any]:
+    def checkpoint_payload(self, online: bool = False) -> dict[str, Any]:
+        """`online`: online search is not off, so "search online" is offered beside the others."""
         return {
             "unaddressed_aspects": self.unaddressed,
             "addressed_aspects": self.addressed,
@@ -248,7 +282,7 @@ class Research:
             "evidence": len(self.evidence()),
             "extension": self.asked,
             "max_extensions": self.max_extensions,
-            "actions": ["extend_budget", "synthesize"],
+            "actions": ["extend_budget", "synthesize", *(["search_online"] if online else [])],
         }
 
     # --- synthesis ----------------------------------------------------------------------------
@@ -278,13 +312,16 @@ class Research:
         """What the pipeline did, for the tool's result (the model and the audit trail see it)."""
         return {
             "aspects": self.aspects,
-            "rounds": [{"n": r.n, "aspect": r.aspect, "part": r.for_part, "hits": len(r.hits)} for r in self.rounds],
+            "rounds": [{"n": r.n, "aspect": r.aspect, "part": r.for_part, "hits": len(r.hits), "source": r.source}
+                       for r in self.rounds],
             "unaddressed_aspects": self.unaddressed,
             "searched_aspects": self.searched_parts,
             "added_aspects": self.added_parts,
             "guidance": self.guidance,
             "extensions": self.completed_extensions,
             "capped": self.capped,
+            "online_aspects": [r.for_part for r in self.rounds if r.source == "online"],
+            "online_note": self.online_note,
         }
 
     # --- the snapshot ---------------------------------------------------------------------------
@@ -306,6 +343,7 @@ class Research:
             "added_parts": self.added_parts,
             "guided": self.guided,
             "followup": self.followup,
+            "online_note": self.online_note,
         }
 
     @classmethod
@@ -325,7 +363,8 @@ class Research:
                 budget=int(ceilings["budget"]),
                 initial_budget=int(ceilings["initial_budget"]),
                 max_extensions=int(ceilings["max_extensions"]),
-                rounds=[Round(n=int(r["n"]), aspect=str(r["aspect"]), hits=list(r["hits"]), part=str(r.get("part") or ""))
+                rounds=[Round(n=int(r["n"]), aspect=str(r["aspect"]), hits=list(r["hits"]), part=str(r.get("part") or ""),
+                              source="online" if r.get("source") == "online" else "library")
                         for r in raw["evidence"]],
                 asked=int(raw["asked"]),
                 completed_extensions=[int(n) for n in raw["completed_extensions"]],
@@ -334,6 +373,7 @@ class Research:
                 # A snapshot without `guided` keeps its guidance among the aspects, searched as they are.
                 guided=int(raw.get("guided", len(raw.get("guidance") or []))),
                 followup=cast("FollowUpJson", raw["followup"]) if isinstance(raw.get("followup"), dict) else None,
+                online_note=raw["online_note"] if isinstance(raw.get("online_note"), str) else None,
             )
         except (KeyError, TypeError, ValueError):
             return None

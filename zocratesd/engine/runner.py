@@ -39,6 +39,7 @@ from zocratesd.engine import telemetry
 from zocratesd.engine.agent import build_coordinator
 from zocratesd.engine.models import OFFLINE, model_id
 from zocratesd.engine.models.offline import OfflineLlm
+from zocratesd.engine.online_tool import OnlineLookup
 from zocratesd.errors import ModelError
 from zocratesd.library.retrieval import InMemoryRetriever, Passage, Retriever
 from zocratesd.store import APP_NAME, USER_ID
@@ -62,7 +63,7 @@ if importlib.util.find_spec("a2a") is None:
 class Engine:
     def __init__(
         self, service: BaseSessionService, model: BaseLlm, retriever: Retriever, research: ResearchConfig | None = None,
-        limits: ModelConfig | None = None, more_tools: Sequence[BaseTool] = (),
+        limits: ModelConfig | None = None, more_tools: Sequence[BaseTool] = (), online: OnlineLookup | None = None,
     ):
         self.model = model
         self.limits = limits or ModelConfig()
@@ -72,7 +73,7 @@ class Engine:
         alternatives: dict[str, BaseLlm] = {model_id(self.limits): model}
         if OFFLINE not in alternatives:
             alternatives[OFFLINE] = OfflineLlm()
-        self.agent = build_coordinator(model, retriever, self.research, alternatives, more_tools)
+        self.agent = build_coordinator(model, retriever, self.research, alternatives, more_tools, online)
         # Native compaction stays off (events_compaction_config=None): compaction runs after the
         # turn's answer, under the session lock (spec section 4), never before the first token.
         self.app = App(name=APP_NAME, root_agent=self.agent, events_compaction_config=None)

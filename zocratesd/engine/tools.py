@@ -21,7 +21,9 @@ from zocratesd.config import ResearchConfig
 from zocratesd.engine.answer.causes import search_facts
 from zocratesd.engine.answer.question import terms_of, word_stems
 from zocratesd.engine.followup import previous_turn, resolve, topic_of
-from zocratesd.engine.research import SNAPSHOT_KEY, Research, Round
+from zocratesd.engine.online_tool import OnlineLookup, online_passages
+from zocratesd.engine.research import ONLINE_NOT_ALLOWED, SNAPSHOT_KEY, Research, Round
+from zocratesd.errors import ZocratesError
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Passage, PassageJson, Retriever, Scope
 from zocratesd.untrusted import NOTE, UNTRUSTED_KEY
 
@@ -32,6 +34,10 @@ MAX_AUDIT_HISTORY_TURNS = 5
 EVIDENCE_TEXT_CHARS = 300
 # Where a round's progress event keeps its facts (aspect, hits), for clients and tests.
 ROUND_METADATA_KEY = "zocrates_round"
+# Works one online round brings into the answer for one part of the question.
+ONLINE_WORKS_PER_PART = 5
+# What an online round sends: a part's words, cut to this many characters (the terms, not a text).
+ONLINE_TERMS_CHARS = 200
 
 
 def scope_from_state(state: Any) -> Scope:
@@ -112,12 +118,47 @@ def round_event(r: Round, branch: str | None) -> Event:
     """A round's record on the tool's branch: progress for the client, and the persisted proof
     of which aspects were searched (a resumed turn never repeats one)."""
     keys = list(dict.fromkeys(h["item_key"] for h in r.hits))
+    said = f"Round {r.n}: searched{' online' if r.source == 'online' else ''} \"{r.aspect}\" ({len(r.hits)} passages)"
     return Event(
         author=TOOL_NAME,
         branch=branch,
-        content=types.Content(role="model", parts=[types.Part(text=f"Round {r.n}: searched \"{r.aspect}\" ({len(r.hits)} passages)")]),
-        custom_metadata={ROUND_METADATA_KEY: {"n": r.n, "aspect": r.aspect, "hits": len(r.hits), "item_keys": keys}},
+        content=types.Content(role="model", parts=[types.Part(text=said)]),
+        custom_metadata={ROUND_METADATA_KEY: {"n": r.n, "aspect": r.aspect, "hits": len(r.hits), "item_keys": keys,
+                                              "source": r.source}},
     )
+
+
+def _terms(part: str) -> str:
+    words = " ".join(part.split())
+    return words if len(words) <= ONLINE_TERMS_CHARS else words[:ONLINE_TERMS_CHARS].rsplit(" ", 1)[0]
+
+
+async def online_rounds(online: OnlineLookup, research: Research, tool_context: ToolContext, chosen: bool) -> list[Round]:
+    """The parts the library leaves unanswered (and, when the person `chosen` "search online" at a
+    checkpoint, those not searched yet), searched beyond the library when the turn may go online.
+    A failure ends the online rounds with its line in `research.online_note`; nothing is lost."""
+    parts = research.online_parts(with_unsearched=chosen)
+    if not parts or online.mode == "off":
+        return []
+    if not chosen:
+        decision = await online.decide(tool_context.session.id, tool_context.state.get("online_allowed"), _terms(parts[0]))
+        if decision != "yes":
+            research.online_note = ONLINE_NOT_ALLOWED if decision == "unasked" else None
+            return []
+    rounds: list[Round] = []
+    for part in parts:
+        try:
+            found = await online.search(_terms(part), limit=ONLINE_WORKS_PER_PART)
+        except ZocratesError as exc:
+            research.online_note = exc.message
+            break
+        rounds.append(research.record_round(part, online_passages(found), part, source="online"))
+        if found.get("offline"):
+            research.online_note = "offline: no provider could be reached; searched your library only"
+            break
+        if found.get("message"):
+            research.online_note = str(found["message"])
+    return rounds
 
 
 async def search_round(retriever: Retriever, research: Research, query: str, top_k: int) -> list[Hit]:
@@ -135,7 +176,11 @@ async def search_round(retriever: Retriever, research: Research, query: str, top
     return (mine + rest)[:top_k]
 
 
-def build_search_tool(retriever: Retriever, research: ResearchConfig | None = None, top_k: int = DEFAULT_TOP_K) -> FunctionTool:
+def build_search_tool(
+    retriever: Retriever, research: ResearchConfig | None = None, top_k: int = DEFAULT_TOP_K,
+    online: OnlineLookup | None = None,
+) -> FunctionTool:
+    """`online`: the search beyond the library, for the parts the library leaves unanswered."""
     limits = research or ResearchConfig()
 
     # No return annotation: ADK derives the tool's response schema from it, and cannot for an
@@ -152,15 +197,16 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
         research = Research.from_json(state.get(SNAPSHOT_KEY))
         if research is not None and (research.invocation_id != invocation_id or research.branch != branch):
             research = None  # a checkpoint of an earlier turn, superseded by this one
-        synthesize = False
+        synthesize = chose_online = False
         if research is not None:
             waiting = research.pending_interrupt
             answer = tool_context.resume_inputs.get(waiting) if waiting else None
             if isinstance(answer, dict) and answer.get("action") == "extend_budget":
                 guidance = answer.get("guidance")
                 research.extend(guidance if isinstance(guidance, str) else None)
-            else:  # "synthesize" (the daemon admits nothing else): answer with what was found
+            else:  # "synthesize" or "search_online" (the daemon admits nothing else): answer with what was found
                 synthesize = True
+                chose_online = isinstance(answer, dict) and answer.get("action") == "search_online"
         else:
             # The session's `research_budget` setting (core/session_config.py), else the config's.
             chosen = (state.get("session_config") or {}).get("research_budget")
@@ -184,11 +230,16 @@ def build_search_tool(retriever: Retriever, research: ResearchConfig | None = No
         if not synthesize and research.should_ask():
             interrupt = research.raise_checkpoint()
             state[SNAPSHOT_KEY] = research.to_json()
+            offered = online is not None and online.mode != "off"
             yield RequestInput(
-                interrupt_id=interrupt, message=research.checkpoint_message(), payload=research.checkpoint_payload(),
+                interrupt_id=interrupt, message=research.checkpoint_message(offered),
+                payload=research.checkpoint_payload(offered),
                 response_schema=None,  # ADK's default, spelled out: mypy misses its positional Field(None)
             )
             return
+        if online is not None:
+            for r in await online_rounds(online, research, tool_context, chose_online):
+                yield round_event(r, branch)
         state[SNAPSHOT_KEY] = None
         focal = _snippet_passages(state)
         seen = {(p.item_key, p.page, p.text) for p in focal}

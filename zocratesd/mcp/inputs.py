@@ -120,8 +120,8 @@ class AskArgs(Args):
 
 class ResumeArgs(Args):
     session_id: SessionId = Field(description=SESSION_ID)
-    # The checkpoint's answers as a user says them; the wire's are extend_budget and synthesize.
-    action: Literal["extend", "synthesize"]
+    # The checkpoint's answers as a user says them; the wire's are extend_budget, synthesize and search_online.
+    action: Literal["extend", "synthesize", "search_online"]
     guidance: str | None = wire(ResumeAnswer, "guidance", description="What to search for next (extend only).")
 
 

@@ -179,7 +179,7 @@ class ZocratesMcp(DaemonCalls):
         hitl = session.get("pending_hitl")
         if not hitl:
             raise ToolError(f"session {sid} has no research checkpoint waiting; ask a new question instead")
-        action: CheckpointAction = "extend_budget" if a.action == "extend" else "synthesize"
+        action: CheckpointAction = "extend_budget" if a.action == "extend" else a.action
         outcome = await self._turn(
             ctx, sid, lambda: client.stream_resume(sid, hitl["invocation_id"], hitl["interrupt_id"], action, a.guidance)
         )

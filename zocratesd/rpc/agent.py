@@ -29,12 +29,14 @@ from zocrates_wire.ui_session import PendingHitl
 from zocratesd.core import commands
 from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import Daemon
+from zocratesd.core.online import OnlineAnswer
 from zocratesd.core.sessions import SessionView
 from zocratesd.core.watchers import Subscription
 from zocratesd.errors import InvalidInput, ZocratesError
 from zocratesd.limits import ITEM_URI_RE, MAX_GUIDANCE_CHARS
 from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.logtext import escape_for_log
+from zocratesd.rpc import online_consent
 from zocratesd.rpc.peer import Peer
 from zocratesd.rpc.updates import checkpoint_call_id, config_options, session_info, to_acp
 from zocratesd.rpc.write_consent import ask_write, outcome_text
@@ -253,10 +255,18 @@ class SessionFeed:
 # answers now. A client may add `_meta.zocrates.guidance` (text) to its answer.
 EXTEND_OPTION = "extend"
 SYNTHESIZE_OPTION = "synthesize"
+ONLINE_OPTION = "search_online"  # offered when the checkpoint's payload lists it (online.mode not off)
 PERMISSION_OPTIONS = [
     {"optionId": EXTEND_OPTION, "name": "Search further", "kind": "allow_once"},
     {"optionId": SYNTHESIZE_OPTION, "name": "Answer with what was found", "kind": "reject_once"},
 ]
+ONLINE_PERMISSION_OPTION: Final = {"optionId": ONLINE_OPTION, "name": "Search online, then answer", "kind": "allow_once"}
+
+
+def checkpoint_options(checkpoint: PendingHitl) -> list[dict[str, str]]:
+    """The checkpoint's answers: search further, answer now, and search online where offered."""
+    actions = (checkpoint.get("payload") or {}).get("actions") or ()
+    return [*PERMISSION_OPTIONS, *([ONLINE_PERMISSION_OPTION] if ONLINE_OPTION in actions else [])]
 # How long a turn waits on the editor's answer to a checkpoint. The session is held meanwhile
 # (other clients get "busy"), so a dialog left open does not lock it for good: after this the
 # checkpoint stays pending, and any client can resume it. A client whose input has ended is not
@@ -264,15 +274,15 @@ PERMISSION_OPTIONS = [
 CHECKPOINT_ANSWER_TIMEOUT_S = 600.0
 
 
-def elicitation_schema() -> dict[str, Any]:
-    """The form of a checkpoint: go on or answer now, and what to search next."""
+def elicitation_schema(options: list[dict[str, str]] = PERMISSION_OPTIONS) -> dict[str, Any]:
+    """The form of a checkpoint: go on or answer now (or search online), and what to search next."""
     return {
         "type": "object",
         "title": "Research checkpoint",
         "properties": {
             "action": {
                 "type": "string", "title": "Next step", "default": EXTEND_OPTION,
-                "oneOf": [{"const": o["optionId"], "title": o["name"]} for o in PERMISSION_OPTIONS],
+                "oneOf": [{"const": o["optionId"], "title": o["name"]} for o in options],
             },
             "guidance": {
                 "type": "string", "title": "What to search next (optional)", "maxLength": MAX_GUIDANCE_CHARS,
@@ -299,7 +309,7 @@ async def ask_elicitation(peer: Peer, session_id: str, checkpoint: PendingHitl) 
         "toolCallId": checkpoint_call_id(checkpoint["interrupt_id"], checkpoint["invocation_id"]),
         "mode": "form",
         "message": checkpoint.get("message") or "Research checkpoint",
-        "requestedSchema": elicitation_schema(),
+        "requestedSchema": elicitation_schema(checkpoint_options(checkpoint)),
     }
     with anyio.move_on_after(CHECKPOINT_ANSWER_TIMEOUT_S):
         try:
@@ -316,6 +326,8 @@ async def ask_elicitation(peer: Peer, session_id: str, checkpoint: PendingHitl) 
         action = content.get("action", EXTEND_OPTION)
         if action == SYNTHESIZE_OPTION:
             return {"action": "synthesize"}
+        if action == ONLINE_OPTION:
+            return {"action": "search_online"}
         if action == EXTEND_OPTION:
             guidance = content.get("guidance")
             return {"action": "extend_budget", **({"guidance": guidance} if isinstance(guidance, str) and guidance else {})}
@@ -337,7 +349,7 @@ async def ask_permission(peer: Peer, session_id: str, checkpoint: PendingHitl) -
             "status": "pending",
             "rawInput": checkpoint.get("payload"),
         },
-        "options": PERMISSION_OPTIONS,
+        "options": checkpoint_options(checkpoint),
     }
     with anyio.move_on_after(CHECKPOINT_ANSWER_TIMEOUT_S):
         try:
@@ -355,6 +367,8 @@ async def ask_permission(peer: Peer, session_id: str, checkpoint: PendingHitl) -
             return None
         if outcome.get("optionId") == SYNTHESIZE_OPTION:
             return {"action": "synthesize"}
+        if outcome.get("optionId") == ONLINE_OPTION:
+            return {"action": "search_online"}
         if outcome.get("optionId") == EXTEND_OPTION:
             ours = ((result.get("_meta") or {}).get("zocrates") or {}) if isinstance(result.get("_meta"), dict) else {}
             guidance = ours.get("guidance") if isinstance(ours, dict) else None
@@ -552,9 +566,13 @@ class Agent:
             await feed.queued()  # the checkpoint's tool_call goes out before the question about it
             return await ask_checkpoint(conn.peer, session_id, checkpoint)
 
+        async def ask_online(terms: str) -> OnlineAnswer | None:
+            await feed.queued()  # what the turn said so far goes out before the question
+            return await online_consent.ask_online(conn.peer, session_id, terms, form=conn.capabilities.form_elicitation)
+
         started = time.time()
         try:
-            result = await self.daemon.prompt(session_id, text, context, ask=ask)
+            result = await self.daemon.prompt(session_id, text, context, ask=ask, ask_online=ask_online)
             if not conn.capabilities.asks_about_writes:
                 await self._consent_to_writes(conn, session_id, started)
         finally:

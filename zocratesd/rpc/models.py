@@ -288,8 +288,10 @@ class ResumeAnswer(Model):
     """The user's answer to a research checkpoint."""
 
     model_config = ConfigDict(extra="forbid")
-    action: Literal["extend_budget", "synthesize"] = Field(
-        description="`extend_budget`: search further (up to `research.max_extensions` times); `synthesize`: answer now."
+    action: Literal["extend_budget", "synthesize", "search_online"] = Field(
+        description="`extend_budget`: search further (up to `research.max_extensions` times); `synthesize`: answer now; "
+        "`search_online`: search beyond the library (OpenAlex, arXiv, Crossref) for what is left, then answer "
+        "(offered when the checkpoint's `payload.actions` lists it)."
     )
     guidance: str | None = Field(None, max_length=MAX_GUIDANCE_CHARS, description="What to search next (extend_budget only).")
 

@@ -134,7 +134,7 @@ class RewindResult(TypedDict):
 Mode = Literal["library", "collection", "papers"]
 
 #: How a research checkpoint is answered: search further, or answer now from what was found.
-CheckpointAction = Literal["extend_budget", "synthesize"]
+CheckpointAction = Literal["extend_budget", "synthesize", "search_online"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,14 +197,44 @@ class Checkpoint:
     @staticmethod
     def answer(action: CheckpointAction | None, guidance: str | None = None) -> dict[str, Any]:
         """The result to return from the request handler: `extend_budget` (with optional guidance),
-        `synthesize`, or None to leave the checkpoint pending (the turn then ends `cancelled`)."""
+        `synthesize`, `search_online` (when the checkpoint's payload offers it), or None to leave the
+        checkpoint pending (the turn then ends `cancelled`)."""
         if action is None:
             return {"outcome": {"outcome": "cancelled"}}
-        option = "extend" if action == "extend_budget" else "synthesize"
+        option = "extend" if action == "extend_budget" else action
         result: dict[str, Any] = {"outcome": {"outcome": "selected", "optionId": option}}
         if guidance:
             result["_meta"] = {"zocrates": {"guidance": guidance}}
         return result
+
+
+@dataclass(frozen=True, slots=True)
+class OnlineQuestion:
+    """The daemon asks whether a turn may search beyond the library (`session/request_permission`
+    with `_meta.zocrates.online`; online.mode `ask`). `terms` are what would leave the machine."""
+
+    session_id: str
+    terms: str
+    question: str
+
+    @classmethod
+    def from_request(cls, params: dict[str, Any]) -> OnlineQuestion | None:
+        """The question, or None when the request is about something else (a checkpoint)."""
+        meta = params.get("_meta")
+        ours = meta.get("zocrates") if isinstance(meta, dict) else None
+        online = ours.get("online") if isinstance(ours, dict) else None
+        if not isinstance(online, dict):
+            return None
+        call = params.get("toolCall") or {}
+        text = next((str(c.get("content", {}).get("text") or "") for c in call.get("content") or () if isinstance(c, dict)), "")
+        return cls(str(params.get("sessionId", "")), str(online.get("terms") or ""), text or str(call.get("title") or ""))
+
+    @staticmethod
+    def answer(choice: str | None) -> dict[str, Any]:
+        """`once` (this turn), `always` (online.mode becomes on), `no`; None: no answer (as no)."""
+        if choice not in ("once", "always", "no"):
+            return {"outcome": {"outcome": "cancelled"}}
+        return {"outcome": {"outcome": "selected", "optionId": choice}}
 
 
 def last_progress_line(content: Any) -> str | None:

@@ -47,6 +47,7 @@ from zocrates_client._types import (
     Checkpoint,
     CheckpointAction,
     Mode,
+    OnlineQuestion,
     PromptResult,
     SessionInfo,
     SessionUpdate,
@@ -84,7 +85,12 @@ PROGRESS_BAR_CELLS: Final = 30
 SPINNER: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 # The terminal answer to a checkpoint: a letter, or any other text as guidance for the search.
 CHECKPOINT_PROMPT: Final = "[Enter] search further · [a] answer now · [l] leave it pending · or type what to look for: "
-ON_CHECKPOINT: Final[dict[str, CheckpointAction | None]] = {"extend": "extend_budget", "synthesize": "synthesize", "leave": None}
+CHECKPOINT_ONLINE_PROMPT: Final = ("[Enter] search further · [o] search online, then answer · [a] answer now · [l] leave it "
+                                   "pending · or type what to look for: ")
+ONLINE_PROMPT: Final = "[y] yes, this question · [A] always · [N] no, my library only: "
+ON_CHECKPOINT: Final[dict[str, CheckpointAction | None]] = {
+    "extend": "extend_budget", "synthesize": "synthesize", "online": "search_online", "leave": None,
+}
 
 
 class CliError(Exception):
@@ -170,6 +176,8 @@ def _parser() -> argparse.ArgumentParser:
     how = resume.add_mutually_exclusive_group()
     how.add_argument("--extend", nargs="?", const="", metavar="GUIDANCE", help="search further (first for GUIDANCE)")
     how.add_argument("--synthesize", action="store_true", help="answer now from what was found")
+    how.add_argument("--search-online", action="store_true",
+                     help="search beyond your library (OpenAlex, arXiv, Crossref) for what is left, then answer")
 
     rewind = commands.add_parser("rewind", help="undo a turn and every later one", parents=leaf)
     rewind.add_argument("session_id", metavar="ID")
@@ -398,9 +406,9 @@ async def _read_stdin_line() -> str | None:
     return data.decode(errors="replace").rstrip("\n")
 
 
-async def _ask_checkpoint(question: str, cancelled: anyio.Event) -> tuple[CheckpointAction, str | None] | None:
-    """Ask on the terminal what to do at a checkpoint: (action, guidance), or None to leave it."""
-    sys.stderr.write(f"\n{escape_for_terminal(question)}\n{CHECKPOINT_PROMPT}")
+async def _terminal_answer(question: str, prompt: str, cancelled: anyio.Event) -> str | None:
+    """`question` and `prompt` on the terminal, and the line typed (None: cancelled, or stdin ended)."""
+    sys.stderr.write(f"\n{escape_for_terminal(question)}\n{prompt}")
     sys.stderr.flush()
     line: str | None = None
     async with anyio.create_task_group() as tg:
@@ -416,13 +424,22 @@ async def _ask_checkpoint(question: str, cancelled: anyio.Event) -> tuple[Checkp
 
         tg.start_soon(read)
         tg.start_soon(watch)
-    if cancelled.is_set() or line is None:
+    return None if cancelled.is_set() else line
+
+
+async def _ask_checkpoint(cp: Checkpoint, cancelled: anyio.Event) -> tuple[CheckpointAction, str | None] | None:
+    """Ask on the terminal what to do at a checkpoint: (action, guidance), or None to leave it."""
+    online = "search_online" in (cp.payload.get("actions") or ())
+    line = await _terminal_answer(cp.question, CHECKPOINT_ONLINE_PROMPT if online else CHECKPOINT_PROMPT, cancelled)
+    if line is None:
         return None
     answer = line.strip()
     if answer.lower() in ("", "e", "extend", "y", "yes"):
         return ("extend_budget", None)
     if answer.lower() in ("a", "answer", "s", "synthesize"):
         return ("synthesize", None)
+    if online and answer.lower() in ("o", "online"):
+        return ("search_online", None)
     if answer.lower() in ("l", "leave", "q", "n", "no"):
         return None
     return ("extend_budget", answer)
@@ -438,17 +455,23 @@ class TurnRunner:
     cancelled: anyio.Event = field(default_factory=anyio.Event)
 
     async def handle_request(self, method: str, params: dict[str, Any]) -> Any:
-        """The connection's `on_request`: the daemon asks what to do at a research checkpoint."""
+        """The connection's `on_request`: the daemon asks what to do at a research checkpoint, or
+        whether the turn may search online (online.mode ask)."""
         if method != "session/request_permission":
             raise RpcError(jsonrpc.METHOD_NOT_FOUND, "Method not found", {"kind": "method_not_found", "detail": method})
+        asked = OnlineQuestion.from_request(params)
+        if asked is not None:
+            return await self._answer_online(asked)
         cp = Checkpoint.from_request(params)
         decision: tuple[CheckpointAction, str | None] | None
         if self.cancelled.is_set():
             decision = None
         elif self.interactive and self.on_checkpoint is None:
-            decision = await _ask_checkpoint(cp.question, self.cancelled)
+            decision = await _ask_checkpoint(cp, self.cancelled)
         else:
             action = ON_CHECKPOINT[self.on_checkpoint or "leave"]
+            if action == "search_online" and "search_online" not in (cp.payload.get("actions") or ()):
+                action = "synthesize"  # online search is off: what is left is answering now
             decision = None if action is None else (action, None)
         if self.as_json:
             _ndjson({"type": "checkpoint", "session_id": cp.session_id, "invocation_id": cp.invocation_id,
@@ -457,6 +480,22 @@ class TurnRunner:
         elif decision is not None and not self.interactive:
             _err(f"research checkpoint: {escape_for_log(cp.question)} -> {decision[0]}")
         return Checkpoint.answer(*decision) if decision else Checkpoint.answer(None)
+
+    async def _answer_online(self, asked: OnlineQuestion) -> dict[str, Any]:
+        """Whether this turn may search online: asked on a terminal; a script's turn stays in the
+        library (`--online` allows it beforehand), said in one line."""
+        choice: str | None = None
+        if self.interactive and not self.cancelled.is_set():
+            line = await _terminal_answer(asked.question, ONLINE_PROMPT, self.cancelled)
+            typed = (line or "").strip().lower()
+            choice = "once" if typed in ("y", "yes") else "always" if typed in ("a", "always") else "no"
+        if self.as_json:
+            _ndjson({"type": "online_question", "session_id": asked.session_id, "terms": asked.terms,
+                     "answer": choice or "no"})
+        elif choice is None:
+            _err(f"not searched online for “{escape_for_log(asked.terms)}”: online.mode is ask; "
+                 "add --online to allow it for a question")
+        return OnlineQuestion.answer(choice)
 
     async def run(self, client: Client, session_id: str, start: Callable[[], Turn]) -> PromptResult:
         """Stream one turn to the terminal; Ctrl-C sends `session/cancel` (twice: exit at once)."""
@@ -588,6 +627,8 @@ async def _resume(client: Client, runner: TurnRunner, args: argparse.Namespace) 
     decision: tuple[CheckpointAction, str | None] | None
     if args.synthesize:
         decision = ("synthesize", None)
+    elif args.search_online:
+        decision = ("search_online", None)
     elif args.extend is not None:
         decision = ("extend_budget", args.extend or None)
     else:
@@ -600,7 +641,9 @@ async def _resume(client: Client, runner: TurnRunner, args: argparse.Namespace) 
         if decision is None:
             if not runner.interactive:
                 raise CliError(f"say how to answer it: `{PROG} resume {session_id} --extend [GUIDANCE]` or `--synthesize`")
-            decision = await _ask_checkpoint(hitl.get("message") or "Search further, or answer now?", runner.cancelled)
+            cp = Checkpoint(session_id, "", hitl.get("message") or "Search further, or answer now?",
+                            hitl["invocation_id"], hitl["interrupt_id"], dict(hitl.get("payload") or {}))
+            decision = await _ask_checkpoint(cp, runner.cancelled)
             if decision is None:
                 raise CheckpointLeft(_left_message(session_id, PromptResult("cancelled", hitl["invocation_id"], hitl, {})))
         action, guidance = decision

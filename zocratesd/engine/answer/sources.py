@@ -60,8 +60,20 @@ class Citations:
         return f"[{c.n}]"
 
     def lines(self) -> list[str]:
-        return [f"[{c.n}] {entry(c.meta, sorted(c.pages, key=lambda p: c.order.get(p, 0)))} "
-                f"({select_link(c.item_key, c.meta.get('library'))})" for c in self.items.values()]
+        return [f"[{c.n}] {entry(c.meta, sorted(c.pages, key=lambda p: c.order.get(p, 0)))}{_where(c)}"
+                for c in self.items.values()]
+
+
+# How an answer marks a source found beyond the library (engine/online_tool.py's passages).
+ONLINE_MARK = "Online, not in your library; its abstract was read"
+
+
+def _where(c: Cited) -> str:
+    """The entry's link: the item's zotero:// link; for an online source, its DOI (or URL) and the mark."""
+    if c.meta.get("kind") == "online":
+        link = c.meta.get("link")
+        return f" {ONLINE_MARK}" + (f" ({link})" if link else ".")
+    return f" ({select_link(c.item_key, c.meta.get('library'))})"
 
 
 # A page label as shown in a citation: Zotero's are short ("127", "xi", "A-3"); longer ones are

@@ -29,6 +29,7 @@ from zocratesd.adkcompat import LlmCapabilities
 from zocratesd.engine.answer import compose_answer
 from zocratesd.engine.answer.compose import scope_words
 from zocratesd.engine.answer.sources import CITED_HEADER
+from zocratesd.engine.research import ONLINE_NOT_ALLOWED
 from zocratesd.limits import MAX_QUERY_CHARS
 
 SEARCH_TOOL = "search_library"
@@ -122,9 +123,39 @@ def _answered_parts(body: str, searched: list[str]) -> set[str]:
     return answered
 
 
+# Said at an answer's end when the library left a part unanswered and online search was possible
+# but nobody could be asked (online.mode ask, in a face that cannot ask mid-turn).
+ONLINE_TIP = ("Beyond your library: I can search OpenAlex, arXiv and Crossref for what it leaves unanswered (only the "
+              "search terms leave this machine) when you allow it for a question (zocrates ask --online) or always "
+              "(online.mode = on).")
+
+
+def _online_lines(result: dict[str, Any]) -> str:
+    """What the answer says first of the search beyond the library: what was searched online
+    (its sources are marked in the list), or why nothing was found there."""
+    research = result.get("research")
+    if not isinstance(research, dict) or research.get("online_note") == ONLINE_NOT_ALLOWED:
+        return ""
+    online = [str(a) for a in research.get("online_aspects") or []]
+    note = research.get("online_note")
+    said = ""
+    if online:
+        said = f"Your library leaves {_quoted(online)} unanswered, so I searched online (OpenAlex, arXiv, Crossref) too."
+    if isinstance(note, str) and note:
+        said = f"{said} {note[0].upper()}{note[1:]}." if said else f"{note[0].upper()}{note[1:]}."
+    return said + "\n\n" if said else ""
+
+
 def answer_research(question: str, result: dict[str, Any]) -> str:
     """The answer to a search result: a follow-up answered as the search completed it, saying so;
-    and which parts were searched when research stopped before all of them (see the module docstring)."""
+    which parts were searched when research stopped before all of them (see the module docstring);
+    and what was searched beyond the library."""
+    research = result.get("research")
+    tip = isinstance(research, dict) and research.get("online_note") == ONLINE_NOT_ALLOWED
+    return _online_lines(result) + _answer_research(question, result) + (f"\n\n{ONLINE_TIP}" if tip else "")
+
+
+def _answer_research(question: str, result: dict[str, Any]) -> str:
     follow = result.get("followup")
     if isinstance(follow, dict) and isinstance(follow.get("question"), str) and follow["question"]:
         left = len(follow.get("unsearched") or [])
