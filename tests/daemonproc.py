@@ -42,6 +42,9 @@ def daemon_env(runtime_dir: Path) -> dict[str, str]:
     # Zotero's local API on this machine is the developer's real library: a test daemon never
     # reads it (port 9, discard, has no listener; a test that wants a local API sets its own).
     env["ZOCRATES_LIBRARY__LOCAL_API_URL"] = "http://127.0.0.1:9"
+    # A test daemon never searches the real OpenAlex, arXiv or Crossref, nor asks about it: tests of
+    # online search drop this and point online.* at their stand-ins.
+    env["ZOCRATES_ONLINE__MODE"] = "off"
     return env
 
 

@@ -30,7 +30,8 @@ requireFirefox();
 /** daemonEnv, and the developer's own Zotero is never read by a test daemon: not its data dir,
  *  not its local API (port 9 has no listener). */
 function isolatedEnv(root, extra = {}) {
-  const env = daemonEnv(root, { ZOCRATES_LIBRARY__LOCAL_API_URL: "http://127.0.0.1:9", ...extra });
+  // Online search off unless a test points it at its stand-ins (the real services are never asked).
+  const env = daemonEnv(root, { ZOCRATES_LIBRARY__LOCAL_API_URL: "http://127.0.0.1:9", ZOCRATES_ONLINE__MODE: "off", ...extra });
   delete env.ZOTERO_DATA_DIR;
   return env;
 }
@@ -175,6 +176,32 @@ const LIBRARY_SCRIPT = [
 ].join("\n");
 
 let root, library, slow, fake, browser, page, helper, helperPort;
+
+/** OpenAlex, arXiv and Crossref stand-ins (tests/fake_scholarly.py, real HTTP servers) holding one
+ *  work no fixture paper is about; resolves {child, urls: [openalex, arxiv, crossref]}. */
+async function startScholarly() {
+  const script = [
+    "import sys",
+    "from tests.fake_scholarly import FakeArxiv, FakeCrossref, FakeOpenAlex, ScholarlyWork",
+    "tardi = ScholarlyWork('Tardigrade survival of desiccation by vitrification', authors=(('Maria', 'Boothby'),), year=2017,",
+    "    venue='Molecular Cell', doi='10.1016/j.molcel.2017.02.018',",
+    "    abstract='Tardigrades survive desiccation using intrinsically disordered proteins that vitrify.')",
+    "services = [FakeOpenAlex([tardi]), FakeArxiv([tardi]), FakeCrossref([tardi])]",
+    "for s in services: s.__enter__()",
+    "print(' '.join(s.base_url for s in services), flush=True)",
+    "sys.stdin.read()",
+  ].join("\n");
+  const child = spawn(python(), ["-c", script], { cwd: REPO, env: { ...process.env, PYTHONPATH: REPO }, stdio: ["pipe", "pipe", "inherit"] });
+  const urls = await new Promise((resolveUrls, reject) => {
+    let out = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+      if (out.includes("\n")) resolveUrls(out.trim().split(" "));
+    });
+    child.on("exit", (code) => reject(new Error(`the scholarly stand-ins exited ${code}`)));
+  });
+  return { child, urls };
+}
 
 async function startFakeModel() {
   const script = [
@@ -915,6 +942,62 @@ describe("the sidebar web app in Firefox", () => {
     const { session } = await library.client.getSession(await page.evaluate(() => sessionStorage.getItem("zocrates.session")));
     assert.equal(session.pending_hitl, null);
     assert.match((await texts(page, ".msg.assistant .answer")).at(-1), /Cited Sources/);
+  });
+
+  test("beyond the library: the checkpoint offers Search online; an online source is marked and Add to Zotero proposes it with its DOI; the preferences switch it", async () => {
+    const scholarly = await startScholarly();
+    const env = isolatedEnv(root);
+    delete env.ZOCRATES_ONLINE__MODE; // this test's config file decides
+    const online = new Daemon(root, "online", { port: await freePort(), env });
+    let p;
+    try {
+      await runPython(["-c", LIBRARY_SCRIPT, online.dataDir], { ...process.env, PYTHONPATH: REPO });
+      await mkdir(online.stateDir, { recursive: true });
+      const [openalex_url, arxiv_url, crossref_url] = scholarly.urls;
+      await writeFile(join(online.stateDir, "zocrates_config.json"), JSON.stringify({
+        research: { initial_budget: 1 }, online: { mode: "ask", openalex_url, arxiv_url, crossref_url },
+      }));
+      await online.start();
+      for (const t0 = Date.now(); (await online.client.libraryStatus()).library?.state !== "ready";) {
+        if (Date.now() - t0 > 180_000) throw new Error("the fixture library was not indexed within 180 s");
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      p = await newPage();
+      await open(p, online.url());
+      await click(p, "#new-chat");
+      await present(p, "#welcome");
+      await ask(p, "What does dense passage retrieval do? How do tardigrades survive desiccation?");
+      await present(p, ".checkpoint-card .search-online");
+      await turnEnded(p);
+      await click(p, ".checkpoint-card .search-online");
+      await until(p, () => !document.querySelector(".checkpoint-card") && !document.querySelector(".msg.live")
+        && document.querySelectorAll(".msg.assistant .answer").length === 1);
+      await turnEnded(p);
+      const answer = (await texts(p, ".msg.assistant .answer")).at(-1);
+      assert.match(answer, /Tardigrade survival of desiccation by vitrification/);
+      // The online source is marked as such and links to its DOI; the library's paper to Zotero.
+      assert.deepEqual(await texts(p, ".answer .source.online .online-badge"), ["Online, not in your library; its abstract was read"]);
+      assert.deepEqual(await attrs(p, ".answer .source.online a", "href"), ["https://doi.org/10.1016/j.molcel.2017.02.018"]);
+      assert.ok((await attrs(p, ".answer .source:not(.online) a", "href")).some((h) => h.startsWith("zotero://select/")));
+      await click(p, ".online-sources .add-to-zotero");
+      await present(p, ".write-card");
+      const { writes } = await online.client.listWrites({ pending: true });
+      assert.equal(writes.length, 1);
+      assert.equal(writes[0].kind, "add_item");
+      assert.match(writes[0].preview, /Tardigrade survival of desiccation by vitrification/);
+      assert.match(JSON.stringify(writes[0]), /10\.1016\/j\.molcel\.2017\.02\.018/);
+      // The preferences say whether the assistant may search online, and change it now.
+      await open(p, online.url("?view=prefs"));
+      await until(p, () => document.querySelector("#online-mode")?.value === "ask");
+      await p.select("#online-mode", "on");
+      await until(p, () => /^Saved/.test(document.querySelector("#online-status").textContent));
+      assert.equal((await online.client.getSettings()).settings.online.mode, "on");
+      assert.deepEqual(p.errors, []);
+    } finally {
+      await p?.close();
+      await online.stop();
+      scholarly.child.stdin.end();
+    }
   });
 
   test("sessions: newest first, rename, delete", async () => {

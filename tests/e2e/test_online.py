@@ -46,6 +46,7 @@ def online_daemon(daemon_factory: Any, urls: tuple[str, str, str], *, where: str
     d = daemon_factory()
     if where is not None:  # a second daemon in the test: its own Zotero data dir
         d = daemon_factory(d.data_dir.parent / where)
+    d.env.pop("ZOCRATES_ONLINE__MODE", None)  # the mode is this test's (its config file)
     build_zotero_dir(d.data_dir, *sample_library(), version=129)
     d.state_dir.mkdir(parents=True, exist_ok=True)
     config = {"library": {"local_api": False}, "online": {

@@ -510,6 +510,7 @@ USER_CONFIG = {
 
 def test_settings_validate_persist_apply_live_and_survive_a_restart(daemon_factory: Any) -> None:
     d = daemon_factory(args=["--http-port", "0"])
+    d.env.pop("ZOCRATES_ONLINE__MODE")  # the settings as a user has them
     write_library(d.data_dir)
     config_file = d.state_dir / "zocrates_config.json"
     config_file.write_text(json.dumps(USER_CONFIG))
@@ -522,10 +523,11 @@ def test_settings_validate_persist_apply_live_and_survive_a_restart(daemon_facto
             "compaction": {"min_turns": 5, "token_floor": 30000, "hard_backstop_tokens": 100000, "keep_recent_turns": 2,
                            "decision_threshold": 0.75, "probe_timeout_s": 10.0},
             "research": {"initial_budget": 3, "max_extensions": 2},
+            "online": {"mode": "ask"},
         }
         assert got["applies"]["session_retention_days"] == "now" and got["applies"]["compaction.probe_timeout_s"] == "next_start"
-        assert set(got["applies"]) == {"session_retention_days", "max_saved_sessions", "research.initial_budget", "research.max_extensions"} | {
-            f"compaction.{k}" for k in got["settings"]["compaction"]}
+        assert set(got["applies"]) == {"session_retention_days", "max_saved_sessions", "research.initial_budget", "research.max_extensions",
+                                       "online.mode"} | {f"compaction.{k}" for k in got["settings"]["compaction"]}
         assert got["restart_needed"] == [] and got["environment"] == [] and got["config_path"] == str(config_file)
 
         # Refused, naming the field; nothing changes.
@@ -535,7 +537,10 @@ def test_settings_validate_persist_apply_live_and_survive_a_restart(daemon_facto
                            ({"compaction": {"min_turns": "6"}}, "compaction.min_turns"), ({"compaction": {"decision_threshold": 1.5}}, "compaction.decision_threshold"),
                            ({"compaction": {"probe_model": "x/y"}}, "compaction.probe_model"), ({"research": {"initial_budget": 0}}, "research.initial_budget"),
                            ({"research": 3}, "research"), ({"model": {"provider": "offline"}}, "model"), ({"http": {"allowed_origins": ["*"]}}, "http"),
-                           ({"nope": 1}, "nope"), ({"session_retention_days": 30, "max_saved_sessions": -5}, "max_saved_sessions")]:
+                           ({"nope": 1}, "nope"), ({"session_retention_days": 30, "max_saved_sessions": -5}, "max_saved_sessions"),
+                           # Where searches go is not a setting a page may change: only whether they happen.
+                           ({"online": {"openalex_url": "https://collector.example"}}, "online.openalex_url"),
+                           ({"online": {"mode": "always"}}, "online.mode")]:
             r = shim.request("PATCH", "/settings", json=patch)
             assert r.status_code == 422, (patch, r.text)
             assert r.json()["error"]["code"] == "invalid_input" and r.json()["error"]["field"] == fld, (patch, r.json())

@@ -104,9 +104,9 @@ class Daemon:
         )
         self.sessions = Sessions(self.db, self.locks, self._watchers, self.session_config, self.gate)
         self.settings = Settings(config, config_path(data_dir))  # updates `config` in place
-        # "Always" to a turn's question about online search is online.mode = on, kept in the config file.
+        # "Always" ("never") to a turn's question about online search is online.mode = on (off), in the config file.
         self.online = Online(config.online, state_dir(data_dir), self.catalogue.in_library,
-                             remember=lambda: self.settings.update({"online": {"mode": "on"}}))
+                             remember=lambda mode: self.settings.update({"online": {"mode": mode}}))
         self.turns = Turns(self.db, self.locks, self._watchers, self.session_config, self.gate, self._engine, self.online)
         self.maintenance = Maintenance(self.db, self.locks, config)
         self.startup_maintenance: MaintenanceReport | None = None

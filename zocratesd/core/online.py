@@ -28,8 +28,9 @@ OFF_MESSAGE: Final = ("online search is off (online.mode = off in the config): n
 
 InLibrary = Callable[[Sequence[OnlineWork]], Awaitable[dict[int, tuple[str, str]]]]
 # The person's answer, in their face, to "may this turn search online for <terms>?": this turn,
-# always from now on (online.mode = on, written to the config), or no; None: no answer.
-OnlineAnswer = Literal["once", "always", "no"]
+# always from now on (online.mode = on, written to the config), no, or never (online.mode = off);
+# None: no answer.
+OnlineAnswer = Literal["once", "always", "no", "never"]
 AskOnline = Callable[[str], Awaitable[OnlineAnswer | None]]
 # Whether a turn may go online: yes; no (the mode, or the person said so); unasked (online.mode ask
 # and nobody could be asked: the face cannot ask, or did not answer).
@@ -50,13 +51,13 @@ class _TurnAsk:
 class Online:
     def __init__(
         self, config: OnlineConfig, state_dir: Path, in_library: InLibrary,
-        remember: Callable[[], Awaitable[object]] | None = None,
+        remember: Callable[[str], Awaitable[object]] | None = None,
     ):
         self.config = config
         self._state_dir = state_dir
         self._in_library = in_library
         self._search: OnlineSearch | None = None
-        self._remember = remember  # "always": online.mode = on, in the config file and now
+        self._remember = remember  # "always" / "never": online.mode = on / off, in the config file and now
         self._asking: dict[str, _TurnAsk] = {}  # session id -> the running turn's way to ask its person
 
     @property
@@ -94,14 +95,14 @@ class Online:
             except Exception as exc:  # the face failed to ask: the turn stays in the library
                 log.info("session %s: asking about online search failed (%s)", session_id, type(exc).__name__)
                 turn.answer = None
-            if turn.answer == "always" and self._remember is not None:
+            if turn.answer in ("always", "never") and self._remember is not None:
                 try:
-                    await self._remember()
-                except ZocratesError as exc:  # e.g. $ZOCRATES_ONLINE__MODE decides: this turn still may
-                    log.warning("online search allowed for this turn, but not remembered: %s", exc.message)
+                    await self._remember("on" if turn.answer == "always" else "off")
+                except ZocratesError as exc:  # e.g. $ZOCRATES_ONLINE__MODE decides: this turn's answer still holds
+                    log.warning("the answer about online search holds for this turn, but is not remembered: %s", exc.message)
         if turn.answer is None:
             return "unasked"
-        return "no" if turn.answer == "no" else "yes"
+        return "yes" if turn.answer in ("once", "always") else "no"
 
     @property
     def searcher(self) -> OnlineSearch:

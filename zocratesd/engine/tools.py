@@ -129,7 +129,9 @@ def round_event(r: Round, branch: str | None) -> Event:
 
 
 def _terms(part: str) -> str:
-    words = " ".join(part.split())
+    """What an online round sends for a part: its content words ("tardigrades survive desiccation"
+    for "How do tardigrades survive desiccation?"), cut to ONLINE_TERMS_CHARS."""
+    words = " ".join(t.surface for t in terms_of(part)) or " ".join(part.split())
     return words if len(words) <= ONLINE_TERMS_CHARS else words[:ONLINE_TERMS_CHARS].rsplit(" ", 1)[0]
 
 

@@ -1,15 +1,16 @@
 """Whether a turn may search beyond the library, put to the person in their editor the first time
 the turn would (online.mode `ask`): the search terms, and that only they leave the machine. An
 editor with form elicitation gets a form (the MCP face forwards it to its own client), any other
-`session/request_permission` with ACP's three kinds of answer: this question, always (online.mode
-becomes `on`), or the library only. No answer keeps the turn in the library.
+`session/request_permission` with ACP's four kinds of answer: this question, always (online.mode
+becomes `on`), the library only, or never (online.mode becomes `off`). No answer keeps the turn in
+the library.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Final
+from typing import Final
 
 import anyio
 
@@ -24,6 +25,7 @@ ONLINE_OPTIONS: Final = [
     {"optionId": "once", "name": "Search online for this question", "kind": "allow_once"},
     {"optionId": "always", "name": "Always search online when my library has no answer", "kind": "allow_always"},
     {"optionId": "no", "name": "Answer from my library only", "kind": "reject_once"},
+    {"optionId": "never", "name": "Never search online", "kind": "reject_always"},
 ]
 _ANSWERS: Final = frozenset(o["optionId"] for o in ONLINE_OPTIONS)
 # The turn waits this long for the answer; then it goes on in the library alone.
@@ -36,7 +38,7 @@ def question(terms: str) -> str:
             "Only these search terms leave this machine.")
 
 
-def elicitation_schema() -> dict[str, Any]:
+def elicitation_schema() -> dict[str, object]:
     return {
         "type": "object",
         "title": "Search beyond your library",
@@ -51,7 +53,7 @@ async def ask_online(peer: Peer, session_id: str, terms: str, *, form: bool) -> 
     call_id = f"online-search-{uuid.uuid4().hex[:12]}"
     if form:
         method = "elicitation/create"
-        params: dict[str, Any] = {"sessionId": session_id, "toolCallId": call_id, "mode": "form",
+        params: dict[str, object] = {"sessionId": session_id, "toolCallId": call_id, "mode": "form",
                                   "message": question(terms), "requestedSchema": elicitation_schema(),
                                   "_meta": {"zocrates": {"online": {"terms": terms}}}}
     else:

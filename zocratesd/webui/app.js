@@ -10,7 +10,7 @@
 
 import { DaemonNotRunning, TurnView, ZocratesClient, ZocratesHttpError } from "./zocrates-client.mjs";
 import { Bridge } from "./bridge.js";
-import { noteMarkdown, parseSources, renderMarkdown } from "./markdown.js";
+import { ONLINE_MARK, noteMarkdown, parseSources, renderMarkdown } from "./markdown.js";
 
 const TOKEN_KEY = "zocrates.token";
 const SESSION_KEY = "zocrates.session";
@@ -873,6 +873,11 @@ function checkpointCard(pending) {
       answer(g ? { action: "extend_budget", guidance: g } : { action: "extend_budget" });
     } } }));
   }
+  if (actions.includes("search_online")) {
+    buttons.push(h("button", { type: "button", class: "search-online", text: "Search online",
+      title: "Search OpenAlex, arXiv and Crossref for what is left, then answer (only the search terms leave this computer)",
+      on: { click: () => answer({ action: "search_online" }) } }));
+  }
   if (actions.includes("synthesize")) {
     buttons.push(h("button", { type: "button", class: "synthesize", text: "Answer now", on: { click: () => answer({ action: "synthesize" }) } }));
   }
@@ -1071,6 +1076,46 @@ function askKey(m) {
   return `${app.session?.id} ${m.invocation_id || ""}`;
 }
 
+/** The answer's cited sources found online (not in the library): [{n, title, uri, passage?}], with
+ *  the search's passage for it when this page streamed the turn (authors, year, abstract). */
+function onlineSources(m) {
+  const passages = (app.passages.get(m.invocation_id) || []).filter((p) => p && p.kind === "online");
+  const out = [];
+  for (const s of parseSources(m.text).values()) {
+    if (!String(s.title || "").includes(ONLINE_MARK) || !/^https?:/.test(s.uri)) continue;
+    const title = String(s.title).split(ONLINE_MARK)[0].trim();
+    out.push({ n: s.n, title, uri: s.uri, passage: passages.find((p) => p.link === s.uri) || null });
+  }
+  return out;
+}
+
+/** The add_item write for an online source: its title, authors, year, DOI, link and abstract. */
+function addItemParams(source) {
+  const p = source.passage;
+  const doi = /^https:\/\/doi\.org\/(.+)$/.exec(source.uri)?.[1];
+  const fields = { url: source.uri };
+  if (doi) fields.DOI = decodeURIComponent(doi);
+  if (p?.year) fields.date = String(p.year);
+  if (p?.text) fields.abstractNote = String(p.text).slice(0, 10000);
+  const creators = (p?.creators || []).slice(0, 50).map((name) => {
+    const parts = String(name).trim().split(/\s+/);
+    return parts.length > 1 ? { creator_type: "author", first_name: parts.slice(0, -1).join(" "), last_name: parts.at(-1) }
+      : { creator_type: "author", name: String(name) };
+  });
+  // Without the search's passage (a reloaded page) the entry's text is all we have: "Author (Year). Title."
+  const title = p?.title || source.title.replace(/^.*?\(\d{4}|n\.d\.\)\.\s*/, "").replace(/\.$/, "");
+  return { item_type: "journalArticle", title: title.slice(0, 1000), creators, fields, sessionId: app.session.id };
+}
+
+function onlineActions(m) {
+  const online = onlineSources(m);
+  if (!online.length) return null;
+  return h("div", { class: "online-sources", role: "group", "aria-label": "Sources found online" },
+    online.map((s) => h("button", { type: "button", class: "link-button add-to-zotero", data: { n: String(s.n) },
+      text: `Add [${s.n}] to Zotero`, title: `Add “${s.title.slice(0, 120)}” to your library (you confirm it first)`,
+      on: { click: () => proposeFor(m.invocation_id || null, [() => ["add_item", addItemParams(s)]]).catch(showError) } })));
+}
+
 function writeActions(m) {
   const { items } = citedItems(m);
   const actions = h("div", { class: "msg-actions" },
@@ -1080,7 +1125,7 @@ function writeActions(m) {
       on: { click: (e) => askFor(m, "tag", e.currentTarget) } }) : null,
     items.length ? h("button", { type: "button", class: "link-button add-to-collection", text: "Add to collection", "aria-expanded": String(app.asking.get(askKey(m))?.what === "collection"),
       on: { click: (e) => askFor(m, "collection", e.currentTarget) } }) : null);
-  return h("div", { class: "write-actions" }, actions, app.asking.get(askKey(m))?.el);
+  return h("div", { class: "write-actions" }, actions, onlineActions(m), app.asking.get(askKey(m))?.el);
 }
 
 /** Whether a note saved from this answer is in Zotero now (the button says so). */
@@ -1483,6 +1528,10 @@ function buildPrefs(container, { standalone }) {
     h("p", { id: "retention-help", class: "muted", text: "0 or empty: no limit. Chats with a running answer are never deleted." }),
     h("div", { class: "card-actions" }, save), status);
   cleanup.addEventListener("click", () => cleanUp(cleanup, report));
+  const onlineStatus = h("p", { id: "online-status", class: "muted", role: "status" });
+  const onlineMode = h("select", { id: "online-mode", "aria-describedby": "online-help",
+    on: { change: () => saveOnlineMode(onlineMode, onlineStatus) } },
+    [["ask", "Ask me first"], ["on", "When my library has no answer"], ["off", "Never"]].map(([value, text]) => h("option", { value, text })));
   container.replaceChildren(...[
     standalone ? null : h("div", { class: "prefs-head" }, h("button", { type: "button", class: "link-button", id: "prefs-back", text: "← Back to the chat", on: { click: () => togglePrefs(false) } })),
     h("h2", { text: "Chat Sessions & Storage" }),
@@ -1491,6 +1540,10 @@ function buildPrefs(container, { standalone }) {
     h("h3", { text: "Clean up" }),
     h("p", { class: "muted", text: "Deletes empty chats older than a day and chats beyond the limits above, then compacts the database when that frees enough space." }),
     h("div", { class: "card-actions" }, cleanup), report,
+    h("h3", { text: "Beyond your library" }),
+    h("label", { class: "settings-form" }, h("span", { text: "Search OpenAlex, arXiv and Crossref" }), h("span", { class: "field" }, onlineMode)),
+    h("p", { id: "online-help", class: "muted", text: "Only the search terms leave this computer, never your library or your chats." }),
+    onlineStatus,
     h("h3", { text: "About" }),
     h("dl", { class: "figures" }, figure("pref-version", "Daemon version"), figure("pref-model", "Model"), figure("pref-library", "Library"), figure("pref-config", "Settings file")),
   ].filter(Boolean));
@@ -1523,6 +1576,24 @@ function showSettings(answer) {
   }
   setText("pref-config", answer.config_path || "—");
   if (answer.model !== undefined) setText("pref-model", describeModel(answer.model));
+  const online = document.getElementById("online-mode");
+  if (online && s.online?.mode) {
+    online.value = s.online.mode;
+    online.disabled = env.includes("online.mode");
+    online.title = online.disabled ? "set by ZOCRATES_ONLINE__MODE in the daemon's environment" : "";
+  }
+}
+
+async function saveOnlineMode(select, status) {
+  status.className = "muted";
+  status.textContent = "Saving…";
+  try {
+    showSettings(await app.client.updateSettings({ online: { mode: select.value } }));
+    status.textContent = "Saved. Applies now.";
+  } catch (err) {
+    status.className = "error-text";
+    status.textContent = `Not saved: ${describe(err)}`;
+  }
 }
 
 // "31 items, 2 notes, 12 annotations, 30 attachments": `counts` (each Zotero kind once; items are

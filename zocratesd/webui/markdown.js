@@ -18,6 +18,8 @@
 // followed by its host, as text (" (attacker.example)"), here and so in a note saved from it.
 
 const LINK_SCHEMES = new Set(["http:", "https:", "zotero:"]);
+// How an answer marks a source found beyond the library (the daemon's engine/answer/sources.py).
+export const ONLINE_MARK = "Online, not in your library";
 // A source entry: "[n] what it is (uri)"; the uri is what the number's links open.
 const SOURCE_RE = /^\s*\[(\d{1,4})\]\s+(.+?)\s*\(((?:zotero|https?):\/\/[^\s()<>]+)\)\s*$/;
 // A citation group's pieces, between "," or ";": a number, a range "2-4", or the page of the
@@ -226,6 +228,14 @@ class Renderer {
     const div = this.el("div", "source");
     div.dataset.source = String(n);
     div.append(this.el("span", "source-n", `[${n}]`), " ");
+    const online = m[2].indexOf(ONLINE_MARK);
+    if (online > 0 && /^https?:/.test(m[3])) {
+      // A source found beyond the library: its entry links to its DOI, and a badge says where it is from.
+      div.classList.add("online");
+      div.append(this.labelled(this.link(safeUrl(m[3]), m[2].slice(0, online).trim())), " ",
+        this.el("span", "online-badge", m[2].slice(online).replace(/[.;]\s*$/, "")));
+      return div;
+    }
     div.append(this.labelled(this.link(safeUrl(m[3]), m[2])));
     return div;
   }

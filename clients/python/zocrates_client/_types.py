@@ -9,7 +9,7 @@ Every time is epoch seconds (float), as in the UI session object.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypedDict, cast
@@ -218,7 +218,7 @@ class OnlineQuestion:
     question: str
 
     @classmethod
-    def from_request(cls, params: dict[str, Any]) -> OnlineQuestion | None:
+    def from_request(cls, params: Mapping[str, Any]) -> OnlineQuestion | None:
         """The question, or None when the request is about something else (a checkpoint)."""
         meta = params.get("_meta")
         ours = meta.get("zocrates") if isinstance(meta, dict) else None
@@ -230,9 +230,10 @@ class OnlineQuestion:
         return cls(str(params.get("sessionId", "")), str(online.get("terms") or ""), text or str(call.get("title") or ""))
 
     @staticmethod
-    def answer(choice: str | None) -> dict[str, Any]:
-        """`once` (this turn), `always` (online.mode becomes on), `no`; None: no answer (as no)."""
-        if choice not in ("once", "always", "no"):
+    def answer(choice: str | None) -> dict[str, object]:
+        """`once` (this turn), `always` (online.mode becomes on), `no`, `never` (online.mode becomes
+        off); None: no answer (as no)."""
+        if choice not in ("once", "always", "no", "never"):
             return {"outcome": {"outcome": "cancelled"}}
         return {"outcome": {"outcome": "selected", "optionId": choice}}
 

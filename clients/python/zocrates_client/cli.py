@@ -87,7 +87,7 @@ SPINNER: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 CHECKPOINT_PROMPT: Final = "[Enter] search further · [a] answer now · [l] leave it pending · or type what to look for: "
 CHECKPOINT_ONLINE_PROMPT: Final = ("[Enter] search further · [o] search online, then answer · [a] answer now · [l] leave it "
                                    "pending · or type what to look for: ")
-ONLINE_PROMPT: Final = "[y] yes, this question · [A] always · [N] no, my library only: "
+ONLINE_PROMPT: Final = "[y] yes, this question · [a] always · [N] no, my library only · [never]: "
 ON_CHECKPOINT: Final[dict[str, CheckpointAction | None]] = {
     "extend": "extend_budget", "synthesize": "synthesize", "online": "search_online", "leave": None,
 }
@@ -481,14 +481,14 @@ class TurnRunner:
             _err(f"research checkpoint: {escape_for_log(cp.question)} -> {decision[0]}")
         return Checkpoint.answer(*decision) if decision else Checkpoint.answer(None)
 
-    async def _answer_online(self, asked: OnlineQuestion) -> dict[str, Any]:
+    async def _answer_online(self, asked: OnlineQuestion) -> dict[str, object]:
         """Whether this turn may search online: asked on a terminal; a script's turn stays in the
         library (`--online` allows it beforehand), said in one line."""
         choice: str | None = None
         if self.interactive and not self.cancelled.is_set():
             line = await _terminal_answer(asked.question, ONLINE_PROMPT, self.cancelled)
             typed = (line or "").strip().lower()
-            choice = "once" if typed in ("y", "yes") else "always" if typed in ("a", "always") else "no"
+            choice = {"y": "once", "yes": "once", "a": "always", "always": "always", "never": "never"}.get(typed, "no")
         if self.as_json:
             _ndjson({"type": "online_question", "session_id": asked.session_id, "terms": asked.terms,
                      "answer": choice or "no"})

@@ -29,6 +29,9 @@ from zocratesd.rpc.acp import build_methods
 from zocratesd.rpc.agent import ClientCapabilities, connection, prompt_input
 from zocratesd.rpc.peer import MethodTable, Peer
 
+# Online search off: these tests are about other things, and no face here asks about it.
+OFFLINE = {"mode": "off"}
+
 pytestmark = pytest.mark.anyio
 
 Json = dict[str, Any]
@@ -185,7 +188,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     state = tmp_path / "zocrates-data"
     state.mkdir()
     (state / LIBRARY_PASSAGES_FILE).write_text("".join(json.dumps(p) + "\n" for p in PASSAGES), encoding="utf-8")
-    daemon = Daemon(tmp_path, ZocratesConfig(research={"initial_budget": 1}))
+    daemon = Daemon(tmp_path, ZocratesConfig(research={"initial_budget": 1}, online=OFFLINE))
     await daemon.start()
     try:
         async with anyio.create_task_group() as tg:

@@ -33,6 +33,9 @@ from pydantic import BaseModel, ValidationError
 from zocratesd.rpc.models import DAEMON_REQUESTS, METHODS, NOTIFICATIONS
 from zocratesd.rpc.updates import checkpoint_call_id
 
+# Online search off: these tests are about other things, and no face here asks about it.
+OFFLINE = {"mode": "off"}
+
 REPO = Path(__file__).resolve().parents[3]
 README = REPO / "protocol" / "README.md"
 # The JSON-RPC face: the only code that writes to a client's connection (rpc/peer.py, rpc/acp.py).
@@ -99,7 +102,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from zocratesd.core.daemon import Daemon
     from zocratesd.rpc.acp import build_methods
 
-    return build_methods(Daemon(tmp_path_factory.mktemp("served"), ZocratesConfig()))
+    return build_methods(Daemon(tmp_path_factory.mktemp("served"), ZocratesConfig(online=OFFLINE)))
 
 
 def sent_by_code(pattern: str) -> set[str]:
@@ -267,7 +270,7 @@ async def two_clients(tmp_path: Path) -> AsyncIterator[tuple[_Conn, _Conn, Any]]
     from zocratesd.rpc.acp import build_methods
     from zocratesd.rpc.peer import Peer
 
-    daemon = Daemon(tmp_path, ZocratesConfig(research={"initial_budget": 1}))
+    daemon = Daemon(tmp_path, ZocratesConfig(research={"initial_budget": 1}, online=OFFLINE))
     await daemon.start()
     methods = build_methods(daemon)
     ends = [pipe(), pipe()]

@@ -27,6 +27,9 @@ from memstream import MemoryByteStream, pipe
 from zocratesd.rpc import models, schema
 from zocratesd.rpc.models import METHODS, NOTIFICATIONS
 
+# Online search off: these tests are about other things, and no face here asks about it.
+OFFLINE = {"mode": "off"}
+
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA_DIR = REPO / "protocol" / "schema"
 README = REPO / "protocol" / "README.md"
@@ -376,7 +379,7 @@ async def live(tmp_path: Path) -> AsyncIterator[tuple[_Client, Any]]:
     nowhere = f"http://127.0.0.1:{closed}"  # no provider answers: an online search is offline, fast
     daemon = Daemon(tmp_path, ZocratesConfig(
         research={"initial_budget": 1}, library={"local_api_url": nowhere},
-        online={"openalex_url": nowhere, "arxiv_url": nowhere, "crossref_url": nowhere}))
+        online={"mode": "on", "openalex_url": nowhere, "arxiv_url": nowhere, "crossref_url": nowhere}))
     await daemon.start()
     server_end, client_end = pipe()
     peer = Peer(server_end, build_methods(daemon), name="schema-test")
@@ -561,7 +564,7 @@ async def test_library_answers_match_the_schemas_and_models(tmp_path: Path, sche
     from zocratesd.rpc.peer import Peer
 
     write(tmp_path, rich_library())
-    daemon = Daemon(tmp_path, ZocratesConfig(library={"local_api": False}))
+    daemon = Daemon(tmp_path, ZocratesConfig(library={"local_api": False}, online=OFFLINE))
     await daemon.start()
     server_end, client_end = pipe()
     peer = Peer(server_end, build_methods(daemon), name="schema-test")

@@ -22,6 +22,9 @@ from zocratesd.rpc import agent
 from zocratesd.rpc.acp import build_methods
 from zocratesd.rpc.peer import MethodTable, Peer
 
+# Online search off: these tests are about other things, and no face here asks about it.
+OFFLINE = {"mode": "off"}
+
 pytestmark = pytest.mark.anyio
 
 PASSAGES = [Passage("GAOHYDE1", "HyDE", "HyDE writes a hypothetical document and embeds it.", ("Luyu Gao",), 2022)]
@@ -63,7 +66,7 @@ class World:
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
-    daemon = Daemon(tmp_path, ZocratesConfig(), retriever=InMemoryRetriever(PASSAGES))
+    daemon = Daemon(tmp_path, ZocratesConfig(online=OFFLINE), retriever=InMemoryRetriever(PASSAGES))
     await daemon.start()
     try:
         async with anyio.create_task_group() as tg:
@@ -205,7 +208,7 @@ async def test_a_connection_that_stops_reading_is_cut_off_after_the_write_timeou
 
 async def test_close_and_disconnect_end_the_writer_and_a_turn_whose_client_left_is_stored(tmp_path: Path) -> None:
     passages = [*PASSAGES, Passage("LEWIS202", "Retrieval-Augmented Generation", "RAG combines parametric and non-parametric memory.", (), 2020)]
-    daemon = Daemon(tmp_path, ZocratesConfig(research={"initial_budget": 1}), retriever=InMemoryRetriever(passages))
+    daemon = Daemon(tmp_path, ZocratesConfig(research={"initial_budget": 1}, online=OFFLINE), retriever=InMemoryRetriever(passages))
     await daemon.start()
     try:
         async with anyio.create_task_group() as tg:

@@ -17,7 +17,7 @@ Same input, same output: tests and benchmarks can rely on every word.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from google.adk.models.base_llm import BaseLlm
@@ -130,7 +130,7 @@ ONLINE_TIP = ("Beyond your library: I can search OpenAlex, arXiv and Crossref fo
               "(online.mode = on).")
 
 
-def _online_lines(result: dict[str, Any]) -> str:
+def _online_lines(result: Mapping[str, Any]) -> str:
     """What the answer says first of the search beyond the library: what was searched online
     (its sources are marked in the list), or why nothing was found there."""
     research = result.get("research")

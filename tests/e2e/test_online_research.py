@@ -1,0 +1,199 @@
+"""The research loop beyond the library, on the default install (the offline answerer): what the
+library leaves unanswered is searched online as online.mode and the person allow, answered from
+the works' abstracts with their DOI and marked as not in the library; a work the library holds is
+cited as the library's item; under `ask` the editor is asked once (kind `fetch`), the terminal asks,
+a face that cannot ask stays in the library and says how to allow it; a checkpoint offers "search
+online"; no network is one clear line. Against the OpenAlex, arXiv and Crossref stand-ins."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from fake_scholarly import refused_port
+from rawrpc import RawConn
+from test_cli import zocrates
+from test_online import DPR, TARDI, VARROA, online_daemon, services, started
+
+pytestmark = pytest.mark.e2e
+
+__all__ = ["services"]  # the stand-ins' fixture, used here by name
+
+ONLINE_MARK = "Online, not in your library"
+
+
+def prompt_answering(c: RawConn, sid: str, text: str, answer: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """session/prompt as an editor sends it; `answer(params)` gives each session/request_permission's result."""
+    c.send({"jsonrpc": "2.0", "id": 900, "method": "session/prompt",
+            "params": {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}})
+    asked = []
+    while True:
+        msg = c.recv()
+        if msg.get("method") == "session/request_permission":
+            asked.append(msg["params"])
+            c.send({"jsonrpc": "2.0", "id": msg["id"], "result": answer(msg["params"])})
+        elif msg.get("method") == "session/update":
+            c.notifications.append(msg)
+        elif msg.get("id") == 900:
+            return msg, asked
+
+
+def selected(option: str) -> Any:
+    return lambda params: {"outcome": {"outcome": "selected", "optionId": option}}
+
+
+def last_answer(c: RawConn, sid: str) -> str:
+    text: str = c.result("_zocrates/session/get", {"sessionId": sid})["messages"][-1]["text"]
+    return text
+
+
+def sent(services: Any) -> list[Any]:
+    return [r for s in services for r in s.received]
+
+
+def test_with_online_on_what_the_library_cannot_answer_is_answered_from_online_abstracts(
+    daemon_factory: Any, services: Any,
+) -> None:
+    oa, ax, cr = services
+    d = started(online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="on"))
+    out = zocrates(d, "ask", "--new", "How do tardigrades survive desiccation?")
+    assert out.returncode == 0, out
+    assert TARDI.title in out.stdout and f"https://doi.org/{TARDI.doi}" in out.stdout, out.stdout
+    assert ONLINE_MARK in out.stdout and "searched online" in out.stdout, out.stdout
+    assert "intrinsically disordered proteins" in out.stdout  # quoted from the work's abstract
+    # What left the machine: the question's words, nothing of the library.
+    terms = {r.param("search") or r.param("query.bibliographic") or r.param("search_query") for r in sent(services)}
+    words = {w for t in terms for w in (t or "").replace("all:", "").replace(" AND ", " ").split()}
+    assert words == {"tardigrades", "survive", "desiccation"}, terms  # its content words only
+    d.stop()
+
+
+def test_a_work_the_library_holds_is_cited_as_the_library_item_not_twice(daemon_factory: Any, services: Any) -> None:
+    oa, ax, cr = services
+    d = started(online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="on"))
+    with RawConn(d.socket_path) as c:
+        c.result("initialize", {"protocolVersion": 1})
+        sid = c.result("session/new", {"cwd": "/", "mcpServers": []})["sessionId"]
+        reply, asked = prompt_answering(c, sid, "Which encoders are varroa-free?", selected("once"))
+        assert reply["result"]["stopReason"] == "end_turn" and asked == [], (reply, asked)
+        answer = last_answer(c, sid)
+    assert sent(services), "the library leaves this unanswered: it is searched online"
+    # DPR is found online and held by the library (KARPDPR1): cited as the user's item, once.
+    assert "zotero://select/library/items/KARPDPR1" in answer, answer
+    assert f"https://doi.org/{DPR.doi}" not in answer and answer.count(DPR.title) == 1, answer
+    d.stop()
+
+
+@pytest.mark.parametrize("choice", ["once", "no", "always", "never"])
+def test_under_ask_the_editor_is_asked_once_a_turn_and_its_answer_decides(
+    daemon_factory: Any, services: Any, choice: str,
+) -> None:
+    oa, ax, cr = services
+    d = started(online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="ask"))
+    with RawConn(d.socket_path) as c:
+        c.result("initialize", {"protocolVersion": 1, "clientInfo": {"name": "zed", "version": "1"}})
+        sid = c.result("session/new", {"cwd": "/", "mcpServers": []})["sessionId"]
+        question = "How do tardigrades survive desiccation? And how is oxalic acid used against varroa mites?"
+        reply, asked = prompt_answering(c, sid, question, selected(choice))
+        assert reply["result"]["stopReason"] == "end_turn", reply
+        assert len(asked) == 1, asked  # once a turn, however many parts go online
+        call = asked[0]["toolCall"]
+        assert call["kind"] == "fetch" and "tardigrades" in call["title"], call
+        assert "Only these search terms leave this machine" in call["content"][0]["content"]["text"]
+        assert {o["kind"] for o in asked[0]["options"]} == {"allow_once", "allow_always", "reject_once", "reject_always"}
+        answer = last_answer(c, sid)
+        config = json.loads((d.state_dir / "zocrates_config.json").read_text())
+        if choice in ("no", "never"):
+            assert sent(services) == [] and TARDI.title not in answer, answer  # nothing left the machine
+            assert config["online"]["mode"] == ("off" if choice == "never" else "ask")
+            assert "zocrates ask --online" not in answer  # they were asked: no advice on how to allow it
+        else:
+            assert TARDI.title in answer and ONLINE_MARK in answer, answer
+            assert config["online"]["mode"] == ("on" if choice == "always" else "ask")
+        if choice == "never":  # remembered: the next turn neither asks nor sends
+            _, again = prompt_answering(c, sid, "What do tardigrade proteins do when they dry?", selected("once"))
+            assert again == [] and sent(services) == []
+        if choice == "always":  # remembered: the next turn goes online without asking
+            before = len(sent(services))
+            _, again = prompt_answering(c, sid, "What do tardigrade proteins do when they dry?", selected("no"))
+            assert again == [] and len(sent(services)) > before
+    d.stop()
+
+
+def test_under_ask_a_face_that_cannot_ask_stays_in_the_library_and_says_how(daemon_factory: Any, services: Any) -> None:
+    oa, ax, cr = services
+    d = started(online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="ask"))
+    out = zocrates(d, "ask", "--new", "How do tardigrades survive desiccation?")  # stdin is not a terminal
+    assert out.returncode == 0, out
+    assert sent(services) == [] and TARDI.title not in out.stdout, out
+    assert "zocrates ask --online" in out.stdout and "online.mode is ask" in out.stderr, out
+    out = zocrates(d, "ask", "--new", "--online", "How do tardigrades survive desiccation?")
+    assert out.returncode == 0 and TARDI.title in out.stdout, out
+    d.stop()
+
+
+def test_a_checkpoint_offers_search_online_and_choosing_it_searches_what_is_left(daemon_factory: Any, services: Any) -> None:
+    oa, ax, cr = services
+    d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="ask")
+    config = json.loads((d.state_dir / "zocrates_config.json").read_text())
+    (d.state_dir / "zocrates_config.json").write_text(json.dumps({**config, "research": {"initial_budget": 1}}))
+    started(d)
+    question = "What does dense passage retrieval do? How do tardigrades survive desiccation?"
+    with RawConn(d.socket_path) as c:
+        c.result("initialize", {"protocolVersion": 1})
+        sid = c.result("session/new", {"cwd": "/", "mcpServers": []})["sessionId"]
+        reply, asked = prompt_answering(c, sid, question, selected("search_online"))
+        assert reply["result"]["stopReason"] == "end_turn", reply
+        assert len(asked) == 1, asked  # the checkpoint; choosing online there is the consent for it
+        assert "search_online" in [o["optionId"] for o in asked[0]["options"]]
+        assert "search_online" in asked[0]["toolCall"]["rawInput"]["actions"]
+        assert "search online" in asked[0]["toolCall"]["title"]
+        answer = last_answer(c, sid)
+    assert TARDI.title in answer and ONLINE_MARK in answer, answer
+    assert "zotero://select/library/items/KARPDPR1" in answer  # the part the library answers, from the library
+    d.stop()
+
+
+def test_resuming_with_search_online_is_refused_when_online_search_is_off(daemon_factory: Any, services: Any) -> None:
+    oa, ax, cr = services
+    d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="off")
+    config = json.loads((d.state_dir / "zocrates_config.json").read_text())
+    (d.state_dir / "zocrates_config.json").write_text(json.dumps({**config, "research": {"initial_budget": 1}}))
+    started(d)
+    with RawConn(d.socket_path) as c:
+        c.result("initialize", {"protocolVersion": 1})
+        sid = c.result("session/new", {"cwd": "/", "mcpServers": []})["sessionId"]
+        reply, asked = prompt_answering(c, sid, "What does dense passage retrieval do? How do tardigrades survive "
+                                        "desiccation?", lambda params: {"outcome": {"outcome": "cancelled"}})
+        assert [o["optionId"] for o in asked[0]["options"]] == ["extend", "synthesize"]  # not offered
+        hitl = reply["result"]["_meta"]["zocrates"]["pendingHitl"]
+        error = c.call("_zocrates/chat/resume", {"sessionId": sid, "invocationId": hitl["invocation_id"],
+                                                 "interruptId": hitl["interrupt_id"], "response": {"action": "search_online"}})
+        assert error["error"]["data"]["kind"] == "online_off" and "online.mode" in error["error"]["data"]["message"], error
+        assert c.result("_zocrates/session/get", {"sessionId": sid})["pending_hitl"] is not None  # nothing lost
+    assert sent(services) == []
+    d.stop()
+
+
+def test_with_no_network_the_answer_says_so_at_once_and_answers_from_the_library(daemon_factory: Any) -> None:
+    with refused_port() as a, refused_port() as b, refused_port() as r:
+        urls = tuple(f"http://127.0.0.1:{p}" for p in (a, b, r))
+        d = started(online_daemon(daemon_factory, urls, mode="on"))  # type: ignore[arg-type]
+        t0 = time.monotonic()
+        out = zocrates(d, "ask", "--new", "How do tardigrades survive desiccation?")
+        took = time.monotonic() - t0
+        assert out.returncode == 0, out
+        assert "offline: no provider could be reached; searched your library only" in out.stdout.lower(), out.stdout
+        assert took < 30, took  # generous: a refused connection is answered at once, never a long hang
+        d.stop()
+
+
+def test_a_question_the_library_answers_stays_in_the_library(daemon_factory: Any, services: Any) -> None:
+    oa, ax, cr = services
+    d = started(online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="on"))
+    out = zocrates(d, "ask", "--new", "Do beekeepers treat varroa mites with oxalic acid?")
+    assert out.returncode == 0 and "BEEKEEP1" in out.stdout, out
+    assert sent(services) == [] and VARROA.title not in out.stdout  # answered by the library: nothing sent
+    d.stop()
