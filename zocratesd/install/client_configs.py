@@ -1,0 +1,317 @@
+"""The MCP and ACP clients' config files: where each keeps it, our entry, and a merge that keeps theirs.
+
+| client | file | entry |
+|---|---|---|
+| Claude Desktop | `~/.config/Claude/claude_desktop_config.json` (macOS: `~/Library/Application Support/Claude/`) | `mcpServers.zocrates` |
+| Cursor | `~/.cursor/mcp.json` | `mcpServers.zocrates` |
+| Zed | `~/.config/zed/settings.json` (`$XDG_CONFIG_HOME/zed/` on Linux) | `agent_servers.Zocrates` (ACP: `zocratesd stdio`) |
+| Gemini CLI | `~/.gemini/settings.json` | `mcpServers.zocrates` |
+
+A client is offered only when its config directory exists (the app was installed or run).
+
+The merge changes our one entry and nothing else. A plain JSON file is parsed and written back with
+every other key as it was. Zed's and Gemini's files may hold comments (JSON with comments): a
+rewrite through a JSON parser would drop them, so our entry is inserted as text instead, right after
+the opening brace of the object that holds it; where that cannot be done safely (our entry is
+already there but differs), the user is told what to paste. Before any write, the file is copied
+beside itself (`<name>.zocrates-backup-<time>`); the write is atomic and keeps the file's mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+MCP_KEY: Final = "mcpServers"
+MCP_NAME: Final = "zocrates"
+ZED_KEY: Final = "agent_servers"
+ZED_NAME: Final = "Zocrates"
+BACKUP_INFIX: Final = ".zocrates-backup-"
+# Client config files are a few KB; one far larger is not a config file we should rewrite.
+MAX_CONFIG_BYTES: Final = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Client:
+    name: str
+    path: Path
+    key: str  # the top-level object that holds the servers
+    entry_name: str
+    face: Literal["mcp", "stdio"]  # the zocratesd subcommand the client runs
+
+    def present(self) -> bool:
+        return self.path.parent.is_dir()
+
+    def entry(self, command: str, data_dir: Path) -> dict[str, Any]:
+        args = [self.face, "--zotero-data-dir", str(data_dir)]
+        if self.face == "stdio":
+            return {"type": "custom", "command": command, "args": args}
+        return {"command": command, "args": args}
+
+
+def known_clients(home: Path, environ: Mapping[str, str] | None = None, platform: str | None = None) -> list[Client]:
+    env = os.environ if environ is None else environ
+    platform = platform or sys.platform
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    config = Path(xdg) if os.path.isabs(xdg) else home / ".config"
+    if platform == "darwin":
+        claude = home / "Library" / "Application Support" / "Claude"
+        zed = home / ".config" / "zed"
+    else:
+        claude = config / "Claude"
+        zed = config / "zed"
+    return [
+        Client("Claude Desktop", claude / "claude_desktop_config.json", MCP_KEY, MCP_NAME, "mcp"),
+        Client("Cursor", home / ".cursor" / "mcp.json", MCP_KEY, MCP_NAME, "mcp"),
+        Client("Zed", zed / "settings.json", ZED_KEY, ZED_NAME, "stdio"),
+        Client("Gemini CLI", home / ".gemini" / "settings.json", MCP_KEY, MCP_NAME, "mcp"),
+    ]
+
+
+def zocratesd_command() -> str | None:
+    """The absolute path of the `zocratesd` command of this installation (clients start servers with
+    a short PATH, so a bare name may not be found)."""
+    beside = Path(sys.executable).parent / "zocratesd"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("zocratesd")
+    return str(Path(found).absolute()) if found else None
+
+
+# --- JSON with comments ---------------------------------------------------------------------------
+
+
+class ConfigError(Exception):
+    """A config file that cannot be merged into; the message says what to do."""
+
+
+def _scan(text: str) -> tuple[str, list[tuple[int, str]], bool]:
+    """`text` without comments and trailing commas (for json.loads), the significant characters
+    outside strings with their offsets in `text` (for finding where to insert), and whether there
+    was anything of the kind (a file a JSON rewrite would change beyond our entry)."""
+    jsonc = False
+    out: list[str] = []
+    marks: list[tuple[int, str]] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            marks.append((i, '"'))
+            i = j + 1
+        elif text.startswith("//", i):
+            jsonc = True
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif text.startswith("/*", i):
+            jsonc = True
+            end = text.find("*/", i + 2)
+            if end < 0:
+                raise ConfigError("a /* comment is never closed")
+            i = end + 2
+        else:
+            if not c.isspace():
+                marks.append((i, c))
+            out.append(c)
+            i += 1
+    # Trailing commas (`, }`, `, ]`) are allowed in JSON with comments, not in JSON.
+    plain = "".join(out)
+    cleaned: list[str] = []
+    k = 0
+    while k < len(plain):
+        ch = plain[k]
+        if ch == '"':
+            j = k + 1
+            while j < len(plain) and plain[j] != '"':
+                j += 2 if plain[j] == "\\" else 1
+            cleaned.append(plain[k : j + 1])
+            k = j + 1
+            continue
+        if ch == ",":
+            rest = plain[k + 1 :].lstrip()
+            if rest[:1] in ("}", "]"):
+                jsonc = True
+                k += 1
+                continue
+        cleaned.append(ch)
+        k += 1
+    return "".join(cleaned), marks, jsonc
+
+
+def _has_comments(text: str) -> bool:
+    return _scan(text)[2]
+
+
+def parse_config(text: str) -> dict[str, Any]:
+    """A config file's object (JSON, or JSON with comments); ConfigError when it is not one."""
+    if not text.strip():
+        return {}
+    plain, _, _ = _scan(text)
+    try:
+        value = json.loads(plain)
+    except ValueError as exc:
+        raise ConfigError(f"it is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ConfigError("it does not hold a JSON object")
+    return value
+
+
+def _insert_point(text: str, key: str) -> tuple[int, bool] | None:
+    """Where to insert a member into the top-level object's `key` object (or into the top-level
+    object when `key` is absent): (offset just after its `{`, whether that object is empty)."""
+    _, marks, _ = _scan(text)
+    if not marks or marks[0][1] != "{":
+        return None
+    depth = 0
+    top_brace = marks[0][0]
+    for idx, (pos, ch) in enumerate(marks):
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        elif ch == '"' and depth == 1 and idx + 2 < len(marks) and marks[idx + 1][1] == ":":
+            end = pos + 1
+            while text[end] != '"':
+                end += 2 if text[end] == "\\" else 1
+            if json.loads(text[pos : end + 1]) == key:
+                value_pos, value_ch = marks[idx + 2]
+                if value_ch != "{":
+                    return None
+                return value_pos + 1, idx + 3 < len(marks) and marks[idx + 3][1] == "}"
+    empty = len(marks) > 1 and marks[1][1] == "}"
+    return top_brace + 1, empty
+
+
+# --- the plan for one client ---------------------------------------------------------------------
+
+Action = Literal["create", "add", "update", "unchanged", "manual", "broken"]
+
+
+@dataclass(frozen=True)
+class ConfigPlan:
+    client: Client
+    action: Action
+    entry: dict[str, Any]
+    new_text: str | None  # the whole file as it will be written (None: nothing to write)
+    current: Any = None  # our entry as it is now, if any
+    problem: str | None = None
+
+    def entry_json(self) -> str:
+        return json.dumps({self.client.key: {self.client.entry_name: self.entry}}, indent=2)
+
+
+def plan(client: Client, command: str, data_dir: Path) -> ConfigPlan:
+    """What merging our entry into `client`'s config file would do."""
+    entry = client.entry(command, data_dir)
+    try:
+        with client.path.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        text = json.dumps({client.key: {client.entry_name: entry}}, indent=2) + "\n"
+        return ConfigPlan(client, "create", entry, text)
+    except OSError as exc:
+        return ConfigPlan(client, "broken", entry, None, problem=f"cannot read it ({exc.strerror})")
+    if len(raw) > MAX_CONFIG_BYTES:
+        return ConfigPlan(client, "broken", entry, None, problem=f"it is larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+        config = parse_config(text)
+    except (UnicodeDecodeError, ConfigError) as exc:
+        return ConfigPlan(client, "broken", entry, None, problem=str(exc))
+    servers = config.get(client.key, {})
+    if not isinstance(servers, dict):
+        return ConfigPlan(client, "broken", entry, None, problem=f"its {client.key!r} is not an object")
+    current = servers.get(client.entry_name)
+    if current == entry:
+        return ConfigPlan(client, "unchanged", entry, None, current)
+    action: Action = "update" if current is not None else "add"
+    if not _has_comments(text):
+        merged = dict(config)
+        merged[client.key] = {**servers, client.entry_name: entry}
+        return ConfigPlan(client, action, entry, json.dumps(merged, indent=2) + "\n", current)
+    point = _insert_point(text, client.key) if current is None else None
+    if point is None:
+        return ConfigPlan(client, "manual", entry, None, current,
+                          problem="it holds comments, which a rewrite would lose; add the entry below yourself")
+    offset, empty = point
+    if client.key in config:
+        member = json.dumps(client.entry_name) + ": " + json.dumps(entry)
+    else:
+        member = json.dumps(client.key) + ": " + json.dumps({client.entry_name: entry})
+    insertion = f"\n  {member}" + ("" if empty else ",")
+    return ConfigPlan(client, action, entry, text[:offset] + insertion + text[offset:], current)
+
+
+def apply(p: ConfigPlan, now: float | None = None) -> Path | None:
+    """Write the plan (a backup of an existing file first); the backup's path, if one was made."""
+    if p.new_text is None:
+        return None
+    path = p.client.path
+    backup = None
+    mode = 0o600
+    if path.exists():
+        mode = path.stat().st_mode & 0o777
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+        backup = path.with_name(f"{path.name}{BACKUP_INFIX}{stamp}")
+        n = 1
+        while backup.exists():
+            n += 1
+            backup = path.with_name(f"{path.name}{BACKUP_INFIX}{stamp}-{n}")
+        shutil.copy2(path, backup)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(p.new_text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return backup
+
+
+@dataclass(frozen=True)
+class ConfiguredEntry:
+    """Our entry as a client's file holds it (for doctor)."""
+
+    client: Client
+    command: str | None
+    args: list[str]
+    problem: str | None = None
+
+
+def read_entry(client: Client) -> ConfiguredEntry | None:
+    """Our entry in `client`'s config file; None when the file or the entry is not there."""
+    try:
+        text = client.path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return ConfiguredEntry(client, None, [], problem=f"cannot read {client.path} ({exc})")
+    try:
+        config = parse_config(text)
+    except ConfigError as exc:
+        return ConfiguredEntry(client, None, [], problem=f"{client.path}: {exc}")
+    servers = config.get(client.key)
+    entry = servers.get(client.entry_name) if isinstance(servers, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    command = entry.get("command")
+    args = entry.get("args")
+    return ConfiguredEntry(
+        client, command if isinstance(command, str) else None, [str(a) for a in args] if isinstance(args, list) else []
+    )
