@@ -303,6 +303,13 @@ def context(home: Path, flag: str | None, environ: Mapping[str, str] | None = No
     return Context(home=home, data_dir=choice.path, data_dir_source=choice.source, profile=choice.profile, environ=env)
 
 
+def daemon_context(data_dir: Path) -> Context:
+    """The checks as the daemon serving `data_dir` runs them for the plugin's pane (its own HOME)."""
+    home = Path.home()
+    return Context(home=home, data_dir=data_dir, data_dir_source="the running zocratesd",
+                   profile=zotero_profile.default_profile(home), environ=dict(os.environ))
+
+
 def run(ctx: Context) -> Report:
     live, status = _daemon(ctx)
     checks = [

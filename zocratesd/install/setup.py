@@ -85,7 +85,7 @@ def run(opts: Options, out: IO[str] | None = None, ask: Ask | None = None) -> in
     made = doctor.check_schema(ctx)
     print(f"Zotero: {made.summary}" + (f"; {made.fix}" if made.fix else ""), file=out)
     if made.status == "fail":
-        raise SetupError(made.fix or made.summary)
+        raise SetupError(f"{made.summary}; {made.fix}")
 
     _service(ctx, opts, confirm, out)
     _plugin(ctx, opts, out)
