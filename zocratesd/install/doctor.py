@@ -25,7 +25,7 @@ import secrets
 import sqlite3
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -35,10 +35,13 @@ from zocratesd import __version__, config, locations
 from zocratesd.install import client_configs, plugin, zotero_profile
 from zocratesd.library import zotero_db
 from zocratesd.logtext import escape_for_log, redact_url
-from zocratesd.rpc import library_status
 from zocratesd.service_manager import installer
 
 Status = Literal["ok", "fail", "skip"]
+# How the checks get a daemon's library status (`_zocrates/library/status`): given by the face that
+# runs them (the CLI asks the socket, rpc/library_status.py `fetch`; the daemon's shim has its own
+# status at hand), so this core module imports no face. Raises OSError or ValueError.
+StatusFetch = Callable[[str, float], dict[str, Any]]
 
 # Each network look (the shim, the model's endpoint) answers within this on a healthy machine; a
 # longer wait is itself the finding.
@@ -132,12 +135,12 @@ def check_schema(ctx: Context) -> Check:
     return Check("Zotero version", "ok", f"{made_by} (userdata schema {version}){ran}")
 
 
-def _daemon(ctx: Context) -> tuple[locations.DaemonInfo | None, dict[str, Any] | str | None]:
+def _daemon(ctx: Context, fetch: StatusFetch) -> tuple[locations.DaemonInfo | None, dict[str, Any] | str | None]:
     live = locations.live_daemon(ctx.data_dir)
     if live is None:
         return None, None
     try:
-        return live, library_status.fetch(live.socket, timeout=PROBE_TIMEOUT_S)
+        return live, fetch(live.socket, PROBE_TIMEOUT_S)
     except (OSError, ValueError) as exc:
         return live, f"it did not answer on {live.socket} ({exc})"
 
@@ -164,7 +167,10 @@ def check_daemon(ctx: Context, live: locations.DaemonInfo | None, status: dict[s
 def check_index(status: dict[str, Any] | str | None) -> Check:
     if not isinstance(status, dict):
         return Check("library index", "skip", "no daemon to ask")
-    line = library_status.headline(status)
+    # The daemon's own words for its state (the line it logs), else the state and its message.
+    summary, message = status.get("summary"), status.get("message")
+    words = summary if isinstance(summary, str) and summary.strip() else f"{status.get('state')}" + (f": {message}" if message else "")
+    line = escape_for_log(" ".join(str(words).split()))
     state = status.get("state")
     if state in ("ready", "indexing", "starting"):
         return Check("library index", "ok", line)
@@ -310,8 +316,8 @@ def daemon_context(data_dir: Path) -> Context:
                    profile=zotero_profile.default_profile(home), environ=dict(os.environ))
 
 
-def run(ctx: Context) -> Report:
-    live, status = _daemon(ctx)
+def run(ctx: Context, fetch_status: StatusFetch) -> Report:
+    live, status = _daemon(ctx, fetch_status)
     checks = [
         check_data_dir(ctx),
         check_schema(ctx),

@@ -201,8 +201,10 @@ async def doctor_report(request: Request) -> Response:
     # The checks block (files, a socket, HTTP to this very shim): a worker thread, while the loop
     # answers them. Imported on first use: no reply of the start-up path needs it.
     doctor = deferred.load("zocratesd.install.doctor")
-    ctx = doctor.daemon_context(shim_of(request).daemon.data_dir)
-    report = await anyio.to_thread.run_sync(doctor.run, ctx)
+    daemon = shim_of(request).daemon
+    ctx = doctor.daemon_context(daemon.data_dir)
+    status = daemon.library_status(refresh=False)  # this daemon's own, read here on its loop
+    report = await anyio.to_thread.run_sync(doctor.run, ctx, lambda _socket, _timeout: status)
     return success(report=report.as_dict())
 
 
