@@ -18,11 +18,14 @@ import sqlite3
 import subprocess
 import sys
 import sysconfig
+import threading
+import urllib.error
 import urllib.request
 import venv
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -334,6 +337,13 @@ def test_doctor_passes_on_a_healthy_set_up_and_names_each_broken_piece(installed
     # The service stopped.
     code, checks, _ = doctor(installed, m, env={**m.env, "FAKE_IS_ACTIVE": "inactive"})
     assert code == 1 and checks["service"]["summary"] == "installed but not active (inactive)"
+    # The service installed for another data dir.
+    unit = m.home / ".config" / "systemd" / "user" / "zocratesd.service"
+    kept = unit.read_text()
+    unit.write_text(kept.replace(str(m.data_dir), str(m.root / "another")))
+    code, checks, _ = doctor(installed, m)
+    assert code == 1 and checks["service"]["summary"] == f"{unit} is installed for another data dir, socket or Python than this zocratesd's"
+    unit.write_text(kept)
     # A stale plugin.
     m.set_plugin("0.0.9")
     code, checks, _ = doctor(installed, m)
@@ -350,6 +360,56 @@ def test_doctor_passes_on_a_healthy_set_up_and_names_each_broken_piece(installed
     code, checks, _ = doctor(installed, m)
     assert code == 1 and checks["client Cursor"]["summary"] == "its entry runs /opt/gone/bin/zocratesd, which does not exist"
     assert checks["client Claude Desktop"]["status"] == "ok"
+
+
+class OpenAIModels:
+    """`GET /v1/models` as OpenAI answers it: the list with the right key, 401 without."""
+
+    def __init__(self, key: str) -> None:
+        key_ = key
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                ok = self.path == "/v1/models" and self.headers.get("Authorization") == f"Bearer {key_}"
+                body = json.dumps({"object": "list", "data": [{"id": "gpt-test", "object": "model"}]} if ok else
+                                  {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}})
+                self.send_response(200 if ok else 401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_doctor_checks_the_model_endpoint_and_never_prints_the_key(installed: Installed, machine: Machine) -> None:
+    m = machine
+    api = OpenAIModels("sk-right-key-123")
+    try:
+        state = m.data_dir / "zocrates-data"
+        state.mkdir(exist_ok=True)
+        (state / "zocrates_config.json").write_text(json.dumps(
+            {"model": {"provider": "openai", "name": "gpt-test", "base_url": api.base_url, "api_key_env": "TEST_MODEL_KEY"}}))
+        _, checks, out = doctor(installed, m, env={**m.env, "TEST_MODEL_KEY": "sk-right-key-123"})
+        assert checks["model"]["status"] == "ok" and checks["model"]["summary"] == f"openai gpt-test at {api.base_url} answers (HTTP 200)"
+        _, checks, out = doctor(installed, m, env={**m.env, "TEST_MODEL_KEY": "sk-wrong-key-456"})
+        assert checks["model"]["status"] == "fail"
+        assert checks["model"]["summary"] == f"{api.base_url} refused the key ($TEST_MODEL_KEY, HTTP 401)"
+        assert "sk-wrong" not in out
+    finally:
+        api.close()
+    _, checks, _ = doctor(installed, m, env={**m.env, "TEST_MODEL_KEY": "sk-right-key-123"})
+    assert checks["model"]["status"] == "fail" and "cannot be reached" in checks["model"]["summary"]
 
 
 def test_doctor_on_a_data_dir_without_zotero_sqlite_and_on_an_unsupported_schema(installed: Installed, machine: Machine) -> None:

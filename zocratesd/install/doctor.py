@@ -216,14 +216,18 @@ def check_service(ctx: Context) -> Check:
         files = manager.files()
     except installer.ServiceError as exc:
         return Check("service", "fail", str(exc))
-    states = {p: installer.file_state(p, "") for p in files}
+    states = {p: installer.file_state(p, content) for p, content in files.items()}
     missing = [p for p, s in states.items() if s == "new"]
     foreign = [p for p, s in states.items() if s == "foreign"]
+    changed = [p for p, s in states.items() if s == "changed"]
     if foreign:
         return Check("service", "fail", f"{foreign[0]} is not zocratesd's", "move it away, then `zocratesd service install`")
     if missing:
         return Check("service", "fail", f"not installed ({missing[0]} is missing)",
                      "`zocratesd service install` starts zocratesd whenever Zotero or a client asks for it")
+    if changed:
+        return Check("service", "fail", f"{changed[0]} is installed for another data dir, socket or Python than this zocratesd's",
+                     "`zocratesd service install` updates it")
     if manager.platform == "systemd":
         done = manager.query("--user", "is-active", installer.SOCKET_UNIT)
     else:
