@@ -23,12 +23,13 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
+
+from zocratesd.install import files
 
 MCP_KEY: Final = "mcpServers"
 MCP_NAME: Final = "zocrates"
@@ -269,18 +270,7 @@ def apply(p: ConfigPlan, now: float | None = None) -> Path | None:
             n += 1
             backup = path.with_name(f"{path.name}{BACKUP_INFIX}{stamp}-{n}")
         shutil.copy2(path, backup)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(p.new_text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    files.write_atomically(path, p.new_text.encode("utf-8"), mode)
     return backup
 
 

@@ -257,7 +257,7 @@ def check_plugin(ctx: Context) -> Check:
         return Check("Zotero plugin", "fail", f"version {addon.version} is installed, this zocratesd is {__version__}", get_it)
     if not addon.active:
         return Check("Zotero plugin", "fail", f"{addon.version} is installed but disabled",
-                     "enable it in Zotero: Tools → Plugins (Zotero 7: Add-ons)")
+                     "enable it in Zotero: Tools → Plugins")
     return Check("Zotero plugin", "ok", f"{addon.version} installed and enabled in {ctx.profile.path}")
 
 

@@ -9,7 +9,6 @@ Entries carry a fixed timestamp, so the same files give the same archive.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -19,16 +18,16 @@ from pathlib import Path
 from typing import Final
 
 from zocratesd import __version__
+from zocratesd.install import files
 
 CONTENTS_FILE: Final = "xpi-contents.json"
 MANIFEST: Final = "manifest.json"
 # The zip epoch (1980-01-01 00:00), as build.mjs writes: reproducible archives.
 ZIP_EPOCH: Final = (1980, 1, 1, 0, 0, 0)
-# Zotero 7 calls it "Add-ons" and "Install Add-on From File…"; 8 and later "Plugins".
-INSTALL_CLICKS: Final = (
-    "In Zotero: Tools → Plugins (Zotero 7: Tools → Add-ons), then the gear icon → "
-    "Install Plugin From File… (Zotero 7: Install Add-on From File…), and choose {path}"
-)
+# Readable like any download: Zotero reads it once, as the user.
+XPI_MODE: Final = 0o644
+# Zotero's words since 7 (6 said "Add-ons"; the plugin needs 7 or later).
+INSTALL_CLICKS: Final = "In Zotero: Tools → Plugins, then the gear icon → Install Plugin From File…, and choose {path}"
 
 
 class PluginError(Exception):
@@ -121,17 +120,7 @@ def write_xpi(out: Path) -> Path:
     out = out.expanduser()
     if out.is_dir():
         out = out / default_xpi_name()
-    data = build_xpi()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    files.write_atomically(out, build_xpi(), XPI_MODE)
     return out.absolute()
 
 

@@ -98,12 +98,17 @@ def run(opts: Options, out: IO[str] | None = None, ask: Ask | None = None) -> in
     return 0
 
 
-def _service(ctx: doctor.Context, opts: Options, confirm: Callable[[str], bool], out: IO[str]) -> None:
+def _already(title: str, current: doctor.Check, out: IO[str]) -> bool:
+    """Start a step's section; True when doctor finds the step done already (said so)."""
     print("", file=out)
-    print("== The service: zocratesd starts when Zotero or a client first asks for it", file=out)
-    current = doctor.check_service(ctx)
+    print(f"== {title}", file=out)
     if current.status == "ok":
         print(f"already {current.summary}", file=out)
+    return current.status == "ok"
+
+
+def _service(ctx: doctor.Context, opts: Options, confirm: Callable[[str], bool], out: IO[str]) -> None:
+    if _already("The service: zocratesd starts when Zotero or a client first asks for it", doctor.check_service(ctx), out):
         return
     if not confirm(f"Install zocratesd as a service for {ctx.data_dir}?"):
         print("skipped: `zocratesd service install` does it later", file=out)
@@ -116,11 +121,7 @@ def _service(ctx: doctor.Context, opts: Options, confirm: Callable[[str], bool],
 
 
 def _plugin(ctx: doctor.Context, opts: Options, out: IO[str]) -> None:
-    print("", file=out)
-    print("== The Zotero plugin (the chat pane in Zotero)", file=out)
-    current = doctor.check_plugin(ctx)
-    if current.status == "ok":
-        print(f"already {current.summary}", file=out)
+    if _already("The Zotero plugin (the chat pane in Zotero)", doctor.check_plugin(ctx), out):
         return
     target = opts.plugin_out or default_plugin_dir(ctx.home)
     path = target / plugin.default_xpi_name() if target.is_dir() else target
