@@ -231,8 +231,10 @@ def test_setup_dry_run_changes_nothing_and_yes_sets_up_every_piece(installed: In
     assert "Zotero 9 (userdata schema 125); Zotero 9.0.6 last ran the profile" in out
     assert f"# would write {m.home}/.config/systemd/user/zocratesd.socket" in out
     assert f"would write the plugin to {xpi_dir}/zocrates-" in out
-    # Each client's file is shown in full as it would be written.
-    assert '"other": {\n      "command": "/opt/other/server"' in out
+    # Each client's file is shown in full as it would be written: theirs as it was (its layout too), ours added.
+    claude_lines = before[m.claude].decode().splitlines()
+    shown = out.split(f"Claude Desktop: would add zocrates to {m.claude}; the file would read, in full:\n")[1].splitlines()
+    assert [line for line in shown[: len(claude_lines) + 1] if '"zocrates"' not in line] == claude_lines
     assert f'"command": "{installed.zocratesd}"' in out
     assert "Zed" not in out.split("== Assistants")[1]
     assert {p: p.read_bytes() for p in before} == before
@@ -431,3 +433,45 @@ def test_doctor_on_a_data_dir_without_zotero_sqlite_and_on_an_unsupported_schema
     done = run(installed, m.env, "setup", "--yes", "--zotero-data-dir", str(old))
     assert done.returncode == 1 and "older than Zotero 7" in done.stderr
     assert "zocrates" not in m.claude.read_text()
+
+
+ZED_SETTINGS = """// Zed settings
+//
+// For information on how to configure Zed, see the Zed documentation: https://zed.dev/docs/configuring-zed
+{
+  "theme": "One Dark", /* a block comment */
+  "languages": { "Python": { "formatter": { "external": { "command": "ruff", "arguments": ["format", "-"] } } } },
+  "agent_servers": {
+    "Gemini": { "command": "gemini", "args": ["--experimental-acp"] }, // theirs
+  },
+}
+"""
+
+
+def test_setup_merges_into_a_zed_settings_file_with_comments_and_leaves_a_broken_file_alone(installed: Installed, machine: Machine) -> None:
+    m = machine
+    zed = m.home / ".config" / "zed" / "settings.json"
+    zed.parent.mkdir(parents=True)
+    zed.write_text(ZED_SETTINGS)
+    m.cursor.write_text('{"mcpServers": {"mine": {"command": "x"}')  # cut short: not JSON
+    done = run(installed, m.env, "setup", "--yes", "--plugin-out", str(m.root))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Cursor: {m.cursor} is left alone: it is not valid JSON" in done.stdout
+    assert m.cursor.read_text() == '{"mcpServers": {"mine": {"command": "x"}'
+    text = zed.read_text()
+    # Every line of theirs is still there, comments included; ours is one more member.
+    assert [line for line in text.splitlines() if "Zocrates" not in line] == ZED_SETTINGS.splitlines()
+    from zocratesd.install.client_configs import parse_config
+
+    ours = {"type": "custom", "command": str(installed.zocratesd), "args": ["stdio", "--zotero-data-dir", str(m.data_dir)]}
+    assert parse_config(text)["agent_servers"] == {"Zocrates": ours, "Gemini": {"command": "gemini", "args": ["--experimental-acp"]}}
+    (backup,) = zed.parent.glob("settings.json.zocrates-backup-*")
+    assert backup.read_text() == ZED_SETTINGS
+
+    # Our entry there but different (an older install), in a file with comments: replaced in place.
+    old = text.replace(str(installed.zocratesd), "/opt/old/zocratesd")
+    zed.write_text(old)
+    again = run(installed, m.env, "setup", "--yes", "--plugin-out", str(m.root))
+    assert f"Zed: would update the zocrates entry in {zed}" in again.stdout
+    assert zed.read_text() == text
+    assert len(list(zed.parent.glob("settings.json.zocrates-backup-*"))) == 2

@@ -11,9 +11,10 @@ A client is offered only when its config directory exists (the app was installed
 
 The merge changes our one entry and nothing else. A plain JSON file is parsed and written back with
 every other key as it was. Zed's and Gemini's files may hold comments (JSON with comments): a
-rewrite through a JSON parser would drop them, so our entry is inserted as text instead, right after
-the opening brace of the object that holds it; where that cannot be done safely (our entry is
-already there but differs), the user is told what to paste. Before any write, the file is copied
+rewrite through a JSON parser would drop them, so there our entry is edited as text instead (its
+value replaced, or the member inserted right after the opening brace of the object that holds it),
+every other character left as it was; a file whose shape does not allow that (a top level that is
+not an object) is left alone, and the user is shown what to paste. Before any write, the file is copied
 beside itself (`<name>.zocrates-backup-<time>`); the write is atomic and keeps the file's mode.
 """
 
@@ -168,30 +169,76 @@ def parse_config(text: str) -> dict[str, Any]:
     return value
 
 
-def _insert_point(text: str, key: str) -> tuple[int, bool] | None:
-    """Where to insert a member into the top-level object's `key` object (or into the top-level
-    object when `key` is absent): (offset just after its `{`, whether that object is empty)."""
-    _, marks, _ = _scan(text)
-    if not marks or marks[0][1] != "{":
-        return None
+Marks = list[tuple[int, str]]
+
+
+def _member(text: str, marks: Marks, open_idx: int, name: str) -> int | None:
+    """The index (in `marks`) of the value of member `name` of the object opening at `open_idx`."""
     depth = 0
-    top_brace = marks[0][0]
-    for idx, (pos, ch) in enumerate(marks):
+    for idx in range(open_idx, len(marks)):
+        pos, ch = marks[idx]
         if ch in "{[":
             depth += 1
         elif ch in "}]":
             depth -= 1
+            if depth == 0:
+                return None
         elif ch == '"' and depth == 1 and idx + 2 < len(marks) and marks[idx + 1][1] == ":":
             end = pos + 1
             while text[end] != '"':
                 end += 2 if text[end] == "\\" else 1
-            if json.loads(text[pos : end + 1]) == key:
-                value_pos, value_ch = marks[idx + 2]
-                if value_ch != "{":
-                    return None
-                return value_pos + 1, idx + 3 < len(marks) and marks[idx + 3][1] == "}"
-    empty = len(marks) > 1 and marks[1][1] == "}"
-    return top_brace + 1, empty
+            if json.loads(text[pos : end + 1]) == name:
+                return idx + 2
+    return None
+
+
+def _closing(marks: Marks, open_idx: int) -> int:
+    """The index of the bracket that closes the one at `open_idx`."""
+    depth = 0
+    for idx in range(open_idx, len(marks)):
+        ch = marks[idx][1]
+        depth += ch in "{["
+        depth -= ch in "}]"
+        if depth == 0:
+            return idx
+    raise ConfigError("an object is never closed")
+
+
+def _edit_in_place(text: str, key: str, name: str, entry: dict[str, Any]) -> str | None:
+    """`text` with `key.name` set to `entry`, changing no other character (comments and layout
+    kept): the entry's value replaced, or a member inserted right after the opening brace of the
+    object that holds it (`key`'s, else the top level's). None when the file's shape does not allow
+    it (a top level or a `key` that is not an object)."""
+    _, marks, _ = _scan(text)
+    if not marks or marks[0][1] != "{":
+        return None
+    holder = _member(text, marks, 0, key)
+    if holder is None:
+        holder, member = 0, json.dumps(key) + ": " + json.dumps({name: entry})
+    elif marks[holder][1] != "{":
+        return None
+    else:
+        value = _member(text, marks, holder, name)
+        if value is not None:
+            if marks[value][1] != "{":
+                return None
+            start, end = marks[value][0], marks[_closing(marks, value)][0] + 1
+            return text[:start] + json.dumps(entry) + text[end:]
+        member = json.dumps(name) + ": " + json.dumps(entry)
+    offset = marks[holder][0] + 1
+    outer = _indent_of(text, marks[holder][0])
+    if marks[holder + 1][1] == "}":
+        return text[:offset] + f"\n{outer}  {member}\n{outer}" + text[offset:]
+    nxt = marks[holder + 1][0]
+    inner = _indent_of(text, nxt) if "\n" in text[offset:nxt] else outer + "  "
+    return text[:offset] + f"\n{inner}{member}," + text[offset:]
+
+
+def _indent_of(text: str, pos: int) -> str:
+    """The leading whitespace of the line `pos` is on (our member is indented as its neighbours)."""
+    line_start = text.rfind("\n", 0, pos) + 1
+    line = text[line_start:pos]
+    return line[: len(line) - len(line.lstrip())]
 
 
 # --- the plan for one client ---------------------------------------------------------------------
@@ -237,21 +284,18 @@ def plan(client: Client, command: str, data_dir: Path) -> ConfigPlan:
     if current == entry:
         return ConfigPlan(client, "unchanged", entry, None, current)
     action: Action = "update" if current is not None else "add"
-    if not _has_comments(text):
+    edited = _edit_in_place(text, client.key, client.entry_name, entry)
+    if edited is None and not _has_comments(text):
+        # A shape the text edit does not take (our entry is not an object): a plain JSON file can
+        # be written back whole, every other key as it was.
         merged = dict(config)
         merged[client.key] = {**servers, client.entry_name: entry}
-        return ConfigPlan(client, action, entry, json.dumps(merged, indent=2) + "\n", current)
-    point = _insert_point(text, client.key) if current is None else None
-    if point is None:
+        edited = json.dumps(merged, indent=2) + "\n"
+    if edited is None:
         return ConfigPlan(client, "manual", entry, None, current,
-                          problem="it holds comments, which a rewrite would lose; add the entry below yourself")
-    offset, empty = point
-    if client.key in config:
-        member = json.dumps(client.entry_name) + ": " + json.dumps(entry)
-    else:
-        member = json.dumps(client.key) + ": " + json.dumps({client.entry_name: entry})
-    insertion = f"\n  {member}" + ("" if empty else ",")
-    return ConfigPlan(client, action, entry, text[:offset] + insertion + text[offset:], current)
+                          problem="it holds comments, which a rewrite would lose, and its shape is not one we can edit in place; "
+                                  "add the entry below yourself")
+    return ConfigPlan(client, action, entry, edited, current)
 
 
 def apply(p: ConfigPlan, now: float | None = None) -> Path | None:

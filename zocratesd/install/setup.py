@@ -167,7 +167,8 @@ def _clients(ctx: doctor.Context, opts: Options, confirm: Callable[[str], bool],
             continue
         what = {"create": "create", "add": "add zocrates to", "update": "update the zocrates entry in"}[p.action]
         print(f"{client.name}: would {what} {client.path}; the file would read, in full:", file=out)
-        out.write(p.new_text or "")
+        shown = p.new_text or ""
+        out.write(shown if shown.endswith("\n") else shown + "\n")
         if p.action == "update":
             print(f"(the entry it replaces: {p.current!r})", file=out)
         if p.action != "create":
