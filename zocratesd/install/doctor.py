@@ -23,10 +23,12 @@ import json
 import os
 import secrets
 import sqlite3
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import quote
@@ -50,6 +52,9 @@ PROBE_TIMEOUT_S: Final = 5.0
 MAX_PROBE_BYTES: Final = 1024 * 1024
 PROOF_LABEL: Final = "zocratesd-health-proof:"
 CHALLENGE_BYTES: Final = 16
+# The indexer looks at Zotero every `library.poll_interval_s` (2 s by default), a look through a
+# private copy at most every 20 times that copy's cost: ten minutes without a look is a stuck indexer.
+STALE_LOOK_S: Final = 600.0
 
 
 @dataclass(frozen=True)
@@ -164,7 +169,20 @@ def check_daemon(ctx: Context, live: locations.DaemonInfo | None, status: dict[s
     return Check("daemon", "ok", f"zocratesd {live.version} answers on {live.socket} (pid {live.pid})")
 
 
-def check_index(status: dict[str, Any] | str | None) -> Check:
+def _age_s(stamp: Any, now: float | None) -> float | None:
+    """Seconds since an ISO 8601 UTC time of the status (None when it has none)."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (time.time() if now is None else now) - when.timestamp())
+
+
+def check_index(status: dict[str, Any] | str | None, now: float | None = None) -> Check:
     if not isinstance(status, dict):
         return Check("library index", "skip", "no daemon to ask")
     # The daemon's own words for its state (the line it logs), else the state and its message.
@@ -172,8 +190,12 @@ def check_index(status: dict[str, Any] | str | None) -> Check:
     words = summary if isinstance(summary, str) and summary.strip() else f"{status.get('state')}" + (f": {message}" if message else "")
     line = escape_for_log(" ".join(str(words).split()))
     state = status.get("state")
+    look = _age_s(status.get("last_look"), now)
+    if state == "ready" and look is not None and look > STALE_LOOK_S:
+        return Check("library index", "fail", f"{line}; it last looked at Zotero for changes {look / 60:.0f} min ago",
+                     "see the daemon's log (zocrates-data/zocratesd.log); `zocrates library refresh` looks now")
     if state in ("ready", "indexing", "starting"):
-        return Check("library index", "ok", line)
+        return Check("library index", "ok", line + (f"; last looked for changes {look:.0f} s ago" if look is not None else ""))
     return Check("library index", "fail", line, "see `zocrates library status`; `zocrates library refresh` reads Zotero again")
 
 
