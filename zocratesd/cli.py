@@ -304,11 +304,13 @@ def _setup(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    import msgspec
+
     from zocratesd.install import doctor
     from zocratesd.rpc import library_status
 
     report = doctor.run(doctor.context(Path.home(), args.zotero_data_dir), library_status.fetch)
-    print(json.dumps(report.as_dict(), indent=2) if args.json else doctor.render(report))
+    print(json.dumps(msgspec.to_builtins(report), indent=2) if args.json else doctor.render(report))
     return 0 if report.passed else 1
 
 

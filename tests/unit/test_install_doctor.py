@@ -9,8 +9,9 @@ from zocratesd.install import doctor
 NOW = datetime(2026, 12, 6, 12, 0, 0, tzinfo=UTC).timestamp()
 
 
-def status(last_look: str | None, state: str = "ready") -> dict[str, object]:
-    return {"state": state, "summary": "library ready: 30 items, 30 full texts (from zotero.sqlite)", "last_look": last_look}
+def status(last_look: str | None, state: str = "ready") -> doctor.IndexState:
+    return doctor.IndexState.of({"state": state, "summary": "library ready: 30 items, 30 full texts (from zotero.sqlite)",
+                                 "last_look": last_look, "items_total": 30})
 
 
 def test_a_recent_look_passes_with_its_age() -> None:
@@ -26,7 +27,6 @@ def test_an_indexer_that_stopped_looking_fails_with_what_to_do() -> None:
 
 
 def test_an_error_state_fails_and_no_daemon_is_a_skip() -> None:
-    assert doctor.check_index({"state": "error", "message": "zotero.sqlite is not a database"}, now=NOW).summary == (
-        "error: zotero.sqlite is not a database")
-    assert doctor.check_index({"state": "error", "message": "x"}, now=NOW).status == "fail"
+    failed = doctor.check_index(doctor.IndexState.of({"state": "error", "message": "zotero.sqlite is not a database"}), now=NOW)
+    assert (failed.status, failed.summary) == ("fail", "error: zotero.sqlite is not a database")
     assert doctor.check_index(None).status == "skip"

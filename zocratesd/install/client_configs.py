@@ -36,6 +36,8 @@ MCP_KEY: Final = "mcpServers"
 MCP_NAME: Final = "zocrates"
 ZED_KEY: Final = "agent_servers"
 ZED_NAME: Final = "Zocrates"
+# Our entry in a client's file: `command`, `args` and, for Zed, `type`.
+Entry = dict[str, str | list[str]]
 BACKUP_INFIX: Final = ".zocrates-backup-"
 # Client config files are a few KB; one far larger is not a config file we should rewrite.
 MAX_CONFIG_BYTES: Final = 4 * 1024 * 1024
@@ -52,7 +54,7 @@ class Client:
     def present(self) -> bool:
         return self.path.parent.is_dir()
 
-    def entry(self, command: str, data_dir: Path) -> dict[str, Any]:
+    def entry(self, command: str, data_dir: Path) -> Entry:
         args = [self.face, "--zotero-data-dir", str(data_dir)]
         if self.face == "stdio":
             return {"type": "custom", "command": command, "args": args}
@@ -204,7 +206,7 @@ def _closing(marks: Marks, open_idx: int) -> int:
     raise ConfigError("an object is never closed")
 
 
-def _edit_in_place(text: str, key: str, name: str, entry: dict[str, Any]) -> str | None:
+def _edit_in_place(text: str, key: str, name: str, entry: Entry) -> str | None:
     """`text` with `key.name` set to `entry`, changing no other character (comments and layout
     kept): the entry's value replaced, or a member inserted right after the opening brace of the
     object that holds it (`key`'s, else the top level's). None when the file's shape does not allow
@@ -250,7 +252,7 @@ Action = Literal["create", "add", "update", "unchanged", "manual", "broken"]
 class ConfigPlan:
     client: Client
     action: Action
-    entry: dict[str, Any]
+    entry: Entry
     new_text: str | None  # the whole file as it will be written (None: nothing to write)
     current: Any = None  # our entry as it is now, if any
     problem: str | None = None

@@ -27,11 +27,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 from urllib.parse import quote
+
+import msgspec
 
 from zocratesd import __version__, config, locations
 from zocratesd.install import client_configs, plugin, zotero_profile
@@ -42,8 +44,9 @@ from zocratesd.service_manager import installer
 Status = Literal["ok", "fail", "skip"]
 # How the checks get a daemon's library status (`_zocrates/library/status`): given by the face that
 # runs them (the CLI asks the socket, rpc/library_status.py `fetch`; the daemon's shim has its own
-# status at hand), so this core module imports no face. Raises OSError or ValueError.
-StatusFetch = Callable[[str, float], dict[str, Any]]
+# status at hand), so this core module imports no face. Raises OSError or ValueError. What it returns
+# is the daemon's JSON, read here only through `IndexState.of`.
+StatusFetch = Callable[[str, float], object]
 
 # Each network look (the shim, the model's endpoint) answers within this on a healthy machine; a
 # longer wait is itself the finding.
@@ -57,8 +60,7 @@ CHALLENGE_BYTES: Final = 16
 STALE_LOOK_S: Final = 600.0
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(msgspec.Struct, frozen=True):
     name: str
     status: Status
     summary: str
@@ -70,18 +72,33 @@ class Check:
         return f"{text}; {self.fix}" if self.fix else text
 
 
-@dataclass(frozen=True)
-class Report:
-    data_dir: Path
+class Report(msgspec.Struct, frozen=True):
+    """The report as `--json` prints it and `GET /doctor` serves it (`msgspec.to_builtins`)."""
+
+    version: str
+    data_dir: str
+    passed: bool  # no check failed
     checks: list[Check]
 
-    @property
-    def passed(self) -> bool:
-        return all(c.status != "fail" for c in self.checks)
+    @classmethod
+    def of(cls, data_dir: Path, checks: list[Check]) -> Report:
+        return cls(__version__, str(data_dir), all(c.status != "fail" for c in checks), checks)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"version": __version__, "data_dir": str(self.data_dir), "passed": self.passed,
-                "checks": [asdict(c) for c in self.checks]}
+
+class IndexState(msgspec.Struct, frozen=True):
+    """What the checks read of a daemon's library status (protocol/README.md, `_zocrates/library/status`)."""
+
+    state: str
+    summary: str
+    message: str
+    last_look: str
+
+    @classmethod
+    def of(cls, raw: object) -> IndexState:
+        if not isinstance(raw, dict):
+            raise ValueError("the daemon's library status is not an object")
+        text = {k: raw.get(k) for k in ("state", "summary", "message", "last_look")}
+        return cls(**{k: v if isinstance(v, str) else "" for k, v in text.items()})
 
 
 @dataclass(frozen=True)
@@ -140,17 +157,17 @@ def check_schema(ctx: Context) -> Check:
     return Check("Zotero version", "ok", f"{made_by} (userdata schema {version}){ran}")
 
 
-def _daemon(ctx: Context, fetch: StatusFetch) -> tuple[locations.DaemonInfo | None, dict[str, Any] | str | None]:
+def _daemon(ctx: Context, fetch: StatusFetch) -> tuple[locations.DaemonInfo | None, IndexState | str | None]:
     live = locations.live_daemon(ctx.data_dir)
     if live is None:
         return None, None
     try:
-        return live, fetch(live.socket, PROBE_TIMEOUT_S)
+        return live, IndexState.of(fetch(live.socket, PROBE_TIMEOUT_S))
     except (OSError, ValueError) as exc:
         return live, f"it did not answer on {live.socket} ({exc})"
 
 
-def check_daemon(ctx: Context, live: locations.DaemonInfo | None, status: dict[str, Any] | str | None) -> Check:
+def check_daemon(ctx: Context, live: locations.DaemonInfo | None, status: IndexState | str | None) -> Check:
     if live is None:
         try:
             waiting = locations.activation_socket(ctx.data_dir)
@@ -169,10 +186,8 @@ def check_daemon(ctx: Context, live: locations.DaemonInfo | None, status: dict[s
     return Check("daemon", "ok", f"zocratesd {live.version} answers on {live.socket} (pid {live.pid})")
 
 
-def _age_s(stamp: Any, now: float | None) -> float | None:
+def _age_s(stamp: str, now: float | None) -> float | None:
     """Seconds since an ISO 8601 UTC time of the status (None when it has none)."""
-    if not isinstance(stamp, str):
-        return None
     try:
         when = datetime.fromisoformat(stamp)
     except ValueError:
@@ -182,15 +197,14 @@ def _age_s(stamp: Any, now: float | None) -> float | None:
     return max(0.0, (time.time() if now is None else now) - when.timestamp())
 
 
-def check_index(status: dict[str, Any] | str | None, now: float | None = None) -> Check:
-    if not isinstance(status, dict):
+def check_index(status: IndexState | str | None, now: float | None = None) -> Check:
+    if not isinstance(status, IndexState):
         return Check("library index", "skip", "no daemon to ask")
     # The daemon's own words for its state (the line it logs), else the state and its message.
-    summary, message = status.get("summary"), status.get("message")
-    words = summary if isinstance(summary, str) and summary.strip() else f"{status.get('state')}" + (f": {message}" if message else "")
-    line = escape_for_log(" ".join(str(words).split()))
-    state = status.get("state")
-    look = _age_s(status.get("last_look"), now)
+    words = status.summary.strip() or status.state + (f": {status.message}" if status.message else "")
+    line = escape_for_log(" ".join(words.split()))
+    state = status.state
+    look = _age_s(status.last_look, now)
     if state == "ready" and look is not None and look > STALE_LOOK_S:
         return Check("library index", "fail", f"{line}; it last looked at Zotero for changes {look / 60:.0f} min ago",
                      "see the daemon's log (zocrates-data/zocratesd.log); `zocrates library refresh` looks now")
@@ -355,7 +369,7 @@ def run(ctx: Context, fetch_status: StatusFetch) -> Report:
         *check_clients(ctx),
         check_model(ctx),
     ]
-    return Report(ctx.data_dir, checks)
+    return Report.of(ctx.data_dir, checks)
 
 
 def render(report: Report) -> str:

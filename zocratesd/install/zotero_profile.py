@@ -19,7 +19,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 PREF_USE_DATA_DIR: Final = "extensions.zotero.useDataDir"
 PREF_DATA_DIR: Final = "extensions.zotero.dataDir"
@@ -27,6 +27,7 @@ PREF_DATA_DIR: Final = "extensions.zotero.dataDir"
 # (a string literal, true/false, an integer).
 _USER_PREF = re.compile(r'^\s*user_pref\(\s*("(?:[^"\\]|\\.)*")\s*,\s*(.*?)\s*\)\s*;\s*$', re.MULTILINE)
 # prefs.js of a long-used profile is ~100 KB; a bigger one is not Zotero's.
+PrefValue = str | bool | int | float
 MAX_PREFS_BYTES: Final = 16 * 1024 * 1024
 
 
@@ -77,19 +78,21 @@ def default_profile(home: Path, platform: str | None = None) -> ZoteroProfile | 
     return ZoteroProfile(chosen) if chosen.is_dir() else None
 
 
-def read_prefs(prefs_js: Path) -> dict[str, Any]:
+def read_prefs(prefs_js: Path) -> dict[str, PrefValue]:
     """The `user_pref` values of a prefs.js ({} when it is missing or unreadable)."""
     try:
         with prefs_js.open("rb") as f:
             text = f.read(MAX_PREFS_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return {}
-    prefs: dict[str, Any] = {}
+    prefs: dict[str, PrefValue] = {}
     for m in _USER_PREF.finditer(text):
         try:
-            prefs[json.loads(m.group(1))] = json.loads(m.group(2))
+            value = json.loads(m.group(2))
         except ValueError:
             continue  # a value we do not read (never one of Zotero's data-dir prefs)
+        if isinstance(value, str | bool | int | float):
+            prefs[json.loads(m.group(1))] = value
     return prefs
 
 

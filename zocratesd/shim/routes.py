@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -205,7 +206,7 @@ async def doctor_report(request: Request) -> Response:
     ctx = doctor.daemon_context(daemon.data_dir)
     status = daemon.library_status(refresh=False)  # this daemon's own, read here on its loop
     report = await anyio.to_thread.run_sync(doctor.run, ctx, lambda _socket, _timeout: status)
-    return success(report=report.as_dict())
+    return success(report=msgspec.to_builtins(report))
 
 
 async def library_suggestions(request: Request) -> Response:
