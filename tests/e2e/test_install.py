@@ -35,6 +35,8 @@ from zoterofixture import build_zotero_dir, sample_library
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN_SRC = REPO / "clients" / "zotero" / "plugin"
 PLUGIN_ID = "zocrates@zocratesd.org"
+# What pyproject.toml builds the package from (zocratesd/install/zotero_plugin links to the plugin's directory).
+BUILD_INPUTS = ("pyproject.toml", "README.md", "zocratesd", "zocrates_wire", "clients/python", "clients/zotero/plugin")
 CLAUDE_OTHER = {"command": "/opt/other/server", "args": ["--fast"]}
 
 
@@ -55,8 +57,18 @@ class Installed:
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     root = tmp_path_factory.mktemp("wheel")
+    # setuptools builds in the source tree (build/, *.egg-info): a copy of what the package is made
+    # of, so that two test workers (or a developer's build) never share those directories.
+    src = root / "src"
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "node_modules")
+    for part in BUILD_INPUTS:
+        if (REPO / part).is_dir():
+            shutil.copytree(REPO / part, src / part, symlinks=True, ignore=skip)
+        else:
+            (src / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / part, src / part)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q", "-w", str(root / "dist"), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q", "-w", str(root / "dist"), str(src)],
         capture_output=True, text=True, timeout=600,
     )
     assert built.returncode == 0, built.stderr

@@ -373,7 +373,8 @@ def run(ctx: Context, fetch_status: StatusFetch) -> Report:
 
 
 def render(report: Report) -> str:
-    lines = [c.line() for c in report.checks]
+    # Paths, a client's command, an error's text: from the user's files, escaped before a terminal.
+    lines = [escape_for_log(c.line()) for c in report.checks]
     failed = sum(c.status == "fail" for c in report.checks)
     lines.append("all checks passed" if report.passed else f"{failed} check{'s' if failed != 1 else ''} failed")
     return "\n".join(lines)

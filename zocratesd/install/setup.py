@@ -23,6 +23,7 @@ import platformdirs
 
 from zocratesd import locations
 from zocratesd.install import client_configs, doctor, plugin
+from zocratesd.logtext import escape_for_terminal
 from zocratesd.service_manager import installer
 
 Ask = Callable[[str], bool]
@@ -167,7 +168,7 @@ def _clients(ctx: doctor.Context, opts: Options, confirm: Callable[[str], bool],
             continue
         what = {"create": "create", "add": "add zocrates to", "update": "update the zocrates entry in"}[p.action]
         print(f"{client.name}: would {what} {client.path}; the file would read, in full:", file=out)
-        shown = p.new_text or ""
+        shown = escape_for_terminal(p.new_text or "")  # the user's own file, but never raw escapes on a terminal
         out.write(shown if shown.endswith("\n") else shown + "\n")
         if p.action == "update":
             print(f"(the entry it replaces: {p.current!r})", file=out)
