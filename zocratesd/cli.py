@@ -1,4 +1,4 @@
-"""`zocratesd serve|stdio|mcp|status|stop|open|service|demo`.
+"""`zocratesd serve|stdio|mcp|status|stop|open|service|demo|setup|doctor|plugin`.
 
 Each subcommand imports what it runs, in its own function: `zocratesd stdio` (an editor starts one
 per chat panel) and `zocratesd mcp` must start in milliseconds, without the daemon's modules
@@ -94,6 +94,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="let the daemon exit after this long without a connection (it restarts on the next one)",
     )
+
+    setup = sub.add_parser("setup", help="set up zocratesd for your Zotero: the service, the plugin, your MCP/ACP clients")
+    data_dir_arg(setup)
+    setup.add_argument("--yes", action="store_true", help="answer yes to every question (for scripts)")
+    setup.add_argument("--dry-run", action="store_true", help="print everything it would do; change nothing")
+    setup.add_argument("--plugin-out", metavar="PATH", help="where to write the plugin's XPI (default: ~/Downloads, else ~)")
+
+    doctor = sub.add_parser("doctor", help="check every piece: Zotero, the daemon, the service, the plugin, clients, model")
+    data_dir_arg(doctor)
+    doctor.add_argument("--json", action="store_true", help="the report as JSON")
+
+    plugin = sub.add_parser("plugin", help="write the Zotero plugin (an XPI) that matches this zocratesd")
+    plugin.add_argument("--out", metavar="PATH", help="a file or a directory (default: ~/Downloads, else ~)")
     return p
 
 
@@ -276,12 +289,54 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _setup(args: argparse.Namespace) -> int:
+    from zocratesd.install import setup
+
+    opts = setup.Options(
+        home=Path.home(), data_dir_flag=args.zotero_data_dir, yes=args.yes, dry_run=args.dry_run,
+        plugin_out=Path(args.plugin_out).expanduser().absolute() if args.plugin_out else None,
+    )
+    try:
+        return setup.run(opts)
+    except setup.SetupError as exc:
+        print(f"zocratesd setup: {exc}", file=sys.stderr)
+        return 1
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from zocratesd.install import doctor
+    from zocratesd.rpc import library_status
+
+    report = doctor.run(doctor.context(Path.home(), args.zotero_data_dir), library_status.fetch)
+    print(json.dumps(msgspec.to_builtins(report), indent=2) if args.json else doctor.render(report))
+    return 0 if report.passed else 1
+
+
+def _plugin(args: argparse.Namespace) -> int:
+    from zocratesd.install import plugin, setup
+
+    target = Path(args.out).expanduser().absolute() if args.out else setup.default_plugin_dir(Path.home())
+    try:
+        path = plugin.write_xpi(target)
+    except (plugin.PluginError, OSError) as exc:
+        print(f"zocratesd plugin: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote the Zocrates plugin {__version__} to {path}")
+    print(plugin.install_clicks(path))
+    return 0
+
+
 def main(argv: list[str] | None = None, *, before_stage: Callable[[str], None] | None = None) -> int:
     """The console script. `before_stage` is called before each stage of a daemon's start-up plan
     loads (process/startup.py): a test's hook, none in production."""
     args = _parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)
+    if args.command in ("setup", "doctor", "plugin"):
+        # Their data dir may come from Zotero's own settings (install/zotero_profile.py).
+        return {"setup": _setup, "doctor": _doctor, "plugin": _plugin}[args.command](args)
     data_dir = locations.resolve_data_dir(args.zotero_data_dir)
     if args.command == "stdio" and not args.standalone:
         from zocratesd.rpc import pump

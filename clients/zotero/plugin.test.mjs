@@ -79,7 +79,7 @@ describe("the XPI", () => {
         assert.ok(entries.has(name), `${name} missing from the XPI`);
         assert.deepEqual(entries.get(name), await readFile(join(PLUGIN, name)), `${name} differs from its source`);
       }
-      for (const name of ["build.mjs", "tsconfig.json", "globals.d.ts"]) assert.ok(!entries.has(name), `${name} must not ship`);
+      for (const name of ["build.mjs", "tsconfig.json", "globals.d.ts", "xpi-contents.json"]) assert.ok(!entries.has(name), `${name} must not ship`);
       const manifest = JSON.parse(entries.get("manifest.json").toString("utf8"));
       assert.equal(manifest.manifest_version, 2);
       const zotero = manifest.applications.zotero;
@@ -666,6 +666,32 @@ describe("the bridge host in Gecko, with the real web app", () => {
       await stopProcess(impostor.proc);
     }
   }
+
+  test("a plugin of another version than the daemon's says how to update; the pane shows the daemon's doctor report", async () => {
+    const ours = JSON.parse(await readFile(join(PLUGIN, "manifest.json"), "utf8")).version;
+    const notice = async (pluginVersion) => {
+      await page.evaluate((v) => {
+        window.host.destroy();
+        window.host = new ZocratesBridge.BridgeHost({ window, container: document.getElementById("pane"), view: "prefs", pluginVersion: v });
+        return window.host.start();
+      }, pluginVersion);
+      await appFrame();
+      return page.evaluate(() => document.querySelector("#pane .zocrates-version-notice")?.textContent ?? null);
+    };
+    const said = await notice("0.0.1");
+    assert.ok(said, "no version notice");
+    assert.match(said, new RegExp(`This Zocrates plugin is 0\\.0\\.1, but zocratesd is ${ours.replaceAll(".", "\\.")}`));
+    assert.match(said, /run zocratesd plugin in a terminal and install the file it writes: Tools → Plugins/);
+    // The report `zocratesd doctor` prints, from the daemon, one line per check.
+    const lines = await page.evaluate(async () => {
+      const box = document.createElement("div");
+      ZocratesBridge.renderDoctor(box, await window.host.doctorReport());
+      return [...box.querySelectorAll("li")].map((li) => [li.className, li.textContent]);
+    });
+    assert.ok(lines.some(([cls, text]) => cls === "zocrates-doctor-ok" && text.startsWith("✓ daemon: zocratesd ")), JSON.stringify(lines));
+    assert.ok(lines.some(([, text]) => text.startsWith("✓ HTTP shim: ")), JSON.stringify(lines));
+    assert.equal(await notice(ours), null);
+  });
 
   test("the preferences view, and a teardown that leaves nothing behind", async () => {
     // Teardown: no frame, no select listeners, no notifier observers, no timers answering.

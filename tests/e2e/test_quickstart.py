@@ -30,7 +30,9 @@ STEP_TIMEOUT_S = 120.0
 def quickstart_commands() -> list[str]:
     """The command lines of the `sh` blocks of the README's quick-start section, comments included."""
     text = (ROOT / "README.md").read_text()
-    assert re.findall(r"^## .*", text, re.M)[0].startswith(SECTION), "the quick start is the README's first section"
+    headings = re.findall(r"^## .*", text, re.M)
+    assert headings[0].startswith("## For Zotero users"), "the README starts with the Zotero users' path"
+    assert headings[1].startswith(SECTION), "the quick start comes right after it, first for developers"
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
     assert blocks, "the quick start has no sh block"

@@ -15,13 +15,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import anyio.abc
+import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
+from zocratesd import deferred
 from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import Daemon, TurnResult, check_resume_response, check_session_id
 from zocratesd.errors import InvalidInput, ZocratesError
@@ -49,6 +52,7 @@ CAPABILITIES: Json = {
     "cancel": True,
     "library_status": True,
     "library_suggestions": True,
+    "doctor": True,
     "writes": True,
     "settings": True,
     "web_app": True,
@@ -194,6 +198,17 @@ async def library_status(request: Request) -> Response:
     return success(library=shim_of(request).daemon.library_status(refresh=refresh in ("true", "1")))
 
 
+async def doctor_report(request: Request) -> Response:
+    # The checks block (files, a socket, HTTP to this very shim): a worker thread, while the loop
+    # answers them. Imported on first use: no reply of the start-up path needs it.
+    doctor = deferred.load("zocratesd.install.doctor")
+    daemon = shim_of(request).daemon
+    ctx = doctor.daemon_context(daemon.data_dir)
+    status = daemon.library_status(refresh=False)  # this daemon's own, read here on its loop
+    report = await anyio.to_thread.run_sync(doctor.run, ctx, lambda _socket, _timeout: status)
+    return success(report=msgspec.to_builtins(report))
+
+
 async def library_suggestions(request: Request) -> Response:
     raw = request.query_params.get("limit")
     if raw is not None and not (raw.isascii() and raw.isdigit() and len(raw) <= 3):
@@ -317,6 +332,7 @@ ROUTES = [
     Route("/chat/resume", chat_resume, methods=["POST"]),
     Route("/library/status", library_status, methods=["GET"]),
     Route("/library/suggestions", library_suggestions, methods=["GET"]),
+    Route("/doctor", doctor_report, methods=["GET"]),
     Route("/settings", get_settings, methods=["GET"]),
     Route("/settings", patch_settings, methods=["PATCH"]),
 ]

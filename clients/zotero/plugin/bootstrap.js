@@ -12,6 +12,8 @@ function install() {}
 async function startup({ id, version, rootURI }) {
   // The preferences window and main windows read Zotero's data: wait until Zotero is ready.
   await Zotero.initializationPromise;
+  // The preferences window loads bridge.js on its own; it finds this version here to compare with the daemon's.
+  /** @type {any} */ (Zotero).ZocratesPluginVersion = version;
   Services.scriptloader.loadSubScript(`${rootURI}bridge.js`);
   Services.scriptloader.loadSubScript(`${rootURI}zocrates.js`);
   Services.scriptloader.loadSubScript(`${rootURI}writes.js`); // uses bridge.js
@@ -42,6 +44,7 @@ function onMainWindowUnload({ window }) {
 }
 
 function shutdown() {
+  delete (/** @type {any} */ (Zotero).ZocratesPluginVersion);
   // Also on application shutdown: removing our elements and timers is cheap and leaves nothing behind.
   if (typeof ZocratesPlugin !== "undefined") ZocratesPlugin.removeFromAllWindows();
   if (typeof ZocratesBridge !== "undefined") ZocratesBridge.unregisterActors();

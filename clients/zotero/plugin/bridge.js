@@ -36,6 +36,8 @@ var ZocratesBridge = (function () {
   const CHALLENGE_BYTES = 16;
   /** The daemon's /health answer is ~100 bytes; a listener sending more than this is not the daemon. */
   const MAX_HEALTH_BYTES = 4096;
+  /** The doctor's report is a few KB (a dozen one-line checks). */
+  const MAX_DOCTOR_BYTES = 256 * 1024;
   /** /proc/<pid>/status is ~1.5 KB; read no more than this of it. */
   const MAX_PROC_STATUS_BYTES = 16384;
   /** What the daemon's HMAC covers before the nonce (protocol/http.md, "GET /health?challenge="). */
@@ -68,6 +70,31 @@ var ZocratesBridge = (function () {
       super(message);
       this.impostor = impostor;
     }
+  }
+
+  /** The version bootstrap.js recorded for this plugin (shared by Zotero's windows), or "". */
+  function ownVersion() {
+    const recorded = typeof Zotero !== "undefined" && /** @type {any} */ (Zotero).ZocratesPluginVersion;
+    return typeof recorded === "string" ? recorded : "";
+  }
+
+  /** The doctor report as lines in `container`: one per check, its status, what to do. Text only. */
+  function renderDoctor(/** @type {Element} */ container, /** @type {any} */ report) {
+    const doc = container.ownerDocument;
+    const list = doc.createElementNS(HTML_NS, "ul");
+    list.setAttribute("class", "zocrates-doctor");
+    for (const check of Array.isArray(report && report.checks) ? report.checks : []) {
+      const li = doc.createElementNS(HTML_NS, "li");
+      const status = ["ok", "fail", "skip"].includes(check.status) ? check.status : "fail";
+      li.setAttribute("class", `zocrates-doctor-${status}`);
+      const mark = { ok: "✓", fail: "✗", skip: "–" }[status];
+      li.textContent = `${mark} ${String(check.name)}: ${String(check.summary)}${check.fix ? `; ${String(check.fix)}` : ""}`;
+      list.append(li);
+    }
+    const head = doc.createElementNS(HTML_NS, "p");
+    head.setAttribute("class", "zocrates-doctor-head");
+    head.textContent = report && report.passed ? "zocratesd doctor: all checks passed" : "zocratesd doctor: some checks failed";
+    container.replaceChildren(head, list);
   }
 
   function log(message) {
@@ -115,7 +142,8 @@ var ZocratesBridge = (function () {
     const pid = Number.isInteger(info.pid) && info.pid > 0 ? info.pid : null;
     // plugin_token: the write channel's own credential (writes.js), never given to the page.
     const pluginToken = typeof info.plugin_token === "string" ? info.plugin_token : "";
-    return { path, origin, port, pid, token: info.token, pluginToken, signature: `${info.pid}|${port}|${info.token}` };
+    const version = typeof info.version === "string" ? info.version : "";
+    return { path, origin, port, pid, token: info.token, pluginToken, version, signature: `${info.pid}|${port}|${info.token}` };
   }
 
   // daemon.json outlives a daemon that was killed (SIGKILL, the OOM killer), and once its port is
@@ -126,7 +154,7 @@ var ZocratesBridge = (function () {
   // request carries no token. Checked on every platform, unlike the listener's owner (readable from
   // /proc/net/tcp on Linux only), and it tells the user's daemon from any other process of theirs.
 
-  /** @typedef {{path: string, origin: string, port: number, pid: number | null, token: string, pluginToken: string, signature: string}} DaemonInfo */
+  /** @typedef {{path: string, origin: string, port: number, pid: number | null, token: string, pluginToken: string, version: string, signature: string}} DaemonInfo */
 
   /** @param {Uint8Array} bytes */
   function hex(bytes) {
@@ -485,9 +513,12 @@ var ZocratesBridge = (function () {
      * @param {Window} options.window the window that holds `container` (Zotero's main or preferences window)
      * @param {Element} options.container where the frame or the no-daemon message goes
      * @param {"chat"|"prefs"} [options.view] `prefs`: the page's "Chat Sessions & Storage" view only
+     * @param {string} [options.pluginVersion] this plugin's version (default: what bootstrap.js recorded
+     *   on the Zotero object, which the preferences window shares), checked against the daemon's
      */
-    constructor({ window, container, view = "chat" }) {
+    constructor({ window, container, view = "chat", pluginVersion = ownVersion() }) {
       this.window = window;
+      this.pluginVersion = pluginVersion;
       this.doc = container.ownerDocument;
       this.container = container;
       this.view = view;
@@ -659,9 +690,44 @@ var ZocratesBridge = (function () {
       }
       frame.setAttribute("class", "zocrates-frame");
       frame.setAttribute("src", this._frameURL(daemon));
-      this.container.replaceChildren(frame);
+      const notice = this._versionNotice(daemon);
+      if (notice) this.container.replaceChildren(notice, frame);
+      else this.container.replaceChildren(frame);
       this.frame = frame;
       this.state = "ready";
+    }
+
+    /** A plugin of another version than the daemon's would talk to it in ways it may not know:
+     *  say so, and how to get the plugin that matches (the page still shows, from the daemon). */
+    _versionNotice(/** @type {DaemonInfo} */ daemon) {
+      if (!this.pluginVersion || !daemon.version || daemon.version === this.pluginVersion) return null;
+      const doc = this.doc;
+      const box = doc.createElementNS(HTML_NS, "div");
+      box.setAttribute("class", "zocrates-version-notice");
+      box.setAttribute("role", "alert");
+      box.setAttribute("style", "padding: 6px 8px; border-bottom: 1px solid #c90; background: #fff6d5; color: #000;");
+      const code = doc.createElementNS(HTML_NS, "code");
+      code.textContent = "zocratesd plugin";
+      box.append(
+        `This Zocrates plugin is ${this.pluginVersion}, but zocratesd is ${daemon.version}. To update it, run `,
+        code,
+        " in a terminal and install the file it writes: Tools → Plugins → the gear icon → Install Plugin From File.",
+      );
+      return box;
+    }
+
+    /** The daemon's `zocratesd doctor` report (GET /doctor), or null when none can be had. */
+    async doctorReport() {
+      const daemon = this.daemon;
+      if (this.state !== "ready" || !daemon) return null;
+      const response = await this.window.fetch(`${daemon.origin}/doctor`, {
+        headers: { Authorization: `Bearer ${daemon.token}` }, redirect: "error", credentials: "omit",
+      });
+      if (!response.ok) throw new Error(`the daemon answered /doctor with HTTP ${response.status}`);
+      const text = await boundedText(response, MAX_DOCTOR_BYTES);
+      if (text === null) throw new Error(`the daemon's /doctor answer is larger than ${MAX_DOCTOR_BYTES} bytes`);
+      const body = JSON.parse(text);
+      return body && typeof body.report === "object" ? body.report : null;
     }
 
     _removeFrame() {
@@ -837,6 +903,7 @@ var ZocratesBridge = (function () {
     unregisterActors,
     BridgeHost,
     BridgeError,
+    renderDoctor,
     NoDaemon,
     daemonJsonPath,
     readDaemonInfo,

@@ -4,7 +4,8 @@
 //
 // An XPI is a plain zip. Entries are deflated with node's zlib (raw deflate, as zip's method 8
 // wants) and carry a CRC-32 computed here; timestamps are fixed so the same sources give the same
-// bytes. Only the files Zotero loads go in (not the type-checking setup or this script).
+// bytes. Only the files Zotero loads go in (not the type-checking setup or this script): which ones
+// is said once, in xpi-contents.json, which zocratesd/install/plugin.py (`zocratesd plugin`) reads too.
 
 import { mkdir, readFile, readdir, writeFile } from "node:fs/promises";
 import { dirname, join, relative, resolve, sep } from "node:path";
@@ -14,8 +15,11 @@ import { deflateRawSync } from "node:zlib";
 export const PLUGIN_DIR = dirname(fileURLToPath(import.meta.url));
 export const DEFAULT_OUT = resolve(PLUGIN_DIR, "..", "build", "zocrates.xpi");
 
-/** Files of the plugin directory that are not part of the plugin. */
-const EXCLUDED = new Set(["build.mjs", "tsconfig.json", "globals.d.ts"]);
+/** Files of the plugin directory that are not part of the plugin (xpi-contents.json's `exclude`). */
+async function excluded() {
+  const contents = JSON.parse(await readFile(join(PLUGIN_DIR, "xpi-contents.json"), "utf8"));
+  return new Set(contents.exclude);
+}
 
 // CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320): the checksum every zip entry carries.
 const CRC_TABLE = (() => {
@@ -108,9 +112,10 @@ async function listFiles(dir) {
 export async function buildXpi({ out = DEFAULT_OUT } = {}) {
   const manifest = JSON.parse(await readFile(join(PLUGIN_DIR, "manifest.json"), "utf8"));
   if (!manifest.applications?.zotero?.id) throw new Error("manifest.json has no applications.zotero.id");
+  const skip = await excluded();
   const names = (await listFiles(PLUGIN_DIR))
     .map((p) => relative(PLUGIN_DIR, p).split(sep).join("/"))
-    .filter((name) => !EXCLUDED.has(name) && !name.startsWith("."))
+    .filter((name) => !skip.has(name) && !name.split("/").some((part) => part.startsWith(".")))
     // manifest.json first (what a reader looks for), the rest in a stable order.
     .sort((a, b) => (a === "manifest.json" ? -1 : b === "manifest.json" ? 1 : a < b ? -1 : a > b ? 1 : 0));
   const entries = [];

@@ -17,8 +17,17 @@ var ZocratesPrefsPane = {
     const container = pane.querySelector("#zocrates-prefs-host");
     if (!container || this.host) return;
     this.host = new ZocratesBridge.BridgeHost({ window, container, view: "prefs" });
-    this.host.start().catch((/** @type {any} */ err) => Zotero.logError(err));
+    const host = this.host;
+    host.start().then(() => this.showDoctor(pane, host)).catch((/** @type {any} */ err) => Zotero.logError(err));
     window.addEventListener("unload", () => this.destroy(), { once: true });
+  },
+
+  /** `zocratesd doctor`'s report, as the daemon runs it, above the page. */
+  async showDoctor(/** @type {Element} */ pane, /** @type {any} */ host) {
+    const box = pane.querySelector("#zocrates-doctor");
+    if (!box) return;
+    const report = await host.doctorReport();
+    if (report && this.host === host) ZocratesBridge.renderDoctor(box, report);
   },
 
   destroy() {

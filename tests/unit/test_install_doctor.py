@@ -1,0 +1,32 @@
+"""doctor's library-index line from a daemon's status: the daemon's words, and a stuck indexer named."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from zocratesd.install import doctor
+
+NOW = datetime(2026, 12, 6, 12, 0, 0, tzinfo=UTC).timestamp()
+
+
+def status(last_look: str | None, state: str = "ready") -> doctor.IndexState:
+    return doctor.IndexState.of({"state": state, "summary": "library ready: 30 items, 30 full texts (from zotero.sqlite)",
+                                 "last_look": last_look, "items_total": 30})
+
+
+def test_a_recent_look_passes_with_its_age() -> None:
+    check = doctor.check_index(status("2026-12-06T11:59:55+00:00"), now=NOW)
+    assert (check.status, check.summary) == ("ok", "library ready: 30 items, 30 full texts (from zotero.sqlite); last looked for changes 5 s ago")
+
+
+def test_an_indexer_that_stopped_looking_fails_with_what_to_do() -> None:
+    check = doctor.check_index(status("2026-12-06T11:00:00+00:00"), now=NOW)
+    assert check.status == "fail"
+    assert check.summary.endswith("it last looked at Zotero for changes 60 min ago")
+    assert "zocrates library refresh" in check.fix
+
+
+def test_an_error_state_fails_and_no_daemon_is_a_skip() -> None:
+    failed = doctor.check_index(doctor.IndexState.of({"state": "error", "message": "zotero.sqlite is not a database"}), now=NOW)
+    assert (failed.status, failed.summary) == ("fail", "error: zotero.sqlite is not a database")
+    assert doctor.check_index(None).status == "skip"
