@@ -274,7 +274,7 @@ def checkpoint_options(checkpoint: PendingHitl) -> list[dict[str, str]]:
 CHECKPOINT_ANSWER_TIMEOUT_S = 600.0
 
 
-def elicitation_schema(options: list[dict[str, str]] = PERMISSION_OPTIONS) -> dict[str, Any]:
+def elicitation_schema(options: list[dict[str, str]] = PERMISSION_OPTIONS) -> dict[str, object]:
     """The form of a checkpoint: go on or answer now (or search online), and what to search next."""
     return {
         "type": "object",
