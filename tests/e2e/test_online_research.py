@@ -197,3 +197,41 @@ def test_a_question_the_library_answers_stays_in_the_library(daemon_factory: Any
     assert out.returncode == 0 and "BEEKEEP1" in out.stdout, out
     assert sent(services) == [] and VARROA.title not in out.stdout  # answered by the library: nothing sent
     d.stop()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("answer", ["once", "decline"])
+async def test_under_ask_an_mcp_client_is_asked_by_elicitation(daemon_factory: Any, services: Any, answer: str) -> None:
+    import sys
+
+    import mcp_types as types
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    oa, ax, cr = services
+    d = started(online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="ask"))
+    asked: list[Any] = []
+
+    async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        if answer == "decline":
+            return types.ElicitResult(action="decline")
+        return types.ElicitResult(action="accept", content={"choice": answer})
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "zocratesd", "mcp", "--zotero-data-dir", str(d.data_dir)],
+                                   env=d.env)
+    async with stdio_client(params) as (read, write_), ClientSession(read, write_, elicitation_callback=on_elicit) as s:
+        await s.initialize()
+        result = await s.call_tool("ask", {"question": "How do tardigrades survive desiccation?"})
+    assert not result.is_error, result.content
+    assert len(asked) == 1 and "tardigrades survive desiccation" in asked[0].message, asked
+    assert "Only these search terms leave this machine" in asked[0].message
+    text = result.content[0].text
+    if answer == "once":
+        assert TARDI.title in text and f"https://doi.org/{TARDI.doi}" in text, text
+        sources = result.structured_content["sources"]
+        assert any(src.get("link") == f"https://doi.org/{TARDI.doi}" or TARDI.title in json.dumps(src) for src in sources), sources
+    else:
+        assert sent(services) == [] and TARDI.title not in text, text
+        assert "online argument" in text and "online.mode = on" in text, text  # says how to allow it
+    d.stop()

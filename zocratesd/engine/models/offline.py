@@ -126,8 +126,8 @@ def _answered_parts(body: str, searched: list[str]) -> set[str]:
 # Said at an answer's end when the library left a part unanswered and online search was possible
 # but nobody could be asked (online.mode ask, in a face that cannot ask mid-turn).
 ONLINE_TIP = ("Beyond your library: I can search OpenAlex, arXiv and Crossref for what it leaves unanswered (only the "
-              "search terms leave this machine) when you allow it for a question (zocrates ask --online) or always "
-              "(online.mode = on).")
+              "search terms leave this machine) when you allow it, for one question (zocrates ask --online, or the "
+              "MCP ask tool's online argument) or always (online.mode = on in the settings).")
 
 
 def _online_lines(result: Mapping[str, Any]) -> str:
