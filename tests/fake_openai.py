@@ -47,6 +47,8 @@ class Behaviour:
     obey_library: bool = False
     # When the library search finds nothing, search online (search_online_literature) and answer from it.
     online_when_empty: bool = False
+    # Go online first (search_online_literature before the library), as a model may decide to.
+    online_first: bool = False
 
 
 @dataclass
@@ -91,7 +93,8 @@ class FakeOpenAI:
     # --- what the "model" says -------------------------------------------------------------
 
     @staticmethod
-    def reply_for(body: dict[str, Any], use_tools: bool, obey_library: bool = False, online_when_empty: bool = False) -> dict[str, Any]:
+    def reply_for(body: dict[str, Any], use_tools: bool, obey_library: bool = False, online_when_empty: bool = False,
+                  online_first: bool = False) -> dict[str, Any]:
         messages = body["messages"]
         last = messages[-1]
         questions = [m["content"] for m in messages if m["role"] == "user"]
@@ -118,6 +121,9 @@ class FakeOpenAI:
             if online:
                 said += " Online works: " + "; ".join(f"[{p['n']}] {p['title']} (online: {p['link']})" for p in online)
             return {"content": said}
+        if online_first and "search_online_literature" in {t["function"]["name"] for t in body.get("tools") or []}:
+            args = json.dumps({"query": questions[-1]})
+            return {"tool_calls": [{"id": f"call_{len(messages)}", "name": "search_online_literature", "arguments": args}]}
         if use_tools and body.get("tools"):
             return {"tool_calls": [{"id": f"call_{len(messages)}", "name": "search_library", "arguments": json.dumps({"query": questions[-1]})}]}
         return {"content": f"Plain answer to '{questions[-1]}'."}
@@ -134,7 +140,7 @@ class FakeOpenAI:
         if b.line_bytes or b.keepalive_forever or b.answer_chars or b.raw_lines is not None:
             self._hostile(h, b)
             return
-        reply = self.reply_for(body, b.use_tools, b.obey_library, b.online_when_empty)
+        reply = self.reply_for(body, b.use_tools, b.obey_library, b.online_when_empty, b.online_first)
         if b.unknown_tool:
             n = len(body["messages"])
             reply = {"tool_calls": [{"id": f"call_{n}", "name": b.unknown_tool, "arguments": "{}"}]}

@@ -235,3 +235,31 @@ async def test_under_ask_an_mcp_client_is_asked_by_elicitation(daemon_factory: A
         assert sent(services) == [] and TARDI.title not in text, text
         assert "online argument" in text and "online.mode = on" in text, text  # says how to allow it
     d.stop()
+
+
+def test_a_model_that_goes_online_shows_the_editor_a_fetch_tool_call_with_its_works(daemon_factory: Any, services: Any) -> None:
+    from fake_openai import Behaviour, FakeOpenAI
+
+    oa, ax, cr = services
+    model = FakeOpenAI(behaviour=Behaviour(online_first=True))
+    try:
+        d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="on")
+        config = json.loads((d.state_dir / "zocrates_config.json").read_text())
+        config["model"] = {"provider": "openai", "name": "fake/model", "base_url": model.base_url, "api_key_env": "ZQ_KEY"}
+        (d.state_dir / "zocrates_config.json").write_text(json.dumps(config))
+        d.env["ZQ_KEY"] = "sk-e2e"
+        started(d)
+        with RawConn(d.socket_path) as c:
+            c.result("initialize", {"protocolVersion": 1})
+            sid = c.result("session/new", {"cwd": "/", "mcpServers": []})["sessionId"]
+            reply, asked = prompt_answering(c, sid, "tardigrade desiccation survival", selected("once"))
+            assert reply["result"]["stopReason"] == "end_turn" and asked == [], reply
+            updates = [n["params"]["update"] for n in c.notifications if n.get("method") == "session/update"]
+        calls = [u for u in updates if u.get("sessionUpdate") == "tool_call" and u.get("title") == "search_online_literature"]
+        assert len(calls) == 1 and calls[0]["kind"] == "fetch", updates
+        done = [u for u in updates if u.get("sessionUpdate") == "tool_call_update" and u.get("toolCallId") == calls[0]["toolCallId"]
+                and u.get("status") == "completed"]
+        assert done and TARDI.title in json.dumps(done[-1].get("rawOutput")), done  # its result: the works
+        d.stop()
+    finally:
+        model.close()

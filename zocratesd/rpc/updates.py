@@ -29,6 +29,8 @@ from zocratesd.updates import (
 # ACP tool kinds (read|edit|delete|move|search|execute|think|fetch|other), by our tool names.
 TOOL_KINDS: dict[str, str] = {
     "search_library": "search",
+    # Beyond the library: the editor shows it as a fetch from the web (and may ask about such calls).
+    "search_online_literature": "fetch",
     REQUEST_INPUT_CALL: "think",
 }
 
