@@ -33,6 +33,7 @@ MODEL_ERROR: Final = 1003
 CHECKPOINT_NOT_PENDING: Final = 1004
 WRITE_REFUSED: Final = 1005
 ONLINE_OFF: Final = 1006
+ONLINE_FAILED: Final = 1007
 
 
 class ErrorCode(msgspec.Struct, frozen=True):
@@ -60,6 +61,7 @@ ERROR_CODES: Final[dict[int, ErrorCode]] = {
         ErrorCode(CHECKPOINT_NOT_PENDING, "Checkpoint not pending", "checkpoint_not_pending"),
         ErrorCode(WRITE_REFUSED, "Write refused", "write_refused"),
         ErrorCode(ONLINE_OFF, "Online search off", "online_off"),
+        ErrorCode(ONLINE_FAILED, "Online look-up failed", "online_failed"),
     )
 }
 # A code not in the table (one a peer sent us, or a newer daemon's) still gets a message and a kind.

@@ -79,6 +79,13 @@ class OnlineOff(ZocratesError):
     kind = "online_off"
 
 
+class OnlineFailed(ZocratesError):
+    """A look-up beyond the library that the provider could not answer (unreachable, an error, an
+    answer not understood); nothing was changed."""
+
+    kind = "online_failed"
+
+
 class InvalidInput(ZocratesError):
     """A value from a client failed validation (bad id, bad title, ...)."""
 

@@ -263,3 +263,41 @@ def test_a_model_that_goes_online_shows_the_editor_a_fetch_tool_call_with_its_wo
         d.stop()
     finally:
         model.close()
+
+
+def test_a_work_found_online_is_added_to_zotero_by_its_doi(daemon_factory: Any, services: Any, zotero10: Any) -> None:
+    """"Add to Zotero" for an online source: the DOI is looked up at Crossref (only the DOI leaves the
+    machine), and the new item keeps its title, authors, year, venue, abstract and link; undo trashes it."""
+    oa, ax, cr = services
+    d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="ask")
+    d.env["ZOCRATES_LIBRARY__LOCAL_API_URL"] = zotero10.base_url
+    started(d)
+    out = zocrates(d, "add", f"https://doi.org/{TARDI.doi}", "--yes")
+    assert out.returncode == 0 and out.stdout.startswith("written: w-"), out
+    made = [i for i in zotero10.items if i["data"].get("DOI") == TARDI.doi]
+    assert len(made) == 1, zotero10.items[-1:]
+    data = made[0]["data"]
+    assert data["itemType"] == "journalArticle" and data["title"] == TARDI.title and data["date"] == "2017"
+    assert data["abstractNote"] == TARDI.abstract and data["publicationTitle"] == "Molecular Cell"
+    assert data["url"] and data["creators"] == [{"creatorType": "author", "firstName": "Maria", "lastName": "Boothby"}]
+    asked = [r for r in cr.received if TARDI.doi in r.path.lower()]
+    assert asked and all(not r.query or set(r.query) <= {"mailto"} for r in asked)  # the DOI, and nothing else
+    # A DOI Crossref does not know, and a text that is no DOI: clear errors, nothing written.
+    unknown = zocrates(d, "add", "10.9999/no.such.work", "--yes")
+    assert unknown.returncode == 1 and "Crossref knows no work with the DOI 10.9999/no.such.work" in unknown.stderr, unknown
+    bad = zocrates(d, "add", "not a doi", "--yes")
+    assert bad.returncode == 1 and "a DOI looks like 10.1234/abc" in bad.stderr, bad
+    assert len([i for i in zotero10.items if i["data"].get("itemType") == "journalArticle" and i["data"].get("DOI")
+                and i["data"]["DOI"].startswith("10.9999")]) == 0
+    d.stop()
+
+
+def test_adding_by_doi_is_refused_when_online_search_is_off(daemon_factory: Any, services: Any, zotero10: Any) -> None:
+    oa, ax, cr = services
+    d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="off")
+    d.env["ZOCRATES_LIBRARY__LOCAL_API_URL"] = zotero10.base_url
+    started(d)
+    out = zocrates(d, "add", TARDI.doi, "--yes")
+    assert out.returncode == 1 and "online" in out.stderr and "off" in out.stderr, out
+    assert cr.received == [] and not [i for i in zotero10.items if i["data"].get("DOI") == TARDI.doi]
+    d.stop()

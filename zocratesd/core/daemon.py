@@ -116,6 +116,7 @@ class Daemon:
             paths=lambda: zotero_paths(self.plugin, config.library.local_api_url, state_dir(data_dir)),
             titles=self.catalogue.titles, collection_name=self.catalogue.collection_name,
             find_collection=lambda ref: self.session_config.find_collection(ref),
+            item_for_doi=lambda doi: self.online.item_for_doi(doi),
         )
         if load_engine:
             self.load_engine()

@@ -16,9 +16,10 @@ import msgspec
 
 from zocratesd import deferred
 from zocratesd.config import OnlineConfig
-from zocratesd.errors import InvalidInput, OnlineOff, ZocratesError
+from zocratesd.errors import InvalidInput, NotFound, OnlineFailed, OnlineOff, ZocratesError
 from zocratesd.limits import DEFAULT_ONLINE_RESULTS, MAX_ONLINE_QUERY_CHARS, MAX_ONLINE_RESULTS
-from zocratesd.online.works import OnlineWork
+from zocratesd.online.works import OnlineWork, bare_doi
+from zocratesd.writes.operations import Creator, ItemFields
 
 if TYPE_CHECKING:
     from zocratesd.online.service import OnlineResult, OnlineSearch
@@ -114,6 +115,23 @@ class Online:
         if self._search is not None:
             await self._search.aclose()
 
+    async def item_for_doi(self, doi: str) -> ItemFields:
+        """A new item's fields from a DOI, as Crossref records it (only the DOI leaves the machine);
+        OnlineOff when online search is off, NotFound for a DOI Crossref does not know."""
+        if self.config.mode == "off":
+            raise OnlineOff(OFF_MESSAGE.replace("online search is off", "looking a DOI up online is off"))
+        bare = bare_doi(doi)
+        if bare is None:
+            raise InvalidInput("a DOI looks like 10.1234/abc (or https://doi.org/10.1234/abc)", doi=str(doi)[:80])
+        failed = deferred.load("zocratesd.online.service").ProviderFailed
+        try:
+            work = await self.searcher.by_doi(bare)
+        except failed as exc:
+            raise OnlineFailed(f"could not look up {bare} at Crossref: {exc}", doi=bare) from None
+        if work is None:
+            raise NotFound(f"Crossref knows no work with the DOI {bare}", doi=bare)
+        return item_from_work(work)
+
     async def search(
         self, query: str, *, limit: int = DEFAULT_ONLINE_RESULTS, year_from: int | None = None, year_to: int | None = None,
     ) -> dict[str, object]:
@@ -135,6 +153,21 @@ class Online:
                 raise InvalidInput("yearFrom is after yearTo")
         result = await self.searcher.search(terms, limit=limit, years=years)
         return to_json(result, await self._in_library(result.works))
+
+
+def item_from_work(work: OnlineWork) -> ItemFields:
+    """A new Zotero item from an online work: its title, authors, year, venue, DOI, link and
+    abstract, in Zotero's own fields (a preprint for an arXiv-only work)."""
+    creators = []
+    for name in work.authors:
+        first, _, last = name.rpartition(" ")
+        creators.append(Creator("author", first, last) if first else Creator("author", name=name))
+    fields = {"DOI": work.doi, "url": work.url or (f"https://doi.org/{work.doi}" if work.doi else None),
+              "date": str(work.year) if work.year else None, "abstractNote": work.abstract}
+    item_type = "preprint" if work.arxiv_id and not work.doi else "journalArticle"
+    if work.venue:
+        fields["publicationTitle" if item_type == "journalArticle" else "repository"] = work.venue
+    return ItemFields(item_type, work.title, tuple(creators), {k: v for k, v in fields.items() if v})
 
 
 def to_json(result: OnlineResult, held: dict[int, tuple[str, str]]) -> dict[str, object]:

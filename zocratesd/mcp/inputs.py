@@ -177,6 +177,7 @@ class AddItemArgs(Args):
         description='Each {"creator_type": "author", "first_name": ..., "last_name": ...} or {"name": ...} for an institution.')
     fields: dict[str, str] = Field(default_factory=dict, description=AddItemParams.model_fields["fields"].description)
     csl: dict[str, object] | None = wire(AddItemParams, "csl")
+    doi: str | None = wire(AddItemParams, "doi")
     collection: str | None = wire(AddItemParams, "collection")
     library: str = wire(AddItemParams, "library", description=WRITE_LIBRARY)
 

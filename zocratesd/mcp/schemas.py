@@ -265,7 +265,8 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
     ToolSpec(
         "add_item", "Add an item to Zotero",
         "Add a new item from its metadata: item_type, title, creators and Zotero fields (DOI, date, url, "
-        "abstractNote, publicationTitle, ...), or CSL-JSON in `csl`; optionally filed in a collection." + _CONSENT,
+        "abstractNote, publicationTitle, ...), CSL-JSON in `csl`, or just a `doi` (its metadata looked up at "
+        "Crossref: a work search_online found); optionally filed in a collection." + _CONSENT,
         inputs.AddItemArgs, _WRITE, idempotent=False,
     ),
     ToolSpec(

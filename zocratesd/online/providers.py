@@ -17,6 +17,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Final, NamedTuple
+from urllib.parse import quote
 
 from zocratesd.online.works import OnlineWork, Provider, bare_doi
 
@@ -178,25 +179,40 @@ def _first(value: object) -> str | None:
     return _text(value[0], MAX_TITLE_CHARS) if isinstance(value, list) and value else None
 
 
+def crossref_work(doi: str, mailto: str | None) -> Search:
+    """One work by its DOI (`/works/{doi}`): what adding an item from a DOI reads."""
+    return Search("/works/" + quote(doi, safe="/:;()"), {"mailto": mailto} if mailto else {})
+
+
+def _crossref_item(it: object) -> OnlineWork | None:
+    if not isinstance(it, Mapping) or not (title := _first(it.get("title"))):
+        return None
+    authors = tuple(" ".join(p for p in (_text(a.get("given")), _text(a.get("family"))) if p) or (_text(a.get("name")) or "")
+                    for a in (it.get("author") or [])[:MAX_AUTHORS] if isinstance(a, Mapping))
+    parts = _object(it, "issued").get("date-parts")
+    parts = parts if isinstance(parts, list) else []
+    year = _year(parts[0][0]) if parts and isinstance(parts[0], list) and parts[0] else None
+    doi = bare_doi(it.get("DOI"))
+    # Crossref's `link`s are publishers' text-mining links, often behind a paywall: no open-access URL.
+    return OnlineWork("crossref", title, tuple(a for a in authors if a), year, _first(it.get("container-title")),
+                      _jats(it.get("abstract")), doi, _url(it.get("URL")) or (f"https://doi.org/{doi}" if doi else None))
+
+
 def crossref_works(payload: object) -> list[OnlineWork]:
     message = payload.get("message") if isinstance(payload, Mapping) else None
     items = message.get("items") if isinstance(message, Mapping) else None
     if not isinstance(items, list):
         raise BadAnswer("Crossref's answer has no list of items")
-    out = []
-    for it in items:
-        if not isinstance(it, Mapping) or not (title := _first(it.get("title"))):
-            continue
-        authors = tuple(" ".join(p for p in (_text(a.get("given")), _text(a.get("family"))) if p) or (_text(a.get("name")) or "")
-                        for a in (it.get("author") or [])[:MAX_AUTHORS] if isinstance(a, Mapping))
-        parts = _object(it, "issued").get("date-parts")
-        parts = parts if isinstance(parts, list) else []
-        year = _year(parts[0][0]) if parts and isinstance(parts[0], list) and parts[0] else None
-        doi = bare_doi(it.get("DOI"))
-        # Crossref's `link`s are publishers' text-mining links, often behind a paywall: no open-access URL.
-        out.append(OnlineWork("crossref", title, tuple(a for a in authors if a), year, _first(it.get("container-title")),
-                              _jats(it.get("abstract")), doi, _url(it.get("URL")) or (f"https://doi.org/{doi}" if doi else None)))
-    return out
+    return [w for it in items if (w := _crossref_item(it)) is not None]
+
+
+def crossref_single(payload: object) -> OnlineWork:
+    """`/works/{doi}`'s answer: `{"message-type": "work", "message": {...}}`."""
+    message = payload.get("message") if isinstance(payload, Mapping) else None
+    work = _crossref_item(message)
+    if work is None:
+        raise BadAnswer("Crossref's answer has no work with a title")
+    return work
 
 
 PROVIDERS: Final[tuple[Provider, ...]] = ("openalex", "arxiv", "crossref")

@@ -71,6 +71,10 @@ class ProviderFailed(Exception):
     """One provider's search failed; the message says why, in a line a person understands."""
 
 
+class NoSuchWork(ProviderFailed):
+    """The provider has no record at that address (HTTP 404): a DOI it does not know."""
+
+
 class OnlineSearch:
     def __init__(self, config: OnlineConfig, state_dir: Path):
         self.config = config
@@ -133,6 +137,18 @@ class OnlineSearch:
         return OnlineResult(query, tuple(works), tuple(failures[p] for p in PROVIDER_ORDER if p in failures),
                             bool(cached) and all(cached) and not failures)
 
+    async def by_doi(self, doi: str) -> OnlineWork | None:
+        """Crossref's record of one DOI (cached as a search is); None when Crossref knows no such DOI."""
+        request = providers.crossref_work(doi, self.config.mailto)
+        try:
+            body, _ = await self._get("crossref", self.config.crossref_url, request, Budget(2))
+        except NoSuchWork:
+            return None
+        try:
+            return providers.crossref_single(json.loads(body))
+        except (ValueError, BadAnswer) as exc:
+            raise ProviderFailed(f"crossref: its answer was not understood ({str(exc)[:120]})") from None
+
     async def _search_one(
         self, provider: Provider, query: str, limit: int, years: tuple[int, int] | None, budget: Budget,
     ) -> tuple[list[OnlineWork], bool]:
@@ -179,7 +195,7 @@ class OnlineSearch:
             if status >= 500 and attempt == 0:
                 await anyio.sleep(RETRY_PAUSE_S)
                 continue
-            raise ProviderFailed(f"it answered HTTP {status}")
+            raise (NoSuchWork if status == 404 else ProviderFailed)(f"it answered HTTP {status}")
         raise ProviderFailed("it did not answer usefully")
 
     async def _pace(self, provider: Provider) -> None:

@@ -25,6 +25,7 @@ RPC_CODES: Final[dict[type[errors.ZocratesError], int]] = {
     errors.CheckpointNotPending: jsonrpc.CHECKPOINT_NOT_PENDING,
     errors.WriteRefused: jsonrpc.WRITE_REFUSED,
     errors.OnlineOff: jsonrpc.ONLINE_OFF,
+    errors.OnlineFailed: jsonrpc.ONLINE_FAILED,
 }
 
 

@@ -829,6 +829,9 @@ class AddItemParams(WriteParams):
         default_factory=dict, description="Zotero field names and values (date, DOI, url, abstractNote, ...).")
     csl: dict[str, object] | None = Field(
         None, description="The item as CSL-JSON instead of the fields above (what Crossref and citation tools give).")
+    doi: str | None = Field(None, max_length=300, description=(
+        "Instead of the fields or CSL-JSON: a DOI, whose metadata is looked up at Crossref (only the DOI leaves the "
+        "machine; online.mode must not be off)."))
     collection: str | None = Field(None, max_length=MAX_COLLECTION_REF_CHARS, description="A collection to file it in (key, name or path).")
 
     async def operation(self, writes: Writes) -> Operation:
@@ -836,7 +839,7 @@ class AddItemParams(WriteParams):
         if self.item_type or self.title:
             creators = tuple(ops.Creator(c.creator_type, c.first_name, c.last_name, c.name) for c in self.creators)
             fields = ops.ItemFields(self.item_type or "journalArticle", self.title or "", creators, dict(self.fields))
-        return await writes.add_item(item=fields, csl=self.csl, collection=self.collection, library=self.library)
+        return await writes.add_item(item=fields, csl=self.csl, doi=self.doi, collection=self.collection, library=self.library)
 
 
 class WriteIdParams(Params):

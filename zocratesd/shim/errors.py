@@ -55,6 +55,7 @@ HTTP_STATUSES: Final[dict[type[errors.ZocratesError], HttpStatus]] = {
     errors.InvalidInput: HttpStatus(422, "invalid_input"),
     errors.WriteRefused: HttpStatus(403, "write_refused"),
     errors.OnlineOff: HttpStatus(403, "online_off"),
+    errors.OnlineFailed: HttpStatus(502, "online_failed"),  # Bad Gateway: the provider failed, not us
     errors.ModelError: HttpStatus(502, "model_error"),  # Bad Gateway: the model endpoint failed, not us
 }
 

@@ -49,15 +49,18 @@ Titles = Callable[[str, Sequence[str]], Awaitable[dict[str, str]]]
 CollectionName = Callable[[str, str], Awaitable[str | None]]
 # A collection's key from what a person calls it (its key, name or path); InvalidInput with the candidates.
 FindCollection = Callable[[str], Awaitable[str]]
+# A new item's fields from a DOI, looked up online (core/online.py `Online.item_for_doi`).
+ItemForDoi = Callable[[str], Awaitable[ops.ItemFields]]
 
 
 class Writes:
     def __init__(
         self, state_dir: Path, *, mode: Callable[[], WritesMode], paths: Callable[[], list[WritePath]],
         titles: Titles, collection_name: CollectionName, find_collection: FindCollection,
-        retry_interval_s: float = RETRY_INTERVAL_S,
+        retry_interval_s: float = RETRY_INTERVAL_S, item_for_doi: ItemForDoi | None = None,
     ):
         self._find_collection = find_collection
+        self._item_for_doi = item_for_doi
         self._state_dir = state_dir
         self._journal: Journal | None = None
         self._opening = threading.Lock()
@@ -152,12 +155,19 @@ class Writes:
         return ops.create_collection(name, parent=key, library=library)
 
     async def add_item(
-        self, *, item: ops.ItemFields | None = None, csl: dict[str, object] | None = None, collection: str | None = None,
-        library: str = "user",
+        self, *, item: ops.ItemFields | None = None, csl: dict[str, object] | None = None, doi: str | None = None,
+        collection: str | None = None, library: str = "user",
     ) -> ops.AddItem:
-        if (item is None) == (csl is None):
-            raise InvalidInput("give the new item as fields (item_type, title, ...) or as CSL-JSON, one of the two")
-        fields = item if item is not None else item_from_csl(dict(csl or {}))
+        """A new item from its fields, its CSL-JSON, or its DOI (looked up at Crossref: the DOI is all
+        that leaves the machine), one of the three."""
+        if sum(x is not None for x in (item, csl, doi)) != 1:
+            raise InvalidInput("give the new item as fields (item_type, title, ...), as CSL-JSON or as a DOI, one of the three")
+        if doi is not None:
+            if self._item_for_doi is None:
+                raise InvalidInput("this daemon cannot look a DOI up: give the item's fields or CSL-JSON")
+            fields = await self._item_for_doi(doi)
+        else:
+            fields = item if item is not None else item_from_csl(dict(csl or {}))
         key = await self.collection_key(collection, library) if collection else None
         return ops.add_item(fields, collection=key, library=library)
 

@@ -1,4 +1,4 @@
-"""`zocrates note | tag | untag | collect | undo | writes`: writes into Zotero from a terminal.
+"""`zocrates note | tag | untag | collect | add | undo | writes`: writes into Zotero from a terminal.
 
 Every write is shown before it is made: the daemon's preview goes to stderr and the terminal asks
 (y: write it, a: write it and stop asking for this kind, anything else: nothing is written). With
@@ -20,7 +20,7 @@ from zocratesd.logtext import escape_for_log, escape_for_terminal
 
 EXIT_NOT_WRITTEN: Final = 1
 CONSENT_PROMPT: Final = "Write this into Zotero? [y] yes · [a] yes, and always for this kind · [N] no: "
-COMMANDS: Final = ("note", "tag", "untag", "collect", "undo", "writes")
+COMMANDS: Final = ("note", "tag", "untag", "collect", "add", "undo", "writes")
 # A write's preview in `zocrates writes`: one line, cut where a terminal line would wrap twice.
 LIST_PREVIEW_CHARS: Final = 160
 
@@ -55,6 +55,11 @@ def add_parsers(commands: Any, leaf: list[argparse.ArgumentParser], prog: str) -
     collect.add_argument("--parent", metavar="COLLECTION", help="with --create: the parent collection")
     write_options(collect)
 
+    add = commands.add_parser("add", help="add a work to Zotero by its DOI (its metadata looked up at Crossref)", parents=leaf)
+    add.add_argument("doi", metavar="DOI", help="10.1234/abc or https://doi.org/10.1234/abc (e.g. from zocrates online)")
+    add.add_argument("--in", dest="collection", metavar="COLLECTION", help="file it in this collection")
+    write_options(add)
+
     undo = commands.add_parser("undo", help="undo the last write into Zotero (or WRITE_ID)", parents=leaf)
     undo.add_argument("write_id", metavar="WRITE_ID", nargs="?")
     undo.add_argument("--session", metavar="ID", help="the last write of this session")
@@ -82,6 +87,9 @@ async def run(client: Client, args: argparse.Namespace, prog: str) -> None:
         if not args.keys:
             raise NotWritten("name the items to add: zocrates collect COLLECTION KEY [KEY ...]")
         await _propose(client, args, prog, "_zocrates/writes/add_to_collection", {"itemKeys": args.keys, "collection": args.collection})
+    elif args.command == "add":
+        params = {"doi": args.doi, "collection": args.collection}
+        await _propose(client, args, prog, "_zocrates/writes/add_item", {k: v for k, v in params.items() if v})
     elif args.command == "note":
         text = sys.stdin.read() if args.text == "-" else args.text
         params = {"markdown": text, "parentItem": args.on, "collection": args.collection}
