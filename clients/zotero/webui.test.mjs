@@ -986,6 +986,18 @@ describe("the sidebar web app in Firefox", () => {
       assert.equal(writes[0].kind, "add_item");
       assert.match(writes[0].preview, /Tardigrade survival of desiccation by vitrification/);
       assert.match(JSON.stringify(writes[0]), /10\.1016\/j\.molcel\.2017\.02\.018/);
+      // Under online.mode ask the page is not asked mid-turn: the answer says so, and one click asks again, online.
+      await click(p, "#new-chat");
+      await present(p, "#welcome");
+      await ask(p, "How do tardigrades survive desiccation?");
+      await present(p, ".online-again .search-online-again");
+      await turnEnded(p);
+      const offlineAnswer = (await texts(p, ".msg.assistant .answer")).at(-1);
+      assert.doesNotMatch(offlineAnswer, /Tardigrade survival of desiccation/);
+      await click(p, ".online-again .search-online-again");
+      await until(p, () => document.querySelectorAll(".msg.assistant .answer").length === 2 && !document.querySelector(".msg.live"));
+      await turnEnded(p);
+      assert.match((await texts(p, ".msg.assistant .answer")).at(-1), /Tardigrade survival of desiccation by vitrification/);
       // The preferences say whether the assistant may search online, and change it now.
       await open(p, online.url("?view=prefs"));
       await until(p, () => document.querySelector("#online-mode")?.value === "ask");

@@ -267,7 +267,7 @@ async def chat(request: Request) -> Response:
     text = field(body, "prompt", str)
     context = PromptContext.build(
         mode=body.get("mode"), items=body.get("active_items"), collection=body.get("collection"),
-        snippets=body.get("snippets"), library=body.get("library"),
+        snippets=body.get("snippets"), library=body.get("library"), online=body.get("online"),
     )
     daemon = shim_of(request).daemon
     return await sse_turn(request, session_id, lambda started: daemon.prompt(session_id, text, context, started=started))

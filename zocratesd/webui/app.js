@@ -647,6 +647,8 @@ function assistantMessage(m) {
     const links = pageLinks(sources);
     if (links) el.append(links); // append(null) would show the word "null"
     el.append(writeActions(m));
+    const again = onlineAgain(m);
+    if (again) el.append(again);
     if (m.invocation_id) for (const card of cardsOf(app.session?.id, m.invocation_id)) el.append(card.el);
   }
   return el;
@@ -800,7 +802,7 @@ function submitPrompt() {
   sendPrompt(text).catch(showError);
 }
 
-async function sendPrompt(text) {
+async function sendPrompt(text, { online } = {}) {
   const sid = app.session.id;
   const ctx = app.context;
   // Shown at once; the daemon's session replaces it when the turn ends.
@@ -811,6 +813,7 @@ async function sendPrompt(text) {
     activeItems: ctx.mode === "papers" ? ctx.items.map((it) => ({ item_key: it.item_key, title: it.title || it.item_key })) : [],
     collection: ctx.mode === "collection" ? ctx.collection?.key : undefined,
     snippets: ctx.snippets.length ? ctx.snippets : undefined,
+    online,
   };
   if (ctx.snippets.length) {
     app.context = { ...ctx, snippets: [] }; // focal snippets belong to the turn they were asked with
@@ -1105,6 +1108,23 @@ function addItemParams(source) {
   // Without the search's passage (a reloaded page) the entry's text is all we have: "Author (Year). Title."
   const title = p?.title || source.title.replace(/^.*?\(\d{4}|n\.d\.\)\.\s*/, "").replace(/\.$/, "");
   return { item_type: "journalArticle", title: title.slice(0, 1000), creators, fields, sessionId: app.session.id };
+}
+
+// How an answer ends when the library left part of it unanswered and nobody could be asked whether
+// to search online (online.mode ask): the daemon's engine/models/offline.py ONLINE_TIP.
+const ONLINE_TIP_START = "Beyond your library: I can search OpenAlex, arXiv and Crossref";
+
+/** Under such an answer: the person's yes, here: the same question again, allowed to search online. */
+function onlineAgain(m) {
+  if (!String(m.text || "").includes(ONLINE_TIP_START)) return null;
+  const messages = app.session?.messages || [];
+  const at = messages.indexOf(m);
+  const asked = messages.slice(0, at < 0 ? messages.length : at).reverse().find((x) => x.role === "user");
+  if (!asked?.text) return null;
+  return h("div", { class: "msg-actions online-again" },
+    h("button", { type: "button", class: "link-button search-online-again", text: "Search online too",
+      title: "Ask again, searching OpenAlex, arXiv and Crossref for what your library leaves unanswered (only the search terms leave this computer)",
+      on: { click: (e) => { e.currentTarget.disabled = true; sendPrompt(asked.text, { online: true }).catch(showError); } } }));
 }
 
 function onlineActions(m) {

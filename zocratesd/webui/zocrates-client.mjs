@@ -364,10 +364,11 @@ export class ZocratesClient {
   /** A turn as an async iterable of events (`parts`, `request_input`, then `done` or `error`).
    *  Refusals (busy: 409, unknown session: 404, bad input: 422) throw before the first event.
    *  Aborting `signal` stops the stream only; the turn finishes and is saved in the daemon. */
-  chat({ prompt, sessionId, activeItems = [], mode = "library", snippets, collection }, { signal } = {}) {
+  chat({ prompt, sessionId, activeItems = [], mode = "library", snippets, collection, online }, { signal } = {}) {
     const body = { prompt, session_id: sessionId, active_items: activeItems, mode };
     if (snippets) body.snippets = snippets;
     if (collection) body.collection = collection;
+    if (typeof online === "boolean") body.online = online; // this question may (not) search beyond the library
     return this._stream("/chat", body, signal);
   }
 
