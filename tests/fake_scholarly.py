@@ -27,7 +27,7 @@ Every request is recorded in `received` (method, path, query, lower-cased header
 service answers normally again: `rate_limit(times, retry_after)` (429), `server_error(times, status)`,
 `malformed(times)` (200 with a cut-off body), `huge(times, nbytes, content_length)` (200 with a body of nbytes,
 generated as it is sent; `bytes_sent` counts what got out before the client hung up), `hang(times)` (the request
-is read and never answered until `close()`; `hanging` counts parked requests); `wait_for_hanging(n)` and
+is read and never answered until `close()` or the client hangs up; `hanging` counts parked requests); `wait_for_hanging(n)` and
 `wait_for_finished(n)` (answered, cut off by the client or released) let a test wait for the event, never sleep. `close()` also cuts open keep-alive
 connections. `refused_port()` holds a loopback port where nothing listens (connection refused).
 """
@@ -39,6 +39,7 @@ import hashlib
 import html
 import json
 import re
+import select
 import socket
 import textwrap
 import threading
@@ -513,7 +514,11 @@ class _FakeService:
                     with service._cond:
                         service.hanging += 1
                         service._cond.notify_all()
-                    service._released.wait()
+                    # Parked until close(), or until the client hangs up (a cancelled search): then it is finished.
+                    while not service._released.wait(0.05):
+                        readable, _, _ = select.select([self.connection], [], [], 0)
+                        if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                            break
                     self.close_connection = True
                     return
                 if fault is not None and fault.kind == "huge":

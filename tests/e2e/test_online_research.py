@@ -301,3 +301,28 @@ def test_adding_by_doi_is_refused_when_online_search_is_off(daemon_factory: Any,
     assert out.returncode == 1 and "online" in out.stderr and "off" in out.stderr, out
     assert cr.received == [] and not [i for i in zotero10.items if i["data"].get("DOI") == TARDI.doi]
     d.stop()
+
+
+def test_cancelling_a_turn_stops_its_online_requests_in_flight(daemon_factory: Any, services: Any) -> None:
+    oa, ax, cr = services
+    for s in services:
+        s.hang()  # each provider takes the request and never answers
+    d = started(online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="on",
+                              request_timeout_s=60.0, search_timeout_s=120.0))
+    with RawConn(d.socket_path) as c:
+        c.result("initialize", {"protocolVersion": 1})
+        sid = c.result("session/new", {"cwd": "/", "mcpServers": []})["sessionId"]
+        c.send({"jsonrpc": "2.0", "id": 900, "method": "session/prompt",
+                 "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "How do tardigrades survive desiccation?"}]}})
+        for s in services:
+            s.wait_for_hanging(1)  # the online round is in flight at every provider
+        c.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+        while True:
+            msg = c.recv()
+            if msg.get("id") == 900:
+                break
+        assert msg["result"]["stopReason"] == "cancelled", msg
+        for s in services:
+            s.wait_for_finished(1)  # the daemon hung up: nothing left waiting on a provider
+        assert c.result("session/list", {})["sessions"]  # the daemon goes on
+    d.stop()
