@@ -326,3 +326,51 @@ def test_cancelling_a_turn_stops_its_online_requests_in_flight(daemon_factory: A
             s.wait_for_finished(1)  # the daemon hung up: nothing left waiting on a provider
         assert c.result("session/list", {})["sessions"]  # the daemon goes on
     d.stop()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("mode", "kind", "online"), [("ask", "allow_once", True), ("ask", "reject_once", False),
+                                                      ("on", None, True), ("off", None, False)])
+async def test_an_editor_on_the_official_acp_sdk_gets_online_sources_as_the_mode_and_its_answer_allow(
+    daemon_factory: Any, services: Any, mode: str, kind: str | None, online: bool,
+) -> None:
+    """`zocratesd stdio` driven by the ACP Python SDK, as Zed or any ACP editor drives it: under `ask`
+    the editor's permission decides, under `on` it is not asked, under `off` nothing is sent."""
+    import sys
+
+    from acp import spawn_agent_process, text_block
+    from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
+
+    class Editor:
+        def __init__(self) -> None:
+            self.asked: list[dict[str, Any]] = []
+            self.text: list[str] = []
+
+        async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+            content = getattr(update, "content", None)
+            if getattr(update, "session_update", None) == "agent_message_chunk" and getattr(content, "text", None):
+                self.text.append(content.text)
+
+        async def request_permission(self, options: Any, session_id: str, tool_call: Any, **kwargs: Any) -> Any:
+            self.asked.append(tool_call.model_dump(by_alias=True, exclude_none=True))
+            chosen = next((o.option_id for o in options if o.kind == kind), None)
+            if chosen is None:
+                return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+            return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=chosen))
+
+    oa, ax, cr = services
+    d = started(online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode=mode))
+    editor = Editor()
+    async with spawn_agent_process(editor, sys.executable, "-m", "zocratesd", "stdio", "--zotero-data-dir", str(d.data_dir),
+                                   env=d.env) as (agent, _):
+        await agent.initialize(protocol_version=1)
+        sid = (await agent.new_session(cwd="/")).session_id
+        done = await agent.prompt(session_id=sid, prompt=[text_block("How do tardigrades survive desiccation?")])
+    answer = "".join(editor.text)
+    assert done.stop_reason == "end_turn", done
+    assert [a["kind"] for a in editor.asked] == (["fetch"] if mode == "ask" else []), editor.asked
+    if online:
+        assert TARDI.title in answer and f"https://doi.org/{TARDI.doi}" in answer and ONLINE_MARK in answer, answer
+    else:
+        assert sent(services) == [] and TARDI.title not in answer, answer
+    d.stop()
