@@ -374,3 +374,16 @@ async def test_an_editor_on_the_official_acp_sdk_gets_online_sources_as_the_mode
     else:
         assert sent(services) == [] and TARDI.title not in answer, answer
     d.stop()
+
+
+def test_a_provider_failing_mid_turn_is_one_line_and_the_others_works_still_count(daemon_factory: Any, services: Any) -> None:
+    oa, ax, cr = services
+    oa.server_error(times=2)  # the request and its one retry
+    d = started(online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="on"))
+    out = zocrates(d, "ask", "--new", "How do tardigrades survive desiccation?")
+    assert out.returncode == 0, out
+    assert "Openalex: it answered HTTP 500" in out.stdout, out.stdout
+    assert "Here is what the literature found online says:" in out.stdout  # not "your library": whose words these are
+    assert TARDI.title in out.stdout and f"https://doi.org/{TARDI.doi}" in out.stdout  # Crossref's record of it
+    assert "Traceback" not in d.stderr_text()
+    d.stop()

@@ -15,7 +15,7 @@ from google.adk.tools import FunctionTool, ToolContext
 from typing_extensions import TypedDict
 
 from zocratesd.errors import ZocratesError
-from zocratesd.library.retrieval import Hit, Passage
+from zocratesd.library.retrieval import ONLINE_KIND, Hit, Passage
 from zocratesd.untrusted import NOTE
 
 TOOL_NAME: Final = "search_online_literature"
@@ -26,8 +26,6 @@ NOT_ALLOWED: Final = ("Online search is not allowed for this turn (the user has 
 # Works one call gives the model: a page of sources, not a bibliography.
 WORKS_PER_CALL: Final = 8
 
-# What a Passage of an online work is: its `kind` and `library` (it is in no Zotero library).
-ONLINE_KIND: Final = "online"
 
 
 class OnlineLookup(Protocol):

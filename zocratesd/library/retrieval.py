@@ -13,7 +13,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any, Literal, Protocol, TypedDict, cast
+from typing import Any, Final, Literal, Protocol, TypedDict, cast
 
 import msgspec
 
@@ -48,6 +48,11 @@ def tokens(text: str) -> list[str]:
 # marker, then the abstract: the answerer quotes only what follows it (engine/answer/evidence.py).
 # A paragraph break, so any text tool sees the two apart; the header itself has none.
 METADATA_BREAK = "\n\n"
+
+
+# The `kind` (and `library`) of a passage that is a work found beyond the library (OpenAlex, arXiv,
+# Crossref: engine/online_tool.py): its text is its abstract, its link its DOI.
+ONLINE_KIND: Final = "online"
 
 
 class Passage(msgspec.Struct, frozen=True):

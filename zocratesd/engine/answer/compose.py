@@ -31,7 +31,7 @@ from zocratesd.engine.answer.evidence import (
 )
 from zocratesd.engine.answer.question import Part, Question, parse_question
 from zocratesd.engine.answer.sources import CITED_HEADER, Citations
-from zocratesd.library.retrieval import PassageJson
+from zocratesd.library.retrieval import ONLINE_KIND, PassageJson
 
 # Quotes in a one-part answer, and per part of a longer one: enough to ground a claim in several
 # papers, short enough to read in the Zotero sidebar.
@@ -168,6 +168,10 @@ def compose_answer(question: str, result: dict[str, Any]) -> str:
             citations.cite(qt.source.passage)
         for src in sec.pointers:
             citations.cite(src.passage)
+    # Works found beyond the library are not the library's words: the answer says whose they are.
+    online = sum(1 for c in citations.items.values() if c.meta.get("kind") == ONLINE_KIND)
+    if online:
+        where = "the literature found online" if online == len(citations.items) else f"{where}, with the literature found online,"
 
     lines: list[str] = []
     if q.comparison:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from zocratesd.library.retrieval import PassageJson
+from zocratesd.library.retrieval import ONLINE_KIND, PassageJson
 
 CITED_HEADER = "# Cited Sources"
 # Authors named in an entry before "et al." (APA names up to 20 in a reference list; a sidebar
@@ -70,7 +70,7 @@ ONLINE_MARK = "Online, not in your library; its abstract was read"
 
 def _where(c: Cited) -> str:
     """The entry's link: the item's zotero:// link; for an online source, its DOI (or URL) and the mark."""
-    if c.meta.get("kind") == "online":
+    if c.meta.get("kind") == ONLINE_KIND:
         link = c.meta.get("link")
         return f" {ONLINE_MARK}" + (f" ({link})" if link else ".")
     return f" ({select_link(c.item_key, c.meta.get('library'))})"
