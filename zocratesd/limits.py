@@ -41,6 +41,9 @@ SESSION_ID_RE: Final = whole(SESSION_ID_PATTERN)
 ITEM_KEY_RE: Final = whole(ITEM_KEY_PATTERN)
 LIBRARY_RE: Final = whole(LIBRARY_PATTERN)
 ITEM_URI_RE: Final = whole(ITEM_URI_PATTERN)
+# An answer's `# Cited Sources` entry: "[2] Lewis et al. (2020). Title. p. 4. (zotero://select/library/items/KEY)":
+# its number (group 1), link (2), library (3) and key (4).
+CITED_SOURCE_RE: Final = re.compile(rf"^\[(\d+)\] .*\(({ITEM_URI})\)\s*$", re.M)
 
 
 # A title is a sidebar row and a `session/list` entry, not a paragraph.

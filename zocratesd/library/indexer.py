@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from zocratesd.library import dense
 from zocratesd.library._records import USER_LIBRARY, ItemRecord, LibrarySnapshot, library_counts
+from zocratesd.library.bbt import bbt_stamp, read_bbt
 from zocratesd.library.embedproc import EmbedChild, EmbedFailed
 from zocratesd.library.fulltext import read_cache
 from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, is_corruption, open_index, remove_index
@@ -457,6 +458,12 @@ class Indexer:
                 self._announce(f"indexing {done:,} of {total:,} items from {origin} ({pct:.0f}%)")
                 last_log = time.monotonic()
         _log_unlabelled(unlabelled)
+        # Better BibTeX's keys when its database changed (it changes keys without touching items),
+        # then every item's citation key (citations/keys.py), which reads the items written above.
+        if (bbt := bbt_stamp(self.opts.data_dir)) != (writer.meta("bbt_stamp") or ""):
+            writer.write_bbt_keys(read_bbt(self.opts.data_dir, self.opts.work_dir, snap.library_ids), bbt)
+        if changed_keys := writer.assign_keys():
+            log.info("library: %d citation keys assigned", changed_keys)
         if writer.fill_vectors():
             log.info("library: the passages' vectors missing since an earlier failure are computed")
         self._end_child()  # before "ready": a pass over, its child is gone

@@ -9,17 +9,14 @@ answer cites nothing (a model that writes no list), the items the searches found
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from zocratesd.limits import ITEM_URI
+from zocratesd.limits import CITED_SOURCE_RE
 from zocratesd.mcp.schemas import escape_text
 
 # Sources an `ask` result lists when the answer cited nothing (the passages it found instead).
 MAX_UNCITED_SOURCES: Final = 20
-# "[2] Lewis et al. (2020). Title. p. 4. (zotero://select/library/items/KEY)": the answer's source list.
-_CITED_RE: Final = re.compile(rf"^\[(\d+)\] .*\(({ITEM_URI})\)\s*$", re.M)
 
 
 @dataclass(slots=True)
@@ -93,7 +90,7 @@ def collect(found: dict[str, Found], raw: Any) -> None:
 def sources(answer: str, found: dict[str, Found]) -> tuple[Source, ...]:
     """The answer's cited sources, or, when it cites none, the items the searches found."""
     cited = []
-    for m in _CITED_RE.finditer(answer):
+    for m in CITED_SOURCE_RE.finditer(answer):
         key = m.group(4)
         meta = found.get(key)
         cited.append(Source(key, "user" if m.group(3) == "library" else m.group(3), m.group(2), True, int(m.group(1)),
