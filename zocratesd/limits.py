@@ -135,3 +135,11 @@ WRITE_ID_RE: Final = whole(WRITE_ID_PATTERN)
 MAX_ONLINE_QUERY_CHARS: Final = 500
 MAX_ONLINE_RESULTS: Final = 25
 DEFAULT_ONLINE_RESULTS: Final = 10
+
+# Items one bibliography export takes (`_zocrates/citations/export`, MCP `export_citations`): a
+# session of long answers cites a few hundred at most.
+MAX_EXPORT_ITEMS: Final = 2000
+
+# How an answer cites in its text (a session's `citation_style` setting): "[2, p. 4]", "(Lewis et
+# al., 2020, p. 4)", or Pandoc's "[@lewis2020retrieval, p. 4]" for Markdown and LaTeX writers.
+CITATION_STYLES: Final = ("numbered", "author-year", "pandoc")

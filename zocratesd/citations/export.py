@@ -10,17 +10,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from zocratesd.citations.bibliography import Export, load, render
 from zocratesd.errors import InvalidInput, ZocratesError
-from zocratesd.limits import CITED_SOURCE_RE
+from zocratesd.limits import CITED_SOURCE_RE, MAX_EXPORT_ITEMS
 
 if TYPE_CHECKING:
     from zocratesd.library.service import Library
 
-# Items one export takes: a session of long answers cites a few hundred at most.
-MAX_EXPORT_ITEMS: Final = 2000
 
 
 def cited_refs(answers: Iterable[str]) -> list[tuple[str, str]]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from zocratesd.core.session_config import COLLECTION_PREFIX, COMPACTION, LIBRARY, PAPERS, RESEARCH_BUDGET, SCOPE
+from zocratesd.core.session_config import CITATION_STYLE, COLLECTION_PREFIX, COMPACTION, LIBRARY, PAPERS, RESEARCH_BUDGET, SCOPE
 from zocratesd.errors import InvalidInput, NotFound
 from zocratesd.limits import ITEM_URI
 from zocratesd.writes import operations as ops
@@ -40,6 +40,8 @@ COMMANDS = (
     Command("tag", "Tag the papers the last answer cited", "tag"),
     Command("undo", "Undo this session's last write into Zotero"),
     Command("writes", "This session's writes into Zotero that wait for your consent or for Zotero"),
+    Command("bib", "The bibliography of what this session cited", "bibtex | biblatex | csl-json | text [STYLE]"),
+    Command("cite", "How answers cite from now on", "numbered | author-year | pandoc"),
 )
 # The commands that propose a write: the face asks the person before it is made (rpc/agent.py).
 WRITE_COMMANDS = frozenset({"note", "tag"})
@@ -85,6 +87,18 @@ async def run(daemon: Daemon, session_id: str, name: str, arg: str) -> str:
         return await _rewind_last(daemon, session_id)
     if name == "status":
         return await _status(daemon, session_id)
+    if name == "bib":
+        fmt, _, style = arg.partition(" ")
+        done = await daemon.export_citations(session_id=session_id, format=fmt.strip() or "bibtex",
+                                             style=style.strip() or None)
+        left = f"\n({len(done['missing'])} cited items are no longer in the library)" if done["missing"] else ""  # type: ignore[arg-type]
+        return f"{done['text']}{left}"
+    if name == "cite":
+        if not arg:
+            settings = await daemon.session_config.settings(session_id)
+            return f"Citation style: {settings.citation_style}. Change it with /cite numbered, author-year or pandoc."
+        await daemon.set_config_option(session_id, CITATION_STYLE, arg)
+        return f"Citation style: {arg}."
     if name in ("note", "tag", "undo", "writes"):
         return await _write_command(daemon, session_id, name, arg)
     raise InvalidInput(f"unknown command /{name}")  # pragma: no cover - parse() admits only COMMANDS

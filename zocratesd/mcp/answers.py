@@ -29,6 +29,7 @@ class Found:
     creators: list[str]
     year: int | None
     pages: set[int] = field(default_factory=set)
+    citation_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,7 @@ class Source:
     creators: tuple[str, ...] = ()
     year: int | None = None
     pages: tuple[int, ...] = ()
+    citation_key: str | None = None  # for LaTeX and Markdown (citations/keys.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,8 @@ def collect(found: dict[str, Found], raw: Any) -> None:
         if not isinstance(p, dict) or not isinstance(p.get("item_key"), str):
             continue
         seen = found.setdefault(p["item_key"], Found(p["item_key"], p.get("library") or "user", p.get("title"),
-                                                     list(p.get("creators") or []), p.get("year")))
+                                                     list(p.get("creators") or []), p.get("year"),
+                                                     citation_key=p.get("citation_key")))
         if isinstance(p.get("page"), int):
             seen.pages.add(p["page"])
 
@@ -95,11 +98,12 @@ def sources(answer: str, found: dict[str, Found]) -> tuple[Source, ...]:
         meta = found.get(key)
         cited.append(Source(key, "user" if m.group(3) == "library" else m.group(3), m.group(2), True, int(m.group(1)),
                             meta.title if meta else None, tuple(meta.creators) if meta else (),
-                            meta.year if meta else None, tuple(sorted(meta.pages)) if meta else ()))
+                            meta.year if meta else None, tuple(sorted(meta.pages)) if meta else (),
+                            meta.citation_key if meta else None))
     if cited:
         return tuple(cited)
     return tuple(
         Source(key, meta.library, f"zotero://select/{'library' if meta.library == 'user' else meta.library}/items/{key}",
-               False, None, meta.title, tuple(meta.creators), meta.year, tuple(sorted(meta.pages)))
+               False, None, meta.title, tuple(meta.creators), meta.year, tuple(sorted(meta.pages)), meta.citation_key)
         for key, meta in list(found.items())[:MAX_UNCITED_SOURCES]
     )

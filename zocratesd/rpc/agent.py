@@ -659,6 +659,13 @@ class Agent:
     async def library_tags(self, conn: Connection, params: models.LibraryTagsParams) -> object:
         return await self.daemon.library_tags(params.library, limit=params.limit, offset=params.offset, contains=params.contains)
 
+    @acp_method("_zocrates/citations/export")
+    async def citations_export(self, conn: Connection, params: models.ExportCitationsParams) -> object:
+        return await self.daemon.export_citations(
+            session_id=params.session_id, invocation_id=params.invocation_id,
+            items=[(i.library, i.item_key) for i in params.items], format=params.format, style=params.style,
+        )
+
     @acp_method("_zocrates/library/items")
     async def library_items(self, conn: Connection, params: models.LibraryItemsParams) -> object:
         return await self.daemon.library_items(params.library, limit=params.limit, offset=params.offset, order=params.order)

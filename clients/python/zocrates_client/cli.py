@@ -7,6 +7,7 @@
     zocrates rewind ID [INVOCATION_ID]          undo a turn (default: the last) and every later one
     zocrates sessions list | show ID | rm ID | rename ID TITLE
     zocrates library status [--watch]           the library index; --watch follows it until it settles
+    zocrates cite [SESSION] [--format bibtex|biblatex|csl-json|text] [--style NAME]  what a session cited
     zocrates open [--print]                     the web UI of the running daemon, in a browser
 
 Options (before or after the subcommand): `--zotero-data-dir D` picks the daemon (default:
@@ -42,7 +43,7 @@ from typing import Any, Final, TextIO
 import anyio
 import anyio.abc
 
-from zocrates_client import online_command, write_commands
+from zocrates_client import cite_command, online_command, write_commands
 from zocrates_client._types import (
     Checkpoint,
     CheckpointAction,
@@ -194,6 +195,7 @@ def _parser() -> argparse.ArgumentParser:
 
     write_commands.add_parsers(commands, leaf, PROG)
     online_command.add_parser(commands, leaf)
+    cite_command.add_parser(commands, leaf)
 
     open_ = commands.add_parser("open", help="open the web UI of the running daemon", parents=leaf)
     open_.add_argument("--print", action="store_true", dest="print_only", help="print the address, open no browser")
@@ -861,6 +863,8 @@ def _run_command(args: argparse.Namespace) -> int:
         return _run_async(args, lambda c: _library(c, args))
     if args.command == online_command.COMMAND:
         return _run_async(args, lambda c: online_command.run(c, args))
+    if args.command == cite_command.COMMAND:
+        return _run_async(args, lambda c: cite_command.run(c, args, _most_recent_session), None, session_id)
     if args.command in write_commands.COMMANDS:
         return _run_async(args, lambda c: _write(c, args))
     if args.command == "open":
