@@ -91,7 +91,7 @@ try {
   const created = await a.agent.request(acp.methods.agent.session.new, { cwd: "/home/u/papers", mcpServers: [] });
   const sid = created.sessionId;
   let opts = byId(created.configOptions);
-  assert.deepEqual(Object.keys(opts), ["scope", "model", "research_budget", "compaction"]);
+  assert.deepEqual(Object.keys(opts), ["scope", "model", "research_budget", "compaction", "citation_style"]);
   assert.equal(opts.scope.category, "mode");
   assert.equal(opts.model.category, "model");
   assert.equal(opts.research_budget.category, "model_config");
@@ -126,7 +126,7 @@ try {
     const params = { sessionId: sid, configId, value, ...(type ? { type } : {}) };
     const answer = await a.agent.request(acp.methods.agent.session.setConfigOption, params);
     opts = byId(answer.configOptions);
-    assert.deepEqual(Object.keys(opts), ["scope", "model", "research_budget", "compaction"]);
+    assert.deepEqual(Object.keys(opts), ["scope", "model", "research_budget", "compaction", "citation_style"]);
     assert.equal(opts[configId].currentValue, value, configId);
     const heard = await b.until(sid, (u) => u.sessionUpdate === "config_option_update", bFrom, `${configId} update`);
     const theirs = byId(lastOf(heard, "config_option_update").configOptions);

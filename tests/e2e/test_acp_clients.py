@@ -96,7 +96,7 @@ def test_typescript_sdk_drives_config_commands_elicitation_close_and_resume(shar
     assert proc.returncode == 0, f"driver failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}\n{shared.stderr_tail()}"
     facts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert facts["sessionCapabilities"] == ["close", "delete", "list", "resume"]
-    assert facts["setOptions"] == ["scope", "model", "research_budget", "compaction"]
+    assert facts["setOptions"] == ["scope", "model", "research_budget", "compaction", "citation_style"]
     assert facts["checkpoint"]["method"] == "elicitation/create" and facts["checkpoint"]["usage"]["used"] > 0
     assert facts["resumedWithoutReplay"] is True
     # What the driver saw is what is stored: the session's settings as the core reads them.

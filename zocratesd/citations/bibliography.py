@@ -26,6 +26,9 @@ from typing import Any, Final, Literal
 from zocratesd.errors import InvalidInput
 
 Format = Literal["bibtex", "biblatex", "csl-json", "text"]
+# A CSL-JSON item (https://github.com/citation-style-language/schema, csl-data.json): variables by
+# their CSL names, dates as {"date-parts": ...}, names as lists of {family, given} or {literal}.
+CslItem = dict[str, Any]
 FORMATS: Final = ("bibtex", "biblatex", "csl-json", "text")
 DEFAULT_STYLE: Final = "apa"
 SHIPPED_STYLES: Final = Path(__file__).with_name("styles")
@@ -120,7 +123,7 @@ _SQL_DATE_RE: Final = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[ T]\d{2}:\d{2}")
 _YEAR_RE: Final = re.compile(r"(?<!\d)(\d{4})(?!\d)")
 
 
-def csl_date(value: str) -> dict[str, Any] | None:
+def csl_date(value: str) -> CslItem | None:
     """A Zotero date as CSL's `{"date-parts": [[y, m, d]]}` (stored "2017-03-00 March 2017", an
     access date "2024-05-01 10:00:00", or as typed: its year, with the text as `raw`)."""
     m = _MULTIPART_RE.match(value) or _SQL_DATE_RE.match(value)
@@ -152,9 +155,9 @@ def csl_name(n: Mapping[str, Any]) -> dict[str, str]:
     return {"family": last, "given": first}
 
 
-def to_csl(item: CiteItem) -> dict[str, Any]:
+def to_csl(item: CiteItem) -> CslItem:
     """The item as CSL-JSON, its `id` its citation key."""
-    out: dict[str, Any] = {"id": item.citation_key, "type": CSL_TYPES.get(item.item_type, "document")}
+    out: CslItem = {"id": item.citation_key, "type": CSL_TYPES.get(item.item_type, "document")}
     fields = item.fields
     for var, names in CSL_TEXT.items():
         if var in NOT_CSL:
@@ -359,7 +362,7 @@ class Export:
     missing: tuple[str, ...]  # item keys no longer in the library index
     style: str | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         return {"format": self.format, "text": self.text, "count": self.count, "keys": list(self.keys),
                 "missing": list(self.missing), "style": self.style}
 

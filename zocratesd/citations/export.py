@@ -8,16 +8,20 @@ a session's are its answers', in the order first cited, each item once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from zocratesd.citations.bibliography import Export, load, render
 from zocratesd.errors import InvalidInput, ZocratesError
 from zocratesd.limits import CITED_SOURCE_RE, MAX_EXPORT_ITEMS
 
-if TYPE_CHECKING:
-    from zocratesd.library.service import Library
+
+class IndexReads(Protocol):
+    """What of the library is read here: a function run on the index's connection (library/service.py)."""
+
+    async def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any: ...
 
 
 
@@ -30,7 +34,23 @@ def cited_refs(answers: Iterable[str]) -> list[tuple[str, str]]:
     return list(out)
 
 
-async def export(library: Library | None, data_dir: Path | None, refs: list[tuple[str, str]], fmt: str,
+async def export_cited(
+    get_session: Callable[[str], Awaitable[Any]], library: IndexReads | None, data_dir: Path | None, *,
+    session_id: str | None = None, invocation_id: str | None = None, items: Sequence[tuple[str, str]] = (),
+    format: str = "bibtex", style: str | None = None,  # noqa: A002 - the wire's name
+) -> Export:
+    """The bibliography of what a session's answers cite (one answer's, with `invocation_id`),
+    and of `items` ((library, key) pairs); SessionNotFound for a session that is not there."""
+    refs: list[tuple[str, str]] = []
+    if session_id is not None:
+        view = await get_session(session_id)
+        refs += cited_refs(m["text"] for m in view["messages"]
+                           if m["role"] == "assistant" and (invocation_id is None or m["invocation_id"] == invocation_id))
+    refs += [r for r in items if r not in refs]
+    return await export(library, data_dir, refs, format, style)
+
+
+async def export(library: IndexReads | None, data_dir: Path | None, refs: list[tuple[str, str]], fmt: str,
                  style: str | None = None) -> Export:
     """The bibliography of `refs` in `fmt`; InvalidInput when there is nothing to export."""
     if not refs:

@@ -19,7 +19,7 @@ Results are the core's typed structs, turned into the JSON shapes the faces send
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
@@ -315,22 +315,9 @@ class Daemon:
     ) -> dict[str, object]:
         return await self.catalogue.items(library, limit=limit, offset=offset, order=order)
 
-    async def export_citations(
-        self, *, session_id: str | None = None, invocation_id: str | None = None,
-        items: Sequence[tuple[str, str]] = (), format: str = "bibtex", style: str | None = None,  # noqa: A002 - the wire's name
-    ) -> dict[str, object]:
-        """The bibliography of what a session's answers cite (one answer's with `invocation_id`),
-        plus `items` ((library, key) pairs), as BibTeX, BibLaTeX, CSL-JSON or text in a CSL style."""
-        from zocratesd.citations.export import cited_refs, export  # noqa: PLC0415 (citeproc and the tables: on first use)
-
-        refs: list[tuple[str, str]] = []
-        if session_id is not None:
-            view = await self.get_session(session_id)
-            refs += cited_refs(m["text"] for m in view["messages"] if m["role"] == "assistant"
-                               and (invocation_id is None or m["invocation_id"] == invocation_id))
-        refs += [r for r in items if r not in refs]
-        done = await export(self.library, self.data_dir, refs, format, style)
-        return done.as_json()
+    async def export_citations(self, **request: Any) -> dict[str, object]:
+        from zocratesd.citations.export import export_cited  # noqa: PLC0415 - the bibliography; loaded by its first use
+        return (await export_cited(self.get_session, self.library, self.data_dir, **request)).as_json()
 
     # --- storage ----------------------------------------------------------------------------------
 

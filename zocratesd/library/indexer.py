@@ -381,6 +381,14 @@ class Indexer:
         snap.warnings = [*snap.warnings, f"read through Zotero's local API: {db_error}"]
         return snap, api.read_text
 
+    def _citation_keys(self, writer: IndexWriter, snap: LibrarySnapshot) -> None:
+        """Better BibTeX's keys when its database changed (it changes keys without touching items),
+        then every item's citation key (citations/keys.py), from the items as written."""
+        if (bbt := bbt_stamp(self.opts.data_dir)) != (writer.meta("bbt_stamp") or ""):
+            writer.write_bbt_keys(read_bbt(self.opts.data_dir, self.opts.work_dir, snap.library_ids), bbt)
+        if changed := writer.assign_keys():
+            log.info("library: %d citation keys assigned", changed)
+
     def _refresh_with(self, writer: IndexWriter, api: LocalApi | None, t0: float, api_checked: bool = False) -> None:
         have = writer.signatures()
         try:
@@ -458,12 +466,7 @@ class Indexer:
                 self._announce(f"indexing {done:,} of {total:,} items from {origin} ({pct:.0f}%)")
                 last_log = time.monotonic()
         _log_unlabelled(unlabelled)
-        # Better BibTeX's keys when its database changed (it changes keys without touching items),
-        # then every item's citation key (citations/keys.py), which reads the items written above.
-        if (bbt := bbt_stamp(self.opts.data_dir)) != (writer.meta("bbt_stamp") or ""):
-            writer.write_bbt_keys(read_bbt(self.opts.data_dir, self.opts.work_dir, snap.library_ids), bbt)
-        if changed_keys := writer.assign_keys():
-            log.info("library: %d citation keys assigned", changed_keys)
+        self._citation_keys(writer, snap)
         if writer.fill_vectors():
             log.info("library: the passages' vectors missing since an earlier failure are computed")
         self._end_child()  # before "ready": a pass over, its child is gone

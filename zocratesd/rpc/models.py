@@ -682,6 +682,7 @@ class LibraryItemResult(ItemSummary):
 
 
 class ItemRef(Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
     item_key: str = ItemKey
     library: str = Field("user", pattern=LIBRARY_PATTERN, description='"user" (My Library) or "groups/<groupID>".')
 
