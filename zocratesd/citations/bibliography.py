@@ -75,9 +75,10 @@ CSL_NAMES: Final[dict[str, str]] = {
     "producer": "producer", "recipient": "recipient", "reviewedAuthor": "reviewed-author", "seriesCreator": "series-creator",
     "seriesEditor": "collection-editor", "scriptwriter": "script-writer", "translator": "translator",
 }
-# CSL variables that are not CSL 1.0.2 variables (schema.json keeps Zotero's own name beside the
-# standard `title-short`); left out of the CSL-JSON so it validates against the CSL data schema.
-NOT_CSL: Final = frozenset({"shortTitle"})
+# Variables schema.json maps that the CSL data schema (citation-style-language/schema, csl-data.json)
+# does not admit: Zotero's own `shortTitle` (beside the standard `title-short`), and `license` and
+# `part-number`, newer than the schema. Left out, so the CSL-JSON validates as every CSL tool reads it.
+NOT_CSL: Final = frozenset({"shortTitle", "license", "part-number"})
 
 
 @dataclass(frozen=True)

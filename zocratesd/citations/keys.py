@@ -9,8 +9,10 @@ Where an item's key comes from, first found wins (`items.key_source`):
 4. `generated`: author, year and the title's first significant word, folded to ASCII
    ("Ströhle 2021, The ..." -> `strohle2021retrieval`), made unique within the library with a
    letter ("a", "b", ...) in the order items were added. An item keeps its generated key while
-   its author, year and title word stay the same, so keys survive re-indexing; a later item
-   with the same stem gets the next free letter.
+   its author, year and title word stay the same, and a later item with the same stem gets the
+   next free letter. The generated keys are remembered outside the index too
+   (`zocrates-data/citation-keys.json`, library/indexer.py), so a rebuilt index gives every item
+   the key it had: a document that cites `silva2020retrievala` keeps working.
 
 A key with a character BibTeX or Pandoc cannot carry in a key (space, comma, braces, quotes, %,
 #, ~, backslash, parentheses, =) is not used: the next source is.
@@ -148,9 +150,11 @@ def assign(rows: Iterable[KeyRow], bbt: Mapping[tuple[str, str], str]) -> dict[s
     return out
 
 
-def assign_in_index(conn: sqlite3.Connection) -> int:
-    """Give every item of the index (library.db) its key; the number of keys that changed.
-    Runs in the indexer's thread after each pass; writes only the rows whose key changed."""
+def assign_in_index(conn: sqlite3.Connection, remembered: Mapping[str, str]) -> tuple[int, dict[str, str]]:
+    """Give every item of the index (library.db) its key: the number of keys that changed, and
+    every generated key by uid (what to remember). `remembered`: the generated keys an earlier
+    index gave (an item re-indexed, or the whole index rebuilt, starts from them). Runs in the
+    indexer's thread after each pass; writes only the rows whose key changed."""
     rows: list[KeyRow] = []
     for uid, library, item_key, title, names, year, explicit, explicit_source, current, source, added in conn.execute(
         "SELECT uid, library, item_key, title, names, year, explicit_key, explicit_source, citation_key, key_source, "
@@ -160,11 +164,14 @@ def assign_in_index(conn: sqlite3.Connection) -> int:
             parsed = json.loads(names)
         except ValueError:
             parsed = []
+        if current is None and uid in remembered:
+            current, source = remembered[uid], "generated"
         rows.append(KeyRow(uid, library, item_key, explicit, explicit_source, current, source,
                            stem([n for n in parsed if isinstance(n, dict)], year, title or ""), added or ""))
     bbt = {(lib, key): ck for lib, key, ck in conn.execute("SELECT library, item_key, citation_key FROM bbt_keys")}
     want = assign(rows, bbt)
-    changes = [(key, source, r.uid) for r in rows for key, source in [want[r.uid]] if (key, source) != (r.current, r.current_source)]
+    stored = {uid: (k, s) for uid, k, s in conn.execute("SELECT uid, citation_key, key_source FROM items")}
+    changes = [(key, source, uid) for uid, (key, source) in want.items() if (key, source) != stored.get(uid)]
     if changes:
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -173,4 +180,4 @@ def assign_in_index(conn: sqlite3.Connection) -> int:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-    return len(changes)
+    return len(changes), {uid: key for uid, (key, source) in want.items() if source == "generated"}

@@ -67,7 +67,7 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -337,9 +337,9 @@ class IndexWriter:
             self.conn.executemany("INSERT INTO bbt_keys VALUES (?, ?, ?)", [(lib, k, ck) for (lib, k), ck in keys.items()])
             self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('bbt_stamp', ?)", (stamp,))
 
-    def assign_keys(self) -> int:
-        """Every item's citation key (citations/keys.py); the number that changed."""
-        return assign_in_index(self.conn)
+    def assign_keys(self, remembered: Mapping[str, str]) -> tuple[int, dict[str, str]]:
+        """Every item's citation key (citations/keys.py): how many changed, and the generated ones."""
+        return assign_in_index(self.conn, remembered)
 
     def remove(self, uids: Iterable[str]) -> None:
         with self.transaction():

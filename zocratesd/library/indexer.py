@@ -20,7 +20,9 @@ to do) and retried at the next poll.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -51,6 +53,8 @@ from zocratesd.logtext import escape_for_log
 
 log = logging.getLogger(__name__)
 
+# The generated citation keys (citations/keys.py), kept beside the index so a rebuild gives them again.
+KEYS_MEMORY = "citation-keys.json"
 State = Literal["starting", "indexing", "ready", "unavailable", "error", "stopped"]
 # Progress goes to the log at most this often during a long build (and at its start and end).
 PROGRESS_LOG_INTERVAL_S = 5.0
@@ -386,8 +390,13 @@ class Indexer:
         then every item's citation key (citations/keys.py), from the items as written."""
         if (bbt := bbt_stamp(self.opts.data_dir)) != (writer.meta("bbt_stamp") or ""):
             writer.write_bbt_keys(read_bbt(self.opts.data_dir, self.opts.work_dir, snap.library_ids), bbt)
-        if changed := writer.assign_keys():
+        memory = self.opts.work_dir / KEYS_MEMORY
+        remembered = _read_keys(memory)
+        changed, generated = writer.assign_keys(remembered)
+        if changed:
             log.info("library: %d citation keys assigned", changed)
+        if generated != remembered:
+            _write_keys(memory, generated)
 
     def _refresh_with(self, writer: IndexWriter, api: LocalApi | None, t0: float, api_checked: bool = False) -> None:
         have = writer.signatures()
@@ -506,6 +515,27 @@ class _WatchedChild(EmbedChild):
 
 # A pass's per-file problems are logged as one line: a count and the first few files.
 NAMED_PROBLEM_FILES = 5
+
+
+def _read_keys(path: Path) -> dict[str, str]:
+    """The generated citation keys an earlier index gave ({} when none, or the file is not ours)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(data, dict) else {}
+
+
+def _write_keys(path: Path, keys: dict[str, str]) -> None:
+    """Write the generated keys beside the index (a temp file renamed over it: never half a file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(keys, ensure_ascii=False, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        log.warning("library: the citation keys could not be saved in %s (%s); a rebuilt index may letter them anew",
+                    path, exc.strerror)
 
 
 def _log_unlabelled(files: list[str]) -> None:
