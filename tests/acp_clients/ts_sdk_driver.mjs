@@ -102,7 +102,8 @@ try {
   assert.ok(rag, `collections listed by name: ${JSON.stringify(opts.scope.options)}`);
   const cmds = await a.until(sid, (u) => u.sessionUpdate === "available_commands_update", 0, "available_commands_update");
   const names = cmds.find((u) => u.sessionUpdate === "available_commands_update").availableCommands.map((c) => c.name);
-  assert.deepEqual(names, ["library", "collection", "papers", "research", "compact", "rewind", "status", "note", "tag", "undo", "writes"]);
+  assert.deepEqual(names, ["library", "collection", "papers", "research", "compact", "rewind", "status", "note", "tag", "undo", "writes",
+    "bib", "cite"]);
   facts.commands = names;
 
   // B attaches with session/resume: no replay, the options (compaction as a select), the commands.
@@ -119,6 +120,7 @@ try {
     ["model", "offline", undefined],
     ["research_budget", "1", undefined],
     ["compaction", false, "boolean"],
+    ["citation_style", "pandoc", undefined],
   ];
   for (const [configId, value, type] of sets) {
     const aFrom = a.seen.length;
