@@ -132,9 +132,10 @@ def test_answers_cite_in_the_session_style_and_bib_exports_what_they_cite(served
 
 
 def test_zocrates_cite_prints_a_bibliography_a_tool_reads(served: DaemonProc) -> None:
+    asked = zocrates(served, "ask", "--new", "--citation-style", "pandoc", "What is dense passage retrieval?")
+    assert asked.returncode == 0 and "[@karpukhin2020dense]" in asked.stdout, asked
+    sid = re.search(r"session (session-\S+)", asked.stderr).group(1)  # type: ignore[union-attr]
     with RawConn(served.socket_path) as c:
-        sid = new_session(c)
-        ask(c, sid, "What is dense passage retrieval?")
         ask(c, sid, "What do open questions with retrieval and generation need?")
     out = zocrates(served, "cite", sid, "--format", "biblatex")
     assert out.returncode == 0, out.stderr
@@ -167,8 +168,9 @@ async def test_mcp_sources_carry_keys_and_export_citations_gives_the_bibliograph
     async with stdio_client(params) as (read, write_), ClientSession(read, write_) as s:
         await s.initialize()
         with anyio.fail_after(120):
-            asked = await s.call_tool("ask", {"question": QUESTION})
+            asked = await s.call_tool("ask", {"question": QUESTION, "citation_style": "pandoc"})
         assert not asked.is_error and isinstance(asked.structured_content, dict), asked.content
+        assert "[@lewis2020rag]" in asked.structured_content["answer"]
         sources = asked.structured_content["sources"]
         assert {"LEWIS202": "lewis2020rag"}.items() <= {x["item_key"]: x["citation_key"] for x in sources}.items(), sources
         sid = asked.structured_content["session_id"]

@@ -117,6 +117,9 @@ class AskArgs(Args):
     online: bool | None = Field(None, description=(
         "true: the user allows this question to search beyond their library (OpenAlex, arXiv, Crossref; only the "
         "search terms leave the machine), which online.mode = ask needs; false: their library only; absent: online.mode."))
+    citation_style: Literal["numbered", "author-year", "pandoc"] | None = Field(None, description=(
+        "How the answer cites, from now on in this session: numbered [1]; author-year (Lewis et al., 2020); pandoc "
+        "[@citationkey] for Markdown and LaTeX writers. Absent: as the session does (numbered unless changed)."))
 
 
 class ResumeArgs(Args):

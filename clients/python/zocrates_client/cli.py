@@ -1,7 +1,8 @@
 """`zocrates`: the command-line client of zocratesd.
 
     zocrates ask [--session ID | --new] [--scope library | --collection KEY | --papers KEY[,KEY...]]
-                 [--on-checkpoint extend|synthesize|leave] [--json] TEXT      (TEXT `-`: read stdin)
+                 [--on-checkpoint extend|synthesize|leave] [--citation-style numbered|author-year|pandoc]
+                 [--json] TEXT      (TEXT `-`: read stdin)
     zocrates chat [--session ID]                an interactive loop (/new /sessions /scope /rewind /quit)
     zocrates resume [ID] [--extend [GUIDANCE] | --synthesize]  answer a pending research checkpoint
     zocrates rewind ID [INVOCATION_ID]          undo a turn (default: the last) and every later one
@@ -160,6 +161,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="allow this question to search beyond your library (OpenAlex, arXiv, Crossref: only the "
                              "search terms leave the machine); needed when online.mode is ask")
     online.add_argument("--no-online", dest="online", action="store_false", help="search your library only, this time")
+    ask.add_argument("--citation-style", choices=("numbered", "author-year", "pandoc"),
+                     help="how answers cite, from now on in the session: [1], (Lewis et al., 2020) or [@citationkey]")
     ask.add_argument("text", metavar="TEXT", help="the question; - reads it from stdin")
 
     chat = commands.add_parser("chat", help="an interactive conversation", parents=leaf)
@@ -576,6 +579,9 @@ async def _ask(client: Client, runner: TurnRunner, args: argparse.Namespace, tex
         session_id = await _most_recent_session(client)
     if session_id is None:
         session_id = await client.new_session()
+    if args.citation_style:  # a session setting: it stays for the session's later turns
+        await client.call("session/set_config_option", {"sessionId": session_id, "configId": "citation_style",
+                                                        "value": args.citation_style})
     await _wait_for_index(client, args.json)
     started = time.time()
     result = await _prompt_once(client, runner, session_id, text, scope, args.online)
