@@ -20,12 +20,14 @@ import anyio
 import bibtexparser
 import citeproc
 import pytest
-from daemonproc import DaemonProc, daemon_env
+from daemonproc import DaemonProc
+from fake_openai import FakeOpenAI
+from fences import fenced_body
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from rawrpc import RawConn
 from test_cli import zocrates_command
-from test_library import ask, wait_ready
+from test_library import ask, indexed_daemon, wait_ready
 from zoterofixture import Creator, Item, Library
 
 from zocratesd.demo.zotero_dir import write
@@ -58,8 +60,6 @@ def library() -> Library:
 @pytest.fixture(scope="module")
 def served() -> Iterator[DaemonProc]:
     root = Path(tempfile.mkdtemp(prefix="zc", dir="/tmp"))  # short: socket paths are capped
-    run = root / "run"
-    run.mkdir(mode=0o700)
     data = root / "zotero"
     write(data, library())
     # Better BibTeX's database, as Better BibTeX 7 creates it, with its key for the DPR paper.
@@ -75,15 +75,8 @@ def served() -> Iterator[DaemonProc]:
     bbt.close()
     (data / "styles").mkdir()
     shutil.copy(Path(citeproc.__file__).parent / "data" / "styles" / f"{STYLE}.csl", data / "styles")
-    d = DaemonProc(data_dir=data, runtime_dir=run, env=daemon_env(run))
-    d.start()
-    try:
-        with RawConn(d.socket_path) as c:
-            assert wait_ready(c)["state"] == "ready"
+    with indexed_daemon(root, data) as d:
         yield d
-    finally:
-        d.stop(30.0)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def new_session(c: RawConn) -> str:
@@ -183,3 +176,30 @@ async def test_mcp_sources_carry_keys_and_export_citations_gives_the_bibliograph
         assert "lewis2020rag" in got["keys"] and "@inproceedings{lewis2020rag," in got["text"]
         assert json.loads(extra.structured_content["text"])[0]["id"] == "karpukhin2020dense"  # type: ignore[index]
         assert refused.is_error and "needs a session_id" in refused.content[0].text  # type: ignore[union-attr]
+
+
+def test_a_real_model_is_asked_for_the_session_style_and_sees_each_passage_key(daemon_factory: Any) -> None:
+    fake = FakeOpenAI()
+    try:
+        d = daemon_factory()
+        write(d.data_dir, library())
+        d.env["ZQ_KEY"] = "sk-e2e"
+        d.state_dir.mkdir(parents=True, exist_ok=True)
+        (d.state_dir / "zocrates_config.json").write_text(json.dumps(
+            {"model": {"provider": "openai", "name": "fake/model", "base_url": fake.base_url, "api_key_env": "ZQ_KEY"}}))
+        d.start()
+        with RawConn(d.socket_path) as c:
+            wait_ready(c)
+            sid = new_session(c)
+            c.result("session/set_config_option", {"sessionId": sid, "configId": "citation_style", "value": "pandoc"})
+            ask(c, sid, QUESTION)
+        # The model's second call of the turn: the search's result in, the answer out.
+        body = next(r["body"] for r in reversed(fake.requests)
+                    if any(m.get("role") == "tool" for m in r["body"].get("messages") or []))
+        system = [m["content"] for m in body["messages"] if m["role"] == "system"]
+        assert any("Pandoc citations" in s and "[@KEY, p. 4]" in s for s in system), system
+        tool = json.loads(fenced_body(next(m["content"] for m in body["messages"] if m["role"] == "tool")))
+        assert {p["item_key"]: p["citation_key"] for p in tool["passages"]}["LEWIS202"] == "lewis2020rag"
+        assert tool["citation_style"] == "pandoc"
+    finally:
+        fake.close()
