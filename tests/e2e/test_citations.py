@@ -102,6 +102,12 @@ def test_answers_cite_in_the_session_style_and_bib_exports_what_they_cite(served
         assert not re.search(r"\[\d", body), pandoc  # no number in the text
         assert re.search(r"^\[\d\] \[@lewis2020rag\] Patrick Lewis & Ethan Perez \(2020\)\. ", listed, re.M), pandoc
 
+        # The prompt's answer names the cited items' keys for an editor to insert.
+        reply = c.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": QUESTION}]})
+        c.notifications.clear()
+        keys = reply["result"]["_meta"]["zocrates"]["citationKeys"]
+        assert keys["LEWIS202"] == "lewis2020rag" and keys.get("DPRPAPER", "karpukhin2020dense") == "karpukhin2020dense", keys
+
         assert "Citation style: author-year." in ask(c, sid, "/cite author-year")
         author_year = ask(c, sid, QUESTION)
         assert "(Lewis & Perez, 2020)" in author_year, author_year
@@ -118,6 +124,7 @@ def test_answers_cite_in_the_session_style_and_bib_exports_what_they_cite(served
 
         text = c.result("_zocrates/citations/export", {"sessionId": sid, "format": "text", "style": STYLE})
         assert text["style"] == STYLE and "Lewis, P. and Perez, E. (2020)" in text["text"], text
+        assert {"item_key": "LEWIS202", "library": "user", "citation_key": "lewis2020rag"} in text["sources"]
         bad = c.call("session/set_config_option", {"sessionId": sid, "configId": "citation_style", "value": "mla"})
         assert bad["error"]["code"] == -32602 and "numbered, author-year, pandoc" in bad["error"]["data"]["message"]
         nothing = c.call("_zocrates/citations/export", {"sessionId": new_session(c)})

@@ -25,7 +25,6 @@ from typing import Any, Final, Literal
 
 from zocratesd.errors import InvalidInput
 
-Format = Literal["bibtex", "biblatex", "csl-json", "text"]
 # A CSL-JSON item (https://github.com/citation-style-language/schema, csl-data.json): variables by
 # their CSL names, dates as {"date-parts": ...}, names as lists of {family, given} or {literal}.
 CslItem = dict[str, Any]
@@ -362,10 +361,13 @@ class Export:
     keys: tuple[str, ...]
     missing: tuple[str, ...]  # item keys no longer in the library index
     style: str | None = None
+    items: tuple[tuple[str, str], ...] = ()  # (library, item key) of each entry, in order
 
     def as_json(self) -> dict[str, object]:
         return {"format": self.format, "text": self.text, "count": self.count, "keys": list(self.keys),
-                "missing": list(self.missing), "style": self.style}
+                "missing": list(self.missing), "style": self.style,
+                "sources": [{"item_key": k, "library": lib, "citation_key": ck}
+                            for (lib, k), ck in zip(self.items, self.keys, strict=True)]}
 
 
 def render(items: Iterable[CiteItem], fmt: str, *, data_dir: Path | None = None, style: str | None = None,
@@ -383,4 +385,5 @@ def render(items: Iterable[CiteItem], fmt: str, *, data_dir: Path | None = None,
         text = format_text(csl, found)
     else:
         text = "\n".join(to_bib(c, "bibtex" if fmt == "bibtex" else "biblatex") for c in csl)
-    return Export(fmt, text, len(csl), tuple(i.citation_key for i in cite_items), tuple(k for _, k in missing), chosen)
+    return Export(fmt, text, len(csl), tuple(i.citation_key for i in cite_items), tuple(k for _, k in missing), chosen,
+                  tuple((i.library, i.item_key) for i in cite_items))

@@ -28,10 +28,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+# A key BibTeX and Pandoc both take: none of the characters the module docstring names, and not
+# so long that it is no key a person types (Better BibTeX's are a few dozen characters).
 _KEY_RE: Final = re.compile(r"[^\s,{}()%\"'#~\\=]{1,100}")
 _EXTRA_KEY_RE: Final = re.compile(r"^\s*citation key\s*:\s*(\S+)\s*$", re.I | re.M)
-# Words a title's "first significant word" skips (articles, prepositions, conjunctions: as
-# BibTeX styles' `purify$`-based keys and JabRef's `veryshorttitle` do, for English titles).
+# Words a title's "first significant word" skips: English articles, prepositions and
+# conjunctions, and the articles of German, French and Spanish titles.
 STOP_WORDS: Final = frozenset(
     "a an the on of in for to and or with from by at as is are about into over under via toward towards "
     "der die das ein eine le la les un une el los las".split()
@@ -42,7 +44,6 @@ _FOLD: Final = str.maketrans({"ß": "ss", "ø": "o", "Ø": "O", "æ": "ae", "Æ"
 # Creator roles an author-year key names, in order of preference (an edited book: its editor).
 PRIMARY_ROLES: Final = ("author", "editor", "inventor", "artist", "director", "programmer", "presenter", "sponsor",
                         "cartographer", "composer", "podcaster", "interviewee", "performer", "contributor")
-KEY_SOURCES: Final = ("native", "extra", "bbt", "generated")
 
 
 def usable(key: object) -> str | None:
@@ -113,7 +114,7 @@ class KeyRow:
 
 def assign(rows: Iterable[KeyRow], bbt: Mapping[tuple[str, str], str]) -> dict[str, tuple[str, str]]:
     """uid -> (key, source) for every row, as the module docstring says. Keys are compared
-    without case (biber and Pandoc treat `Lewis2020` and `lewis2020` as clashing in practice)."""
+    without case: no two keys of a library differ only in case, which tools treat unevenly."""
     by_lib: dict[str, list[KeyRow]] = {}
     for r in rows:
         by_lib.setdefault(r.library, []).append(r)

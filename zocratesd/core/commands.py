@@ -97,8 +97,8 @@ async def run(daemon: Daemon, session_id: str, name: str, arg: str) -> str:
         fmt, _, style = arg.partition(" ")
         done = await daemon.export_citations(session_id=session_id, format=fmt.strip() or "bibtex",
                                              style=style.strip() or None)
-        left = f"\n({len(done['missing'])} cited items are no longer in the library)" if done["missing"] else ""  # type: ignore[arg-type]
-        return f"{done['text']}{left}"
+        missing = done["missing"] if isinstance(done["missing"], list) else []
+        return f"{done['text']}\n({len(missing)} cited items are no longer in the library)" if missing else str(done["text"])
     if name in ("note", "tag", "undo", "writes"):
         return await _write_command(daemon, session_id, name, arg)
     raise InvalidInput(f"unknown command /{name}")  # pragma: no cover - parse() admits only COMMANDS

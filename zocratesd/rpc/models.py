@@ -246,7 +246,8 @@ class PromptResult(Result):
         None, alias="_meta",
         description='`{"zocrates": {"invocationId": str, "pendingHitl": PendingHitl | null}}`: the research '
         "checkpoint the turn stopped at, when the client did not answer it (resume it with _zocrates/chat/resume). "
-        'For a slash command: `{"zocrates": {"command": {"name": str, "ok": bool, "errorKind"?: str}}}`.',
+        'For a slash command: `{"zocrates": {"command": {"name": str, "ok": bool, "errorKind"?: str}}}`. '
+        '`citationKeys` (`{itemKey: citationKey}`): the citation key of each item the answer cites.',
     )
 
 
@@ -701,6 +702,12 @@ class ExportCitationsParams(Params):
                               "name or title (APA when absent).")
 
 
+class CitedSource(Model):
+    item_key: str
+    library: str
+    citation_key: str
+
+
 class ExportCitationsResult(Model):
     """The bibliography and what is in it."""
 
@@ -710,6 +717,7 @@ class ExportCitationsResult(Model):
     keys: list[str] = Field(description="Their citation keys, in order.")
     missing: list[str] = Field(description="Cited item keys no longer in the library index (left out).")
     style: str | None = Field(description="With `text`: the style used (its file name).")
+    sources: list[CitedSource] = Field(description="The entries' items, in order: which item has which citation key.")
 
 
 class LibraryCollectionsParams(Params):
