@@ -41,6 +41,9 @@ SESSION_ID_RE: Final = whole(SESSION_ID_PATTERN)
 ITEM_KEY_RE: Final = whole(ITEM_KEY_PATTERN)
 LIBRARY_RE: Final = whole(LIBRARY_PATTERN)
 ITEM_URI_RE: Final = whole(ITEM_URI_PATTERN)
+# An answer's `# Cited Sources` entry: "[2] Lewis et al. (2020). Title. p. 4. (zotero://select/library/items/KEY)":
+# its number (group 1), link (2), library (3) and key (4).
+CITED_SOURCE_RE: Final = re.compile(rf"^\[(\d+)\] .*\(({ITEM_URI})\)\s*$", re.M)
 
 
 # A title is a sidebar row and a `session/list` entry, not a paragraph.
@@ -132,3 +135,11 @@ WRITE_ID_RE: Final = whole(WRITE_ID_PATTERN)
 MAX_ONLINE_QUERY_CHARS: Final = 500
 MAX_ONLINE_RESULTS: Final = 25
 DEFAULT_ONLINE_RESULTS: Final = 10
+
+# Items one bibliography export takes (`_zocrates/citations/export`, MCP `export_citations`): a
+# session of long answers cites a few hundred at most.
+MAX_EXPORT_ITEMS: Final = 2000
+
+# How an answer cites in its text (a session's `citation_style` setting): "[2, p. 4]", "(Lewis et
+# al., 2020, p. 4)", or Pandoc's "[@lewis2020retrieval, p. 4]" for Markdown and LaTeX writers.
+CITATION_STYLES: Final = ("numbered", "author-year", "pandoc")

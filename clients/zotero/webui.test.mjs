@@ -1109,6 +1109,29 @@ describe("the sidebar web app in Firefox", () => {
     await p.close();
   });
 
+  test("Copy bibliography puts the cited papers' references on the clipboard, formatted by the daemon; refused, it shows them", async () => {
+    await askInNewChat(page, "What is retrieval-augmented generation?");
+    const sid = await shownSession(page);
+    const invocation = (await library.client.getSession(sid)).session.messages.at(-1).invocation_id;
+    const { text, count } = await library.client.bibliography(sid, { invocationId: invocation });
+    assert.ok(count >= 1 && text.length > 20, text);
+    // The browser's clipboard, watched: what the page writes to it.
+    await page.evaluate(() => {
+      window.__copied = [];
+      navigator.clipboard.writeText = async (t) => { window.__copied.push(t); };
+    });
+    await click(page, ".msg.assistant .copy-bib");
+    await until(page, () => document.querySelector(".msg.assistant .copy-bib")?.textContent === "Copied");
+    assert.deepEqual(await page.evaluate(() => window.__copied), [text]);
+    // A page the clipboard refuses: the references are shown, selected, to copy by hand.
+    await page.evaluate(() => { navigator.clipboard.writeText = async () => { throw new DOMException("denied", "NotAllowedError"); }; });
+    await click(page, ".msg.assistant .copy-bib");
+    await present(page, ".write-actions .bib-text");
+    assert.equal(await page.$eval(".write-actions .bib-text", (e) => e.value), text);
+    assert.equal(await page.evaluate(() => document.activeElement?.className), "bib-text");
+    assert.deepEqual(page.errors, []);
+  });
+
   test("writes into Zotero: a card shows the preview; yes waits for Zotero (not running here), then discard; cancel writes nothing; still there after a reload", async () => {
     await askInNewChat(page, "What is retrieval-augmented generation?");
     const sid = await shownSession(page);

@@ -91,7 +91,7 @@ try {
   const created = await a.agent.request(acp.methods.agent.session.new, { cwd: "/home/u/papers", mcpServers: [] });
   const sid = created.sessionId;
   let opts = byId(created.configOptions);
-  assert.deepEqual(Object.keys(opts), ["scope", "model", "research_budget", "compaction"]);
+  assert.deepEqual(Object.keys(opts), ["scope", "model", "research_budget", "compaction", "citation_style"]);
   assert.equal(opts.scope.category, "mode");
   assert.equal(opts.model.category, "model");
   assert.equal(opts.research_budget.category, "model_config");
@@ -102,7 +102,8 @@ try {
   assert.ok(rag, `collections listed by name: ${JSON.stringify(opts.scope.options)}`);
   const cmds = await a.until(sid, (u) => u.sessionUpdate === "available_commands_update", 0, "available_commands_update");
   const names = cmds.find((u) => u.sessionUpdate === "available_commands_update").availableCommands.map((c) => c.name);
-  assert.deepEqual(names, ["library", "collection", "papers", "research", "compact", "rewind", "status", "note", "tag", "undo", "writes"]);
+  assert.deepEqual(names, ["library", "collection", "papers", "research", "compact", "rewind", "status", "note", "tag", "undo", "writes",
+    "bib", "cite"]);
   facts.commands = names;
 
   // B attaches with session/resume: no replay, the options (compaction as a select), the commands.
@@ -119,6 +120,7 @@ try {
     ["model", "offline", undefined],
     ["research_budget", "1", undefined],
     ["compaction", false, "boolean"],
+    ["citation_style", "pandoc", undefined],
   ];
   for (const [configId, value, type] of sets) {
     const aFrom = a.seen.length;
@@ -126,7 +128,7 @@ try {
     const params = { sessionId: sid, configId, value, ...(type ? { type } : {}) };
     const answer = await a.agent.request(acp.methods.agent.session.setConfigOption, params);
     opts = byId(answer.configOptions);
-    assert.deepEqual(Object.keys(opts), ["scope", "model", "research_budget", "compaction"]);
+    assert.deepEqual(Object.keys(opts), ["scope", "model", "research_budget", "compaction", "citation_style"]);
     assert.equal(opts[configId].currentValue, value, configId);
     const heard = await b.until(sid, (u) => u.sessionUpdate === "config_option_update", bFrom, `${configId} update`);
     const theirs = byId(lastOf(heard, "config_option_update").configOptions);

@@ -96,7 +96,7 @@ def test_typescript_sdk_drives_config_commands_elicitation_close_and_resume(shar
     assert proc.returncode == 0, f"driver failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}\n{shared.stderr_tail()}"
     facts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert facts["sessionCapabilities"] == ["close", "delete", "list", "resume"]
-    assert facts["setOptions"] == ["scope", "model", "research_budget", "compaction"]
+    assert facts["setOptions"] == ["scope", "model", "research_budget", "compaction", "citation_style"]
     assert facts["checkpoint"]["method"] == "elicitation/create" and facts["checkpoint"]["usage"]["used"] > 0
     assert facts["resumedWithoutReplay"] is True
     # What the driver saw is what is stored: the session's settings as the core reads them.
@@ -110,6 +110,7 @@ def test_typescript_sdk_drives_config_commands_elicitation_close_and_resume(shar
     )
     assert state["session_config"] == {
         "scope": "library", "collection": None, "model": "offline", "research_budget": 2, "compaction": False,
+        "citation_style": "pandoc",
     }
 
 
@@ -186,6 +187,7 @@ async def test_python_sdk_sets_every_option_and_they_survive_a_sigkill(short_tmp
             sid = new.session_id
             assert current(new.config_options) == {
                 "scope": "library", "model": "openai:fake-model", "research_budget": "3", "compaction": True,
+                "citation_style": "numbered",
             }
             await wait_for(lambda: "available_commands_update" in a_editor.kinds(sid), "commands after new")
             resumed = await b.resume_session(session_id=sid, cwd="/home/u")
@@ -198,7 +200,7 @@ async def test_python_sdk_sets_every_option_and_they_survive_a_sigkill(short_tmp
             assert len(fake.requests) >= 1
             asked_fake = len(fake.requests)
             for config_id, value in (("model", "offline"), ("scope", "collection:RAG0COLL"), ("research_budget", "1"),
-                                     ("compaction", False)):
+                                     ("compaction", False), ("citation_style", "pandoc")):
                 start = len(b_editor.updates)
                 answer = await a.set_config_option(config_id=config_id, session_id=sid, value=value)
                 assert current(answer.config_options)[config_id] == value
@@ -236,6 +238,7 @@ async def test_python_sdk_sets_every_option_and_they_survive_a_sigkill(short_tmp
             again = await c.resume_session(session_id=sid, cwd="/home/u")
             assert current(again.config_options) == {
                 "scope": "collection:RAG0COLL", "model": "offline", "research_budget": "4", "compaction": False,
+                "citation_style": "pandoc",
             }
             loaded = await c.load_session(session_id=sid, cwd="/home/u")
             assert current(loaded.config_options) == current(again.config_options)

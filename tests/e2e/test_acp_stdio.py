@@ -57,7 +57,7 @@ async def exercise(args: list[str], env: dict[str, str], data_dir: Path) -> None
         await append_to_db(locations.state_dir(data_dir) / "sessions.db", sid, research_chat())
         loaded = await conn.load_session(cwd="/home/u/project", session_id=sid)
         assert [getattr(o, "root", o).id for o in loaded.config_options or []] == [
-            "scope", "model", "research_budget", "compaction"
+            "scope", "model", "research_budget", "compaction", "citation_style"
         ]
         # The session's slash commands come after each new/load answer (not part of the replay).
         replay = [u.model_dump(by_alias=True, exclude_none=True) for s, u in editor.updates if s == sid]

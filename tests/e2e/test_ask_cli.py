@@ -13,7 +13,6 @@ import os
 import pty
 import re
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,10 +25,10 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from daemonproc import DaemonProc, daemon_env
+from daemonproc import DaemonProc
 from rawrpc import RawConn
 from test_cli import zocrates_command
-from test_library import wait_ready
+from test_library import indexed_daemon
 
 from zocrates_client import Checkpoint, RpcError, connect
 from zocratesd import demo
@@ -53,20 +52,10 @@ CHECKPOINT_ASK = "[Enter] search further"
 @pytest.fixture(scope="module")
 def shared() -> Iterator[DaemonProc]:
     root = Path(tempfile.mkdtemp(prefix="za", dir="/tmp"))  # short: socket paths are capped
-    run = root / "run"
-    run.mkdir(mode=0o700)
-    d = DaemonProc(data_dir=root / "demo", runtime_dir=run, env=daemon_env(run))
-    assert demo.write_demo(d.data_dir)
-    d.start()
-    try:
-        # The tests ask about the demo's papers: the index must be built first (the daemon serves,
-        # and a turn runs, while it indexes; under load that can outlast a test's first turn).
-        with RawConn(d.socket_path) as c:
-            assert wait_ready(c)["state"] == "ready"
+    assert demo.write_demo(root / "demo")
+    # The tests ask about the demo's papers: the index must be built first.
+    with indexed_daemon(root, root / "demo", STOP_TIMEOUT_S) as d:
         yield d
-    finally:
-        d.stop(STOP_TIMEOUT_S)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def zocrates(d: DaemonProc, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

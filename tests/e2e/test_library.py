@@ -7,18 +7,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from daemon_entry import EMBED_HOLD_ENV, EMBED_MEMORY_ENV
-from daemonproc import TEST_ENTRY
+from daemonproc import TEST_ENTRY, DaemonProc, daemon_env
 from fake_zotero_api import FakeZoteroApi
 from rawrpc import RawConn
 from zoterofixture import build_zotero_dir, sample_library
@@ -26,6 +28,24 @@ from zoterofixture import build_zotero_dir, sample_library
 pytestmark = pytest.mark.e2e
 
 READY_TIMEOUT_S = 180.0  # a hang guard: indexing on a loaded machine takes many times its idle time
+
+
+@contextmanager
+def indexed_daemon(root: Path, data_dir: Path, stop_timeout_s: float = 30.0) -> Iterator[DaemonProc]:
+    """A daemon serving `data_dir` (written already) with its runtime dir under `root`, once its
+    index is built (a turn runs while it indexes; under load that can outlast a test's first
+    turn); stopped, and `root` removed, at the end."""
+    run = root / "run"
+    run.mkdir(mode=0o700)
+    d = DaemonProc(data_dir=data_dir, runtime_dir=run, env=daemon_env(run))
+    d.start()
+    try:
+        with RawConn(d.socket_path) as c:
+            assert wait_ready(c)["state"] == "ready"
+        yield d
+    finally:
+        d.stop(stop_timeout_s)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def wait_ready(c: RawConn) -> dict[str, Any]:

@@ -96,7 +96,7 @@ def test_three_turns_survive_sigkill_and_turn_three_sees_one_and_two(openai_daem
     openai_daemon.start()
     with RawConn(openai_daemon.socket_path) as c:
         loaded = c.call("session/load", {"sessionId": sid, "cwd": "/tmp"})["result"]
-        assert [o["id"] for o in loaded["configOptions"]] == ["scope", "model", "research_budget", "compaction"]
+        assert [o["id"] for o in loaded["configOptions"]] == ["scope", "model", "research_budget", "compaction", "citation_style"]
         replay = updates(c)
     assert [u["content"]["text"] for u in replay if u["sessionUpdate"] == "user_message_chunk"] == questions
     assert [u["content"]["text"] for u in replay if u["sessionUpdate"] == "agent_message_chunk"] == answers

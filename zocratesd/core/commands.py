@@ -9,11 +9,21 @@ a compaction, a rewind). Text that starts with `/` but names no command is an or
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from zocratesd.core.session_config import COLLECTION_PREFIX, COMPACTION, LIBRARY, PAPERS, RESEARCH_BUDGET, SCOPE
+from zocratesd.core.session_config import (
+    CITATION_STYLE,
+    COLLECTION_PREFIX,
+    COMPACTION,
+    LIBRARY,
+    PAPERS,
+    RESEARCH_BUDGET,
+    SCOPE,
+    SessionSettings,
+)
 from zocratesd.errors import InvalidInput, NotFound
 from zocratesd.limits import ITEM_URI
 from zocratesd.writes import operations as ops
@@ -40,6 +50,8 @@ COMMANDS = (
     Command("tag", "Tag the papers the last answer cited", "tag"),
     Command("undo", "Undo this session's last write into Zotero"),
     Command("writes", "This session's writes into Zotero that wait for your consent or for Zotero"),
+    Command("bib", "The bibliography of what this session cited", "bibtex | biblatex | csl-json | text [STYLE]"),
+    Command("cite", "How answers cite from now on", "numbered | author-year | pandoc"),
 )
 # The commands that propose a write: the face asks the person before it is made (rpc/agent.py).
 WRITE_COMMANDS = frozenset({"note", "tag"})
@@ -70,12 +82,8 @@ async def run(daemon: Daemon, session_id: str, name: str, arg: str) -> str:
         await daemon.set_config_option(session_id, SCOPE, f"{COLLECTION_PREFIX}{key}")
         names = await daemon.session_config.collection_names()
         return f"Scope: the collection {names.get(key, key)} and its subcollections."
-    if name == "research":
-        if not arg:
-            settings = await daemon.session_config.settings(session_id)
-            return f"Research budget: {settings.research_budget} rounds per turn. Change it with /research N."
-        await daemon.set_config_option(session_id, RESEARCH_BUDGET, arg)
-        return f"Research budget: {int(arg)} round{'s' if int(arg) > 1 else ''} per turn."
+    if name in _SETTING_COMMANDS:
+        return await _show_or_set(daemon, session_id, name, arg)
     if name == "compact":
         done = await daemon.compact_now(session_id)
         if done["compacted"]:
@@ -85,9 +93,33 @@ async def run(daemon: Daemon, session_id: str, name: str, arg: str) -> str:
         return await _rewind_last(daemon, session_id)
     if name == "status":
         return await _status(daemon, session_id)
+    if name == "bib":
+        fmt, _, style = arg.partition(" ")
+        done = await daemon.export_citations(session_id=session_id, format=fmt.strip() or "bibtex",
+                                             style=style.strip() or None)
+        missing = done["missing"] if isinstance(done["missing"], list) else []
+        return f"{done['text']}\n({len(missing)} cited items are no longer in the library)" if missing else str(done["text"])
     if name in ("note", "tag", "undo", "writes"):
         return await _write_command(daemon, session_id, name, arg)
     raise InvalidInput(f"unknown command /{name}")  # pragma: no cover - parse() admits only COMMANDS
+
+
+# The commands that show a setting (no argument) or set it: the setting, what is said of its value
+# and of a new one.
+_SETTING_COMMANDS: dict[str, tuple[str, Callable[[SessionSettings], str], Callable[[str], str]]] = {
+    "research": (RESEARCH_BUDGET, lambda s: f"Research budget: {s.research_budget} rounds per turn. Change it with /research N.",
+                 lambda v: f"Research budget: {int(v)} round{'s' if int(v) > 1 else ''} per turn."),
+    "cite": (CITATION_STYLE, lambda s: f"Citation style: {s.citation_style}. Change it with /cite numbered, author-year or pandoc.",
+             lambda v: f"Citation style: {v}."),
+}
+
+
+async def _show_or_set(daemon: Daemon, session_id: str, name: str, arg: str) -> str:
+    config_id, shown, done = _SETTING_COMMANDS[name]
+    if not arg:
+        return shown(await daemon.session_config.settings(session_id))
+    await daemon.set_config_option(session_id, config_id, arg)
+    return done(arg)
 
 
 async def _rewind_last(daemon: Daemon, session_id: str) -> str:

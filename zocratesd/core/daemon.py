@@ -319,6 +319,10 @@ class Daemon:
     ) -> dict[str, object]:
         return await self.catalogue.items(library, limit=limit, offset=offset, order=order)
 
+    async def export_citations(self, **request: Any) -> dict[str, object]:
+        from zocratesd.citations.export import export_cited  # noqa: PLC0415 - the bibliography; loaded by its first use
+        return (await export_cited(self.get_session, self.library, self.data_dir, **request)).as_json()
+
     # --- storage ----------------------------------------------------------------------------------
 
     async def storage_stats(self) -> StorageStats:

@@ -13,6 +13,9 @@ as a `ConfigOptions` update (ACP: `config_option_update`).
   picks it per turn from the state (engine/agent.py).
 - `research_budget`: search rounds before a research checkpoint (engine/tools.py reads it).
 - `compaction`: whether post-turn compaction runs (`Compactor.after_turn(enabled=...)`).
+- `citation_style`: how answers cite in their text: `numbered` ("[2]"), `author-year` ("(Lewis et
+  al., 2020)") or `pandoc` ("[@lewis2020retrieval]", the item's citation key) for Markdown and
+  LaTeX writers (engine/tools.py passes it to the answerer, engine/agent.py to a model).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from zocratesd.core.context import PromptContext
 from zocratesd.engine import SESSION_CONFIG_KEY
 from zocratesd.engine.models import model_choices, model_id
 from zocratesd.errors import InvalidInput
-from zocratesd.limits import ITEM_KEY_RE
+from zocratesd.limits import CITATION_STYLES, ITEM_KEY_RE
 from zocratesd.store import SessionLocks, SessionsDb
 from zocratesd.updates import ConfigChoice, ConfigOption, ConfigOptions, Update
 
@@ -37,11 +40,12 @@ from zocratesd.updates import ConfigChoice, ConfigOption, ConfigOptions, Update
 PAPERS_KEY = "session_papers"
 
 SCOPE, MODEL, RESEARCH_BUDGET, COMPACTION = "scope", "model", "research_budget", "compaction"
-OPTION_IDS = (SCOPE, MODEL, RESEARCH_BUDGET, COMPACTION)
+CITATION_STYLE = "citation_style"
+OPTION_IDS = (SCOPE, MODEL, RESEARCH_BUDGET, COMPACTION, CITATION_STYLE)
 LIBRARY, PAPERS, COLLECTION_PREFIX = "library", "papers", "collection:"
 # The stored keys each setting writes.
 _FIELDS = {SCOPE: ("scope", "collection"), MODEL: ("model",), RESEARCH_BUDGET: ("research_budget",),
-           COMPACTION: ("compaction",)}
+           COMPACTION: ("compaction",), CITATION_STYLE: ("citation_style",)}
 # A budget is rounds per turn (one search each, in a few milliseconds offline; a model call each
 # on a real model): ten covers any question the planner splits (engine/research.py MAX_ASPECTS is
 # 8) plus guidance, and keeps the list an editor shows short.
@@ -53,6 +57,8 @@ MAX_LISTED_COLLECTIONS = 500
 # same-named subcollections apart without a path longer than a dropdown.
 MAX_PATH_DEPTH = 4
 
+STYLE_NAMES = {"numbered": "Numbered [1]", "author-year": "Author-year (Lewis, 2020)", "pandoc": "Pandoc [@key]"}
+
 Collections = Callable[[], Awaitable[list[tuple[str, str, str | None]]]]
 Publish = Callable[[str, Update], Awaitable[None]]
 
@@ -63,11 +69,12 @@ class SessionSettings(msgspec.Struct, frozen=True):
     model: str
     research_budget: int
     compaction: bool
+    citation_style: str = "numbered"
 
     def to_state(self) -> dict[str, object]:
         return {
             "scope": self.scope, "collection": self.collection, "model": self.model,
-            "research_budget": self.research_budget, "compaction": self.compaction,
+            "research_budget": self.research_budget, "compaction": self.compaction, "citation_style": self.citation_style,
         }
 
     @property
@@ -115,17 +122,19 @@ class SessionConfig:
         model: str = raw["model"] if raw.get("model") in self.models else d.model
         budget = _int(raw.get("research_budget"))
         compaction = raw.get("compaction")
+        style = raw.get("citation_style")
         return SessionSettings(
             scope=scope, collection=collection if scope == "collection" else None, model=model,
             research_budget=budget if budget is not None and 1 <= budget <= MAX_RESEARCH_BUDGET else d.research_budget,
             compaction=compaction if isinstance(compaction, bool) else d.compaction,
+            citation_style=style if style in CITATION_STYLES else d.citation_style,
         )
 
     def view(self, settings: SessionSettings) -> dict[str, object]:
         """The settings as a UI session shows them: `{scope, model, research_budget, compaction}`,
         `scope` as the option's value (`library`, `papers`, `collection:KEY`)."""
         return {SCOPE: settings.scope_value, MODEL: settings.model, RESEARCH_BUDGET: settings.research_budget,
-                COMPACTION: settings.compaction}
+                COMPACTION: settings.compaction, CITATION_STYLE: settings.citation_style}
 
     async def settings(self, session_id: str) -> SessionSettings:
         return self.from_state(await self.db.reader.session_state(session_id))  # SessionNotFound if gone
@@ -151,6 +160,8 @@ class SessionConfig:
                          "model_config", str(settings.research_budget), tuple(budgets)),
             ConfigOption(COMPACTION, "Compaction", "Summarise older turns when the conversation grows long",
                          "model_config", settings.compaction),
+            ConfigOption(CITATION_STYLE, "Citation style", "How answers cite: [1], (Author, Year) or Pandoc's [@key]",
+                         "model_config", settings.citation_style, tuple(ConfigChoice(k, v) for k, v in STYLE_NAMES.items())),
         )
 
     async def collection_names(self) -> dict[str, str]:
@@ -199,6 +210,10 @@ class SessionConfig:
             if on is None or (not isinstance(value, (bool, str))):
                 raise InvalidInput('compaction is true or false ("on" or "off")', configId=config_id)
             return replace(settings, compaction=on)
+        if config_id == CITATION_STYLE:
+            if value in CITATION_STYLES:
+                return replace(settings, citation_style=value)
+            raise InvalidInput(f"citation_style is one of {', '.join(CITATION_STYLES)}", configId=config_id)
         raise InvalidInput(f"unknown setting {str(config_id)[:40]!r}; the settings are {', '.join(OPTION_IDS)}",
                            configId=str(config_id)[:40])
 

@@ -30,12 +30,24 @@ its search query with that topic's names and terms, not the follow-up's words al
 """ + RULE
 
 
+# How the session asks answers to cite (its `citation_style`; "numbered" is BASE_INSTRUCTION's).
+CITATION_INSTRUCTIONS = {
+    "author-year": "Cite in the text by author and year instead of numbers: (Lewis et al., 2020), with the page when "
+                   "the passage has one: (Lewis et al., 2020, p. 4). Keep the numbered \"# Cited Sources\" list.",
+    "pandoc": "Cite in the text with Pandoc citations instead of numbers: [@KEY], KEY being the passage's citation_key, "
+              "with the page when the passage has one: [@KEY, p. 4]. Keep the numbered \"# Cited Sources\" list.",
+}
+
+
 def coordinator_instruction(ctx: ReadonlyContext) -> str:
     """The instruction with this turn's Zotero context (spec 2.3 `active_context_items_str` and
     `focal_snippets_str`). A provider function, not a `{key}` template: a missing key must not fail
     a turn, and snippet text must never be read as template syntax."""
     state = ctx.state
     parts = [BASE_INSTRUCTION]
+    style = (state.get(SESSION_CONFIG_KEY) or {}).get("citation_style")
+    if style in CITATION_INSTRUCTIONS:
+        parts.append(CITATION_INSTRUCTIONS[style])
     header = state.get("active_context_items_str")
     if header:  # the selected items' titles are library text
         parts.append(fence(str(header), "the scope of this turn and the titles of the items the user selected"))

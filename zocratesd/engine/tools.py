@@ -25,6 +25,7 @@ from zocratesd.engine.online_tool import OnlineLookup, online_passages
 from zocratesd.engine.research import ONLINE_NOT_ALLOWED, SNAPSHOT_KEY, Research, Round
 from zocratesd.errors import ZocratesError
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Passage, PassageJson, Retriever, Scope
+from zocratesd.limits import CITATION_STYLES
 from zocratesd.untrusted import NOTE, UNTRUSTED_KEY
 
 TOOL_NAME = "search_library"
@@ -80,6 +81,7 @@ def _numbered(passages: list[tuple[Passage, float | None]]) -> list[PassageJson]
                 "source_key": p.source_key,
                 "library": p.library,
                 "link": p.link,
+                "citation_key": p.citation_key,
                 "citation": p.citation(),
                 "text": p.text,
                 "score": None if score is None else round(score, 4),
@@ -253,7 +255,11 @@ def build_search_tool(
                         unsearched=research.unaddressed)
         # The passages as found (the offline answerer quotes them verbatim); the model adapters
         # fence the whole result as untrusted text (models/fencing.py), and it says so itself.
+        # How the answer cites (the session's `citation_style`: core/session_config.py); the offline
+        # answerer writes its markers so (engine/answer/sources.py).
+        style = (state.get("session_config") or {}).get("citation_style")
         yield {"query": query, "scope": research.scope.mode, "passages": passages, "research": research.report(),
+               **({"citation_style": style} if style in CITATION_STYLES else {}),
                **({"followup": research.followup} if research.followup else {}),
                "library": await search_facts(retriever, research.scope, research.query, research.aspects, passages),
                UNTRUSTED_KEY: NOTE}

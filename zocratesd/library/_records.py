@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from zocratesd.limits import ITEM_KEY_PATTERN, whole
@@ -80,6 +80,25 @@ class AttachmentRecord:
 
 
 @dataclass(frozen=True)
+class CreatorRecord:
+    """A creator as Zotero keeps it: its role (`author`, `editor`, ... as schema.json names creator
+    types) and a two-part name, or one field (`single`: an institution, whole in `last`)."""
+
+    creator_type: str
+    last: str
+    first: str = ""
+    single: bool = False
+
+    def as_json(self) -> dict[str, object]:
+        return {"type": self.creator_type, "last": self.last, "first": self.first, "single": self.single}
+
+
+def display_name(c: CreatorRecord) -> str:
+    """A creator's name as a citation shows it whole ("Patrick Lewis", "World Health Organization")."""
+    return c.last if c.single else " ".join(p for p in (c.first, c.last) if p)
+
+
+@dataclass(frozen=True)
 class ItemRecord:
     key: str
     item_type: str
@@ -100,6 +119,10 @@ class ItemRecord:
     library_name: str = ""
     notes: tuple[NoteRecord, ...] = ()
     annotations: tuple[AnnotationRecord, ...] = ()
+    # Every field with a value, by its base field's name where the type maps one (a case's
+    # `caseName` is `title`), else its own (`reporter`): what a bibliography is made from.
+    fields: Mapping[str, str] = field(default_factory=dict)
+    names: tuple[CreatorRecord, ...] = ()  # the creators with their roles, in Zotero's order
 
     @property
     def uid(self) -> str:
@@ -152,3 +175,6 @@ class LibrarySnapshot:
     warnings: list[str] = field(default_factory=list)
     # What the read found, by Zotero's kinds (see `library_counts`); `stamps` counts records instead.
     counts: dict[str, int] = field(default_factory=lambda: library_counts())
+    # Zotero's libraryID -> `library` ("user", "groups/<id>"): how Better BibTeX's database names
+    # libraries. Empty when read through the local API (which reads My Library only).
+    library_ids: dict[int, str] = field(default_factory=dict)

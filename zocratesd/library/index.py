@@ -67,11 +67,12 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zocratesd.citations.keys import assign_in_index, explicit_key
 from zocratesd.library import dense
 from zocratesd.library._records import CollectionRecord, ItemRecord, LibrarySnapshot, library_path, valid_key
 from zocratesd.library.catalog import children_json
@@ -94,8 +95,9 @@ INDEX_NAME = "library.db"
 # apart in text chunks, page labels from the PDFs themselves; 6: items' `date_added`,
 # `date_modified` and `children`, for library/catalog.py; 7: an annotation's highlight and comment
 # as paragraphs of its chunk; 8: a PDF's text without its running headers, footers and page
-# numbers, words hyphenated at a line break joined, library/furniture.py).
-INDEX_SCHEMA_VERSION = 8
+# numbers, words hyphenated at a line break joined, library/furniture.py; 9: every field of an
+# item, its creators with their roles, and its citation key, for bibliographies: citations/).
+INDEX_SCHEMA_VERSION = 9
 # BM25 column weights (title, body): a title term counts twice a body term, so a matching paper's
 # passages come first without drowning a strong body match (FTS5's bm25() weights). FTS5 fixes
 # k1 = 1.2, but it applies the weights to the term counts before saturation, so their scale acts
@@ -145,8 +147,12 @@ CREATE TABLE items (
     uid TEXT PRIMARY KEY, item_key TEXT NOT NULL, library TEXT NOT NULL, item_type TEXT, title TEXT NOT NULL,
     creators TEXT NOT NULL, year INTEGER, abstract TEXT, doi TEXT, url TEXT, tags TEXT NOT NULL, collections TEXT NOT NULL,
     attachments INTEGER NOT NULL, text_attachments INTEGER NOT NULL, notes INTEGER NOT NULL, annotations INTEGER NOT NULL,
-    signature TEXT NOT NULL, date_added TEXT, date_modified TEXT, children TEXT NOT NULL
+    signature TEXT NOT NULL, date_added TEXT, date_modified TEXT, children TEXT NOT NULL,
+    fields TEXT NOT NULL, names TEXT NOT NULL, explicit_key TEXT, explicit_source TEXT, citation_key TEXT, key_source TEXT
 );
+CREATE INDEX items_citation_key ON items (citation_key);
+CREATE TABLE bbt_keys (library TEXT NOT NULL, item_key TEXT NOT NULL, citation_key TEXT NOT NULL,
+    PRIMARY KEY (library, item_key)) WITHOUT ROWID;
 CREATE INDEX items_added ON items (date_added);
 CREATE INDEX items_key ON items (item_key);
 CREATE INDEX items_library ON items (library);
@@ -335,6 +341,17 @@ class IndexWriter:
                 self.conn.execute("DELETE FROM libraries")
                 self.conn.executemany("INSERT INTO libraries VALUES (?, ?)", sorted(libraries.items()))
 
+    def write_bbt_keys(self, keys: dict[tuple[str, str], str], stamp: str) -> None:
+        """Better BibTeX's keys as its database has them now (citations/keys.py), and the file's stamp."""
+        with self.transaction():
+            self.conn.execute("DELETE FROM bbt_keys")
+            self.conn.executemany("INSERT INTO bbt_keys VALUES (?, ?, ?)", [(lib, k, ck) for (lib, k), ck in keys.items()])
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('bbt_stamp', ?)", (stamp,))
+
+    def assign_keys(self, remembered: Mapping[str, str]) -> tuple[int, dict[str, str]]:
+        """Every item's citation key (citations/keys.py): how many changed, and the generated ones."""
+        return assign_in_index(self.conn, remembered)
+
     def remove(self, uids: Iterable[str]) -> None:
         with self.transaction():
             for uid in uids:
@@ -408,14 +425,17 @@ class IndexWriter:
 
     def _insert_item(self, item: ItemRecord, texts: dict[str, str], pdf_labels: dict[str, list[str]]) -> None:
         c = self.conn
+        explicit, explicit_source = explicit_key(item.fields) or (None, None)
         c.execute(
-            "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 item.uid, item.key, item.library, item.item_type, item.title, json.dumps(list(item.creators)), item.year,
                 item.abstract, item.doi, item.url, json.dumps(list(item.tags)), json.dumps(list(item.collections)),
                 len(item.attachments), sum(1 for a in item.attachments if texts.get(a.key)), len(item.notes),
                 len(item.annotations), item.stamp, item.date_added or None, item.date_modified or None,
                 json.dumps(children_json(item, texts), ensure_ascii=False),
+                json.dumps(dict(item.fields), ensure_ascii=False), json.dumps([n.as_json() for n in item.names], ensure_ascii=False),
+                explicit, explicit_source, None, None,  # the key itself: assign_keys, once the pass wrote every item
             ),
         )
         c.executemany(
@@ -672,12 +692,12 @@ def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | N
     hits = []
     for rowid, score in chosen:
         uid, item_key, library, kind, source, att_key, page, label = where_of[rowid]
-        title, creators, year, collections = meta.get(uid, ("(untitled)", (), None, ()))
+        title, creators, year, collections, citation_key = meta.get(uid, ("(untitled)", (), None, (), None))
         passage = Passage(
             item_key=item_key, title=title, text=bodies.get(rowid, ""), creators=creators, year=year,
             attachment_key=att_key, page=page, collections=collections, kind=kind, source_key=source,
             page_label=label or (str(page) if page else None), library=library,
-            link=_link(library, kind, item_key, source, att_key, page),
+            link=_link(library, kind, item_key, source, att_key, page), citation_key=citation_key,
         )
         hits.append(Hit(passage, -float(score)))
     return hits
@@ -722,15 +742,18 @@ def _link(library: str, kind: str, item_key: str, source: str | None, att_key: s
     return f"zotero://select/{lib}/items/{source if kind == 'note' and source else item_key}"
 
 
-def _item_meta(conn: sqlite3.Connection, uids: set[str]) -> dict[str, tuple[str, tuple[str, ...], int | None, tuple[str, ...]]]:
+_ItemMeta = tuple[str, tuple[str, ...], int | None, tuple[str, ...], str | None]
+
+
+def _item_meta(conn: sqlite3.Connection, uids: set[str]) -> dict[str, _ItemMeta]:
     if not uids:
         return {}
     out = {}
-    for uid, title, creators, year, colls in conn.execute(
-        "SELECT uid, title, creators, year, collections FROM items WHERE uid IN (SELECT value FROM json_each(?))",
+    for uid, title, creators, year, colls, citation_key in conn.execute(
+        "SELECT uid, title, creators, year, collections, citation_key FROM items WHERE uid IN (SELECT value FROM json_each(?))",
         (json.dumps(sorted(uids)),),
     ):
-        out[uid] = (title, tuple(json.loads(creators)), year, tuple(json.loads(colls)))
+        out[uid] = (title, tuple(json.loads(creators)), year, tuple(json.loads(colls)), citation_key)
     return out
 
 

@@ -20,7 +20,9 @@ to do) and retried at the next poll.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -32,6 +34,7 @@ from typing import Any, Literal
 
 from zocratesd.library import dense
 from zocratesd.library._records import USER_LIBRARY, ItemRecord, LibrarySnapshot, library_counts
+from zocratesd.library.bbt import bbt_stamp, read_bbt
 from zocratesd.library.embedproc import EmbedChild, EmbedFailed
 from zocratesd.library.fulltext import read_cache
 from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, is_corruption, open_index, remove_index
@@ -50,6 +53,8 @@ from zocratesd.logtext import escape_for_log
 
 log = logging.getLogger(__name__)
 
+# The generated citation keys (citations/keys.py), kept beside the index so a rebuild gives them again.
+KEYS_MEMORY = "citation-keys.json"
 State = Literal["starting", "indexing", "ready", "unavailable", "error", "stopped"]
 # Progress goes to the log at most this often during a long build (and at its start and end).
 PROGRESS_LOG_INTERVAL_S = 5.0
@@ -380,6 +385,19 @@ class Indexer:
         snap.warnings = [*snap.warnings, f"read through Zotero's local API: {db_error}"]
         return snap, api.read_text
 
+    def _citation_keys(self, writer: IndexWriter, snap: LibrarySnapshot) -> None:
+        """Better BibTeX's keys when its database changed (it changes keys without touching items),
+        then every item's citation key (citations/keys.py), from the items as written."""
+        if (bbt := bbt_stamp(self.opts.data_dir)) != (writer.meta("bbt_stamp") or ""):
+            writer.write_bbt_keys(read_bbt(self.opts.data_dir, self.opts.work_dir, snap.library_ids), bbt)
+        memory = self.opts.work_dir / KEYS_MEMORY
+        remembered = _read_keys(memory)
+        changed, generated = writer.assign_keys(remembered)
+        if changed:
+            log.info("library: %d citation keys assigned", changed)
+        if generated != remembered:
+            _write_keys(memory, generated)
+
     def _refresh_with(self, writer: IndexWriter, api: LocalApi | None, t0: float, api_checked: bool = False) -> None:
         have = writer.signatures()
         try:
@@ -457,6 +475,7 @@ class Indexer:
                 self._announce(f"indexing {done:,} of {total:,} items from {origin} ({pct:.0f}%)")
                 last_log = time.monotonic()
         _log_unlabelled(unlabelled)
+        self._citation_keys(writer, snap)
         if writer.fill_vectors():
             log.info("library: the passages' vectors missing since an earlier failure are computed")
         self._end_child()  # before "ready": a pass over, its child is gone
@@ -496,6 +515,27 @@ class _WatchedChild(EmbedChild):
 
 # A pass's per-file problems are logged as one line: a count and the first few files.
 NAMED_PROBLEM_FILES = 5
+
+
+def _read_keys(path: Path) -> dict[str, str]:
+    """The generated citation keys an earlier index gave ({} when none, or the file is not ours)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(data, dict) else {}
+
+
+def _write_keys(path: Path, keys: dict[str, str]) -> None:
+    """Write the generated keys beside the index (a temp file renamed over it: never half a file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(keys, ensure_ascii=False, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        log.warning("library: the citation keys could not be saved in %s (%s); a rebuilt index may letter them anew",
+                    path, exc.strerror)
 
 
 def _log_unlabelled(files: list[str]) -> None:

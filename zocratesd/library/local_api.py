@@ -35,14 +35,17 @@ from zocratesd.library._listeners import Ownership, listener_owner
 from zocratesd.library._records import (
     AttachmentRecord,
     CollectionRecord,
+    CreatorRecord,
     ItemRecord,
     LibrarySnapshot,
+    display_name,
     item_stamp,
     library_counts,
     valid_key,
     year_of,
 )
 from zocratesd.library.fulltext import MAX_CACHE_BYTES, cache_stamp, clean_text, read_cache
+from zocratesd.library.zotero_db import clean_line
 from zocratesd.logtext import escape_for_log
 
 log = logging.getLogger(__name__)
@@ -64,8 +67,13 @@ CHUNK_BYTES = 64 * 1024
 TITLE_FIELDS = ("title", "caseName", "nameOfAct", "subject")
 DATE_FIELDS = ("date", "dateDecided", "dateEnacted", "issueDate")
 # What we keep of an item's JSON until the read ends (notes and annotations are dropped at once).
+# Keys of an item's JSON that are not its fields.
+NOT_FIELDS = frozenset({"key", "version", "itemType", "parentItem", "contentType", "dateAdded", "dateModified"})
 KEPT_FIELDS = (*TITLE_FIELDS, *DATE_FIELDS, "key", "itemType", "parentItem", "contentType", "dateAdded", "dateModified", "version",
                "creators", "abstractNote", "DOI", "url", "collections", "tags")
+# Strings in an item's JSON that are not bibliographic fields (a note's HTML, an annotation's text).
+DROPPED_FIELDS = frozenset({"note", "annotationText", "annotationComment", "annotationPosition", "md5", "mtime",
+                            "filename", "path", "charset", "linkMode", "relations"})
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 # Text from the server that goes into a log line or a status message (escaped, logtext.py): at most
 # this many characters.
@@ -237,6 +245,10 @@ class LocalApi:
     def read(self, known: dict[str, str] | None = None) -> LibrarySnapshot:
         """Everything (the local API has no cheaper listing); full records only for items whose
         stamp differs from `known`."""
+        # schema.json's base-field mappings (the API names a case's title `caseName`); loaded here,
+        # by the indexer's thread, not with the daemon.
+        from zocratesd.demo.zotero_dir import BASE_OF  # noqa: PLC0415
+
         colls: dict[str, CollectionRecord] = {}
         for c in self._objects("/api/users/0/collections"):
             raw = c.get("data")
@@ -265,7 +277,8 @@ class LocalApi:
                 if valid_key(data.get("parentItem")):
                     children.setdefault(data["parentItem"], []).append(self._attachment(data))
                 continue
-            live.append({k: data[k] for k in KEPT_FIELDS if k in data})
+            # Every field the item's type has (a bibliography needs them), not its children's text.
+            live.append({k: v for k, v in data.items() if k in KEPT_FIELDS or isinstance(v, str) and k not in DROPPED_FIELDS})
         out: list[ItemRecord] = []
         stamps: dict[str, str] = {}
         for d in live:
@@ -277,17 +290,20 @@ class LocalApi:
             stamps[d["key"]] = stamp
             if known is not None and known.get(d["key"]) == stamp:
                 continue
-            creators = []
-            for c in _list(d.get("creators")):
-                if isinstance(c, dict):
-                    name = c.get("name") or " ".join(str(p) for p in (c.get("firstName"), c.get("lastName")) if p)
-                    if str(name).strip():
-                        creators.append(str(name).strip())
+            names = [
+                CreatorRecord(str(c.get("creatorType") or "author"), clean_line(c["name"]), "", True) if c.get("name")
+                else CreatorRecord(str(c.get("creatorType") or "author"), clean_line(c.get("lastName")), clean_line(c.get("firstName")))
+                for c in _list(d.get("creators")) if isinstance(c, dict)
+            ]
+            names = [c for c in names if c.last or c.first]
+            fields = {BASE_OF.get((str(kind), k), k): v for k, v in d.items()
+                      if isinstance(v, str) and v and k not in NOT_FIELDS}
             out.append(
                 ItemRecord(
                     key=d["key"], item_type=str(kind or "unknown"),
                     title=str(next((d[f] for f in TITLE_FIELDS if d.get(f)), "(untitled)")),
-                    creators=tuple(creators), year=year_of(str(next((d[f] for f in DATE_FIELDS if d.get(f)), ""))),
+                    creators=tuple(display_name(c) for c in names), fields=fields, names=tuple(names),
+                    year=year_of(str(next((d[f] for f in DATE_FIELDS if d.get(f)), ""))),
                     abstract=str(d.get("abstractNote") or ""), doi=_str_or_none(d.get("DOI")), url=_str_or_none(d.get("url")),
                     collections=tuple(in_colls),
                     tags=tuple(str(t["tag"]) for t in _list(d.get("tags")) if isinstance(t, dict) and t.get("tag")),

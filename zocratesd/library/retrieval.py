@@ -74,6 +74,7 @@ class Passage(msgspec.Struct, frozen=True):
     page_label: str | None = None
     library: str = "user"
     link: str | None = None
+    citation_key: str | None = None  # the item's key for LaTeX and Markdown (citations/keys.py)
 
     def citation(self) -> str:
         """'Lewis et al. (2020). Title, p. 3'"""
@@ -122,6 +123,7 @@ class PassageJson(TypedDict, total=False):
     source_key: str | None
     library: str
     link: str | None
+    citation_key: str | None
     collections: list[str]
     citation: str
     text: str

@@ -38,9 +38,11 @@ from zocratesd.library._records import (
     AnnotationRecord,
     AttachmentRecord,
     CollectionRecord,
+    CreatorRecord,
     ItemRecord,
     LibrarySnapshot,
     NoteRecord,
+    display_name,
     item_stamp,
     item_uid,
     library_counts,
@@ -63,8 +65,6 @@ RO_BUSY_TIMEOUT_S = 0.25
 # A copy can be torn by a concurrent write (sqlite.org/howtocorrupt.html, backups); Zotero writes
 # in short bursts, so a few retries almost always get a clean copy.
 SNAPSHOT_ATTEMPTS = 3
-# Fields we keep, by their base-field names (type-specific fields such as caseName map to them).
-WANTED_FIELDS = ("title", "abstractNote", "date", "DOI", "url")
 NON_REGULAR_TYPES = ("attachment", "note", "annotation")
 # A note longer than this is indexed from its beginning (Zotero's own full-text limit is 500,000
 # characters; a note that long is a pasted document, not the user's words).
@@ -117,6 +117,14 @@ def open_zotero(data_dir: Path, work_dir: Path) -> Iterator[tuple[sqlite3.Connec
     db = data_dir / ZOTERO_DB
     if not db.is_file():
         raise ZoteroDbError(f"no {ZOTERO_DB} in {data_dir}: is this the Zotero data directory?")
+    with open_readonly(db, work_dir) as opened:
+        yield opened
+
+
+@contextlib.contextmanager
+def open_readonly(db: Path, work_dir: Path) -> Iterator[tuple[sqlite3.Connection, str]]:
+    """A read-only connection to an SQLite file Zotero (or a Zotero plugin) keeps, made as the
+    module docstring says, and how ("sqlite" or "snapshot"); ZoteroDbError when it cannot be read."""
     wal = is_wal(db)
     side_files = any(Path(f"{db}{s}").exists() for s in ("-wal", "-journal"))
     if not wal and not side_files:
@@ -302,7 +310,7 @@ def read_library(
     out.sort(key=lambda r: r.uid)
     return LibrarySnapshot(
         source=source, schema_version=version, items=out, stamps=stamps, collections=collections, warnings=warnings,
-        libraries=names, counts=counts,
+        libraries=names, counts=counts, library_ids={lib_id: lib for lib_id, (lib, _) in libs.items()},
     )
 
 
@@ -438,10 +446,12 @@ def _page_index(position: object) -> int | None:
     return idx if isinstance(idx, int) and not isinstance(idx, bool) and 0 <= idx < 100_000 else None
 
 
-def _metadata(
-    conn: sqlite3.Connection, ids: list[int], items: dict[int, _Row]
-) -> tuple[dict[int, dict[str, str]], dict[int, list[str]], dict[int, list[str]]]:
-    """(field values by base name, creators, tags) of `ids`."""
+_Meta = tuple[dict[int, dict[str, str]], dict[int, list[CreatorRecord]], dict[int, list[str]]]
+
+
+def _metadata(conn: sqlite3.Connection, ids: list[int], items: dict[int, _Row]) -> _Meta:
+    """(field values by base name, creators, tags) of `ids`: every field with a value (a
+    bibliography needs them all), named by its base field where the item's type maps one."""
     if not ids:
         return {}, {}, {}
     # Bound as one JSON array: no limit on the number of ids, and nothing spliced into SQL.
@@ -449,30 +459,33 @@ def _metadata(
     field_names = dict(conn.execute("SELECT fieldID, fieldName FROM fieldsCombined"))
     base_of: dict[tuple[int, int], str] = {}
     for type_id, base_id, field_id in conn.execute("SELECT itemTypeID, baseFieldID, fieldID FROM baseFieldMappingsCombined"):
-        if field_names.get(base_id) in WANTED_FIELDS:
+        if base_id in field_names:
             base_of[(type_id, field_id)] = field_names[base_id]
-    wanted = sorted({fid for fid, name in field_names.items() if name in WANTED_FIELDS} | {fid for _, fid in base_of})
     values: dict[int, dict[str, str]] = {}
     for item_id, field_id, value in conn.execute(
         "SELECT d.itemID, d.fieldID, v.value FROM itemData d JOIN itemDataValues v ON v.valueID = d.valueID "
-        "WHERE d.itemID IN (SELECT value FROM json_each(?)) AND d.fieldID IN (SELECT value FROM json_each(?))",
-        (id_list, json.dumps(wanted)),
+        "WHERE d.itemID IN (SELECT value FROM json_each(?))",
+        (id_list,),
     ):
-        if value is None:
+        if value is None or str(value) == "":
             continue
         name = base_of.get((items[item_id].type_id, field_id)) or field_names.get(field_id)
-        if name in WANTED_FIELDS:
+        if name:
             values.setdefault(item_id, {})[name] = str(value)
-    creators: dict[int, list[str]] = {}
-    for item_id, first, last, mode in conn.execute(
-        "SELECT ic.itemID, c.firstName, c.lastName, c.fieldMode FROM itemCreators ic "
+    roles: dict[int, str] = {}
+    with contextlib.suppress(sqlite3.OperationalError):  # a stripped database: every creator an author
+        roles = dict(conn.execute("SELECT creatorTypeID, creatorType FROM creatorTypes"))
+    creators: dict[int, list[CreatorRecord]] = {}
+    for item_id, first, last, mode, role in conn.execute(
+        "SELECT ic.itemID, c.firstName, c.lastName, c.fieldMode, ic.creatorTypeID FROM itemCreators ic "
         "JOIN creators c ON c.creatorID = ic.creatorID WHERE ic.itemID IN (SELECT value FROM json_each(?)) "
         "ORDER BY ic.itemID, ic.orderIndex",
         (id_list,),
     ):
-        name = (last or "") if mode == 1 else " ".join(p for p in (first, last) if p)
-        if name.strip():
-            creators.setdefault(item_id, []).append(name.strip())
+        single = mode == 1
+        rec = CreatorRecord(str(roles.get(role) or "author"), clean_line(last), "" if single else clean_line(first), single)
+        if rec.last or rec.first:
+            creators.setdefault(item_id, []).append(rec)
     tags: dict[int, list[str]] = {}
     with contextlib.suppress(sqlite3.OperationalError):  # tags are optional to us
         for item_id, name in conn.execute(
@@ -491,23 +504,25 @@ def _full_record(
     stamp: str,
     member: dict[int, list[str]],
     atts: dict[int, list[AttachmentRecord]],
-    meta: tuple[dict[int, dict[str, str]], dict[int, list[str]], dict[int, list[str]]],
+    meta: _Meta,
     notes: list[NoteRecord],
     annotations: list[AnnotationRecord],
     names: dict[str, str],
 ) -> ItemRecord:
     values, creators, tags = meta
     v = values.get(item_id, {})
+    people = tuple(creators.get(item_id, ()))
     # PDFs first: their text is the paper (zotero-mcp orders the same way).
     item_atts = sorted(atts.get(item_id, ()), key=lambda a: (a.content_type != "application/pdf", a.key))
     title = v.get("title") or (notes[0].title if it.type == "note" and notes else "") or "(untitled)"
     return ItemRecord(
-        key=it.key, item_type=it.type, title=title, creators=tuple(creators.get(item_id, ())),
+        key=it.key, item_type=it.type, title=title, creators=tuple(display_name(c) for c in people),
         year=year_of(v.get("date")), abstract=v.get("abstractNote", ""), doi=v.get("DOI"), url=v.get("url"),
         collections=tuple(member.get(item_id, ())), tags=tuple(tags.get(item_id, ())), attachments=tuple(item_atts),
         date_modified=it.modified, client_date_modified=it.client_modified, stamp=stamp, date_added=it.added,
         library=it.library, library_name=names.get(it.library, ""), notes=tuple(notes),
         annotations=tuple(sorted(annotations, key=lambda a: (a.attachment_key, a.page_index or 0, a.key))),
+        fields=v, names=people,
     )
 
 

@@ -9,17 +9,14 @@ answer cites nothing (a model that writes no list), the items the searches found
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from zocratesd.limits import ITEM_URI
+from zocratesd.limits import CITED_SOURCE_RE
 from zocratesd.mcp.schemas import escape_text
 
 # Sources an `ask` result lists when the answer cited nothing (the passages it found instead).
 MAX_UNCITED_SOURCES: Final = 20
-# "[2] Lewis et al. (2020). Title. p. 4. (zotero://select/library/items/KEY)": the answer's source list.
-_CITED_RE: Final = re.compile(rf"^\[(\d+)\] .*\(({ITEM_URI})\)\s*$", re.M)
 
 
 @dataclass(slots=True)
@@ -32,6 +29,7 @@ class Found:
     creators: list[str]
     year: int | None
     pages: set[int] = field(default_factory=set)
+    citation_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +43,7 @@ class Source:
     creators: tuple[str, ...] = ()
     year: int | None = None
     pages: tuple[int, ...] = ()
+    citation_key: str | None = None  # for LaTeX and Markdown (citations/keys.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +84,8 @@ def collect(found: dict[str, Found], raw: Any) -> None:
         if not isinstance(p, dict) or not isinstance(p.get("item_key"), str):
             continue
         seen = found.setdefault(p["item_key"], Found(p["item_key"], p.get("library") or "user", p.get("title"),
-                                                     list(p.get("creators") or []), p.get("year")))
+                                                     list(p.get("creators") or []), p.get("year"),
+                                                     citation_key=p.get("citation_key")))
         if isinstance(p.get("page"), int):
             seen.pages.add(p["page"])
 
@@ -93,16 +93,17 @@ def collect(found: dict[str, Found], raw: Any) -> None:
 def sources(answer: str, found: dict[str, Found]) -> tuple[Source, ...]:
     """The answer's cited sources, or, when it cites none, the items the searches found."""
     cited = []
-    for m in _CITED_RE.finditer(answer):
+    for m in CITED_SOURCE_RE.finditer(answer):
         key = m.group(4)
         meta = found.get(key)
         cited.append(Source(key, "user" if m.group(3) == "library" else m.group(3), m.group(2), True, int(m.group(1)),
                             meta.title if meta else None, tuple(meta.creators) if meta else (),
-                            meta.year if meta else None, tuple(sorted(meta.pages)) if meta else ()))
+                            meta.year if meta else None, tuple(sorted(meta.pages)) if meta else (),
+                            meta.citation_key if meta else None))
     if cited:
         return tuple(cited)
     return tuple(
         Source(key, meta.library, f"zotero://select/{'library' if meta.library == 'user' else meta.library}/items/{key}",
-               False, None, meta.title, tuple(meta.creators), meta.year, tuple(sorted(meta.pages)))
+               False, None, meta.title, tuple(meta.creators), meta.year, tuple(sorted(meta.pages)), meta.citation_key)
         for key, meta in list(found.items())[:MAX_UNCITED_SOURCES]
     )

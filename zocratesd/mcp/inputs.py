@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import CoreSchema, ErrorDetails
 
-from zocratesd.limits import ITEM_KEY_PATTERN, MAX_CREATORS, MAX_PROMPT_CHARS, MAX_WRITE_ITEMS, SESSION_ID_PATTERN
+from zocratesd.limits import ITEM_KEY_PATTERN, MAX_CREATORS, MAX_EXPORT_ITEMS, MAX_PROMPT_CHARS, MAX_WRITE_ITEMS, SESSION_ID_PATTERN
 from zocratesd.logtext import escape_for_log
 from zocratesd.rpc.models import (
     AddItemParams,
@@ -26,6 +26,7 @@ from zocratesd.rpc.models import (
     CollectParams,
     ConfirmWriteParams,
     CreateCollectionParams,
+    ExportCitationsParams,
     LibraryCollectionsParams,
     LibraryItemParams,
     LibraryItemsParams,
@@ -116,6 +117,9 @@ class AskArgs(Args):
     online: bool | None = Field(None, description=(
         "true: the user allows this question to search beyond their library (OpenAlex, arXiv, Crossref; only the "
         "search terms leave the machine), which online.mode = ask needs; false: their library only; absent: online.mode."))
+    citation_style: Literal["numbered", "author-year", "pandoc"] | None = Field(None, description=(
+        "How the answer cites, from now on in this session: numbered [1]; author-year (Lewis et al., 2020); pandoc "
+        "[@citationkey] for Markdown and LaTeX writers. Absent: as the session does (numbered unless changed)."))
 
 
 class ResumeArgs(Args):
@@ -186,6 +190,15 @@ class ListWritesArgs(Args):
     pending: bool = wire(ListWritesParams, "pending", default=True)
     session_id: SessionId | None = Field(None, description="Only this Zocrates session's writes.")
     limit: int = wire(ListWritesParams, "limit", default=DEFAULT_PAGE)
+
+
+class ExportCitationsArgs(Args):
+    session_id: SessionId | None = Field(None, description="The Zocrates session whose answers' cited sources are exported.")
+    invocation_id: str | None = wire(ExportCitationsParams, "invocation_id")
+    item_keys: list[ItemKey] | None = Field(None, max_length=MAX_EXPORT_ITEMS, description="Items to export (My Library's) "
+                                            "besides, or instead of, a session's sources.")
+    format: Literal["bibtex", "biblatex", "csl-json", "text"] = wire(ExportCitationsParams, "format")
+    style: str | None = wire(ExportCitationsParams, "style")
 
 
 class SearchOnlineArgs(Args):

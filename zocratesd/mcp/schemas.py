@@ -30,7 +30,7 @@ _PASSAGE: Final = {
         "creators": {"type": "array", "items": {"type": "string"}}, "year": _NULLABLE_INT,
         "kind": {"type": "string", "enum": ["metadata", "fulltext", "note", "annotation"]},
         "page": _NULLABLE_INT, "page_label": _NULLABLE_STR, "attachment_key": _NULLABLE_STR,
-        "source_key": _NULLABLE_STR, "library": {"type": "string"}, "link": _NULLABLE_STR,
+        "source_key": _NULLABLE_STR, "library": {"type": "string"}, "link": _NULLABLE_STR, "citation_key": _NULLABLE_STR,
         "score": {"type": "number"},
     },
     "required": ["item_key", "title", "text", "kind", "library", "link"],
@@ -80,7 +80,7 @@ _SOURCE: Final = {
     "properties": {"n": _NULLABLE_INT, "item_key": {"type": "string"}, "library": {"type": "string"},
                    "title": _NULLABLE_STR, "creators": {"type": "array", "items": {"type": "string"}},
                    "year": _NULLABLE_INT, "pages": {"type": "array", "items": {"type": "integer"}},
-                   "link": {"type": "string"}, "cited": {"type": "boolean"}},
+                   "link": {"type": "string"}, "cited": {"type": "boolean"}, "citation_key": _NULLABLE_STR},
     "required": ["item_key", "link", "cited"],
 }
 _CHECKPOINT: Final = {"anyOf": [{
@@ -289,6 +289,21 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         read_only=True,
     ),
     ToolSpec(
+        "export_citations", "Bibliography of cited sources",
+        "The bibliography of what a Zocrates session's answers cite (session_id; one answer's with invocation_id), "
+        "and of item_keys: BibTeX, BibLaTeX, CSL-JSON, or text formatted in a CSL style the user's Zotero has "
+        "installed (style: its file name or title; APA by default). Each entry's key is the item's citation key "
+        "(Zotero's, Better BibTeX's, or generated), for LaTeX (\\cite{key}) and Pandoc ([@key]).",
+        inputs.ExportCitationsArgs,
+        {"type": "object",
+         "properties": {"format": {"type": "string"}, "text": {"type": "string"}, "count": {"type": "integer"},
+                        "keys": {"type": "array", "items": {"type": "string"}},
+                        "missing": {"type": "array", "items": {"type": "string"}}, "style": _NULLABLE_STR,
+                        "sources": _OBJECTS},
+         "required": ["format", "text", "count", "keys", "missing"]},
+        read_only=True,
+    ),
+    ToolSpec(
         "list_writes", "Writes into Zotero",
         "The writes into Zotero, newest first: with pending=true (the default) those waiting for the user's consent "
         "or for Zotero (closed, or its permission dialog unanswered), each with its preview, state and id.",
@@ -463,6 +478,15 @@ def write_text(record: WriteState) -> str:
     if state == "discarded":
         return f"Not written: write {wid} was declined or discarded. Nothing changed in Zotero."
     return f"Not written: {record.get('error') or 'Zotero refused it'}. Nothing changed in Zotero."
+
+
+def citations_text(result: Mapping[str, Any]) -> str:
+    """The bibliography itself, and what it left out."""
+    text = str(result.get("text") or "")
+    missing = result.get("missing") or []
+    if missing:
+        text += f"\n({len(missing)} cited items are no longer in the library and are left out: {', '.join(missing[:20])})"
+    return text or "Nothing to export."
 
 
 def writes_text(result: Mapping[str, Any]) -> str:

@@ -165,6 +165,9 @@ class ZocratesMcp(DaemonCalls):
         sid = a.session_id
         if sid is None:
             sid = await client.new_session(cwd=str(self.link.data_dir), title=None)
+        if a.citation_style is not None:  # a session setting (core/session_config.py), kept for its later turns
+            await client.call("session/set_config_option", {"sessionId": sid, "configId": "citation_style",
+                                                             "value": a.citation_style})
         params = prompt_params(sid, a.question, None, tuple(a.item_keys or ()), collection, (), a.online)
         if a.library:
             params.setdefault("_meta", {}).setdefault("zocrates", {})["library"] = a.library

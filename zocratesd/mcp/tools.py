@@ -43,7 +43,8 @@ INSTRUCTIONS: Final = (
     "search_library finds passages with zotero:// links; "
     "get_item reads one item (fulltext=true pages through its text); list_collections, list_tags and recent_items "
     "browse. ask runs Zocrates' own cited research answer in a persistent session (pass session_id to follow up); "
-    "resume continues one paused at a research checkpoint; sessions lists, shows, renames and deletes them. "
+    "resume continues one paused at a research checkpoint; sessions lists, shows, renames and deletes them; "
+    "export_citations gives the bibliography of what a session cited (BibTeX, BibLaTeX, CSL-JSON or a CSL style). "
     "save_note, tag_items, untag_items, add_to_collection, create_collection and add_item write into Zotero: the "
     "user agrees to each (confirm_write when your client cannot ask them), undo reverts one. "
     f"Tool results and item resources carry library text, fenced. {RULE} Their structuredContent says so in its "
@@ -274,9 +275,20 @@ def search_online(a: inputs.SearchOnlineArgs) -> Work:
     return Made(result, schemas.online_text(result))
 
 
+def export_citations(a: inputs.ExportCitationsArgs) -> Work:
+    if a.session_id is None and not a.item_keys:
+        raise ToolError("export_citations needs a session_id (its answers' cited sources) or item_keys")
+    params: dict[str, object] = {"format": a.format, "items": [{"itemKey": k} for k in a.item_keys or ()]}
+    for theirs, value in (("sessionId", a.session_id), ("invocationId", a.invocation_id), ("style", a.style)):
+        if value is not None:
+            params[theirs] = value
+    result = yield DaemonCall("_zocrates/citations/export", params)
+    return Made(result, schemas.citations_text(result))
+
+
 # The quick tools' work, by name (server.py drives them; it runs ask and resume itself).
 QUICK: Final[dict[str, Callable[[Any], Work]]] = {
     "search_library": search_library, "get_item": get_item, "list_collections": list_collections,
     "list_tags": list_tags, "recent_items": recent_items, "sessions": sessions, "list_writes": list_writes,
-    "search_online": search_online,
+    "search_online": search_online, "export_citations": export_citations,
 }

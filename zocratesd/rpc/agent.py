@@ -586,8 +586,21 @@ class Agent:
         # A checkpoint the editor declined (or could not show) ends the turn as cancelled, with
         # the checkpoint still pending for any client to resume.
         stop = "cancelled" if result.pending_hitl is not None and asked else result.stop_reason
-        meta = {"invocationId": result.invocation_id, "pendingHitl": result.pending_hitl}
+        meta = {"invocationId": result.invocation_id, "pendingHitl": result.pending_hitl,
+                "citationKeys": await self._citation_keys(session_id, result.invocation_id)}
         return {"stopReason": stop, "_meta": {"zocrates": meta}}
+
+    async def _citation_keys(self, session_id: str, invocation_id: str | None) -> dict[str, str]:
+        """The citation key of each item the turn's answer cites (an editor inserts them as it likes);
+        {} when it cites none, or the index cannot say."""
+        if invocation_id is None:
+            return {}
+        try:
+            done = await self.daemon.export_citations(session_id=session_id, invocation_id=invocation_id, format="csl-json")
+        except ZocratesError:
+            return {}
+        sources = done["sources"] if isinstance(done["sources"], list) else []
+        return {s["item_key"]: s["citation_key"] for s in sources}
 
     async def _consent_to_writes(
         self, conn: Connection, session_id: str, since: float, proposers: tuple[str, ...] = ("model",),
@@ -676,6 +689,13 @@ class Agent:
     @acp_method("_zocrates/library/tags")
     async def library_tags(self, conn: Connection, params: models.LibraryTagsParams) -> object:
         return await self.daemon.library_tags(params.library, limit=params.limit, offset=params.offset, contains=params.contains)
+
+    @acp_method("_zocrates/citations/export")
+    async def citations_export(self, conn: Connection, params: models.ExportCitationsParams) -> object:
+        return await self.daemon.export_citations(
+            session_id=params.session_id, invocation_id=params.invocation_id,
+            items=[(i.library, i.item_key) for i in params.items], format=params.format, style=params.style,
+        )
 
     @acp_method("_zocrates/library/items")
     async def library_items(self, conn: Connection, params: models.LibraryItemsParams) -> object:

@@ -28,6 +28,7 @@ from zocratesd.limits import (
     MAX_COLLECTION_REF_CHARS,
     MAX_CONFIG_ID_CHARS,
     MAX_CREATORS,
+    MAX_EXPORT_ITEMS,
     MAX_FIELD_CHARS,
     MAX_GUIDANCE_CHARS,
     MAX_INTERRUPT_ID_CHARS,
@@ -142,7 +143,7 @@ class ConfigOption(Result):
     (model_config) and `compaction` (model_config; `boolean` for a client that advertised
     `session.configOptions.boolean`, else a select of "on"/"off")."""
 
-    id: Literal["scope", "model", "research_budget", "compaction"]
+    id: Literal["scope", "model", "research_budget", "compaction", "citation_style"]
     name: str
     description: str | None = None
     category: Literal["mode", "model", "model_config"]
@@ -245,7 +246,8 @@ class PromptResult(Result):
         None, alias="_meta",
         description='`{"zocrates": {"invocationId": str, "pendingHitl": PendingHitl | null}}`: the research '
         "checkpoint the turn stopped at, when the client did not answer it (resume it with _zocrates/chat/resume). "
-        'For a slash command: `{"zocrates": {"command": {"name": str, "ok": bool, "errorKind"?: str}}}`.',
+        'For a slash command: `{"zocrates": {"command": {"name": str, "ok": bool, "errorKind"?: str}}}`. '
+        '`citationKeys` (`{itemKey: citationKey}`): the citation key of each item the answer cites.',
     )
 
 
@@ -682,6 +684,44 @@ class LibraryItemResult(ItemSummary):
     fulltext: FulltextPage | None = Field(None, description="With `fulltext`: one page of the full text.")
 
 
+class ItemRef(Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+    item_key: str = ItemKey
+    library: str = Field("user", pattern=LIBRARY_PATTERN, description='"user" (My Library) or "groups/<groupID>".')
+
+
+class ExportCitationsParams(Params):
+    """`_zocrates/citations/export`: the bibliography of what a session's answers cite (one
+    answer's with `invocationId`), and of `items`."""
+
+    session_id: str | None = Field(None, pattern=SESSION_ID_PATTERN, description="The session whose answers' sources are exported.")
+    invocation_id: str | None = Field(None, max_length=MAX_INTERRUPT_ID_CHARS,
+                                      description="Only this answer's sources (its invocation id).")
+    items: list[ItemRef] = Field(default_factory=list, max_length=MAX_EXPORT_ITEMS, description="Items to add.")
+    format: Literal["bibtex", "biblatex", "csl-json", "text"] = Field(
+        "bibtex", description="BibTeX, BibLaTeX, CSL-JSON, or text formatted in a CSL style.")
+    style: str | None = Field(None, max_length=200, description="With `text`: a CSL style of `<data dir>/styles/` by file "
+                              "name or title (APA when absent).")
+
+
+class CitedSource(Model):
+    item_key: str
+    library: str
+    citation_key: str
+
+
+class ExportCitationsResult(Model):
+    """The bibliography and what is in it."""
+
+    format: str
+    text: str = Field(description="The bibliography: BibTeX or BibLaTeX entries, a CSL-JSON array, or formatted text.")
+    count: int = Field(description="Entries in it.")
+    keys: list[str] = Field(description="Their citation keys, in order.")
+    missing: list[str] = Field(description="Cited item keys no longer in the library index (left out).")
+    style: str | None = Field(description="With `text`: the style used (its file name).")
+    sources: list[CitedSource] = Field(description="The entries' items, in order: which item has which citation key.")
+
+
 class LibraryCollectionsParams(Params):
     library: str | None = LibraryFilter
 
@@ -957,6 +997,7 @@ METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "_zocrates/library/collections": (LibraryCollectionsParams, LibraryCollectionsResult),
     "_zocrates/library/tags": (LibraryTagsParams, LibraryTagsResult),
     "_zocrates/library/items": (LibraryItemsParams, LibraryItemsResult),
+    "_zocrates/citations/export": (ExportCitationsParams, ExportCitationsResult),
     "_zocrates/writes/save_note": (SaveNoteParams, WriteResult),
     "_zocrates/writes/tag": (TagItemsParams, WriteResult),
     "_zocrates/writes/untag": (UntagItemsParams, WriteResult),

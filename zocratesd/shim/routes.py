@@ -183,6 +183,15 @@ async def rewind(request: Request) -> Response:
     return success(**result)
 
 
+async def bibliography(request: Request) -> Response:
+    """The bibliography of what a session (or one answer of it) cites: `_zocrates/citations/export`."""
+    q = request.query_params
+    return success(**await shim_of(request).daemon.export_citations(
+        session_id=request.path_params["session_id"], invocation_id=q.get("invocation_id"),
+        format=q.get("format", "text"), style=q.get("style"),
+    ))
+
+
 async def storage_stats(request: Request) -> Response:
     return success(**await shim_of(request).daemon.storage_stats())
 
@@ -328,6 +337,7 @@ ROUTES = [
     Route("/sessions/{session_id}", delete_session, methods=["DELETE"]),
     Route("/sessions/{session_id}/cancel", cancel, methods=["POST"]),
     Route("/sessions/{session_id}/rewind", rewind, methods=["POST"]),
+    Route("/sessions/{session_id}/bibliography", bibliography, methods=["GET"]),
     Route("/chat", chat, methods=["POST"]),
     Route("/chat/resume", chat_resume, methods=["POST"]),
     Route("/library/status", library_status, methods=["GET"]),

@@ -1143,9 +1143,31 @@ function writeActions(m) {
       title: "Save this answer as a note in Zotero (you confirm it first)", on: { click: () => saveNote(m) } }),
     items.length ? h("button", { type: "button", class: "link-button tag-cited", text: "Tag cited papers", "aria-expanded": String(app.asking.get(askKey(m))?.what === "tag"),
       on: { click: (e) => askFor(m, "tag", e.currentTarget) } }) : null,
+    citedItems(m).all.length ? h("button", { type: "button", class: "link-button copy-bib", text: "Copy bibliography",
+      title: "Copy the cited papers' references (APA, or a style from Zotero's Settings) to the clipboard",
+      on: { click: (e) => copyBibliography(m, e.currentTarget) } }) : null,
     items.length ? h("button", { type: "button", class: "link-button add-to-collection", text: "Add to collection", "aria-expanded": String(app.asking.get(askKey(m))?.what === "collection"),
       on: { click: (e) => askFor(m, "collection", e.currentTarget) } }) : null);
   return h("div", { class: "write-actions" }, actions, onlineActions(m), app.asking.get(askKey(m))?.el);
+}
+
+/** The bibliography of the answer's cited papers, formatted by the daemon (citeproc with a CSL
+ *  style), onto the clipboard; where the page may not write it, the text is shown selected to copy. */
+async function copyBibliography(m, button) {
+  try {
+    const { text } = await app.client.bibliography(app.session.id, { format: "text", invocationId: m.invocation_id || undefined });
+    try {
+      await navigator.clipboard.writeText(text);
+      button.textContent = "Copied";
+    } catch {
+      const area = h("textarea", { class: "bib-text", readonly: "", rows: "6", "aria-label": "Bibliography" });
+      area.value = text;
+      button.closest(".write-actions")?.append(area);
+      area.select();
+    }
+  } catch (err) {
+    showError(err);
+  }
 }
 
 /** Whether a note saved from this answer is in Zotero now (the button says so). */

@@ -266,6 +266,16 @@ export class ZocratesClient {
     return this._json("POST", `/sessions/${encodeURIComponent(sessionId)}/rewind`, { invocation_id: invocationId }, options);
   }
 
+  /** `{format, text, count, keys, missing, style}`: the bibliography of what the session's answers
+   *  cite (one answer's with `invocationId`), as text in a CSL style (APA unless `style` names one
+   *  Zotero has installed), or `format` "bibtex", "biblatex", "csl-json". */
+  bibliography(sessionId, { format = "text", style, invocationId } = {}, options) {
+    const q = new URLSearchParams({ format });
+    if (style) q.set("style", style);
+    if (invocationId) q.set("invocation_id", invocationId);
+    return this._json("GET", `/sessions/${encodeURIComponent(sessionId)}/bibliography?${q}`, undefined, options);
+  }
+
   /** Rename: `{session}` (the UI session with its new title). */
   renameSession(sessionId, title, options) {
     return this._json("PATCH", `/sessions/${encodeURIComponent(sessionId)}`, { title }, options);

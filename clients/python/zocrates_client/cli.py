@@ -1,12 +1,14 @@
 """`zocrates`: the command-line client of zocratesd.
 
     zocrates ask [--session ID | --new] [--scope library | --collection KEY | --papers KEY[,KEY...]]
-                 [--on-checkpoint extend|synthesize|leave] [--json] TEXT      (TEXT `-`: read stdin)
+                 [--on-checkpoint extend|synthesize|leave] [--citation-style numbered|author-year|pandoc]
+                 [--json] TEXT      (TEXT `-`: read stdin)
     zocrates chat [--session ID]                an interactive loop (/new /sessions /scope /rewind /quit)
     zocrates resume [ID] [--extend [GUIDANCE] | --synthesize]  answer a pending research checkpoint
     zocrates rewind ID [INVOCATION_ID]          undo a turn (default: the last) and every later one
     zocrates sessions list | show ID | rm ID | rename ID TITLE
     zocrates library status [--watch]           the library index; --watch follows it until it settles
+    zocrates cite [SESSION] [--format bibtex|biblatex|csl-json|text] [--style NAME]  what a session cited
     zocrates open [--print]                     the web UI of the running daemon, in a browser
 
 Options (before or after the subcommand): `--zotero-data-dir D` picks the daemon (default:
@@ -42,7 +44,7 @@ from typing import Any, Final, TextIO
 import anyio
 import anyio.abc
 
-from zocrates_client import online_command, write_commands
+from zocrates_client import cite_command, online_command, write_commands
 from zocrates_client._types import (
     Checkpoint,
     CheckpointAction,
@@ -165,6 +167,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="allow this question to search beyond your library (OpenAlex, arXiv, Crossref: only the "
                              "search terms leave the machine); needed when online.mode is ask")
     online.add_argument("--no-online", dest="online", action="store_false", help="search your library only, this time")
+    ask.add_argument("--citation-style", choices=("numbered", "author-year", "pandoc"),
+                     help="how answers cite, from now on in the session: [1], (Lewis et al., 2020) or [@citationkey]")
     ask.add_argument("text", metavar="TEXT", help="the question; - reads it from stdin")
 
     chat = commands.add_parser("chat", help="an interactive conversation", parents=leaf)
@@ -202,6 +206,7 @@ def _parser() -> argparse.ArgumentParser:
 
     write_commands.add_parsers(commands, leaf, PROG)
     online_command.add_parser(commands, leaf)
+    cite_command.add_parser(commands, leaf)
 
     open_ = commands.add_parser("open", help="open the web UI of the running daemon", parents=leaf)
     open_.add_argument("--print", action="store_true", dest="print_only", help="print the address, open no browser")
@@ -613,6 +618,9 @@ async def _ask(client: Client, runner: TurnRunner, args: argparse.Namespace, tex
         session_id = await _most_recent_session(client)
     if session_id is None:
         session_id = await client.new_session()
+    if args.citation_style:  # a session setting: it stays for the session's later turns
+        await client.call("session/set_config_option", {"sessionId": session_id, "configId": "citation_style",
+                                                        "value": args.citation_style})
     await _wait_for_index(client, args.json)
     started = time.time()
     result = await _prompt_once(client, runner, session_id, text, scope, args.online)
@@ -904,6 +912,8 @@ def _run_command(args: argparse.Namespace) -> int:
         return _run_async(args, lambda c: _library(c, args))
     if args.command == online_command.COMMAND:
         return _run_async(args, lambda c: online_command.run(c, args))
+    if args.command == cite_command.COMMAND:
+        return _run_async(args, lambda c: cite_command.run(c, args, _most_recent_session), None, session_id)
     if args.command in write_commands.COMMANDS:
         return _run_async(args, lambda c: _write(c, args))
     if args.command == "open":

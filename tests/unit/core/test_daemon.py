@@ -139,7 +139,7 @@ async def test_create_list_get_rename_delete(daemon: Daemon) -> None:
 
     ui = await daemon.get_session(titled.id)
     assert set(ui) == {"id", "title", "created_at", "updated_at", "messages", "pending_hitl", "settings"}
-    assert ui["settings"] == {"scope": "library", "model": "offline", "compaction": True,
+    assert ui["settings"] == {"scope": "library", "model": "offline", "compaction": True, "citation_style": "numbered",
                               "research_budget": daemon.config.research.initial_budget}
     assert (ui["id"], ui["title"], ui["messages"], ui["pending_hitl"]) == (titled.id, "Bees and mites", [], None)
     assert ui["created_at"] == pytest.approx(titled.created_at)

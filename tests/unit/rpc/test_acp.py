@@ -47,6 +47,7 @@ PASSAGES = [
 TWO = "What does RAG combine? How does HyDE retrieve?"  # two aspects, one round: a checkpoint
 EXTENSIONS = [
     "_zocrates/chat/resume",
+    "_zocrates/citations/export",
     "_zocrates/library/collections",
     "_zocrates/library/item",
     "_zocrates/library/items",
@@ -515,7 +516,7 @@ async def test_a_checkpoint_not_answered_stays_pending_for_any_client(world: Wor
 
     # Another connection loads the session: history, then the checkpoint, then the title.
     loaded, before = await b.load(sid)
-    assert [o["id"] for o in loaded["result"]["configOptions"]] == ["scope", "model", "research_budget", "compaction"]
+    assert [o["id"] for o in loaded["result"]["configOptions"]] == ["scope", "model", "research_budget", "compaction", "citation_style"]
     ups = updates(before, sid)
     assert ups[0] == {"sessionUpdate": "user_message_chunk", "content": text(TWO), "messageId": ups[0]["messageId"]}
     assert ups[-2] == {
@@ -565,7 +566,7 @@ async def test_a_second_attached_connection_sees_the_same_updates(world: World) 
 # --- session settings, resume, close, slash commands, elicitation (issue 19) -------------------------
 
 BOOLEANS = {"session": {"configOptions": {"boolean": {}}}}
-OPTION_IDS = ["scope", "model", "research_budget", "compaction"]
+OPTION_IDS = ["scope", "model", "research_budget", "compaction", "citation_style"]
 
 
 def values(options: list[Json]) -> Json:
@@ -586,7 +587,8 @@ async def test_settings_are_validated_stored_and_heard_by_the_other_connections(
     await a.commands(sid)
     models.NewSessionResult.model_validate(new)
     assert [o["id"] for o in new["configOptions"]] == OPTION_IDS
-    assert values(new["configOptions"]) == {"scope": "library", "model": "offline", "research_budget": "1", "compaction": True}
+    assert values(new["configOptions"]) == {"scope": "library", "model": "offline", "research_budget": "1", "compaction": True,
+                                                "citation_style": "numbered"}
     scope = new["configOptions"][0]
     assert [c["value"] for c in scope["options"]] == ["library", "papers", "collection:RAG0COLL"]
     resumed = await b.result("session/resume", {"sessionId": sid, "cwd": "/"})
@@ -661,7 +663,7 @@ async def test_slash_commands_change_settings_and_answer_in_a_message(world: Wor
     sid = str((await a.result("session/new", {"cwd": "/", "mcpServers": []}))["sessionId"])
     commands = await a.commands(sid)
     assert [c["name"] for c in commands] == ["library", "collection", "papers", "research", "compact", "rewind", "status",
-                                            "note", "tag", "undo", "writes"]
+                                            "note", "tag", "undo", "writes", "bib", "cite"]
     assert {c["name"]: c.get("input") for c in commands}["collection"] == {"hint": "collection name"}
     await b.load(sid)
 

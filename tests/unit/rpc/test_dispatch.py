@@ -188,7 +188,7 @@ async def test_acp_replies(acp: Any) -> None:
         '"promptCapabilities":{"image":false,"audio":false,"embeddedContext":false},'
         '"mcpCapabilities":{"http":false,"sse":false},'
         '"sessionCapabilities":{"list":{},"delete":{},"resume":{},"close":{}},'
-        f'"_meta":{{"zocrates":{{"version":"{v}","protocolVersion":1,"extensions":["_zocrates/chat/resume",'
+        f'"_meta":{{"zocrates":{{"version":"{v}","protocolVersion":1,"extensions":["_zocrates/chat/resume","_zocrates/citations/export",'
         '"_zocrates/library/collections","_zocrates/library/item","_zocrates/library/items","_zocrates/library/search",'
         '"_zocrates/library/status","_zocrates/library/suggestions","_zocrates/library/tags","_zocrates/online/search","_zocrates/session/get","_zocrates/session/rename","_zocrates/session/rewind",'
         '"_zocrates/storage/maintenance","_zocrates/storage/stats",'

@@ -550,6 +550,8 @@ LIBRARY_CATALOGUE = {
     "_zocrates/library/collections": {"library": "user"},
     "_zocrates/library/tags": {"limit": 5},
     "_zocrates/library/items": {"limit": 3, "order": "modified"},
+    "_zocrates/citations/export": {"items": [{"itemKey": "ANNPAPER"}, {"itemKey": "GRPPAPR1", "library": "groups/4242"}],
+                                   "format": "csl-json"},
 }
 
 

@@ -162,7 +162,7 @@ def compose_answer(question: str, result: dict[str, Any]) -> str:
     if not any(s.quotes for s in sections):
         return nothing_found(q, result, sources)
 
-    citations = Citations()
+    citations = Citations(str(result.get("citation_style") or "numbered"))
     for sec in sections:
         for qt in sec.quotes:
             citations.cite(qt.source.passage)

@@ -6,6 +6,12 @@ them; in the text its quotes then name their page ("[2, p. 4]"), otherwise the l
 An entry reads like CSL's author-date styles: "Author, Author & Author (Year). Title. p. 4."
 then the item's zotero link.
 
+In the text, a citation is written in the session's citation style (`citation_style`): "[2]"
+(numbered), "(Lewis et al., 2020, p. 4)" (author-year: family names are the last word of the names
+as Zotero keeps them), or "[@lewis2020retrieval, p. 4]" (Pandoc, with the item's citation key:
+citations/keys.py; the list then starts each entry with it). The last two name the page at every
+citation that has one: their list is no place to look a page up by number.
+
 A page is cited as the reader shows it and a researcher cites it: the page label ("127" on the
 PDF's third page, "xi" in a preface: the annotation's `pageLabel`, or the label the index knows for
 a page of full text), the page number only where there is no label. The passage keeps its link to
@@ -18,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from zocratesd.library.retrieval import ONLINE_KIND, PassageJson
+from zocratesd.limits import CITATION_STYLES
 
 CITED_HEADER = "# Cited Sources"
 # Authors named in an entry before "et al." (APA names up to 20 in a reference list; a sidebar
@@ -35,8 +42,9 @@ class Cited:
 
 
 class Citations:
-    def __init__(self) -> None:
+    def __init__(self, style: str = "numbered") -> None:
         self.items: dict[str, Cited] = {}
+        self.style = style if style in CITATION_STYLES else "numbered"
 
     def cite(self, passage: PassageJson) -> Cited:
         key = str(passage.get("item_key") or "")
@@ -52,15 +60,22 @@ class Citations:
         return c
 
     def marker(self, passage: PassageJson) -> str:
-        """"[n]", or "[n, p. X]" when the item is cited on more than one page."""
+        """"[n]", or "[n, p. X]" when the item is cited on more than one page; in the other styles
+        "(Author, Year, p. X)" or "[@key, p. X]"."""
         c = self.items[str(passage.get("item_key") or "")]
         page = cited_page(passage)
+        at = f", p. {page}" if page is not None else ""
+        if self.style == "pandoc":
+            return f"[@{citation_key(c)}{at}]"
+        if self.style == "author-year":
+            return f"({short_authors(list(c.meta.get('creators') or [])) or short_title(c.meta)}, {c.meta.get('year') or 'n.d.'}{at})"
         if len(c.pages) > 1 and page is not None:
             return f"[{c.n}, p. {page}]"
         return f"[{c.n}]"
 
     def lines(self) -> list[str]:
-        return [f"[{c.n}] {entry(c.meta, sorted(c.pages, key=lambda p: c.order.get(p, 0)))}{_where(c)}"
+        lead = (lambda c: f"[@{citation_key(c)}] ") if self.style == "pandoc" else (lambda c: "")
+        return [f"[{c.n}] {lead(c)}{entry(c.meta, sorted(c.pages, key=lambda p: c.order.get(p, 0)))}{_where(c)}"
                 for c in self.items.values()]
 
 
@@ -74,6 +89,23 @@ def _where(c: Cited) -> str:
         link = c.meta.get("link")
         return f" {ONLINE_MARK}" + (f" ({link})" if link else ".")
     return f" ({select_link(c.item_key, c.meta.get('library'))})"
+
+
+def citation_key(c: Cited) -> str:
+    return str(c.meta.get("citation_key") or c.item_key)
+
+
+def short_authors(creators: list[str]) -> str:
+    """"Lewis", "Lewis & Kiela", "Lewis et al." from names as Zotero keeps them ("Patrick Lewis")."""
+    family = [str(n).split()[-1] for n in creators if str(n).strip()]
+    if len(family) > 2:
+        return f"{family[0]} et al."
+    return " & ".join(family)
+
+
+def short_title(meta: PassageJson) -> str:
+    words = str(meta.get("title") or meta.get("item_key") or "").split()
+    return " ".join(words[:4]) + ("…" if len(words) > 4 else "")
 
 
 # A page label as shown in a citation: Zotero's are short ("127", "xi", "A-3"); longer ones are
