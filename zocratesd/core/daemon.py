@@ -236,9 +236,8 @@ class Daemon:
         started: Callable[[], None] | None = None, ask_online: AskOnline | None = None,
     ) -> TurnResult:
         """Run one turn; its updates go to the session's watchers. SessionBusy at once while anything
-        else holds the session. A checkpoint is put to `ask`; unanswered, the turn ends with it
-        pending. `started` is called once the turn will run: an error before it is a refusal.
-        `ask_online`: how the face asks its person whether the turn may search online (online.mode ask)."""
+        else holds the session. A checkpoint is put to `ask` (whether to search online, to `ask_online`);
+        unanswered, the turn ends with it pending. `started` is called once the turn will run."""
         return await self.turns.prompt(session_id, text, context, ask, started, ask_online)
 
     async def resume(
@@ -276,19 +275,13 @@ class Daemon:
         await self.gate.wait()
         return await self.session_config.set(session_id, config_id, value, origin=origin)
 
-    def get_settings(self) -> dict[str, object]:
-        return self.settings.view()
-
-    async def update_settings(self, patch: Any) -> dict[str, object]:
-        return await self.settings.update(patch)
-
     # --- the library ------------------------------------------------------------------------------
 
     @property
     def library(self) -> Library | None:
         return self.catalogue.library
 
-    def library_status(self, refresh: bool = False) -> dict[str, Any]:
+    def library_status(self, refresh: bool = False) -> dict[str, object]:
         return self.catalogue.status(refresh)
 
     async def library_suggestions(self, limit: int | None = None) -> dict[str, object]:

@@ -226,11 +226,11 @@ async def library_suggestions(request: Request) -> Response:
 
 
 async def get_settings(request: Request) -> Response:
-    return success(**shim_of(request).daemon.get_settings())
+    return success(**shim_of(request).daemon.settings.view())
 
 
 async def patch_settings(request: Request) -> Response:
-    return success(**await shim_of(request).daemon.update_settings(await json_body(request)))
+    return success(**await shim_of(request).daemon.settings.update(await json_body(request)))
 
 
 async def mint_code(request: Request) -> Response:

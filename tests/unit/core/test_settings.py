@@ -129,9 +129,9 @@ async def test_a_research_budget_changed_live_decides_the_next_turn(tmp_path: Pa
         question = "What does RAG combine? How does HyDE retrieve?"
         sid = (await d.create_session()).id
         assert (await d.prompt(sid, question)).pending_hitl is None
-        out = await d.update_settings({"research": {"initial_budget": 1}, "compaction": {"min_turns": 9}})
+        out = await d.settings.update({"research": {"initial_budget": 1}, "compaction": {"min_turns": 9}})
         assert out["changed"] == ["research.initial_budget", "compaction.min_turns"] and out["restart_needed"] == []
-        assert d.get_settings()["settings"]["research"]["initial_budget"] == 1
+        assert d.settings.view()["settings"]["research"]["initial_budget"] == 1
         assert d.compactor.config.min_turns == 9 and d.maintenance._config is d.config
         sid = (await d.create_session()).id
         assert (await d.prompt(sid, question)).pending_hitl is not None

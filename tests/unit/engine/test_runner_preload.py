@@ -54,7 +54,7 @@ async def test_the_serving_side_reads_without_adk(tmp_path: Path) -> None:
             assert await daemon.replay(sid)
             assert (await daemon.storage_stats())["session_count"] == 1
             await daemon.config_options(sid)
-            daemon.get_settings()
+            daemon.settings.view()
             # A session asked for meanwhile waits for the engine, and loads nothing of it on
             # the event loop (that would race the engine's import thread and stall every read).
             async with anyio.create_task_group() as tg:
