@@ -4,7 +4,7 @@ shim's `GET /sessions/{id}`, a turn's `pending_hitl`. Declared once, for the dae
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 
 class UiMessage(TypedDict):
@@ -15,6 +15,8 @@ class UiMessage(TypedDict):
     author: str
     timestamp: float | None
     invocation_id: str | None
+    # An answer's citations checked against their sources (zocratesd/quotes/verify.py), by number.
+    citations: NotRequired[list[dict[str, Any]]]
 
 
 class PendingHitl(TypedDict):

@@ -132,3 +132,10 @@ WRITE_ID_RE: Final = whole(WRITE_ID_PATTERN)
 MAX_ONLINE_QUERY_CHARS: Final = 500
 MAX_ONLINE_RESULTS: Final = 25
 DEFAULT_ONLINE_RESULTS: Final = 10
+
+# A quote looked up in the library (zocratesd/quotes/find.py): fewer words are a phrase found
+# everywhere, more characters a passage rather than a quote; matches a person compares at once.
+MIN_FIND_QUOTE_WORDS: Final = 3
+MAX_FIND_QUOTE_CHARS: Final = 4000
+MAX_QUOTE_MATCHES: Final = 20
+DEFAULT_QUOTE_MATCHES: Final = 5

@@ -103,7 +103,8 @@ class Daemon:
             self.db, self.locks, config, collections=self.catalogue.collections, publish=self._watchers.publish
         )
         self.sessions = Sessions(self.db, self.locks, self._watchers, self.session_config, self.gate)
-        self.turns = Turns(self.db, self.locks, self._watchers, self.session_config, self.gate, self._engine)
+        self.turns = Turns(self.db, self.locks, self._watchers, self.session_config, self.gate, self._engine,
+                           self.catalogue.check_answer)
         self.maintenance = Maintenance(self.db, self.locks, config)
         self.startup_maintenance: MaintenanceReport | None = None
         self.settings = Settings(config, config_path(data_dir))  # updates `config` in place
@@ -301,6 +302,9 @@ class Daemon:
         self, key: str, *, library: str | None = None, fulltext: bool = False, fulltext_offset: int = 0
     ) -> dict[str, object]:
         return await self.catalogue.item(key, library=library, fulltext=fulltext, fulltext_offset=fulltext_offset)
+
+    async def find_quote(self, quote: str, *, library: str | None = None, limit: int | None = None) -> dict[str, object]:
+        return await self.catalogue.find_quote(quote, library=library, limit=limit)
 
     async def library_collections(self, library: str | None = None) -> list[dict[str, object]]:
         return await self.catalogue.collection_list(library)

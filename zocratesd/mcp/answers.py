@@ -45,6 +45,11 @@ class Source:
     creators: tuple[str, ...] = ()
     year: int | None = None
     pages: tuple[int, ...] = ()
+    # The answer's quotes and claims citing it, checked against its text (quotes/verify.py):
+    # None when nothing citing it was checked.
+    verified: bool | None = None
+    checks: tuple[dict[str, Any], ...] = ()
+    partial: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,19 +95,30 @@ def collect(found: dict[str, Found], raw: Any) -> None:
             seen.pages.add(p["page"])
 
 
-def sources(answer: str, found: dict[str, Found]) -> tuple[Source, ...]:
-    """The answer's cited sources, or, when it cites none, the items the searches found."""
+def sources(answer: str, found: dict[str, Found], citations: list[dict[str, Any]] | None = None) -> tuple[Source, ...]:
+    """The answer's cited sources, or, when it cites none, the items the searches found; each
+    with its citation's checks (`citations`: the turn's, by number and item)."""
+    by_n = {c.get("n"): c for c in citations or () if isinstance(c, dict)}
+    by_key = {c.get("item_key"): c for c in citations or () if isinstance(c, dict)}
+
+    def checked(c: dict[str, Any] | None) -> dict[str, Any]:
+        if c is None:
+            return {}
+        return {"verified": c.get("verified"), "checks": tuple(c.get("checks") or ()), "partial": c.get("partial")}
+
     cited = []
     for m in _CITED_RE.finditer(answer):
         key = m.group(4)
         meta = found.get(key)
+        c = by_n.get(int(m.group(1)))
         cited.append(Source(key, "user" if m.group(3) == "library" else m.group(3), m.group(2), True, int(m.group(1)),
                             meta.title if meta else None, tuple(meta.creators) if meta else (),
-                            meta.year if meta else None, tuple(sorted(meta.pages)) if meta else ()))
+                            meta.year if meta else None, tuple(sorted(meta.pages)) if meta else (),
+                            **checked(c if c is not None and c.get("item_key") == key else None)))
     if cited:
         return tuple(cited)
     return tuple(
         Source(key, meta.library, f"zotero://select/{'library' if meta.library == 'user' else meta.library}/items/{key}",
-               False, None, meta.title, tuple(meta.creators), meta.year, tuple(sorted(meta.pages)))
+               False, None, meta.title, tuple(meta.creators), meta.year, tuple(sorted(meta.pages)), **checked(by_key.get(key)))
         for key, meta in list(found.items())[:MAX_UNCITED_SOURCES]
     )

@@ -21,6 +21,9 @@ from zocratesd.updates import Json, StoredEvent, is_shown
 
 DEFAULT_TITLE = "New Chat"
 REQUEST_INPUT_CALL = "adk_request_input"
+# Where the event that ends a checked answer keeps its citations' checks (quotes/verify.py): the
+# UI shows them as the answer's `citations`.
+CHECKS_METADATA_KEY = "zocrates_citations"
 
 
 def apply_rewinds(events: Sequence[StoredEvent]) -> list[StoredEvent]:
@@ -70,6 +73,14 @@ def _scan(live: Iterable[StoredEvent], *, with_messages: bool = True) -> tuple[l
             inv = ev.get("invocation_id")
             for key in [k for k, c in answered.items() if c["invocation_id"] == inv]:
                 del answered[key]
+        meta = ev.get("custom_metadata")
+        checks = meta.get(CHECKS_METADATA_KEY) if isinstance(meta, dict) else None
+        if isinstance(checks, list) and with_messages:
+            # The answer checked: the turn's last message before this event.
+            for m in reversed(messages):
+                if m["invocation_id"] == ev.get("invocation_id") and m["role"] == "assistant":
+                    m["citations"] = checks
+                    break
         content = ev.get("content")
         parts = content.get("parts") if content else None
         if not parts:
