@@ -47,6 +47,9 @@ class Behaviour:
     obey_library: bool = False
     # When the library search finds nothing, search online (search_online_literature) and answer from it.
     online_when_empty: bool = False
+    # A model that writes its own answer from the search: (the question, the numbered passages it was
+    # given) -> the answer's text (right or wrong quotes, pages, papers: whatever a test needs).
+    answer: Callable[[str, list[dict[str, Any]]], str] | None = None
 
 
 @dataclass
@@ -91,7 +94,8 @@ class FakeOpenAI:
     # --- what the "model" says -------------------------------------------------------------
 
     @staticmethod
-    def reply_for(body: dict[str, Any], use_tools: bool, obey_library: bool = False, online_when_empty: bool = False) -> dict[str, Any]:
+    def reply_for(body: dict[str, Any], use_tools: bool, obey_library: bool = False, online_when_empty: bool = False,
+                  answer: Callable[[str, list[dict[str, Any]]], str] | None = None) -> dict[str, Any]:
         messages = body["messages"]
         last = messages[-1]
         questions = [m["content"] for m in messages if m["role"] == "user"]
@@ -111,6 +115,8 @@ class FakeOpenAI:
                 keys = sorted({p["item_key"] for p in result["passages"]})
                 args = json.dumps({"item_keys": keys, "tags": [injected.group(1)]})
                 return {"tool_calls": [{"id": f"call_{len(messages)}", "name": "tag_items", "arguments": args}]}
+            if answer is not None:
+                return {"content": answer(questions[-1], list(result.get("passages") or []))}
             n = len(result.get("passages") or [])
             return {"content": f"From {n} passages: answer to '{questions[-1]}' [1]. I have seen {len(questions)} questions."}
         if use_tools and body.get("tools"):
@@ -129,7 +135,7 @@ class FakeOpenAI:
         if b.line_bytes or b.keepalive_forever or b.answer_chars or b.raw_lines is not None:
             self._hostile(h, b)
             return
-        reply = self.reply_for(body, b.use_tools, b.obey_library, b.online_when_empty)
+        reply = self.reply_for(body, b.use_tools, b.obey_library, b.online_when_empty, b.answer)
         if b.unknown_tool:
             n = len(body["messages"])
             reply = {"tool_calls": [{"id": f"call_{n}", "name": b.unknown_tool, "arguments": "{}"}]}

@@ -308,8 +308,10 @@ def check_answer(answer: str, passages: Sequence[Mapping[str, Any]], text_of: Te
             pages = (claim.page,) if claim.page else c.pages
             quoted = quotes_in(claim.text)
             if quoted:
-                others = [t for (k, lib), t in ((kl, text(*kl)) for kl in {(o.item_key, o.library) for o in cited.values()})
-                          if t is not None and (k, lib) != (c.item_key, c.library)]
+                # The other items the answer cites, then those the turn's search found.
+                seen = [(o.item_key, o.library) for o in cited.values()]
+                seen += [(str(p["item_key"]), str(p.get("library") or "user")) for p in passages if isinstance(p.get("item_key"), str)]
+                others = [t for kl in dict.fromkeys(seen) if kl != (c.item_key, c.library) and (t := text(*kl)) is not None]
                 res.checks += [check_quote(item, q, pages, others) for q in quoted]
             else:
                 one = check_claim(item, claim.text, pages)
