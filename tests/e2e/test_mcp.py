@@ -42,7 +42,7 @@ from zocratesd import locations
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 REPO = Path(__file__).resolve().parents[2]
-READ_TOOLS = {"search_library", "get_item", "list_collections", "list_tags", "recent_items", "list_writes", "search_online"}
+READ_TOOLS = {"search_library", "get_item", "find_quote", "list_collections", "list_tags", "recent_items", "list_writes", "search_online"}
 WRITE_TOOLS = {"save_note", "tag_items", "untag_items", "add_to_collection", "create_collection", "add_item", "confirm_write", "undo"}
 TOOLS = READ_TOOLS | {"ask", "resume", "sessions"} | WRITE_TOOLS
 # Two parts with a research budget of one round: the turn pauses at a checkpoint.
