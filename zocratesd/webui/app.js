@@ -674,7 +674,8 @@ function citationChecks(citations) {
     return row;
   });
   return h("details", { class: "citation-checks", open: citations.some((c) => c.verified === false || c.partial) },
-    h("summary", { text: "Citations checked" }), h("ul", {}, ...rows));
+    h("summary", { text: `Citations checked: ${citations.filter((c) => c.verified === true).length} of ${citations.length} found in their sources` }),
+    h("ul", {}, ...rows));
 }
 
 /** "Find a quote": a pasted sentence to the items and pages that have it, each a link that opens
