@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -35,7 +35,7 @@ from zocratesd.core.validation import (
 )
 from zocratesd.errors import InvalidInput, NotFound
 from zocratesd.library import catalog, dense
-from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, InMemoryRetriever, Retriever, Scope, tokens
+from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, InMemoryRetriever, PassageJson, Retriever, Scope, tokens
 from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, MAX_SUGGESTIONS, Suggestion
 from zocratesd.limits import (
     DEFAULT_QUOTE_MATCHES,
@@ -347,7 +347,7 @@ class Catalogue:
         found = await self.library.read(lambda conn: catalog.items(conn, lib, limit=limit, offset=offset, order=order))
         return found if found is not None else _empty_page("items", offset)
 
-    async def check_answer(self, answer: str, passages: Sequence[Mapping[str, Any]]) -> verify.AnswerCheck:
+    async def check_answer(self, answer: str, passages: Sequence[PassageJson]) -> verify.AnswerCheck:
         """The answer's citations checked against the text of the items they cite (quotes/verify.py);
         `passages`: the turn's last search result, by which a model may cite."""
         if self.library is not None:

@@ -21,6 +21,7 @@ from google.genai import types
 import zocratesd.library.passages
 import zocratesd.store.slim
 import zocratesd.store.writer  # noqa: F401
+from zocrates_wire.ui_session import CitationCheck
 from zocratesd.compaction import Compactor
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.online import Online
@@ -59,7 +60,7 @@ class EngineSide:
         """A fresh reader of one turn's events (it reuses the JSON the store wrote for each)."""
         return TurnUpdates(self.db.service.take_dump)
 
-    def checks_event(self, invocation_id: str, note: str, citations: list[dict[str, object]]) -> Event:
+    def checks_event(self, invocation_id: str, note: str, citations: list[CitationCheck]) -> Event:
         """The answer's citation checks (store/ui.py `CHECKS_METADATA_KEY`), with what the answer
         must say about them (its last words, when there is something to say)."""
         content = types.Content(role="model", parts=[types.Part(text=f"\n\n{note}")]) if note else None

@@ -14,6 +14,7 @@ from typing import Any, cast
 from google.adk.events import Event
 
 from zocratesd.engine.tools import ROUND_METADATA_KEY, TOOL_NAME
+from zocratesd.library.retrieval import PassageJson
 from zocratesd.store.ui import REQUEST_INPUT_CALL, title_of
 from zocratesd.updates import Checkpoint, MessageChunk, StoredEvent, ThoughtChunk, Title, ToolProgress, Update, event_updates
 
@@ -34,7 +35,7 @@ class TurnUpdates:
         # The answer (the model's text since its last tool call) and the passages of the turn's
         # last search as the model saw them, numbered: what the answer is checked against.
         self.answer: list[str] = []
-        self.passages: list[dict[str, Any]] = []
+        self.passages: list[PassageJson] = []
 
     def feed(self, ev: Event) -> list[Update]:
         """The updates of one event; text chunks carry the turn's `invocation_id`."""
@@ -76,7 +77,7 @@ class TurnUpdates:
                 if part.function_response.name == TOOL_NAME:
                     response = part.function_response.response or {}
                     found = response.get("passages") if isinstance(response, dict) else None
-                    self.passages = [p for p in found if isinstance(p, dict)] if isinstance(found, list) else []
+                    self.passages = [cast("PassageJson", p) for p in found if isinstance(p, dict)] if isinstance(found, list) else []
             elif part.text and not part.thought and ev.author != "user":
                 self.answer.append(part.text)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from zocrates_wire.ui_session import PendingHitl
+from zocrates_wire.ui_session import CitationCheck, PendingHitl
 from zocratesd.core.context import PromptContext
 from zocratesd.core.session_config import SessionConfig
 from zocratesd.core.startup import EngineGate
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
     from zocratesd.core.engine_side import EngineSide
     from zocratesd.core.turn_updates import TurnUpdates
+    from zocratesd.library.retrieval import PassageJson
     from zocratesd.quotes.verify import AnswerCheck
 
 log = logging.getLogger(__name__)
@@ -54,12 +55,12 @@ class TurnResult(msgspec.Struct, frozen=True):
     pending_hitl: PendingHitl | None = None
     # The answer's citations checked against their sources (quotes/verify.py `CitationCheck`
     # as JSON, by citation number); None when the turn gave no answer to check.
-    citations: list[dict[str, Any]] | None = None
+    citations: list[CitationCheck] | None = None
 
 
 # Checks an answer's citations against the library (core/catalogue.py `check_answer`): the
 # answer's text and the turn's last search result in, the checks out.
-CheckAnswer = Callable[[str, list[dict[str, Any]]], Awaitable["AnswerCheck"]]
+CheckAnswer = Callable[[str, list["PassageJson"]], Awaitable["AnswerCheck"]]
 
 # How a face answers a research checkpoint while its turn waits: the checkpoint (as `pending_hitl`)
 # in, the user's `{action, guidance?}` out (checked here: core/validation.py), or None to leave it
@@ -242,7 +243,7 @@ class Turns:
         pending_hitl = paused.to_json() if paused is not None else None
         return TurnResult("cancelled" if abort.is_set() else "end_turn", stream.invocation_id, pending_hitl, citations)
 
-    async def _verify(self, turn: _Turn) -> list[dict[str, Any]] | None:
+    async def _verify(self, turn: _Turn) -> list[CitationCheck] | None:
         """The answer's citations checked against the library; what must be said about them goes
         out as the answer's last words (an event of the turn, so a rewind takes it with the turn).
         A check that fails leaves the answer as it is: it never fails the turn."""

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from zocrates_wire.ui_session import CitationCheck, QuoteCheck
 from zocratesd.limits import ITEM_URI
 from zocratesd.mcp.schemas import escape_text
 
@@ -48,7 +50,7 @@ class Source:
     # The answer's quotes and claims citing it, checked against its text (quotes/verify.py):
     # None when nothing citing it was checked.
     verified: bool | None = None
-    checks: tuple[dict[str, Any], ...] = ()
+    checks: tuple[QuoteCheck, ...] = ()
     partial: str | None = None
 
 
@@ -95,16 +97,14 @@ def collect(found: dict[str, Found], raw: Any) -> None:
             seen.pages.add(p["page"])
 
 
-def sources(answer: str, found: dict[str, Found], citations: list[dict[str, Any]] | None = None) -> tuple[Source, ...]:
+def sources(answer: str, found: dict[str, Found], citations: Sequence[CitationCheck] | None = None) -> tuple[Source, ...]:
     """The answer's cited sources, or, when it cites none, the items the searches found; each
     with its citation's checks (`citations`: the turn's, by number and item)."""
-    by_n = {c.get("n"): c for c in citations or () if isinstance(c, dict)}
-    by_key = {c.get("item_key"): c for c in citations or () if isinstance(c, dict)}
+    by_n = {c["n"]: c for c in citations or ()}
+    by_key = {c["item_key"]: c for c in citations or ()}
 
-    def checked(c: dict[str, Any] | None) -> dict[str, Any]:
-        if c is None:
-            return {}
-        return {"verified": c.get("verified"), "checks": tuple(c.get("checks") or ()), "partial": c.get("partial")}
+    def checked(c: CitationCheck | None) -> tuple[bool | None, tuple[QuoteCheck, ...], str | None]:
+        return (None, (), None) if c is None else (c["verified"], tuple(c["checks"]), c["partial"])
 
     cited = []
     for m in _CITED_RE.finditer(answer):
@@ -114,11 +114,11 @@ def sources(answer: str, found: dict[str, Found], citations: list[dict[str, Any]
         cited.append(Source(key, "user" if m.group(3) == "library" else m.group(3), m.group(2), True, int(m.group(1)),
                             meta.title if meta else None, tuple(meta.creators) if meta else (),
                             meta.year if meta else None, tuple(sorted(meta.pages)) if meta else (),
-                            **checked(c if c is not None and c.get("item_key") == key else None)))
+                            *checked(c if c is not None and c["item_key"] == key else None)))
     if cited:
         return tuple(cited)
     return tuple(
         Source(key, meta.library, f"zotero://select/{'library' if meta.library == 'user' else meta.library}/items/{key}",
-               False, None, meta.title, tuple(meta.creators), meta.year, tuple(sorted(meta.pages)), **checked(by_key.get(key)))
+               False, None, meta.title, tuple(meta.creators), meta.year, tuple(sorted(meta.pages)), *checked(by_key.get(key)))
         for key, meta in list(found.items())[:MAX_UNCITED_SOURCES]
     )

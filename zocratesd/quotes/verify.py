@@ -28,6 +28,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from zocrates_wire.ui_session import CitationCheck as CitationJson
+from zocrates_wire.ui_session import FoundIn
+from zocrates_wire.ui_session import QuoteCheck as CheckJson
 from zocratesd.library.catalog import pdf_link
 from zocratesd.limits import ITEM_URI
 from zocratesd.quotes.align import NEAR_RATIO, align
@@ -86,10 +89,12 @@ class Check:
     link: str | None = None  # opens the PDF at that page
     page_corrected: bool = False
     source_reads: str | None = None  # for a misquote: the source's own words
-    found_in: dict[str, Any] | None = None  # for a quote not in the cited item: the item of the turn that has it
+    found_in: FoundIn | None = None  # for a quote not in the cited item: the item of the turn that has it
 
-    def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}
+    def to_json(self) -> CheckJson:
+        return CheckJson(kind=self.kind, text=self.text, status=self.status, cited_page=self.cited_page, page=self.page,
+                         page_number=self.page_number, link=self.link, page_corrected=self.page_corrected,
+                         source_reads=self.source_reads, found_in=self.found_in)
 
 
 @dataclass(slots=True)
@@ -102,9 +107,9 @@ class CitationCheck:
     partial: str | None = None  # why the item's text is incomplete, when it is
     title: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"n": self.n, "item_key": self.item_key, "library": self.library, "verified": self.verified,
-                "partial": self.partial, "title": self.title, "checks": [c.to_json() for c in self.checks]}
+    def to_json(self) -> CitationJson:
+        return CitationJson(n=self.n, item_key=self.item_key, library=self.library, verified=self.verified,
+                            partial=self.partial, title=self.title, checks=[c.to_json() for c in self.checks])
 
 
 @dataclass(slots=True)
@@ -112,7 +117,7 @@ class AnswerCheck:
     citations: list[CitationCheck]
     note: str  # what the answer must say about them ("" when all is well)
 
-    def to_json(self) -> list[dict[str, Any]]:
+    def to_json(self) -> list[CitationJson]:
         return [c.to_json() for c in self.citations]
 
 
@@ -242,8 +247,8 @@ def check_quote(item: ItemText, quote: str, cited_pages: Sequence[str], others: 
     for other in others:
         elsewhere = _locate(other, quote)
         if elsewhere is not None:
-            check.found_in = {"item_key": other.item_key, "library": other.library, "title": other.title,
-                              "page": elsewhere.cited, "link": _link(other, elsewhere)}
+            check.found_in = FoundIn(item_key=other.item_key, library=other.library, title=other.title,
+                                     page=elsewhere.cited, link=_link(other, elsewhere))
             break
     return check
 

@@ -270,6 +270,14 @@ class RenameSessionParams(Params):
     title: str = Field(min_length=1, max_length=MAX_TITLE_CHARS)
 
 
+class FoundIn(Model):
+    item_key: str
+    library: str
+    title: str
+    page: str | None
+    link: str | None
+
+
 class QuoteCheck(Model):
     """One quote or cited claim of an answer, checked against the cited item's text."""
 
@@ -285,8 +293,7 @@ class QuoteCheck(Model):
     link: str | None = Field(description="`zotero://open-pdf/...?page=N`: the PDF at that page.")
     page_corrected: bool = Field(description="The text is on `page`, not on the page the answer gives.")
     source_reads: str | None = Field(description="A misquote: the source's own words there.")
-    found_in: dict[str, Any] | None = Field(
-        description="A quote not in the cited item but in another item the turn cited: {item_key, library, title, page, link}.")
+    found_in: FoundIn | None = Field(description="A quote not in the cited item but in another item the answer cites or the search found.")
 
 
 class CitationCheck(Model):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypedDict, cast
 
-from zocrates_wire.ui_session import PendingHitl, UiMessage, UiSession
+from zocrates_wire.ui_session import CitationCheck, PendingHitl, UiMessage, UiSession
 
 #: One `update` object of a `session/update` notification (`update["sessionUpdate"]` is its kind).
 Update = dict[str, Any]
@@ -151,7 +151,7 @@ class PromptResult:
     raw: dict[str, Any] = field(repr=False, compare=False)
     # The answer's citations checked against their sources, by number: `{n, item_key, library,
     # verified, partial, title, checks}` (protocol/README.md); None when nothing was checked.
-    citations: list[dict[str, Any]] | None = None
+    citations: list[CitationCheck] | None = None
 
     @classmethod
     def from_wire(cls, obj: dict[str, Any]) -> PromptResult:
@@ -165,7 +165,7 @@ class PromptResult:
             invocation_id=invocation if isinstance(invocation, str) else None,
             pending_hitl=cast(PendingHitl, pending) if isinstance(pending, dict) else None,
             raw=obj,
-            citations=[c for c in citations if isinstance(c, dict)] if isinstance(citations, list) else None,
+            citations=[cast(CitationCheck, c) for c in citations if isinstance(c, dict)] if isinstance(citations, list) else None,
         )
 
 
