@@ -42,6 +42,9 @@ REEF_PDF = "QUOTEPDF"
 HYDE = "QUOTEBBB"  # the retrieval paper: pages 1-2, no labels
 HYDE_PDF = "QUOTEPD2"
 SEAGRASS = "QUOTECCC"  # only an abstract
+BOOK = "QUOTEDDD"  # a 442-page book of which Zotero extracted the first 3 pages
+BOOK_PDF = "QUOTEPD3"
+BOOK_SENTENCE = "Tidal marshes keep pace with sea level rise through sediment accretion and root growth."
 
 ON_127 = "The ﬁrst surveys showed substantial differences between protected and unprotected sites across the archipelago."
 ON_128 = "Symbiont shuffling increased thermal tolerance in colonies that survived consecutive heatwaves in the northern reefs."
@@ -73,6 +76,8 @@ def library(data_dir: Path) -> None:
              attachments=[Attachment(HYDE_PDF, pages=HYDE_PAGES)]),
         Item(SEAGRASS, "Blue carbon in seagrass meadows", creators=[("Mia", "Olsen")], date="2019",
              fields={"abstractNote": SEAGRASS_ABSTRACT}),
+        Item(BOOK, "Coastal wetlands", item_type="book", creators=[("Ines", "Duarte")], date="2020",
+             attachments=[Attachment(BOOK_PDF, pages=["Preface.", BOOK_SENTENCE, "Chapter two begins here."], total_pages=442)]),
     ]
     build_zotero_dir(data_dir, items, version=129)
 
@@ -95,6 +100,8 @@ def scripted(question: str, passages: list[dict[str, Any]]) -> str:
     if question.startswith("case d"):  # the right quote, the wrong page
         return (f'The authors conclude: "{ON_129[:-1]}" [1, p. 127].'
                 + cited_list((1, REEF, "Reyes (2021). Coral reef resilience. p. 127")))
+    if question.startswith("case f"):  # a book of which only the first pages were extracted
+        return f'"{BOOK_SENTENCE[:-1]}" [1].' + cited_list((1, BOOK, "Duarte (2020). Coastal wetlands"))
     if question.startswith("case e"):  # a source read only in its abstract
         return (f'"{SEAGRASS_ABSTRACT[:-1]}" [1].' + cited_list((1, SEAGRASS, "Olsen (2019). Blue carbon in seagrass meadows")))
     return "I do not know."
@@ -251,10 +258,17 @@ def test_a_models_quotes_are_flagged_or_corrected(openai_daemon: Any) -> None:
         assert e["verified"] is True and e["partial"] == "only its abstract was available, not its full text"
         assert "Blue carbon in seagrass meadows: only its abstract was available, not its full text; the rest of it was not read." in text
 
+        meta, text = ask(c, sid, "case f: how do marshes keep up with the sea?")
+        (f,) = meta["citations"]
+        assert f["verified"] is True and f["partial"] == "Zotero extracted the text of only 3 of its 442 PDF pages"
+        assert "Coastal wetlands: Zotero extracted the text of only 3 of its 442 PDF pages; the rest of it was not read." in text
+        book = c.result("_zocrates/library/item", {"itemKey": BOOK})
+        assert [(a["indexed_pages"], a["total_pages"]) for a in book["attachments"]] == [(3, 442)]
+
         # The UI session object: each answer carries its citations' checks; the notes are in the answer.
         ui = c.result("_zocrates/session/get", {"sessionId": sid})
         checked = [m["citations"] for m in ui["messages"] if m.get("citations")]
-        assert [[x["verified"] for x in cs] for cs in checked] == [[True], [False], [False], [True], [True]]
+        assert [[x["verified"] for x in cs] for cs in checked] == [[True], [False], [False], [True], [True], [True]]
         shown = "\n".join(m["text"] for m in ui["messages"])
         assert "not found in the cited source" in shown and "on p. 129, not p. 127." in shown
 

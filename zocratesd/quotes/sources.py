@@ -4,11 +4,14 @@ from the passages a daemon without an index searches (a passages file: tests, de
 The index keeps a PDF's text without its page furniture and with words hyphenated at a line's
 end joined (library/furniture.py), cut into chunks that never cross a page: a page is its chunks
 in order. An item with no full text in the index was read only in part: its abstract, or only
-its metadata. (A page with no chunk is no sign of a missing page: a page of figures has no text.)
+its metadata; so was a PDF of which Zotero extracted only the first pages (its full-text settings
+stop at 100 by default: the index keeps Zotero's counts with the item's attachments). A page with
+no chunk is no sign of a missing page: a page of figures has no text.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable
 from itertools import groupby
@@ -18,10 +21,16 @@ from zocratesd.library.retrieval import METADATA_BREAK, Passage
 from zocratesd.quotes.text import ItemText, Page
 
 
-def _partial(pages: list[Page], abstract: bool) -> str | None:
-    if any(p.kind == "fulltext" for p in pages):
-        return None
-    return "only its abstract was available, not its full text" if abstract else "only its metadata was available, not its text"
+def _partial(pages: list[Page], abstract: bool, counts: Iterable[tuple[object, object]] = ()) -> str | None:
+    """Why the item's text is incomplete: no full text at all, or a PDF of which Zotero extracted
+    only the first pages (`counts`: its attachments' (indexed, total) pages, as Zotero counted them)."""
+    if not any(p.kind == "fulltext" for p in pages):
+        return "only its abstract was available, not its full text" if abstract else "only its metadata was available, not its text"
+    cut = [(i, t) for i, t in counts if isinstance(i, int) and isinstance(t, int) and 0 < i < t]
+    if cut:
+        indexed, total = cut[0]
+        return f"Zotero extracted the text of only {indexed} of its {total} PDF pages"
+    return None
 
 
 def index_text(conn: sqlite3.Connection, key: str, library: str | None) -> ItemText | None:
@@ -29,7 +38,7 @@ def index_text(conn: sqlite3.Connection, key: str, library: str | None) -> ItemT
     uid = find_uid(conn, key, library)
     if uid is None:
         return None
-    row = conn.execute("SELECT item_key, library, title FROM items WHERE uid = ?", (uid,)).fetchone()
+    row = conn.execute("SELECT item_key, library, title, children FROM items WHERE uid = ?", (uid,)).fetchone()
     rows = conn.execute(
         "SELECT c.kind, c.attachment_key, c.page, c.page_label, f.body FROM chunks c JOIN chunks_fts f ON f.rowid = c.id "
         "WHERE c.uid = ? ORDER BY c.kind != 'fulltext', c.attachment_key, c.page, c.id", (uid,),
@@ -46,7 +55,12 @@ def index_text(conn: sqlite3.Connection, key: str, library: str | None) -> ItemT
         if not text:
             continue
         pages.append(Page(text, page, label, att, kind))
-    return ItemText(row[0], row[1], row[2], pages, _partial(pages, abstract))
+    try:
+        attachments = json.loads(row[3] or "{}").get("attachments") or []
+    except (ValueError, AttributeError):
+        attachments = []
+    counts = [(a.get("indexed_pages"), a.get("total_pages")) for a in attachments if isinstance(a, dict)]
+    return ItemText(row[0], row[1], row[2], pages, _partial(pages, abstract, counts))
 
 
 def passages_text(passages: Iterable[Passage], key: str, library: str | None) -> ItemText | None:

@@ -685,6 +685,9 @@ class ItemAttachment(Child):
     content_type: str | None
     link_mode: int | None
     has_text: bool
+    indexed_pages: int | None = Field(None, description="A PDF's pages Zotero extracted text from (of `total_pages`; "
+                                      "Zotero stops at fulltext.pdfMaxPages); absent when Zotero did not say.")
+    total_pages: int | None = Field(None, description="The PDF's pages, as Zotero counted them.")
 
 
 class CollectionRef(Model):
