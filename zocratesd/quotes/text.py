@@ -75,13 +75,19 @@ class ItemText:
 
     def find(self, quote: str) -> Page | None:
         """The page where `quote` starts, when the item's text has its letters exactly."""
+        found = self.find_from(quote, 0)
+        return found[0] if found is not None else None
+
+    def find_from(self, quote: str, start: int) -> tuple[Page, int] | None:
+        """The page where `quote` is first found at or after `start` (a place in the item's
+        letters), and the place just after it."""
         want = letters(quote)
         if not want:
             return None
-        at = self._build().find(want)
+        at = self._build().find(want, start)
         if at < 0:
             return None
-        return self.pages[bisect.bisect_right(self._starts, at) - 1]
+        return self.pages[bisect.bisect_right(self._starts, at) - 1], at + len(want)
 
     def page_words(self) -> list[list[str]]:
         if self._page_words is None:

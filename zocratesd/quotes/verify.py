@@ -191,10 +191,14 @@ def _content(ws: list[str]) -> set[str]:
 def _locate(item: ItemText, quote: str) -> Page | None:
     """The page where all of `quote` is, its pieces cut at an ellipsis ("... [...] ...") in order."""
     pieces = [p for p in _ELLIPSIS_RE.split(quote) if letters(p)]
-    if not pieces:
-        return None
-    first = item.find(pieces[0])
-    return first if first is not None and all(item.find(p) is not None for p in pieces[1:]) else None
+    first: Page | None = None
+    at = 0
+    for piece in pieces:
+        found = item.find_from(piece, at)
+        if found is None:
+            return None
+        first, at = first or found[0], found[1]
+    return first
 
 
 def _link(item: ItemText, page: Page) -> str | None:
