@@ -17,6 +17,9 @@ from typing import Final
 # little: two words changed in a twenty-word sentence score 0.9, a different sentence that
 # shares its topic's words rarely passes 0.6.
 NEAR_RATIO: Final = 0.8
+# A page shares at least this share of a near quote's distinct words (a quote with a fifth of its
+# words changed shares four fifths): pages below it are not aligned at all.
+CANDIDATE_SHARE: Final = 0.6
 # Words searched on either side of the longest shared run: the rest of the quote lies there.
 SLACK: Final = 1.5
 

@@ -15,7 +15,7 @@ from typing import Any, Final
 from zocratesd.library.catalog import pdf_link
 from zocratesd.library.index import match_expression
 from zocratesd.library.retrieval import Passage, tokens
-from zocratesd.quotes.align import NEAR_RATIO, align
+from zocratesd.quotes.align import CANDIDATE_SHARE, NEAR_RATIO, align
 from zocratesd.quotes.sources import index_text, passages_text
 from zocratesd.quotes.text import ItemText, letters, words
 
@@ -53,7 +53,7 @@ def _match(item: ItemText, quote: str) -> QuoteMatch | None:
         got = align(want, ws)
         best = (1.0, exact, " ".join(ws[got.start : got.end]) if got else " ".join(want))
     else:
-        for page, ws in zip(item.pages, item.page_words(), strict=True):
+        for page, ws in item.candidates(want, CANDIDATE_SHARE):
             got = align(want, ws)
             if got is not None and got.ratio >= NEAR_RATIO and (best is None or got.ratio > best[0]):
                 best = (got.ratio, page, " ".join(ws[got.start : got.end]))

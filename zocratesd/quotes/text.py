@@ -61,6 +61,7 @@ class ItemText:
     _letters: str | None = field(default=None, repr=False)
     _starts: list[int] = field(default_factory=list, repr=False)
     _page_words: list[list[str]] | None = field(default=None, repr=False)
+    _page_sets: list[frozenset[str]] | None = field(default=None, repr=False)
 
     def _build(self) -> str:
         if self._letters is None:
@@ -93,6 +94,16 @@ class ItemText:
         if self._page_words is None:
             self._page_words = [words(p.text) for p in self.pages]
         return self._page_words
+
+    def candidates(self, want: list[str], share: float) -> list[tuple[Page, list[str]]]:
+        """The pages (with their words) that have at least `share` of the distinct words of
+        `want`: where aligning `want` can succeed at all (a book has hundreds of pages)."""
+        if self._page_sets is None:
+            self._page_sets = [frozenset(ws) for ws in self.page_words()]
+        distinct = set(want)
+        need = share * len(distinct)
+        return [(page, ws) for page, ws, have in zip(self.pages, self.page_words(), self._page_sets, strict=True)
+                if len(distinct & have) >= need]
 
     @property
     def has_fulltext(self) -> bool:

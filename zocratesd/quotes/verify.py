@@ -33,7 +33,7 @@ from zocrates_wire.ui_session import FoundIn
 from zocrates_wire.ui_session import QuoteCheck as CheckJson
 from zocratesd.library.catalog import pdf_link
 from zocratesd.limits import ITEM_URI
-from zocratesd.quotes.align import NEAR_RATIO, align
+from zocratesd.quotes.align import CANDIDATE_SHARE, NEAR_RATIO, align
 from zocratesd.quotes.text import ItemText, Page, letters, words
 
 Status = Literal["found", "supported", "misquoted", "not_found", "unsupported"]
@@ -217,7 +217,7 @@ def _near(item: ItemText, text: str) -> tuple[float, Page, str] | None:
     """The page most like `text` (word alignment), its ratio and the words it has there."""
     want = words(text)
     best: tuple[float, Page, str] | None = None
-    for page, ws in zip(item.pages, item.page_words(), strict=True):
+    for page, ws in item.candidates(want, CANDIDATE_SHARE):
         got = align(want, ws)
         if got is not None and (best is None or got.ratio > best[0]):
             best = (got.ratio, page, " ".join(ws[got.start : max(got.end, got.start + len(want))]))
