@@ -53,8 +53,8 @@ class TurnResult(msgspec.Struct, frozen=True):
     # The research checkpoint the turn stopped at, unanswered, as a UI session's `pending_hitl`
     # ({invocation_id, interrupt_id, message, payload}); it stays pending until `resume()` or a rewind.
     pending_hitl: PendingHitl | None = None
-    # The answer's citations checked against their sources (quotes/verify.py `CitationCheck`
-    # as JSON, by citation number); None when the turn gave no answer to check.
+    # The answer's citations checked against their sources, by citation number (quotes/verify.py);
+    # None when the turn gave no answer to check.
     citations: list[CitationCheck] | None = None
 
 
@@ -253,14 +253,14 @@ class Turns:
             return None
         try:
             checked = await self._check_answer(answer, stream.passages)
+            if not checked.citations:
+                return None
+            citations = checked.to_json()
+            event = self._side().checks_event(stream.invocation_id, checked.note, citations)
+            await self.db.append_event(turn.session_id, event)
         except Exception:
             log.exception("session %s: the answer's citations could not be checked", turn.session_id)
             return None
-        if not checked.citations:
-            return None
-        citations = checked.to_json()
-        event = self._side().checks_event(stream.invocation_id, checked.note, citations)
-        await self.db.append_event(turn.session_id, event)
         for update in stream.feed(event):
             await self.watchers.publish(turn.session_id, update)
         return citations

@@ -166,14 +166,17 @@ def claims(body: str) -> list[_Claim]:
     """Each citation marker of the body with the text it cites."""
     out: list[_Claim] = []
     for line in body.splitlines():
-        start = 0
+        start, text = 0, ""
         for m in _MARKER_RE.finditer(line):
             before = line[start : m.start()]
             start = m.end()
-            pieces = [s for s in _SENTENCE_END_RE.split(before.strip()) if s.strip()]
-            # The sentence the marker ends; a marker right after a full stop cites the sentence before it.
-            text = pieces[-1] if pieces else ""
-            text = re.sub(r"^\s*(?:[-*+]|\d+\.)\s+", "", text).strip()
+            if not before.strip(" ,;") and text:
+                pass  # "[1][2]", "[1], [2]": the next marker cites the same text
+            else:
+                pieces = [s for s in _SENTENCE_END_RE.split(before.strip()) if s.strip()]
+                # The sentence the marker ends; a marker right after a full stop cites the sentence before it.
+                text = pieces[-1] if pieces else ""
+                text = re.sub(r"^\s*(?:[-*+]|\d+\.)\s+", "", text).strip().lstrip(";,: ")
             numbers = tuple(int(x) for x in re.split(r"\s*[,;]\s*", m.group(1)))
             out.append(_Claim(numbers, m.group(2).strip().rstrip(".") if m.group(2) else None, text))
     return out

@@ -49,9 +49,10 @@ def test_a_near_quote_aligns_where_it_is() -> None:
 
 
 def test_markers_cite_the_sentence_before_them_and_quotes_are_three_words_or_more() -> None:
-    found = claims('Intro text. RAG "combines two memories" [1, p. 127]; retrievers help [2].\n- A bullet quote [3]')
+    found = claims('Intro text. RAG "combines two memories" [1, p. 127]; retrievers help [2][4].\n- A bullet quote [3]')
     assert [(c.numbers, c.page, c.text) for c in found] == [
-        ((1,), "127", 'RAG "combines two memories"'), ((2,), None, "; retrievers help"), ((3,), None, "A bullet quote")]
+        ((1,), "127", 'RAG "combines two memories"'), ((2,), None, "retrievers help"), ((4,), None, "retrievers help"),
+        ((3,), None, "A bullet quote")]
     assert quotes_in('the term "RAG" and «a quoted sentence here»') == ["a quoted sentence here"]
 
 
