@@ -6,7 +6,8 @@ page-label tree starting at 127, ligatures in the extracted text, an item with o
   slightly misquoted sentences, over JSON-RPC, the `zocrates find-quote` CLI and MCP's `find_quote`.
 - Every quote verified: a real-model fake (OpenAI's chat completions API on 127.0.0.1) answering
   with (a) a correct quote, (b) an invented one, (c) a real quote given to the wrong paper, (d) the
-  right quote with the wrong page, (e) a source of which only the abstract was read: flagged or
+  right quote with the wrong page, (e) a source of which only the abstract was read, (f) a book of
+  which Zotero extracted the first pages only, (g) a quote with two words changed: flagged or
   corrected in the answer, `verified` per citation in ACP's `_meta`, the UI session object,
   `zocrates ask --json` and MCP's structured content; and the offline answerer's answer verified.
 """
@@ -102,6 +103,9 @@ def scripted(question: str, passages: list[dict[str, Any]]) -> str:
                 + cited_list((1, REEF, "Reyes (2021). Coral reef resilience. p. 127")))
     if question.startswith("case f"):  # a book of which only the first pages were extracted
         return f'"{BOOK_SENTENCE[:-1]}" [1].' + cited_list((1, BOOK, "Duarte (2020). Coastal wetlands"))
+    if question.startswith("case g"):  # a quote with two words changed
+        return ('"Symbiont shuffling raised thermal tolerance in corals that survived consecutive heatwaves" [1].'
+                + cited_list((1, REEF, "Reyes (2021). Coral reef resilience")))
     if question.startswith("case e"):  # a source read only in its abstract
         return (f'"{SEAGRASS_ABSTRACT[:-1]}" [1].' + cited_list((1, SEAGRASS, "Olsen (2019). Blue carbon in seagrass meadows")))
     return "I do not know."
@@ -262,13 +266,19 @@ def test_a_models_quotes_are_flagged_or_corrected(openai_daemon: Any) -> None:
         (f,) = meta["citations"]
         assert f["verified"] is True and f["partial"] == "Zotero extracted the text of only 3 of its 442 PDF pages"
         assert "Coastal wetlands: Zotero extracted the text of only 3 of its 442 PDF pages; the rest of it was not read." in text
+        meta, text = ask(c, sid, "case g: what raised thermal tolerance?")
+        (g,) = meta["citations"]
+        check = g["checks"][0]
+        assert g["verified"] is False and (check["status"], check["page"]) == ("misquoted", "128")
+        assert check["source_reads"] == "symbiont shuffling increased thermal tolerance in colonies that survived consecutive heatwaves"
+        assert "not found in the cited source as quoted; p. 128 reads “symbiont shuffling increased thermal" in text
         book = c.result("_zocrates/library/item", {"itemKey": BOOK})
         assert [(a["indexed_pages"], a["total_pages"]) for a in book["attachments"]] == [(3, 442)]
 
         # The UI session object: each answer carries its citations' checks; the notes are in the answer.
         ui = c.result("_zocrates/session/get", {"sessionId": sid})
         checked = [m["citations"] for m in ui["messages"] if m.get("citations")]
-        assert [[x["verified"] for x in cs] for cs in checked] == [[True], [False], [False], [True], [True], [True]]
+        assert [[x["verified"] for x in cs] for cs in checked] == [[True], [False], [False], [True], [True], [True], [False]]
         shown = "\n".join(m["text"] for m in ui["messages"])
         assert "not found in the cited source" in shown and "on p. 129, not p. 127." in shown
 
