@@ -175,7 +175,9 @@ async def test_every_tool_resource_and_prompt(world: Any) -> None:
         assert asked["status"] == "answered" and asked["search_rounds"] == 1 and "# Cited Sources" in asked["answer"]
         assert asked["sources"][0] == {
             "n": 1, "item_key": "ANNPAPER", "library": "user", "title": "Interpreting language models", "creators": ["Kim Lee"],
-            "year": 2021, "pages": asked["sources"][0]["pages"], "link": "zotero://select/library/items/ANNPAPER", "cited": True}
+            "year": 2021, "pages": asked["sources"][0]["pages"], "link": "zotero://select/library/items/ANNPAPER", "cited": True,
+            "verified": True, "checks": asked["sources"][0]["checks"], "partial": None}
+        assert all(c["status"] == "found" for c in asked["sources"][0]["checks"])  # the offline answer quotes verbatim
         sid = asked["session_id"]
         follow = ok(await call(s, "ask", {"question": "Which syntax?", "session_id": sid, "item_keys": ["ANNPAPER"]}))
         assert follow["session_id"] == sid and follow["status"] == "answered"
@@ -332,7 +334,9 @@ async def test_an_ask_cancelled_half_way_stops_the_turn(world: Any) -> None:
             after = ok(await call(s, "ask", {"question": "Short question", "session_id": session}))
             assert after["status"] == "answered"
             shown = ok(await call(s, "sessions", {"action": "show", "session_id": session}))["session"]
-            replies = [m["text"] for m in shown["messages"] if m["role"] == "assistant"]
+            # The answers, without what the check of their citations said after them.
+            replies = [m["text"] for m in shown["messages"] if m["role"] == "assistant"
+                       and not m["text"].lstrip().startswith("**Checked against the sources:**")]
             assert "I have seen 2 questions" not in "".join(replies[:-1])  # the cancelled answer never finished
             assert replies[-1].startswith("From ")
     finally:
