@@ -750,7 +750,7 @@ describe("the sidebar web app in Firefox", () => {
     const checked = shown.session.messages.find((m) => m.citations)?.citations;
     assert.deepEqual(checks.map((c) => Number(c.n)), checked.map((c) => c.n), "one line per checked citation of the UI session");
     // Find a quote: pasted as a PDF gives it, its line broken and a word hyphenated there.
-    await click(page, "#quote-finder summary");
+    await click(page, "#quote-toggle");
     await typeInto(page, "#quote-input", "Coral reefs recovered from mass bleach-\ning within a decade where grazing parrotfish remained");
     await click(page, "#quote-find");
     await present(page, "#quote-results .quote-match a");

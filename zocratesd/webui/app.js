@@ -295,10 +295,13 @@ function buildLayout() {
   els.send = h("button", { id: "send", type: "submit", class: "primary", text: "Send" });
   els.stop = h("button", { id: "stop", type: "button", class: "danger", text: "Stop", hidden: true, on: { click: () => stopTurn() } });
   els.composer = h("form", { id: "composer", class: "composer", on: { submit: (e) => { e.preventDefault(); submitPrompt(); } } },
-    els.chips, h("div", { class: "composer-row" }, els.prompt, h("div", { class: "composer-actions" }, els.send, els.stop)), quoteFinder());
-  const header = h("header", { class: "bar" }, els.sessionsToggle, els.title, els.newChat, els.prefsToggle);
+    els.chips, h("div", { class: "composer-row" }, els.prompt, h("div", { class: "composer-actions" }, els.send, els.stop)));
+  els.quotePanel = quoteFinder();
+  els.quoteToggle = h("button", { id: "quote-toggle", type: "button", class: "icon", title: "Find a quote", "aria-label": "Find a quote",
+    "aria-expanded": "false", text: "❝", on: { click: () => toggleQuotes() } });
+  const header = h("header", { class: "bar" }, els.sessionsToggle, els.title, els.quoteToggle, els.newChat, els.prefsToggle);
   document.getElementById("root").replaceChildren(
-    h("div", { class: "app" }, header, els.sessionsPanel, els.error, els.library, els.chat, els.prefs, els.composer),
+    h("div", { class: "app" }, header, els.sessionsPanel, els.quotePanel, els.error, els.library, els.chat, els.prefs, els.composer),
   );
 }
 
@@ -678,8 +681,16 @@ function citationChecks(citations) {
     h("ul", {}, ...rows));
 }
 
-/** "Find a quote": a pasted sentence to the items and pages that have it, each a link that opens
- *  the PDF at that page. */
+function toggleQuotes(open) {
+  const panel = app.els.quotePanel;
+  const show = open ?? panel.hidden;
+  panel.hidden = !show;
+  app.els.quoteToggle.setAttribute("aria-expanded", String(show));
+  if (show) document.getElementById("quote-input")?.focus();
+}
+
+/** "Find a quote" (❝ in the bar): a pasted sentence to the items and pages that have it, each a
+ *  link that opens the PDF at that page. */
 function quoteFinder() {
   const input = h("textarea", { id: "quote-input", rows: "2", placeholder: "Paste a quote…", "aria-label": "A quote to find" });
   const results = h("ul", { id: "quote-results", class: "quote-results", role: "status" });
@@ -697,8 +708,10 @@ function quoteFinder() {
       results.replaceChildren(h("li", { class: "error-text", text: err?.message || String(err) }));
     }
   };
-  return h("details", { id: "quote-finder", class: "quote-finder" }, h("summary", { text: "Find a quote" }),
-    input, h("button", { id: "quote-find", type: "button", text: "Find", on: { click: () => find().catch(showError) } }), results);
+  return h("section", { id: "quote-finder", class: "quote-finder", hidden: true, "aria-label": "Find a quote" },
+    input, h("div", { class: "quote-actions" },
+      h("button", { id: "quote-find", type: "button", class: "primary", text: "Find", on: { click: () => find().catch(showError) } }),
+      h("button", { type: "button", class: "link-button", text: "Close", on: { click: () => toggleQuotes(false) } })), results);
 }
 
 function thoughtBlock(text, open) {
