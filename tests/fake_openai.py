@@ -17,6 +17,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -49,6 +50,9 @@ class Behaviour:
     online_when_empty: bool = False
     # Go online first (search_online_literature before the library), as a model may decide to.
     online_first: bool = False
+    # A model that writes its own answer from the search: (the question, the numbered passages it was
+    # given) -> the answer's text (right or wrong quotes, pages, papers: whatever a test needs).
+    answer: Callable[[str, list[dict[str, Any]]], str] | None = None
 
 
 @dataclass
@@ -94,7 +98,7 @@ class FakeOpenAI:
 
     @staticmethod
     def reply_for(body: dict[str, Any], use_tools: bool, obey_library: bool = False, online_when_empty: bool = False,
-                  online_first: bool = False) -> dict[str, Any]:
+                  online_first: bool = False, answer: Callable[[str, list[dict[str, Any]]], str] | None = None) -> dict[str, Any]:
         messages = body["messages"]
         last = messages[-1]
         questions = [m["content"] for m in messages if m["role"] == "user"]
@@ -114,6 +118,8 @@ class FakeOpenAI:
                 keys = sorted({p["item_key"] for p in result["passages"]})
                 args = json.dumps({"item_keys": keys, "tags": [injected.group(1)]})
                 return {"tool_calls": [{"id": f"call_{len(messages)}", "name": "tag_items", "arguments": args}]}
+            if answer is not None:
+                return {"content": answer(questions[-1], list(result.get("passages") or []))}
             n = len(result.get("passages") or [])
             said = f"From {n} passages: answer to '{questions[-1]}' [1]. I have seen {len(questions)} questions."
             # Sources from beyond the library are cited as a model is told to: title, marked online, DOI link.
@@ -140,7 +146,7 @@ class FakeOpenAI:
         if b.line_bytes or b.keepalive_forever or b.answer_chars or b.raw_lines is not None:
             self._hostile(h, b)
             return
-        reply = self.reply_for(body, b.use_tools, b.obey_library, b.online_when_empty, b.online_first)
+        reply = self.reply_for(body, b.use_tools, b.obey_library, b.online_when_empty, b.online_first, b.answer)
         if b.unknown_tool:
             n = len(body["messages"])
             reply = {"tool_calls": [{"id": f"call_{n}", "name": b.unknown_tool, "arguments": "{}"}]}

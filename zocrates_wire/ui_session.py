@@ -4,7 +4,45 @@ shim's `GET /sessions/{id}`, a turn's `pending_hitl`. Declared once, for the dae
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
+
+
+class FoundIn(TypedDict):
+    """Where a quote not in the cited item is: another item the answer cites or the search found."""
+
+    item_key: str
+    library: str
+    title: str
+    page: str | None
+    link: str | None
+
+
+class QuoteCheck(TypedDict):
+    """One quote or cited claim of an answer, checked against the cited item's text
+    (zocratesd/quotes/verify.py; protocol/README.md, "Checked citations")."""
+
+    kind: Literal["quote", "claim"]
+    text: str
+    status: Literal["found", "supported", "misquoted", "not_found", "unsupported"]
+    cited_page: str | None
+    page: str | None
+    page_number: int | None
+    link: str | None
+    page_corrected: bool
+    source_reads: str | None
+    found_in: FoundIn | None
+
+
+class CitationCheck(TypedDict):
+    """An answer's citation [n] checked: `verified` true, false, or None when nothing was read."""
+
+    n: int
+    item_key: str | None
+    library: str
+    verified: bool | None
+    partial: str | None
+    title: str | None
+    checks: list[QuoteCheck]
 
 
 class UiMessage(TypedDict):
@@ -15,6 +53,8 @@ class UiMessage(TypedDict):
     author: str
     timestamp: float | None
     invocation_id: str | None
+    # An answer's citations checked against their sources (zocratesd/quotes/verify.py), by number.
+    citations: NotRequired[list[CitationCheck]]
 
 
 class PendingHitl(TypedDict):

@@ -143,3 +143,9 @@ MAX_EXPORT_ITEMS: Final = 2000
 # How an answer cites in its text (a session's `citation_style` setting): "[2, p. 4]", "(Lewis et
 # al., 2020, p. 4)", or Pandoc's "[@lewis2020retrieval, p. 4]" for Markdown and LaTeX writers.
 CITATION_STYLES: Final = ("numbered", "author-year", "pandoc")
+# A quote looked up in the library (zocratesd/quotes/find.py): fewer words are a phrase found
+# everywhere, more characters a passage rather than a quote; matches a person compares at once.
+MIN_FIND_QUOTE_WORDS: Final = 3
+MAX_FIND_QUOTE_CHARS: Final = 4000
+MAX_QUOTE_MATCHES: Final = 20
+DEFAULT_QUOTE_MATCHES: Final = 5

@@ -766,6 +766,31 @@ describe("the sidebar web app in Firefox", () => {
     assert.deepEqual(page.errors, []);
   });
 
+  test("an answer's citations show as checked against their sources; a pasted quote finds its item and page", async () => {
+    await askInNewChat(page, "What is retrieval-augmented generation?");
+    // The offline answer quotes its sources word for word: every citation is found in its source.
+    await present(page, ".msg.assistant:not(.live) .citation-checks .check");
+    const checks = await page.$$eval(".citation-checks .check", (lis) => lis.map((li) => ({ n: li.dataset.n, verified: li.dataset.verified, text: li.textContent })));
+    assert.ok(checks.length >= 1);
+    for (const c of checks) assert.deepEqual([c.verified, /found in the cited source/.test(c.text)], ["true", true], c.text);
+    const shown = await library.client.getSession(await shownSession(page));
+    const checked = shown.session.messages.find((m) => m.citations)?.citations;
+    assert.deepEqual(checks.map((c) => Number(c.n)), checked.map((c) => c.n), "one line per checked citation of the UI session");
+    // Find a quote: pasted as a PDF gives it, its line broken and a word hyphenated there.
+    await click(page, "#quote-toggle");
+    await typeInto(page, "#quote-input", "Coral reefs recovered from mass bleach-\ning within a decade where grazing parrotfish remained");
+    await click(page, "#quote-find");
+    await present(page, "#quote-results .quote-match a");
+    const found = await page.$$eval("#quote-results .quote-match", (lis) => lis.map((li) => ({ text: li.textContent, href: li.querySelector("a").getAttribute("href") })));
+    assert.deepEqual(found[0], { text: "Reef recovery after bleaching, p. 2 (exact)", href: "zotero://open-pdf/groups/4343/items/GRPPDF01?page=2" });
+    await typeInto(page, "#quote-input", "Quantum chromodynamics predicts confinement of colour charge", { clear: true });
+    await click(page, "#quote-find");
+    await until(page, () => /No item of your library has this quote/.test(document.querySelector("#quote-results")?.textContent || ""));
+    assert.ok(await fitsWidth(page), "nothing wider than the sidebar");
+    await shot(page, "citations-checked-and-quote-finder.png");
+    assert.deepEqual(page.errors, []);
+  });
+
   test("a page is cited by its label and opens the PDF at its page index", async () => {
     const out = await page.evaluate(async () => {
       const { parseSources, renderMarkdown } = await import("/ui/markdown.js");

@@ -42,8 +42,8 @@ from zocratesd import locations
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 REPO = Path(__file__).resolve().parents[2]
-READ_TOOLS = {"search_library", "get_item", "list_collections", "list_tags", "recent_items", "list_writes", "search_online",
-              "export_citations"}
+READ_TOOLS = {"search_library", "get_item", "find_quote", "list_collections", "list_tags", "recent_items", "list_writes",
+              "search_online", "export_citations"}
 WRITE_TOOLS = {"save_note", "tag_items", "untag_items", "add_to_collection", "create_collection", "add_item", "confirm_write", "undo"}
 TOOLS = READ_TOOLS | {"ask", "resume", "sessions"} | WRITE_TOOLS
 # Two parts with a research budget of one round: the turn pauses at a checkpoint.
@@ -177,7 +177,8 @@ async def test_every_tool_resource_and_prompt(world: Any) -> None:
         assert asked["sources"][0] == {
             "n": 1, "item_key": "ANNPAPER", "library": "user", "title": "Interpreting language models", "creators": ["Kim Lee"],
             "year": 2021, "pages": asked["sources"][0]["pages"], "link": "zotero://select/library/items/ANNPAPER", "cited": True,
-            "citation_key": "lee2021interpreting"}
+            "citation_key": "lee2021interpreting", "verified": True, "checks": asked["sources"][0]["checks"], "partial": None}
+        assert all(c["status"] == "found" for c in asked["sources"][0]["checks"])  # the offline answer quotes verbatim
         sid = asked["session_id"]
         follow = ok(await call(s, "ask", {"question": "Which syntax?", "session_id": sid, "item_keys": ["ANNPAPER"]}))
         assert follow["session_id"] == sid and follow["status"] == "answered"

@@ -35,10 +35,18 @@ from zocratesd.core.validation import (
 )
 from zocratesd.errors import InvalidInput, NotFound
 from zocratesd.library import catalog, dense
-from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, InMemoryRetriever, Retriever, Scope, tokens
+from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, InMemoryRetriever, PassageJson, Retriever, Scope, tokens
 from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, MAX_SUGGESTIONS, Suggestion
-from zocratesd.limits import QUERY_KEY_TERMS
+from zocratesd.limits import (
+    DEFAULT_QUOTE_MATCHES,
+    MAX_FIND_QUOTE_CHARS,
+    MAX_QUOTE_MATCHES,
+    MIN_FIND_QUOTE_WORDS,
+    QUERY_KEY_TERMS,
+)
 from zocratesd.online.works import OnlineWork, title_key
+from zocratesd.quotes import sources, verify
+from zocratesd.quotes.text import words
 
 if TYPE_CHECKING:
     from zocratesd.library.service import Library
@@ -338,6 +346,36 @@ class Catalogue:
             return _empty_page("items", offset)
         found = await self.library.read(lambda conn: catalog.items(conn, lib, limit=limit, offset=offset, order=order))
         return found if found is not None else _empty_page("items", offset)
+
+    async def check_answer(self, answer: str, passages: Sequence[PassageJson]) -> verify.AnswerCheck:
+        """The answer's citations checked against the text of the items they cite (quotes/verify.py);
+        `passages`: the turn's last search result, by which a model may cite."""
+        if self.library is not None:
+            checked = await self.library.read(
+                lambda conn: verify.check_answer(answer, passages, lambda key, lib: sources.index_text(conn, key, lib)))
+            return checked if checked is not None else verify.check_answer(answer, passages, lambda key, lib: None)
+        held = list(getattr(self.retriever, "passages", None) or ())
+        return await anyio.to_thread.run_sync(
+            lambda: verify.check_answer(answer, passages, lambda key, lib: sources.passages_text(held, key, lib)))
+
+    async def find_quote(self, quote: str, *, library: str | None = None, limit: int | None = None) -> dict[str, object]:
+        """The items and pages that have `quote`, exact matches first (quotes/find.py)."""
+        find = deferred.load("zocratesd.quotes.find")
+        if not isinstance(quote, str) or len(words(quote)) < MIN_FIND_QUOTE_WORDS:
+            raise InvalidInput(f"give a quote of at least {MIN_FIND_QUOTE_WORDS} words")
+        if len(quote) > MAX_FIND_QUOTE_CHARS:
+            raise InvalidInput(f"a quote is at most {MAX_FIND_QUOTE_CHARS} characters", length=len(quote))
+        n = DEFAULT_QUOTE_MATCHES if limit is None else limit
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_QUOTE_MATCHES:
+            raise InvalidInput(f"limit is a whole number from 1 to {MAX_QUOTE_MATCHES}")
+        lib = check_library(library)
+        await self.wait_for_index()
+        if self.library is not None:
+            found = await self.library.read(lambda conn: find.find_in_index(conn, quote, lib, n)) or []
+        else:
+            held = list(getattr(self.retriever, "passages", None) or ())
+            found = await anyio.to_thread.run_sync(lambda: find.find_in_passages(held, quote, lib, n))
+        return {"quote": quote, "matches": [m.to_json() for m in found]}
 
     def _no_index_hint(self) -> str:
         status = self.status()

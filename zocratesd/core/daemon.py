@@ -107,7 +107,8 @@ class Daemon:
         # "Always" ("never") to a turn's question about online search is online.mode = on (off), in the config file.
         self.online = Online(config.online, state_dir(data_dir), self.catalogue.in_library,
                              remember=lambda mode: self.settings.update({"online": {"mode": mode}}))
-        self.turns = Turns(self.db, self.locks, self._watchers, self.session_config, self.gate, self._engine, self.online)
+        self.turns = Turns(self.db, self.locks, self._watchers, self.session_config, self.gate, self._engine, self.online,
+                           self.catalogue.check_answer)
         self.maintenance = Maintenance(self.db, self.locks, config)
         self.startup_maintenance: MaintenanceReport | None = None
         self.plugin = PluginChannel()
@@ -298,6 +299,9 @@ class Daemon:
         self, key: str, *, library: str | None = None, fulltext: bool = False, fulltext_offset: int = 0
     ) -> dict[str, object]:
         return await self.catalogue.item(key, library=library, fulltext=fulltext, fulltext_offset=fulltext_offset)
+
+    async def find_quote(self, quote: str, *, library: str | None = None, limit: int | None = None) -> dict[str, object]:
+        return await self.catalogue.find_quote(quote, library=library, limit=limit)
 
     async def library_collections(self, library: str | None = None) -> list[dict[str, object]]:
         return await self.catalogue.collection_list(library)

@@ -21,17 +21,20 @@ from google.genai import types
 import zocratesd.library.passages
 import zocratesd.store.slim
 import zocratesd.store.writer  # noqa: F401
+from zocrates_wire.ui_session import CitationCheck
 from zocratesd.compaction import Compactor
 from zocratesd.config import ZocratesConfig
 from zocratesd.core.online import Online
 from zocratesd.core.turn_updates import TurnUpdates
 from zocratesd.core.validation import ResumeAnswer
+from zocratesd.engine.agent import COORDINATOR
 from zocratesd.engine.models import build_model
 from zocratesd.engine.online_tool import build_online_tool
 from zocratesd.engine.runner import Engine, preload_lazy_imports
 from zocratesd.engine.write_tools import build_write_tools
 from zocratesd.library.retrieval import Retriever
 from zocratesd.store import SessionsDb
+from zocratesd.store.ui import CHECKS_METADATA_KEY
 from zocratesd.writes import Writes
 
 
@@ -56,6 +59,13 @@ class EngineSide:
     def updates(self) -> TurnUpdates:
         """A fresh reader of one turn's events (it reuses the JSON the store wrote for each)."""
         return TurnUpdates(self.db.service.take_dump)
+
+    def checks_event(self, invocation_id: str, note: str, citations: list[CitationCheck]) -> Event:
+        """The answer's citation checks (store/ui.py `CHECKS_METADATA_KEY`), with what the answer
+        must say about them (its last words, when there is something to say)."""
+        content = types.Content(role="model", parts=[types.Part(text=f"\n\n{note}")]) if note else None
+        return Event(author=COORDINATOR, invocation_id=invocation_id, content=content,
+                     custom_metadata={CHECKS_METADATA_KEY: citations})
 
     def run_turn(
         self, session_id: str, text: str, *, state_delta: dict[str, object], window_start: float | None,

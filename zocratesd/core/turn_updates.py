@@ -13,7 +13,8 @@ from typing import Any, cast
 
 from google.adk.events import Event
 
-from zocratesd.engine.tools import ROUND_METADATA_KEY
+from zocratesd.engine.tools import ROUND_METADATA_KEY, TOOL_NAME
+from zocratesd.library.retrieval import PassageJson
 from zocratesd.store.ui import REQUEST_INPUT_CALL, title_of
 from zocratesd.updates import Checkpoint, MessageChunk, StoredEvent, ThoughtChunk, Title, ToolProgress, Update, event_updates
 
@@ -31,6 +32,10 @@ class TurnUpdates:
         self.checkpoint: Checkpoint | None = None  # the checkpoint this run stopped at, if any
         self._streamed: dict[str, set[str]] = {}  # text kinds already sent as chunks, by event id
         self._progress: dict[str, list[str]] = {}  # search rounds so far, by tool call
+        # The answer (the model's text since its last tool call) and the passages of the turn's
+        # last search as the model saw them, numbered: what the answer is checked against.
+        self.answer: list[str] = []
+        self.passages: list[PassageJson] = []
 
     def feed(self, ev: Event) -> list[Update]:
         """The updates of one event; text chunks carry the turn's `invocation_id`."""
@@ -54,12 +59,27 @@ class TurnUpdates:
             data = cast("StoredEvent", ev.model_dump(exclude_none=True, mode="json"))
         if ev.usage_metadata is not None:
             self.usage = data.get("usage_metadata") or {}
+        self._note_answer(ev)
         streamed = frozenset(self._streamed.pop(ev.id, ()))
         out.extend(event_updates(data, streamed=streamed, invocation_id=self.invocation_id))
         delta = ev.actions.state_delta if ev.actions else None
         if delta and "title" in delta:
             out.append(Title(title_of(delta)))
         return out
+
+    def _note_answer(self, ev: Event) -> None:
+        parts = (ev.content.parts or []) if ev.content else []
+        for part in parts:
+            if part.function_call is not None:
+                self.answer = []  # text before a tool call is not the answer
+            elif part.function_response is not None:
+                self.answer = []
+                if part.function_response.name == TOOL_NAME:
+                    response = part.function_response.response or {}
+                    found = response.get("passages") if isinstance(response, dict) else None
+                    self.passages = [cast("PassageJson", p) for p in found if isinstance(p, dict)] if isinstance(found, list) else []
+            elif part.text and not part.thought and ev.author != "user":
+                self.answer.append(part.text)
 
     def _pipeline(self, ev: Event) -> list[Update]:
         """What the search pipeline shows of itself: each round as progress of its tool call, and

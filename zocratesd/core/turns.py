@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from zocrates_wire.ui_session import PendingHitl
+from zocrates_wire.ui_session import CitationCheck, PendingHitl
 from zocratesd.core.context import PromptContext
 from zocratesd.core.online import OFF_MESSAGE
 from zocratesd.core.session_config import SessionConfig
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from zocratesd.core.engine_side import EngineSide
     from zocratesd.core.online import AskOnline, Online
     from zocratesd.core.turn_updates import TurnUpdates
+    from zocratesd.library.retrieval import PassageJson
+    from zocratesd.quotes.verify import AnswerCheck
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,14 @@ class TurnResult(msgspec.Struct, frozen=True):
     # The research checkpoint the turn stopped at, unanswered, as a UI session's `pending_hitl`
     # ({invocation_id, interrupt_id, message, payload}); it stays pending until `resume()` or a rewind.
     pending_hitl: PendingHitl | None = None
+    # The answer's citations checked against their sources, by citation number (quotes/verify.py);
+    # None when the turn gave no answer to check.
+    citations: list[CitationCheck] | None = None
 
+
+# Checks an answer's citations against the library (core/catalogue.py `check_answer`): the
+# answer's text and the turn's last search result in, the checks out.
+CheckAnswer = Callable[[str, list["PassageJson"]], Awaitable["AnswerCheck"]]
 
 # How a face answers a research checkpoint while its turn waits: the checkpoint (as `pending_hitl`)
 # in, the user's `{action, guidance?}` out (checked here: core/validation.py), or None to leave it
@@ -120,7 +129,7 @@ def _asked(user_event: Mapping[str, Any]) -> RestoredPrompt:
 class Turns:
     def __init__(
         self, db: SessionsDb, locks: SessionLocks, watchers: Watchers, session_config: SessionConfig,
-        gate: EngineGate, side: Callable[[], EngineSide], online: Online,
+        gate: EngineGate, side: Callable[[], EngineSide], online: Online, check_answer: CheckAnswer | None = None,
     ) -> None:
         self.db = db
         self.reader = db.reader
@@ -131,6 +140,7 @@ class Turns:
         self._side = side  # the engine side, once the gate is open
         self.online = online
         self._aborts: dict[str, asyncio.Event] = {}
+        self._check_answer = check_answer
 
     async def _wait_for_engine(self, session_id: str) -> None:
         if not self.gate.ready:
@@ -226,10 +236,11 @@ class Turns:
                     )
         finally:
             self._aborts.pop(session_id, None)
+        paused = stream.checkpoint
+        citations = None if paused is not None or abort.is_set() else await self._verify(turn)
         # Post-turn compaction (spec section 4): after the answer streamed, before the result,
         # still under the lock. Never fails the turn; its cost goes out as a `usage` update. A
         # turn paused at a checkpoint is not complete: nothing is compacted until it is.
-        paused = stream.checkpoint
         usage = await self._side().compactor.after_turn(
             session_id, stream.usage, cancelled=abort.is_set(), paused=paused is not None, enabled=turn.compaction
         )
@@ -237,7 +248,29 @@ class Turns:
             usage = msgspec.structs.replace(usage, model_tokens=stream.usage)
         await self.watchers.publish(session_id, usage)
         pending_hitl = paused.to_json() if paused is not None else None
-        return TurnResult("cancelled" if abort.is_set() else "end_turn", stream.invocation_id, pending_hitl)
+        return TurnResult("cancelled" if abort.is_set() else "end_turn", stream.invocation_id, pending_hitl, citations)
+
+    async def _verify(self, turn: _Turn) -> list[CitationCheck] | None:
+        """The answer's citations checked against the library; what must be said about them goes
+        out as the answer's last words (an event of the turn, so a rewind takes it with the turn).
+        A check that fails leaves the answer as it is: it never fails the turn."""
+        stream = turn.stream
+        answer = "".join(stream.answer)
+        if self._check_answer is None or not answer.strip() or stream.invocation_id is None:
+            return None
+        try:
+            checked = await self._check_answer(answer, stream.passages)
+            if not checked.citations:
+                return None
+            citations = checked.to_json()
+            event = self._side().checks_event(stream.invocation_id, checked.note, citations)
+            await self.db.append_event(turn.session_id, event)
+        except Exception:
+            log.exception("session %s: the answer's citations could not be checked", turn.session_id)
+            return None
+        for update in stream.feed(event):
+            await self.watchers.publish(turn.session_id, update)
+        return citations
 
     async def _ask(self, turn: _Turn, ask: Ask, checkpoint: Checkpoint) -> ResumeAnswer | None:
         """The prompting client's answer to a checkpoint; None when it declines, fails, goes away

@@ -380,6 +380,9 @@ class Attachment(_ChildOrStandalone):
     # The file itself, written to storage/<key>/<filename> for a stored file (`pdf_file` makes a
     # PDF with page labels); None: no file, as after a sync that skipped files.
     file_bytes: bytes | None = None
+    # The PDF's pages as Zotero counted them (fulltextItems.totalPages) when more than `pages`:
+    # Zotero extracts the first fulltext.pdfMaxPages (100) only. None: all of them.
+    total_pages: int | None = None
 
 
 @dataclass
@@ -1073,7 +1076,8 @@ class _Writer:
             self.add("fulltextItems", (aid, None, None, None, None, 0, FT_TO_PROCESS))
         else:
             (folder / CACHE_NAME).write_bytes(data)
-            self.add("fulltextItems", (aid, n_pages, n_pages, n_chars, n_chars, 0, FT_UNSYNCED))
+            total = att.total_pages if att.total_pages is not None else n_pages
+            self.add("fulltextItems", (aid, n_pages, total, n_chars, n_chars, 0, FT_UNSYNCED))
 
     def annotation(self, lib: int, kind: str, ann: Annotation, attachment_id: int) -> None:
         if ann.type not in ANNOTATION_TYPES:

@@ -77,6 +77,10 @@ class AttachmentRecord:
     link_mode: int | None = None
     modified: str = ""  # dateModified/clientDateModified (or the local API's version)
     cache_stamp: str = ""  # size and mtime of .zotero-ft-cache (or -unprocessed), "" when there is none
+    # A PDF's pages Zotero extracted text from, of how many (fulltextItems): Zotero stops at
+    # fulltext.pdfMaxPages (100 by default), so a book's cache may hold its first pages only.
+    indexed_pages: int | None = None
+    total_pages: int | None = None
 
 
 @dataclass(frozen=True)

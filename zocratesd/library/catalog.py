@@ -40,7 +40,8 @@ def children_json(item: ItemRecord, texts: dict[str, str]) -> dict[str, Any]:
     """What an item's answer shows of its children, as stored in `items.children`."""
     return {
         "attachments": [
-            {"key": a.key, "content_type": a.content_type, "link_mode": a.link_mode, "has_text": bool(texts.get(a.key))}
+            {"key": a.key, "content_type": a.content_type, "link_mode": a.link_mode, "has_text": bool(texts.get(a.key)),
+             **({"indexed_pages": a.indexed_pages, "total_pages": a.total_pages} if a.total_pages is not None else {})}
             for a in item.attachments
         ],
         "notes": [{"key": n.key, "title": n.title, "text": n.text[:MAX_NOTE_CHARS],

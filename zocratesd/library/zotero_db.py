@@ -328,6 +328,11 @@ def _items(conn: sqlite3.Connection, libs: dict[int, tuple[str, str]]) -> dict[i
     return items
 
 
+def _count(value: object) -> int | None:
+    """A page count as Zotero stored it: a whole number, else unknown."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def _attachments(
     conn: sqlite3.Connection, items: dict[int, _Row], data_dir: Path
 ) -> tuple[dict[int, list[AttachmentRecord]], dict[int, int], set[int]]:
@@ -336,8 +341,9 @@ def _attachments(
     atts: dict[int, list[AttachmentRecord]] = {}
     att_owner: dict[int, int] = {}  # attachment id -> the record that carries it (parent, or itself)
     standalone: set[int] = set()
-    for item_id, parent_id, link_mode, content_type in conn.execute(
-        "SELECT itemID, parentItemID, linkMode, contentType FROM itemAttachments"
+    for item_id, parent_id, link_mode, content_type, indexed_pages, total_pages in conn.execute(
+        "SELECT a.itemID, a.parentItemID, a.linkMode, a.contentType, f.indexedPages, f.totalPages "
+        "FROM itemAttachments a LEFT JOIN fulltextItems f ON f.itemID = a.itemID"
     ):
         it = items.get(item_id)
         if it is None or it.type != "attachment":
@@ -345,6 +351,7 @@ def _attachments(
         rec = AttachmentRecord(
             key=it.key, content_type=content_type, link_mode=link_mode,
             modified=f"{it.modified}|{it.client_modified}", cache_stamp=cache_stamp(data_dir, it.key),
+            indexed_pages=_count(indexed_pages), total_pages=_count(total_pages),
         )
         if parent_id is None:
             standalone.add(item_id)

@@ -9,9 +9,11 @@ answer cites nothing (a model that writes no list), the items the searches found
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from zocrates_wire.ui_session import CitationCheck, QuoteCheck
 from zocratesd.limits import CITED_SOURCE_RE
 from zocratesd.mcp.schemas import escape_text
 
@@ -44,6 +46,11 @@ class Source:
     year: int | None = None
     pages: tuple[int, ...] = ()
     citation_key: str | None = None  # for LaTeX and Markdown (citations/keys.py)
+    # The answer's quotes and claims citing it, checked against its text (quotes/verify.py):
+    # None when nothing citing it was checked.
+    verified: bool | None = None
+    checks: tuple[QuoteCheck, ...] = ()
+    partial: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,20 +97,30 @@ def collect(found: dict[str, Found], raw: Any) -> None:
             seen.pages.add(p["page"])
 
 
-def sources(answer: str, found: dict[str, Found]) -> tuple[Source, ...]:
-    """The answer's cited sources, or, when it cites none, the items the searches found."""
+def sources(answer: str, found: dict[str, Found], citations: Sequence[CitationCheck] | None = None) -> tuple[Source, ...]:
+    """The answer's cited sources, or, when it cites none, the items the searches found; each
+    with its citation's checks (`citations`: the turn's, by number and item)."""
+    by_n = {c["n"]: c for c in citations or ()}
+    by_key = {c["item_key"]: c for c in citations or ()}
+
+    def checked(c: CitationCheck | None) -> tuple[bool | None, tuple[QuoteCheck, ...], str | None]:
+        return (None, (), None) if c is None else (c["verified"], tuple(c["checks"]), c["partial"])
+
     cited = []
     for m in CITED_SOURCE_RE.finditer(answer):
         key = m.group(4)
         meta = found.get(key)
+        c = by_n.get(int(m.group(1)))
         cited.append(Source(key, "user" if m.group(3) == "library" else m.group(3), m.group(2), True, int(m.group(1)),
                             meta.title if meta else None, tuple(meta.creators) if meta else (),
                             meta.year if meta else None, tuple(sorted(meta.pages)) if meta else (),
-                            meta.citation_key if meta else None))
+                            meta.citation_key if meta else None,
+                            *checked(c if c is not None and c["item_key"] == key else None)))
     if cited:
         return tuple(cited)
     return tuple(
         Source(key, meta.library, f"zotero://select/{'library' if meta.library == 'user' else meta.library}/items/{key}",
-               False, None, meta.title, tuple(meta.creators), meta.year, tuple(sorted(meta.pages)), meta.citation_key)
+               False, None, meta.title, tuple(meta.creators), meta.year, tuple(sorted(meta.pages)), meta.citation_key,
+               *checked(by_key.get(key)))
         for key, meta in list(found.items())[:MAX_UNCITED_SOURCES]
     )

@@ -27,6 +27,7 @@ from zocratesd.rpc.models import (
     ConfirmWriteParams,
     CreateCollectionParams,
     ExportCitationsParams,
+    FindQuoteParams,
     LibraryCollectionsParams,
     LibraryItemParams,
     LibraryItemsParams,
@@ -88,6 +89,12 @@ class GetItemArgs(Args):
     fulltext: bool = wire(LibraryItemParams, "fulltext", description="Include a page of the full text.")
     fulltext_offset: int = wire(LibraryItemParams, "fulltext_offset",
                                 description="Where the page starts (the previous page's next_offset).")
+
+
+class FindQuoteArgs(Args):
+    quote: str = wire(FindQuoteParams, "quote")
+    library: str | None = wire(FindQuoteParams, "library", description=LIBRARY)
+    limit: int = wire(FindQuoteParams, "limit")
 
 
 class ListCollectionsArgs(Args):

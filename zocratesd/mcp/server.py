@@ -244,7 +244,7 @@ class ZocratesMcp(DaemonCalls):
         hitl = result.pending_hitl
         return TurnOutcome(
             sid, "checkpoint" if hitl else "cancelled" if result.stop_reason == "cancelled" else "answered", text,
-            answers.sources(text, found), rounds, result.invocation_id,
+            answers.sources(text, found, result.citations), rounds, result.invocation_id,
             Checkpoint(hitl.get("message"), hitl["invocation_id"], hitl["interrupt_id"]) if hitl else None,
         )
 

@@ -27,6 +27,7 @@ from zocratesd.limits import ITEM_KEY_PATTERN, whole
 from zocratesd.logtext import escape_for_log
 from zocratesd.mcp import inputs, schemas
 from zocratesd.mcp.inputs import (
+    FindQuoteArgs,
     GetItemArgs,
     ListCollectionsArgs,
     ListTagsArgs,
@@ -41,7 +42,8 @@ SERVER_TITLE: Final = "Zocrates"
 INSTRUCTIONS: Final = (
     "Zocrates reads the user's Zotero library and, with the user's consent to each change, writes to it. "
     "search_library finds passages with zotero:// links; "
-    "get_item reads one item (fulltext=true pages through its text); list_collections, list_tags and recent_items "
+    "get_item reads one item (fulltext=true pages through its text); find_quote finds the item and page a quote "
+    "comes from; list_collections, list_tags and recent_items "
     "browse. ask runs Zocrates' own cited research answer in a persistent session (pass session_id to follow up); "
     "resume continues one paused at a research checkpoint; sessions lists, shows, renames and deletes them; "
     "export_citations gives the bibliography of what a session cited (BibTeX, BibLaTeX, CSL-JSON or a CSL style). "
@@ -147,6 +149,11 @@ def search_library(a: SearchLibraryArgs) -> Work:
 def get_item(a: GetItemArgs) -> Work:
     found = yield from item(a.item_key, a.library, fulltext=a.fulltext, offset=a.fulltext_offset)
     return Made(found, schemas.item_text(found))
+
+
+def find_quote(a: FindQuoteArgs) -> Work:
+    result = yield DaemonCall("_zocrates/library/find_quote", a.model_dump(exclude_none=True))
+    return Made(result, schemas.quote_text(result))
 
 
 def item(key: str, library: str | None, *, fulltext: bool = False,
@@ -288,7 +295,7 @@ def export_citations(a: inputs.ExportCitationsArgs) -> Work:
 
 # The quick tools' work, by name (server.py drives them; it runs ask and resume itself).
 QUICK: Final[dict[str, Callable[[Any], Work]]] = {
-    "search_library": search_library, "get_item": get_item, "list_collections": list_collections,
+    "search_library": search_library, "get_item": get_item, "find_quote": find_quote, "list_collections": list_collections,
     "list_tags": list_tags, "recent_items": recent_items, "sessions": sessions, "list_writes": list_writes,
     "search_online": search_online, "export_citations": export_citations,
 }

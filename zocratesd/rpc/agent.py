@@ -586,7 +586,7 @@ class Agent:
         # A checkpoint the editor declined (or could not show) ends the turn as cancelled, with
         # the checkpoint still pending for any client to resume.
         stop = "cancelled" if result.pending_hitl is not None and asked else result.stop_reason
-        meta = {"invocationId": result.invocation_id, "pendingHitl": result.pending_hitl,
+        meta = {"invocationId": result.invocation_id, "pendingHitl": result.pending_hitl, "citations": result.citations,
                 "citationKeys": await self._citation_keys(session_id, result.invocation_id)}
         return {"stopReason": stop, "_meta": {"zocrates": meta}}
 
@@ -651,7 +651,8 @@ class Agent:
         finally:
             with anyio.CancelScope(shield=True):  # the answer comes after every update of the turn
                 await feed.queued()
-        return {"stopReason": result.stop_reason, "invocationId": result.invocation_id, "pendingHitl": result.pending_hitl}
+        return {"stopReason": result.stop_reason, "invocationId": result.invocation_id, "pendingHitl": result.pending_hitl,
+                "citations": result.citations}
 
     @acp_method("_zocrates/storage/stats")
     async def storage_stats(self, conn: Connection, params: models.NoParams) -> object:
@@ -681,6 +682,10 @@ class Agent:
         return await self.daemon.library_item(
             params.item_key, library=params.library, fulltext=params.fulltext, fulltext_offset=params.fulltext_offset
         )
+
+    @acp_method("_zocrates/library/find_quote")
+    async def library_find_quote(self, conn: Connection, params: models.FindQuoteParams) -> object:
+        return await self.daemon.find_quote(params.quote, library=params.library, limit=params.limit)
 
     @acp_method("_zocrates/library/collections")
     async def library_collections(self, conn: Connection, params: models.LibraryCollectionsParams) -> object:

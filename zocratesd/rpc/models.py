@@ -19,6 +19,7 @@ from pydantic.alias_generators import to_camel
 from zocratesd.limits import (
     DEFAULT_LIST,
     DEFAULT_ONLINE_RESULTS,
+    DEFAULT_QUOTE_MATCHES,
     DEFAULT_SEARCH_TOP_K,
     DEFAULT_SUGGESTIONS,
     ITEM_KEY_PATTERN,
@@ -30,6 +31,7 @@ from zocratesd.limits import (
     MAX_CREATORS,
     MAX_EXPORT_ITEMS,
     MAX_FIELD_CHARS,
+    MAX_FIND_QUOTE_CHARS,
     MAX_GUIDANCE_CHARS,
     MAX_INTERRUPT_ID_CHARS,
     MAX_ITEM_TITLE_CHARS,
@@ -41,6 +43,7 @@ from zocratesd.limits import (
     MAX_PROMPT_BLOCKS,
     MAX_PROTOCOL_VERSION,
     MAX_QUERY_CHARS,
+    MAX_QUOTE_MATCHES,
     MAX_RESEARCH_BUDGET,
     MAX_SEARCH_TOP_K,
     MAX_SUGGESTIONS,
@@ -48,6 +51,7 @@ from zocratesd.limits import (
     MAX_TITLE_CHARS,
     MAX_WRITE_ITEMS,
     MAX_WRITE_TAGS,
+    MIN_FIND_QUOTE_WORDS,
     SESSION_ID_PATTERN,
     WRITE_ID_PATTERN,
 )
@@ -244,8 +248,9 @@ class PromptResult(Result):
     stop_reason: Literal["end_turn", "cancelled"]
     meta: dict[str, Any] | None = Field(
         None, alias="_meta",
-        description='`{"zocrates": {"invocationId": str, "pendingHitl": PendingHitl | null}}`: the research '
-        "checkpoint the turn stopped at, when the client did not answer it (resume it with _zocrates/chat/resume). "
+        description='`{"zocrates": {"invocationId": str, "pendingHitl": PendingHitl | null, "citations": '
+        '[CitationCheck] | null}}`: the research checkpoint the turn stopped at, when the client did not answer it '
+        "(resume it with _zocrates/chat/resume), and the answer's citations checked against their sources. "
         'For a slash command: `{"zocrates": {"command": {"name": str, "ok": bool, "errorKind"?: str}}}`. '
         '`citationKeys` (`{itemKey: citationKey}`): the citation key of each item the answer cites.',
     )
@@ -267,6 +272,45 @@ class RenameSessionParams(Params):
     title: str = Field(min_length=1, max_length=MAX_TITLE_CHARS)
 
 
+class FoundIn(Model):
+    item_key: str
+    library: str
+    title: str
+    page: str | None
+    link: str | None
+
+
+class QuoteCheck(Model):
+    """One quote or cited claim of an answer, checked against the cited item's text."""
+
+    kind: Literal["quote", "claim"]
+    text: str
+    status: Literal["found", "supported", "misquoted", "not_found", "unsupported"] = Field(
+        description="found: in the source word for word (whitespace, hyphenation, ligatures, quote marks aside); "
+        "supported: a claim whose words are on one page; misquoted: a quote there with a few words changed "
+        "(`source_reads`); not_found / unsupported: not in the cited source.")
+    cited_page: str | None = Field(description="The page(s) the answer gives.")
+    page: str | None = Field(description="The page the text is on (its label, else its number).")
+    page_number: int | None = Field(description="The PDF's page number (1-based).")
+    link: str | None = Field(description="`zotero://open-pdf/...?page=N`: the PDF at that page.")
+    page_corrected: bool = Field(description="The text is on `page`, not on the page the answer gives.")
+    source_reads: str | None = Field(description="A misquote: the source's own words there.")
+    found_in: FoundIn | None = Field(description="A quote not in the cited item but in another item the answer cites or the search found.")
+
+
+class CitationCheck(Model):
+    """An answer's citation [n], checked (`verified`: true when every check passed, false when one
+    failed, null when the item's text could not be checked)."""
+
+    n: int
+    item_key: str | None
+    library: str
+    verified: bool | None
+    partial: str | None = Field(description="Why the item's text is incomplete (only the abstract, pages missing).")
+    title: str | None
+    checks: list[QuoteCheck]
+
+
 class UiMessage(Model):
     """One message of the UI schema (spec 2.2). Field names are the spec's (snake_case)."""
 
@@ -277,6 +321,8 @@ class UiMessage(Model):
     author: str
     timestamp: float
     invocation_id: str
+    citations: list[CitationCheck] | None = Field(
+        None, description="An answer's citations checked against their sources (present on a checked answer).")
 
 
 class PendingHitl(Model):
@@ -311,6 +357,7 @@ class ChatResumeResult(Result):
     stop_reason: Literal["end_turn", "cancelled"]
     invocation_id: str | None
     pending_hitl: PendingHitl | None
+    citations: list[CitationCheck] | None = Field(None, description="The answer's citations checked against their sources.")
 
 
 class SessionSettingsView(Model):
@@ -642,6 +689,9 @@ class ItemAttachment(Child):
     content_type: str | None
     link_mode: int | None
     has_text: bool
+    indexed_pages: int | None = Field(None, description="A PDF's pages Zotero extracted text from (of `total_pages`; "
+                                      "Zotero stops at fulltext.pdfMaxPages); absent when Zotero did not say.")
+    total_pages: int | None = Field(None, description="The PDF's pages, as Zotero counted them.")
 
 
 class CollectionRef(Model):
@@ -720,6 +770,31 @@ class ExportCitationsResult(Model):
     missing: list[str] = Field(description="Cited item keys no longer in the library index (left out).")
     style: str | None = Field(description="With `text`: the style used (its file name).")
     sources: list[CitedSource] = Field(description="The entries' items, in order: which item has which citation key.")
+class FindQuoteParams(Params):
+    quote: str = Field(min_length=1, max_length=MAX_FIND_QUOTE_CHARS,
+                       description=f"A sentence or more, as quoted (at least {MIN_FIND_QUOTE_WORDS} words).")
+    library: str | None = LibraryFilter
+    limit: int = Field(DEFAULT_QUOTE_MATCHES, ge=1, le=MAX_QUOTE_MATCHES, description="Matches at most.")
+
+
+class QuoteMatch(Model):
+    item_key: str
+    library: str
+    title: str
+    exact: bool = Field(description="The page has the quote word for word (line breaks, hyphenation, ligatures, quote marks aside).")
+    score: float = Field(description="1.0 exact; else how well the quote's words align with the page's (0.8 and up).")
+    page: int | None = Field(description="The PDF's page number (1-based).")
+    page_label: str | None = Field(description="The page as a reader cites it: its label, else its number.")
+    link: str = Field(description="`zotero://open-pdf/...?page=N` (the PDF at that page), else `zotero://select/...`.")
+    text: str = Field(description="The source's words where the quote is (folded).")
+    kind: str = Field(description="fulltext | metadata (the abstract) | note | annotation")
+
+
+class FindQuoteResult(Model):
+    """`_zocrates/library/find_quote`: where a quote comes from, exact matches first."""
+
+    quote: str
+    matches: list[QuoteMatch]
 
 
 class LibraryCollectionsParams(Params):
@@ -994,6 +1069,7 @@ METHODS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "_zocrates/library/suggestions": (LibrarySuggestionsParams, LibrarySuggestionsResult),
     "_zocrates/library/search": (LibrarySearchParams, LibrarySearchResult),
     "_zocrates/library/item": (LibraryItemParams, LibraryItemResult),
+    "_zocrates/library/find_quote": (FindQuoteParams, FindQuoteResult),
     "_zocrates/library/collections": (LibraryCollectionsParams, LibraryCollectionsResult),
     "_zocrates/library/tags": (LibraryTagsParams, LibraryTagsResult),
     "_zocrates/library/items": (LibraryItemsParams, LibraryItemsResult),

@@ -53,6 +53,7 @@ CAPABILITIES: Json = {
     "library_status": True,
     "library_suggestions": True,
     "doctor": True,
+    "find_quote": True,
     "writes": True,
     "settings": True,
     "web_app": True,
@@ -225,6 +226,16 @@ async def library_suggestions(request: Request) -> Response:
     return success(**await shim_of(request).daemon.library_suggestions(None if raw is None else int(raw)))
 
 
+async def find_quote(request: Request) -> Response:
+    body = await json_body(request)
+    quote, library, limit = body.get("quote"), body.get("library"), body.get("limit")
+    if not isinstance(quote, str):
+        raise InvalidInput("quote is the quoted text", field="quote")
+    if library is not None and not isinstance(library, str):
+        raise InvalidInput('library is "user" or "groups/<id>"', field="library")
+    return success(**await shim_of(request).daemon.find_quote(quote, library=library, limit=limit))
+
+
 async def get_settings(request: Request) -> Response:
     return success(**shim_of(request).daemon.settings.view())
 
@@ -343,6 +354,7 @@ ROUTES = [
     Route("/library/status", library_status, methods=["GET"]),
     Route("/library/suggestions", library_suggestions, methods=["GET"]),
     Route("/doctor", doctor_report, methods=["GET"]),
+    Route("/library/find_quote", find_quote, methods=["POST"]),
     Route("/settings", get_settings, methods=["GET"]),
     Route("/settings", patch_settings, methods=["PATCH"]),
 ]

@@ -61,6 +61,10 @@ class _Actions(TypedDict, total=False):
     compaction: Any  # tested for truth only; one event per compaction
 
 
+class _Metadata(TypedDict, total=False):
+    zocrates_citations: Any  # an answer's citation checks (store/ui.py CHECKS_METADATA_KEY), kept whole
+
+
 class SlimEvent(TypedDict, total=False):
     id: str | None
     author: str | None
@@ -71,6 +75,7 @@ class SlimEvent(TypedDict, total=False):
     partial: bool | None
     actions: _Actions | None
     content: _Content | None
+    custom_metadata: _Metadata | None
 
 
 _decode = msgspec.json.Decoder(SlimEvent).decode

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from zocrates_wire.ui_session import PendingHitl, UiMessage, UiSession
+from zocrates_wire.ui_session import CitationCheck, PendingHitl, UiMessage, UiSession
 from zocratesd.updates import Json, StoredEvent, is_shown
 
 DEFAULT_TITLE = "New Chat"
 REQUEST_INPUT_CALL = "adk_request_input"
+# Where the event that ends a checked answer keeps its citations' checks (quotes/verify.py): the
+# UI shows them as the answer's `citations`.
+CHECKS_METADATA_KEY = "zocrates_citations"
 
 
 def apply_rewinds(events: Sequence[StoredEvent]) -> list[StoredEvent]:
@@ -70,6 +73,10 @@ def _scan(live: Iterable[StoredEvent], *, with_messages: bool = True) -> tuple[l
             inv = ev.get("invocation_id")
             for key in [k for k, c in answered.items() if c["invocation_id"] == inv]:
                 del answered[key]
+        meta = ev.get("custom_metadata")
+        checks = meta.get(CHECKS_METADATA_KEY) if isinstance(meta, dict) else None
+        if isinstance(checks, list) and with_messages and _checked(messages, ev, checks):
+            continue
         content = ev.get("content")
         parts = content.get("parts") if content else None
         if not parts:
@@ -114,6 +121,19 @@ def _scan(live: Iterable[StoredEvent], *, with_messages: bool = True) -> tuple[l
             )
     pending = list(open_calls.values())[-1] if open_calls else (list(answered.values())[-1] if answered else None)
     return messages, pending
+
+
+def _checked(messages: list[UiMessage], ev: StoredEvent, checks: list[CitationCheck]) -> bool:
+    """The checked answer (the turn's last message) gets its citations' checks, and what was said
+    about them as its last words (streamed as a message of their own, shown as part of it); False
+    when the turn has no message to take them."""
+    for m in reversed(messages):
+        if m["invocation_id"] == ev.get("invocation_id") and m["role"] == "assistant":
+            m["citations"] = checks
+            parts = (ev.get("content") or {}).get("parts") or []
+            m["text"] += "".join(p.get("text") or "" for p in parts if not p.get("thought"))
+            return True
+    return False
 
 
 def pending_checkpoint(live: Iterable[StoredEvent]) -> PendingHitl | None:

@@ -296,9 +296,12 @@ function buildLayout() {
   els.stop = h("button", { id: "stop", type: "button", class: "danger", text: "Stop", hidden: true, on: { click: () => stopTurn() } });
   els.composer = h("form", { id: "composer", class: "composer", on: { submit: (e) => { e.preventDefault(); submitPrompt(); } } },
     els.chips, h("div", { class: "composer-row" }, els.prompt, h("div", { class: "composer-actions" }, els.send, els.stop)));
-  const header = h("header", { class: "bar" }, els.sessionsToggle, els.title, els.newChat, els.prefsToggle);
+  els.quotePanel = quoteFinder();
+  els.quoteToggle = h("button", { id: "quote-toggle", type: "button", class: "icon", title: "Find a quote", "aria-label": "Find a quote",
+    "aria-expanded": "false", text: "❝", on: { click: () => toggleQuotes() } });
+  const header = h("header", { class: "bar" }, els.sessionsToggle, els.title, els.quoteToggle, els.newChat, els.prefsToggle);
   document.getElementById("root").replaceChildren(
-    h("div", { class: "app" }, header, els.sessionsPanel, els.error, els.library, els.chat, els.prefs, els.composer),
+    h("div", { class: "app" }, header, els.sessionsPanel, els.quotePanel, els.error, els.library, els.chat, els.prefs, els.composer),
   );
 }
 
@@ -646,12 +649,71 @@ function assistantMessage(m) {
     el.append(h("div", { class: "answer" }, renderMarkdown(m.text, { sources })));
     const links = pageLinks(sources);
     if (links) el.append(links); // append(null) would show the word "null"
+    if (m.citations?.length) el.append(citationChecks(m.citations));
     el.append(writeActions(m));
     const again = onlineAgain(m);
     if (again) el.append(again);
     if (m.invocation_id) for (const card of cardsOf(app.session?.id, m.invocation_id)) el.append(card.el);
   }
   return el;
+}
+
+/** The answer's citations as checked against their sources (the message's `citations`): each
+ *  number verified, not found in its source, or not checked; a quote's page where it really is. */
+function citationChecks(citations) {
+  const rows = citations.map((c) => {
+    const state = c.verified === true ? "verified" : c.verified === false ? "unverified" : "unchecked";
+    const said = { verified: "✓ found in the cited source", unverified: "✗ not found in the cited source", unchecked: "not checked" }[state];
+    const row = h("li", { class: `check ${state}`, data: { n: String(c.n), verified: String(c.verified) } },
+      h("span", { class: "check-n", text: `[${c.n}] ` }), h("span", { class: "check-state", text: said }));
+    for (const ch of c.checks || []) {
+      if (ch.status === "not_found" || ch.status === "misquoted" || ch.status === "unsupported") {
+        row.append(h("div", { class: "check-text", text: `“${ch.text}”${ch.source_reads ? ` — the source reads “${ch.source_reads}”` : ""}` }));
+      }
+      if (ch.page_corrected && ch.page) {
+        const where = ch.link ? h("a", { href: ch.link, class: "pdf-link", text: `p. ${ch.page}` }) : h("span", { text: `p. ${ch.page}` });
+        row.append(h("div", { class: "check-page" }, `on `, where, `, not p. ${ch.cited_page}`));
+      }
+    }
+    if (c.partial) row.append(h("div", { class: "check-partial", text: c.partial }));
+    return row;
+  });
+  return h("details", { class: "citation-checks", open: citations.some((c) => c.verified === false || c.partial) },
+    h("summary", { text: `Citations checked: ${citations.filter((c) => c.verified === true).length} of ${citations.length} found in their sources` }),
+    h("ul", {}, ...rows));
+}
+
+function toggleQuotes(open) {
+  const panel = app.els.quotePanel;
+  const show = open ?? panel.hidden;
+  panel.hidden = !show;
+  app.els.quoteToggle.setAttribute("aria-expanded", String(show));
+  if (show) document.getElementById("quote-input")?.focus();
+}
+
+/** "Find a quote" (❝ in the bar): a pasted sentence to the items and pages that have it, each a
+ *  link that opens the PDF at that page. */
+function quoteFinder() {
+  const input = h("textarea", { id: "quote-input", rows: "2", placeholder: "Paste a quote…", "aria-label": "A quote to find" });
+  const results = h("ul", { id: "quote-results", class: "quote-results", role: "status" });
+  const find = async () => {
+    const quote = input.value.trim();
+    if (!quote) return;
+    results.replaceChildren(h("li", { text: "Looking…" }));
+    try {
+      const { matches } = await app.client.findQuote({ quote });
+      results.replaceChildren(...(matches.length ? matches.map((m) => h("li", { class: "quote-match" },
+        h("a", { href: m.link, class: "pdf-link", text: `${m.title}${m.page_label ? `, p. ${m.page_label}` : ""}` }),
+        h("span", { class: "quote-how", text: m.exact ? " (exact)" : ` (near: ${Math.round(m.score * 100)}%)` })))
+        : [h("li", { text: "No item of your library has this quote." })]));
+    } catch (err) {
+      results.replaceChildren(h("li", { class: "error-text", text: err?.message || String(err) }));
+    }
+  };
+  return h("section", { id: "quote-finder", class: "quote-finder", hidden: true, "aria-label": "Find a quote" },
+    input, h("div", { class: "quote-actions" },
+      h("button", { id: "quote-find", type: "button", class: "primary", text: "Find", on: { click: () => find().catch(showError) } }),
+      h("button", { type: "button", class: "link-button", text: "Close", on: { click: () => toggleQuotes(false) } })), results);
 }
 
 function thoughtBlock(text, open) {

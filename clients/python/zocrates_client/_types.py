@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypedDict, cast
 
-from zocrates_wire.ui_session import PendingHitl, UiMessage, UiSession
+from zocrates_wire.ui_session import CitationCheck, PendingHitl, UiMessage, UiSession
 
 #: One `update` object of a `session/update` notification (`update["sessionUpdate"]` is its kind).
 Update = dict[str, Any]
@@ -149,6 +149,9 @@ class PromptResult:
     invocation_id: str | None
     pending_hitl: PendingHitl | None
     raw: dict[str, Any] = field(repr=False, compare=False)
+    # The answer's citations checked against their sources, by number: `{n, item_key, library,
+    # verified, partial, title, checks}` (protocol/README.md); None when nothing was checked.
+    citations: list[CitationCheck] | None = None
 
     @classmethod
     def from_wire(cls, obj: dict[str, Any]) -> PromptResult:
@@ -156,11 +159,13 @@ class PromptResult:
         meta = (obj.get("_meta") or {}).get("zocrates") or {}
         invocation = obj.get("invocationId", meta.get("invocationId"))
         pending = obj.get("pendingHitl", meta.get("pendingHitl"))
+        citations = obj.get("citations", meta.get("citations"))
         return cls(
             stop_reason=str(obj.get("stopReason", "")),
             invocation_id=invocation if isinstance(invocation, str) else None,
             pending_hitl=cast(PendingHitl, pending) if isinstance(pending, dict) else None,
             raw=obj,
+            citations=[cast(CitationCheck, c) for c in citations if isinstance(c, dict)] if isinstance(citations, list) else None,
         )
 
 

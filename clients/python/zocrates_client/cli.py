@@ -9,6 +9,7 @@
     zocrates sessions list | show ID | rm ID | rename ID TITLE
     zocrates library status [--watch]           the library index; --watch follows it until it settles
     zocrates cite [SESSION] [--format bibtex|biblatex|csl-json|text] [--style NAME]  what a session cited
+    zocrates find-quote [--limit N] TEXT        the item and page a quote comes from, with a link to the PDF there
     zocrates open [--print]                     the web UI of the running daemon, in a browser
 
 Options (before or after the subcommand): `--zotero-data-dir D` picks the daemon (default:
@@ -44,7 +45,7 @@ from typing import Any, Final, TextIO
 import anyio
 import anyio.abc
 
-from zocrates_client import cite_command, online_command, write_commands
+from zocrates_client import cite_command, online_command, quote_command, write_commands
 from zocrates_client._types import (
     Checkpoint,
     CheckpointAction,
@@ -207,6 +208,7 @@ def _parser() -> argparse.ArgumentParser:
     write_commands.add_parsers(commands, leaf, PROG)
     online_command.add_parser(commands, leaf)
     cite_command.add_parser(commands, leaf)
+    quote_command.add_parser(commands, leaf)
 
     open_ = commands.add_parser("open", help="open the web UI of the running daemon", parents=leaf)
     open_.add_argument("--print", action="store_true", dest="print_only", help="print the address, open no browser")
@@ -539,7 +541,8 @@ class TurnRunner:
                 failure = None
         if self.as_json:
             _ndjson({"type": "done", "session_id": session_id, "stop_reason": result.stop_reason,
-                     "invocation_id": result.invocation_id, "pending_hitl": result.pending_hitl})
+                     "invocation_id": result.invocation_id, "pending_hitl": result.pending_hitl,
+                     "citations": result.citations})
         if interrupted:
             raise Interrupted(f"cancelled; session {session_id} is ready for the next question")
         return result
@@ -914,6 +917,12 @@ def _run_command(args: argparse.Namespace) -> int:
         return _run_async(args, lambda c: online_command.run(c, args))
     if args.command == cite_command.COMMAND:
         return _run_async(args, lambda c: cite_command.run(c, args, _most_recent_session), None, session_id)
+    if args.command == quote_command.COMMAND:
+        found: list[bool] = []
+        code = _run_async(args, lambda c: quote_command.run(c, args, found))
+        if not any(found):
+            raise CliError(quote_command.NO_MATCH)
+        return code
     if args.command in write_commands.COMMANDS:
         return _run_async(args, lambda c: _write(c, args))
     if args.command == "open":

@@ -72,7 +72,7 @@ def test_an_item_has_its_metadata_notes_annotations_and_attachments(index: Libra
         "link": "zotero://open-pdf/library/items/ANNPDF01?page=3&annotation=ANNOTHL1",
     }
     assert paper["attachments"] == [{"key": "ANNPDF01", "content_type": "application/pdf", "link_mode": 0, "has_text": True,
-                                     "link": "zotero://open-pdf/library/items/ANNPDF01"}]
+                                     "indexed_pages": 3, "total_pages": 3, "link": "zotero://open-pdf/library/items/ANNPDF01"}]
     assert paper["fulltext_chunks"] == 3 and "fulltext" not in paper
     noted = item(index, "NOTEPAR1")
     assert noted is not None and [n["key"] for n in noted["notes"]] == ["NOTECHL1"]

@@ -49,6 +49,7 @@ EXTENSIONS = [
     "_zocrates/chat/resume",
     "_zocrates/citations/export",
     "_zocrates/library/collections",
+    "_zocrates/library/find_quote",
     "_zocrates/library/item",
     "_zocrates/library/items",
     "_zocrates/library/search",
@@ -528,7 +529,9 @@ async def test_a_checkpoint_not_answered_stays_pending_for_any_client(world: Wor
     # It answers; the connection that loaded the session hears the rest of the turn.
     done = await b.result("_zocrates/chat/resume", {"sessionId": sid, "invocationId": hitl["invocation_id"],
                                                     "interruptId": "interrupt_ext_1", "response": {"action": "synthesize"}})
-    assert done == {"stopReason": "end_turn", "invocationId": hitl["invocation_id"], "pendingHitl": None}
+    assert done == {"stopReason": "end_turn", "invocationId": hitl["invocation_id"], "pendingHitl": None,
+                    "citations": done["citations"]}
+    assert done["citations"] and all(c["verified"] for c in done["citations"])  # the offline answer quotes verbatim
     heard = await a.until("usage_update")  # `a` is attached too (it prompted)
     assert heard[0] == {"sessionUpdate": "tool_call_update", "toolCallId": f"interrupt_ext_1@{hitl['invocation_id']}",
                         "status": "completed", "rawOutput": {"action": "synthesize"}}

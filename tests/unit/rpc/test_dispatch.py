@@ -189,7 +189,7 @@ async def test_acp_replies(acp: Any) -> None:
         '"mcpCapabilities":{"http":false,"sse":false},'
         '"sessionCapabilities":{"list":{},"delete":{},"resume":{},"close":{}},'
         f'"_meta":{{"zocrates":{{"version":"{v}","protocolVersion":1,"extensions":["_zocrates/chat/resume","_zocrates/citations/export",'
-        '"_zocrates/library/collections","_zocrates/library/item","_zocrates/library/items","_zocrates/library/search",'
+        '"_zocrates/library/collections","_zocrates/library/find_quote","_zocrates/library/item","_zocrates/library/items","_zocrates/library/search",'
         '"_zocrates/library/status","_zocrates/library/suggestions","_zocrates/library/tags","_zocrates/online/search","_zocrates/session/get","_zocrates/session/rename","_zocrates/session/rewind",'
         '"_zocrates/storage/maintenance","_zocrates/storage/stats",'
         '"_zocrates/writes/add_item","_zocrates/writes/add_to_collection","_zocrates/writes/confirm","_zocrates/writes/create_collection","_zocrates/writes/discard","_zocrates/writes/get","_zocrates/writes/list","_zocrates/writes/save_note","_zocrates/writes/tag","_zocrates/writes/undo","_zocrates/writes/untag"'

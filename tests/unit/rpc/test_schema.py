@@ -547,6 +547,7 @@ async def test_real_answers_match_the_schemas_and_models(live: Any, schemas: dic
 LIBRARY_CATALOGUE = {
     "_zocrates/library/search": {"query": "axolotl regeneration", "topK": 3, "collection": "Field notes"},
     "_zocrates/library/item": {"itemKey": "ANNPAPER", "fulltext": True, "fulltextOffset": 1},
+    "_zocrates/library/find_quote": {"quote": "The transformer attention heads specialise in syntax", "limit": 2},
     "_zocrates/library/collections": {"library": "user"},
     "_zocrates/library/tags": {"limit": 5},
     "_zocrates/library/items": {"limit": 3, "order": "modified"},

@@ -232,7 +232,7 @@ async def test_rows_that_do_not_fit_are_parsed_whole(world: Any) -> None:
             await db.reader.ui_session(sid)
         # The one difference: a number beyond a double's range in a part the view skips (no JSON
         # encoder writes one; json.dumps writes Infinity, which both refuse) no longer fails the view.
-        edit("$.custom_metadata", "json('[1e400]')")
+        edit("$.usage_metadata", "json('[1e400]')")
         with pytest.raises(orjson.JSONDecodeError):
             await db.reader.live_session(sid)
         assert [m["text"] for m in (await db.reader.ui_session(sid))["messages"]] == ["one", "two", "three"]
