@@ -42,16 +42,26 @@ def services() -> Iterator[tuple[FakeOpenAlex, FakeArxiv, FakeCrossref]]:
         yield oa, ax, cr
 
 
-def online_daemon(daemon_factory: Any, urls: tuple[str, str, str], *, where: str | None = None, **online: Any) -> Any:
+def online_daemon(
+    daemon_factory: Any, urls: tuple[str, ...], *, where: str | None = None, model_url: str | None = None,
+    research: dict[str, int] | None = None, **online: Any,
+) -> Any:
+    """A daemon on the sample library whose online search goes to `urls` (OpenAlex, arXiv, Crossref);
+    `model_url`: an OpenAI-compatible model there (tests/fake_openai.py), else the offline answerer."""
     d = daemon_factory()
     if where is not None:  # a second daemon in the test: its own Zotero data dir
         d = daemon_factory(d.data_dir.parent / where)
     d.env.pop("ZOCRATES_ONLINE__MODE", None)  # the mode is this test's (its config file)
     build_zotero_dir(d.data_dir, *sample_library(), version=129)
     d.state_dir.mkdir(parents=True, exist_ok=True)
-    config = {"library": {"local_api": False}, "online": {
+    config: dict[str, Any] = {"library": {"local_api": False}, "online": {
         "openalex_url": urls[0], "arxiv_url": urls[1], "crossref_url": urls[2], "mailto": "ada@example.org",
         "request_timeout_s": 3.0, "search_timeout_s": 8.0, **online}}
+    if model_url is not None:
+        config["model"] = {"provider": "openai", "name": "fake/model", "base_url": model_url, "api_key_env": "ZQ_KEY"}
+        d.env["ZQ_KEY"] = "sk-e2e"
+    if research is not None:
+        config["research"] = research
     (d.state_dir / "zocrates_config.json").write_text(json.dumps(config))
     return d
 
@@ -173,11 +183,7 @@ def test_with_online_on_a_question_the_library_cannot_answer_is_answered_from_on
     oa, ax, cr = services
     model = FakeOpenAI(behaviour=Behaviour(online_when_empty=True))
     try:
-        d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="on")
-        config = json.loads((d.state_dir / "zocrates_config.json").read_text())
-        config["model"] = {"provider": "openai", "name": "fake/model", "base_url": model.base_url, "api_key_env": "ZQ_KEY"}
-        (d.state_dir / "zocrates_config.json").write_text(json.dumps(config))
-        d.env["ZQ_KEY"] = "sk-e2e"
+        d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="on", model_url=model.base_url)
         started(d)
         with RawConn(d.socket_path) as c:
             sid = c.result("session/new", {"cwd": "/", "mcpServers": []})["sessionId"]
@@ -204,11 +210,7 @@ def test_the_turn_goes_online_only_as_the_mode_and_the_persons_choice_allow(
     oa, ax, cr = services
     model = FakeOpenAI(behaviour=Behaviour(online_when_empty=True))
     try:
-        d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode=mode)
-        config = json.loads((d.state_dir / "zocrates_config.json").read_text())
-        config["model"] = {"provider": "openai", "name": "fake/model", "base_url": model.base_url, "api_key_env": "ZQ_KEY"}
-        (d.state_dir / "zocrates_config.json").write_text(json.dumps(config))
-        d.env["ZQ_KEY"] = "sk-e2e"
+        d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode=mode, model_url=model.base_url)
         started(d)
         out = zocrates(d, "ask", "--new", *([flag] if flag else []), "tardigrade desiccation survival")
         assert out.returncode == 0, out

@@ -136,9 +136,7 @@ def test_under_ask_a_face_that_cannot_ask_stays_in_the_library_and_says_how(daem
 
 def test_a_checkpoint_offers_search_online_and_choosing_it_searches_what_is_left(daemon_factory: Any, services: Any) -> None:
     oa, ax, cr = services
-    d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="ask")
-    config = json.loads((d.state_dir / "zocrates_config.json").read_text())
-    (d.state_dir / "zocrates_config.json").write_text(json.dumps({**config, "research": {"initial_budget": 1}}))
+    d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="ask", research={"initial_budget": 1})
     started(d)
     question = "What does dense passage retrieval do? How do tardigrades survive desiccation?"
     with RawConn(d.socket_path) as c:
@@ -158,9 +156,7 @@ def test_a_checkpoint_offers_search_online_and_choosing_it_searches_what_is_left
 
 def test_resuming_with_search_online_is_refused_when_online_search_is_off(daemon_factory: Any, services: Any) -> None:
     oa, ax, cr = services
-    d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="off")
-    config = json.loads((d.state_dir / "zocrates_config.json").read_text())
-    (d.state_dir / "zocrates_config.json").write_text(json.dumps({**config, "research": {"initial_budget": 1}}))
+    d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="off", research={"initial_budget": 1})
     started(d)
     with RawConn(d.socket_path) as c:
         c.result("initialize", {"protocolVersion": 1})
@@ -243,11 +239,7 @@ def test_a_model_that_goes_online_shows_the_editor_a_fetch_tool_call_with_its_wo
     oa, ax, cr = services
     model = FakeOpenAI(behaviour=Behaviour(online_first=True))
     try:
-        d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="on")
-        config = json.loads((d.state_dir / "zocrates_config.json").read_text())
-        config["model"] = {"provider": "openai", "name": "fake/model", "base_url": model.base_url, "api_key_env": "ZQ_KEY"}
-        (d.state_dir / "zocrates_config.json").write_text(json.dumps(config))
-        d.env["ZQ_KEY"] = "sk-e2e"
+        d = online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="on", model_url=model.base_url)
         started(d)
         with RawConn(d.socket_path) as c:
             c.result("initialize", {"protocolVersion": 1})
