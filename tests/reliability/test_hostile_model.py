@@ -123,8 +123,13 @@ def test_every_attack_on_one_daemon_is_a_model_error_and_leaves_it_healthy(d: Da
     log_path = d.state_dir / "zocratesd.log"
     with RawConn(d.socket_path, timeout=TURN_BOUND_S + 15) as c:
         sid = c.result("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
-        reply, _ = prompt(c, sid, "What is retrieval-augmented generation?")  # warm: what a day's use costs
-        assert reply["result"]["stopReason"] == "end_turn", reply
+        # Warm: what a day's use costs. A first turn on a loaded machine may outlast model.max_turn_s
+        # (2 s here, for the keep-alive attack below): that is the machine, not an attack; it is tried again.
+        for _ in range(3):
+            reply, _ = prompt(c, sid, "What is retrieval-augmented generation?")
+            if "result" in reply or "max_turn_s" not in json.dumps(reply):
+                break
+        assert "result" in reply and reply["result"]["stopReason"] == "end_turn", reply
         base_rss, base_db, base_stored = status_kib(pid, "VmHWM") * 1024, db_bytes(d), stored_bytes(d, sid)
         requests_before = len(fake.requests)
 
