@@ -300,9 +300,6 @@ class Daemon:
     ) -> dict[str, object]:
         return await self.catalogue.item(key, library=library, fulltext=fulltext, fulltext_offset=fulltext_offset)
 
-    async def find_quote(self, quote: str, *, library: str | None = None, limit: int | None = None) -> dict[str, object]:
-        return await self.catalogue.find_quote(quote, library=library, limit=limit)
-
     async def library_collections(self, library: str | None = None) -> list[dict[str, object]]:
         return await self.catalogue.collection_list(library)
 

@@ -39,7 +39,7 @@ class QuoteMatch:
     text: str  # the source's words where the quote is
     kind: str  # fulltext | metadata (the abstract) | note | annotation
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in self.__slots__}
 
 

@@ -685,7 +685,7 @@ class Agent:
 
     @acp_method("_zocrates/library/find_quote")
     async def library_find_quote(self, conn: Connection, params: models.FindQuoteParams) -> object:
-        return await self.daemon.find_quote(params.quote, library=params.library, limit=params.limit)
+        return await self.daemon.catalogue.find_quote(params.quote, library=params.library, limit=params.limit)
 
     @acp_method("_zocrates/library/collections")
     async def library_collections(self, conn: Connection, params: models.LibraryCollectionsParams) -> object:

@@ -233,7 +233,7 @@ async def find_quote(request: Request) -> Response:
         raise InvalidInput("quote is the quoted text", field="quote")
     if library is not None and not isinstance(library, str):
         raise InvalidInput('library is "user" or "groups/<id>"', field="library")
-    return success(**await shim_of(request).daemon.find_quote(quote, library=library, limit=limit))
+    return success(**await shim_of(request).daemon.catalogue.find_quote(quote, library=library, limit=limit))
 
 
 async def get_settings(request: Request) -> Response:

@@ -322,11 +322,11 @@ def test_reads_during_a_first_build_never_take_the_new_index_for_a_damaged_one(t
     stop = threading.Event()
     seen: list[object] = []
 
-    def poll() -> None:
+    async def polls() -> None:  # one loop: its few worker threads each keep one read connection
         while not stop.is_set():
-            seen.append(asyncio.run(lib.read(lambda conn: conn.execute("SELECT count(*) FROM items").fetchone()[0])))
+            seen.append(await lib.read(lambda conn: conn.execute("SELECT count(*) FROM items").fetchone()[0]))
 
-    reader = threading.Thread(target=poll)
+    reader = threading.Thread(target=lambda: asyncio.run(polls()))
     reader.start()
     try:
         for _ in range(40):
@@ -337,4 +337,5 @@ def test_reads_during_a_first_build_never_take_the_new_index_for_a_damaged_one(t
     finally:
         stop.set()
         reader.join()
+        lib.reader.close()
     assert {n for n in seen if n is not None} <= set(range(len(items) + 1)) and len(seen) > 40
