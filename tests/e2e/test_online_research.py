@@ -196,8 +196,10 @@ def test_a_question_the_library_answers_stays_in_the_library(daemon_factory: Any
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("answer", ["once", "decline"])
-async def test_under_ask_an_mcp_client_is_asked_by_elicitation(daemon_factory: Any, services: Any, answer: str) -> None:
+@pytest.mark.parametrize(("mode", "answer"), [("ask", "once"), ("ask", "decline"), ("on", None), ("off", None)])
+async def test_an_mcp_client_gets_online_sources_as_the_mode_and_its_elicitation_allow(
+    daemon_factory: Any, services: Any, mode: str, answer: str | None,
+) -> None:
     import sys
 
     import mcp_types as types
@@ -205,7 +207,7 @@ async def test_under_ask_an_mcp_client_is_asked_by_elicitation(daemon_factory: A
     from mcp.client.stdio import stdio_client
 
     oa, ax, cr = services
-    d = started(online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode="ask"))
+    d = started(online_daemon(daemon_factory, (oa.base_url, ax.base_url, cr.base_url), mode=mode))
     asked: list[Any] = []
 
     async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -220,10 +222,15 @@ async def test_under_ask_an_mcp_client_is_asked_by_elicitation(daemon_factory: A
         await s.initialize()
         result = await s.call_tool("ask", {"question": "How do tardigrades survive desiccation?"})
     assert not result.is_error, result.content
-    assert len(asked) == 1 and "tardigrades survive desiccation" in asked[0].message, asked
-    assert "Only these search terms leave this machine" in asked[0].message
+    if mode == "ask":
+        assert len(asked) == 1 and "tardigrades survive desiccation" in asked[0].message, asked
+        assert "Only these search terms leave this machine" in asked[0].message
+    else:
+        assert asked == []  # decided by the mode: nobody is asked
     text = result.content[0].text
-    if answer == "once":
+    if mode == "off":
+        assert sent(services) == [] and TARDI.title not in text, text
+    elif answer in ("once", None):
         assert TARDI.title in text and f"https://doi.org/{TARDI.doi}" in text, text
         sources = result.structured_content["sources"]
         assert any(src.get("link") == f"https://doi.org/{TARDI.doi}" or TARDI.title in json.dumps(src) for src in sources), sources
