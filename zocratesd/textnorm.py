@@ -45,6 +45,8 @@ def cjk_grams(run: str) -> list[str]:
 
 def cjk_bigrams(text: str) -> str:
     """The CJK runs of `text` as space-separated character bigrams ("" when there are none)."""
+    if text.isascii():  # most of a library's text: no scan needed
+        return ""
     return " ".join(g for run in cjk_run_re().findall(text) for g in cjk_grams(run))
 
 

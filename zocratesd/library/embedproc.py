@@ -288,6 +288,7 @@ def _serve(parent: int, limit: int, hold: float) -> int:
         emb = dense.embedder()
         if emb is None:
             raise EmbedFailed("the dense model (wordllama's files, numpy, tokenizers) is not installed or not readable")
+        emb.widen()
     except (Exception, MemoryError) as exc:  # said to the daemon, which logs it
         out.write(frame(b"E" + (str(exc) if isinstance(exc, EmbedFailed) else f"{type(exc).__name__}: {exc}").encode()))
         out.flush()

@@ -41,7 +41,9 @@ MIN_CHUNK_CHARS = 200
 MAX_CONTROL_SHARE = 0.10
 
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
-_SPACE_RE = re.compile(r"[ \t\r\u00a0]+")
+# Runs of blanks to collapse into one space: a run that is one space already is not matched
+# (most of them: a page has hundreds, and replacing each with itself was most of the cost).
+_SPACE_RE = re.compile(r"[\t\r\u00a0][ \t\r\u00a0]*| [ \t\r\u00a0]+")
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
 _PARAGRAPH_RE = re.compile(r" ?\n\n[\s]*")
 # The lines that may be headings (short, a capital or a section number first): found in C, so the

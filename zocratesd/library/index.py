@@ -68,6 +68,7 @@ import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,25 @@ RRF_K = 60
 # the stage costs one vector read per candidate, never a scan of the library. Tuned on SciFact's
 # train queries (bench/bench_retrieval.py); see the module docstring for what it gains.
 DENSE_POOL = 200
+# Ranking cost is per matching chunk: a question's common words ("cell", "patients", "study") are
+# each in a fifth to a half of a large library's chunks, and BM25 scored every chunk any word is
+# in to rank a few. So (bench/bench_heavy_library.py measures the time, bench/bench_retrieval.py
+# the ranking, SciFact):
+# - a word in more than RANKING_SHARE of the chunks is left out of the ranking (its IDF is small:
+#   log(1/share) at most, BM25's own is ~0 past half the chunks), while MIN_RANKING_TERMS remain;
+# - only chunks with at least one word in at most CANDIDATE_SHARE of the chunks are ranked, when
+#   the question has such a word: a chunk with none of them is rarely among the best, and they
+#   are a small set that FTS5 finds from its doclists alone.
+# Only on an index this large: below it, ranking every matching chunk takes a few milliseconds,
+# and a small library's shares say little (a topic in 3 of 10 papers is not a common word).
+RANKING_SHARE = 0.2
+CANDIDATE_SHARE = 0.02
+MIN_RANKING_TERMS = 2
+MIN_CHUNKS_FOR_SHARES = 50_000
+# term_stats keeps words in at least this share of the chunks (the others are rare by any measure),
+# and is recomputed when the number of chunks has moved by TERM_STATS_DRIFT since it was.
+COMMON_SHARE_FLOOR = 0.005
+TERM_STATS_DRIFT = 0.1
 DENSE_WEIGHT = 1.0
 _LIBRARY_RE = re.compile(r"(user|groups/\d{1,12})\Z")
 _WORD_RE = re.compile(r"\w")
@@ -140,6 +160,9 @@ _NAME_RE = re.compile(r"[^\W\d_]+")
 
 # Added after INDEX_SCHEMA_VERSION 1 shipped: created on open in an older index (no rebuild needed).
 _DB_ITEMS = "CREATE TABLE IF NOT EXISTS db_items (item_key TEXT PRIMARY KEY) WITHOUT ROWID"
+# How many chunks each common word (stemmed, as chunks_fts stores it) is in: only words in at
+# least COMMON_SHARE_FLOOR of the chunks are kept (a few thousand rows); an absent word is rare.
+_TERM_STATS = "CREATE TABLE IF NOT EXISTS term_stats (term TEXT PRIMARY KEY, chunks INTEGER NOT NULL) WITHOUT ROWID"
 
 _SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
@@ -171,6 +194,7 @@ CREATE VIRTUAL TABLE chunks_fts USING fts5 (title, body, tokenize = 'porter unic
 CREATE VIRTUAL TABLE chunks_cjk USING fts5 (title, body, tokenize = 'unicode61 remove_diacritics 2');
 CREATE TABLE chunk_vectors (id INTEGER PRIMARY KEY, v BLOB NOT NULL);
 {_DB_ITEMS};
+{_TERM_STATS};
 INSERT INTO meta VALUES ('schema_version', '{INDEX_SCHEMA_VERSION}');
 """
 
@@ -246,6 +270,7 @@ def open_index(path: Path) -> sqlite3.Connection:
         conn.execute("SELECT count(*) FROM items").fetchone()
         conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'zocrates' LIMIT 1").fetchall()
         conn.execute(_DB_ITEMS)
+        conn.execute(_TERM_STATS)
     except sqlite3.DatabaseError as exc:
         conn.close()
         remove_index(path)
@@ -264,7 +289,13 @@ class IndexWriter:
         self._dense = bool(self.meta("dense_model"))
         self._vectorizer = vectorizer
         self._embedder: dense.Vectorizer | None = None
-        self._pending: list[tuple[int, str]] = []  # (chunk id, text) to embed before the batch commits
+        self._pending: list[tuple[int, str]] = []  # (chunk id, text) to embed
+        # A batch's vectors are computed (by the child process, on the other core) while the next
+        # batch is read and written: its future and chunk ids, written with the next batch.
+        self._inflight: tuple[Future[list[bytes | None]], list[int]] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._missing_before = self.meta("vectors_missing") == "1"
+        self._flagged = False  # this writer set vectors_missing while vectors were on their way
 
     @property
     def embedder(self) -> dense.Vectorizer | None:
@@ -361,26 +392,64 @@ class IndexWriter:
         """(item, {attachment key: text}) pairs, in one transaction; `labels`: {attachment key: the
         labels of its PDF's pages} where the PDF has them (library/pdflabels.py)."""
         with self.transaction():
-            for item, texts in batch:
+            # Every delete first: FTS5 writes out its pending inserts before a delete, so deletes
+            # between inserts would cut the batch into one small segment per item.
+            for item, _ in batch:
                 self._delete_item(item.uid)
+            for item, texts in batch:
                 self._insert_item(item, texts, labels or {})
             self._write_vectors()
 
     def _write_vectors(self) -> None:
-        """The pending chunks' vectors, in the batch's transaction. A chunk with no words gets the
-        zero vector (as a search scores a chunk without one), so a chunk without a row is one whose
-        vector could not be computed: a failure leaves the chunks searchable by their words (BM25),
-        and `meta.vectors_missing` asks a later pass to fill them in (`fill_vectors`)."""
+        """Write the previous batch's vectors (in this batch's transaction) and send this batch's
+        chunks to be embedded while the indexer reads the next one. A chunk with no words gets
+        the zero vector (as a search scores a chunk without one), so a chunk without a row is one
+        whose vector is not computed yet, or could not be: `meta.vectors_missing`, set while
+        vectors are on their way, asks a later pass to fill them in (`fill_vectors`) if this one
+        ends first, and a failure leaves the chunks searchable by their words (BM25)."""
+        self._collect()
         pending, self._pending = self._pending, []
         if not pending or self.embedder is None:
             return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zocrates-embed")
+        self._inflight = (self._pool.submit(self.embedder.pack_many, [text for _, text in pending]), [i for i, _ in pending])
+        if not self._flagged:
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('vectors_missing', '1')")
+            self._flagged = True
+
+    def _collect(self) -> None:
+        """The vectors on their way, waited for and written (in the caller's transaction)."""
+        if self._inflight is None:
+            return
+        future, ids = self._inflight
+        self._inflight = None
         try:
-            vecs = self.embedder.pack_many([text for _, text in pending])
+            vecs = future.result()
         except EmbedFailed as exc:
-            self._vector_failure(exc, len(pending))
+            self._vector_failure(exc, len(ids))
             return
         zero = bytes(dense.DIM)
-        self.conn.executemany("INSERT INTO chunk_vectors VALUES (?, ?)", [(i, v or zero) for (i, _), v in zip(pending, vecs, strict=True)])
+        self.conn.executemany("INSERT INTO chunk_vectors VALUES (?, ?)", [(i, v or zero) for i, v in zip(ids, vecs, strict=True)])
+
+    def finish_vectors(self) -> None:
+        """The last batch's vectors, written in a transaction of their own; the flag set while
+        they were on their way is cleared unless a failure (now or before this pass) needs it."""
+        if self._inflight is None and not self._flagged:
+            return
+        with self.transaction():
+            self._collect()
+            if self._dense and not self._missing_before:
+                self.conn.execute("DELETE FROM meta WHERE key = 'vectors_missing'")
+        self._flagged = False
+
+    def close(self) -> None:
+        """Wait for the embedding thread, if any (a stopping daemon has killed the child already,
+        so it ends at once): it never outlives the pass that started it."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._inflight = None
 
     def _vector_failure(self, exc: EmbedFailed, n: int) -> None:
         self._dense = False  # this writer writes no more vectors; words are still indexed
@@ -410,16 +479,40 @@ class IndexWriter:
                     return done
                 self._pending = [(i, f"{title}\n{body}") for i, title, body in rows]
                 self._write_vectors()
+                self._collect()
                 if not self._dense:  # failed again: logged, still missing
                     return done
             done += len(rows)
 
+    def update_term_stats(self) -> bool:
+        """Recount the common words (`term_stats`) when the chunks have grown or shrunk by
+        TERM_STATS_DRIFT since the last count (a first build, a large import); True if it did.
+        One pass over FTS5's vocabulary: seconds on a library of 100,000 pages, so not per edit
+        (a count a little stale only moves which words rank)."""
+        (chunks,) = self.conn.execute("SELECT count(*) FROM chunks").fetchone()
+        counted = self.meta("term_stats_chunks")
+        if counted is not None and abs(chunks - int(counted)) <= TERM_STATS_DRIFT * int(counted):
+            return False
+        if chunks < MIN_CHUNKS_FOR_SHARES and counted is None:
+            return False  # not used on a library this small (MIN_CHUNKS_FOR_SHARES)
+        self.conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab USING fts5vocab(main, 'chunks_fts', 'row')")
+        with self.transaction():
+            self.conn.execute("DELETE FROM term_stats")
+            self.conn.execute("INSERT INTO term_stats SELECT term, doc FROM temp.chunks_vocab WHERE doc >= ?",
+                              (max(1, int(COMMON_SHARE_FLOOR * chunks)),))
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('term_stats_chunks', ?)", (str(chunks),))
+        return True
+
     def _delete_item(self, uid: str) -> None:
         c = self.conn
-        c.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT id FROM chunks WHERE uid = ?)", (uid,))
-        c.execute("DELETE FROM chunks_cjk WHERE rowid IN (SELECT id FROM chunks WHERE uid = ?)", (uid,))
-        c.execute("DELETE FROM chunk_vectors WHERE id IN (SELECT id FROM chunks WHERE uid = ?)", (uid,))
-        c.execute("DELETE FROM chunks WHERE uid = ?", (uid,))
+        # Row by row: FTS5 seeks a `rowid = ?`, but a `rowid IN (subquery)` scans the whole table
+        # (one full scan per item made a first build quadratic in the library's size).
+        ids = [(i,) for (i,) in c.execute("SELECT id FROM chunks WHERE uid = ?", (uid,))]
+        if ids:
+            c.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ids)
+            c.executemany("DELETE FROM chunks_cjk WHERE rowid = ?", ids)
+            c.executemany("DELETE FROM chunk_vectors WHERE id = ?", ids)
+            c.execute("DELETE FROM chunks WHERE uid = ?", (uid,))
         c.execute("DELETE FROM item_collections WHERE uid = ?", (uid,))
         c.execute("DELETE FROM items WHERE uid = ?", (uid,))
 
@@ -590,13 +683,54 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, top_k: int) -> li
     cjk = cjk_expression(query)
     if (expr is None and cjk is None) or top_k <= 0:
         return []
+    if expr is not None:
+        _query_stemmer(conn)
     # One read transaction: the indexer commits between our statements otherwise, and a chunk
     # ranked by the first could be gone by the second.
     conn.execute("BEGIN")
     try:
-        return _search(conn, query, expr, cjk, scope, top_k)
+        candidates = None
+        if expr is not None:
+            expr, candidates = _ranking_expression(conn, expr)
+        return _search(conn, query, expr, cjk, scope, top_k, candidates)
     finally:
         conn.execute("ROLLBACK")
+
+
+def _query_stemmer(conn: sqlite3.Connection) -> None:
+    """This connection's tokenizer for queries: a temporary FTS5 table with chunks_fts's own
+    tokenizer, whose vocabulary gives a query word's stem exactly as the index stored it."""
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_words USING fts5 (word, tokenize = 'porter unicode61 remove_diacritics 2')")
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_stems USING fts5vocab(temp, 'query_words', 'instance')")
+
+
+def _ranking_expression(conn: sqlite3.Connection, expr: str) -> tuple[str, str | None]:
+    """What ranks and what makes a chunk a candidate (see RANKING_SHARE): `expr` (match_expression's)
+    without its common words, and its rare words alone (None: every chunk that matches is ranked).
+    `expr` as it is while the index has no word counts yet (a first build)."""
+    words = [w[1:-1] for w in expr.split(" OR ")]
+    if len(words) <= MIN_RANKING_TERMS or not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'term_stats'").fetchone():
+        return expr, None
+    counted = conn.execute("SELECT value FROM meta WHERE key = 'term_stats_chunks'").fetchone()
+    if counted is None or int(counted[0]) < MIN_CHUNKS_FOR_SHARES:
+        return expr, None
+    # Written inside the search's read transaction, which is rolled back: nothing stays.
+    conn.executemany("INSERT INTO temp.query_words (rowid, word) VALUES (?, ?)", list(enumerate(words)))
+    share = dict.fromkeys(range(len(words)), 0.0)
+    for n, chunks in conn.execute(
+        "SELECT q.doc, t.chunks FROM temp.query_stems q JOIN term_stats t ON t.term = q.term"
+    ):
+        share[n] = max(share[n], chunks / int(counted[0]))
+    order = sorted(range(len(words)), key=lambda n: share[n])
+    ranking = [n for n in order if share[n] <= RANKING_SHARE]
+    if len(ranking) < MIN_RANKING_TERMS:
+        ranking = order[:MIN_RANKING_TERMS]
+    rare = [n for n in ranking if share[n] <= CANDIDATE_SHARE]
+
+    def joined(ns: list[int]) -> str:
+        return " OR ".join(f'"{words[n]}"' for n in sorted(ns))
+
+    return joined(ranking), joined(rare) if rare and len(rare) < len(ranking) else None
 
 
 def _rank(conn: sqlite3.Connection, table: str, expr: str, where: str, args: list[object], limit: int) -> list[tuple[int, float]]:
@@ -630,7 +764,8 @@ def _rerank(conn: sqlite3.Connection, emb: dense.Embedder, query: str, ranked: l
     return sorted(((r, -(sc / best + DENSE_WEIGHT * float(c))) for (r, sc), c in zip(ranked, cos, strict=True)), key=lambda r: r[1])
 
 
-def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | None, scope: Scope, top_k: int) -> list[Hit]:
+def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | None, scope: Scope, top_k: int,
+            candidates: str | None = None) -> list[Hit]:
     keys = scope_item_keys(conn, scope)
     if keys is not None and not keys:
         return []
@@ -647,7 +782,14 @@ def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | N
     emb = _dense_embedder(conn) if cjk is None else None
     lists = []
     if expr is not None:
-        lists.append(_rank(conn, "chunks_fts", expr, where, args, max(limit, DENSE_POOL) if emb is not None else limit))
+        wanted = max(limit, DENSE_POOL) if emb is not None else limit
+        ranked_words: list[tuple[int, float]] = []
+        if candidates is not None:
+            rare_only = " AND +f.rowid IN (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?)"
+            ranked_words = _rank(conn, "chunks_fts", expr, where + rare_only, [*args, candidates], wanted)
+        if len(ranked_words) < wanted:  # too few chunks have a rare word (a small library): rank them all
+            ranked_words = _rank(conn, "chunks_fts", expr, where, args, wanted)
+        lists.append(ranked_words)
     if cjk is not None:
         lists.append(_rank(conn, "chunks_cjk", cjk, where, args, limit))
     if len(lists) == 1:

@@ -310,19 +310,23 @@ class Indexer:
             log.warning("library: the index was unusable and is rebuilt from scratch (%s)", exc)
             self.reader.invalidate()
             conn = open_index(self.index_path)
+        writer = IndexWriter(conn, self._vectorizer)
         try:
             try:
-                self._refresh_with(IndexWriter(conn, self._vectorizer), api, t0, api_checked)
+                self._refresh_with(writer, api, t0, api_checked)
             except sqlite3.DatabaseError as exc:
                 if not is_corruption(exc):
                     raise
                 log.warning("library: the index is corrupt (%s); rebuilding it", exc)
+                writer.close()
                 conn.close()
                 self.reader.invalidate()
                 remove_index(self.index_path)
                 conn = open_index(self.index_path)
-                self._refresh_with(IndexWriter(conn, self._vectorizer), api, t0, api_checked)
+                writer = IndexWriter(conn, self._vectorizer)
+                self._refresh_with(writer, api, t0, api_checked)
         finally:
+            writer.close()
             conn.close()
             self._end_child()
             if self._wrote:  # a pass over many items leaves a heap of freed rows and texts (PROFILE section 11)
@@ -474,6 +478,9 @@ class Indexer:
             if time.monotonic() - last_log >= PROGRESS_LOG_INTERVAL_S:
                 self._announce(f"indexing {done:,} of {total:,} items from {origin} ({pct:.0f}%)")
                 last_log = time.monotonic()
+        writer.finish_vectors()
+        if total or removed:
+            writer.update_term_stats()
         _log_unlabelled(unlabelled)
         self._citation_keys(writer, snap)
         if writer.fill_vectors():
