@@ -58,6 +58,8 @@ TOP_K = 6
 READY_TIMEOUT_S = 3600.0
 EDIT_TIMEOUT_S = 600.0
 MIB = 1024 * 1024
+# The socket's answers are also reported from this long after the spawn on, past the daemon's own start.
+STARTED_S = 3.0
 TARGETS = {"build_ratio": 4.0, "rss_mib": 300.0, "size_ratio": 1.3, "p50_ms": 20.0, "p95_ms": 60.0, "recall": 0.95,
            "edit_s": 10.0, "socket_ms": 50.0}
 
@@ -109,6 +111,18 @@ for expr in queries:
     times.append(time.perf_counter() - q0)
 print(json.dumps({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "rss_mib": ru.ru_maxrss / 1024, "query_s": times}))
 """
+
+
+def warm_cache(zdir: Path) -> float:
+    """Read every file of the library once, so that neither side is timed reading a cold disk
+    (the first to run would otherwise pay for both); the seconds it took."""
+    t0 = timer()
+    for path in zdir.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as f:
+                while f.read(1 << 20):
+                    pass
+    return timer() - t0
 
 
 def run_floor(zdir: Path, work: Path, exprs: list[str]) -> dict[str, Any]:
@@ -251,6 +265,7 @@ def build_and_serve(zdir: Path, run: Path, truth: dict[str, Any], *, dense: bool
     sampler = TreeSampler(daemon.proc.pid)
     slowest = 0.0
     slowest_at = ("", 0.0)  # the state and seconds since spawn of the slowest answer
+    slowest_building = 0.0  # the slowest once the daemon is up (STARTED_S after spawn)
     status: dict[str, Any] = {}
     percents: list[float] = []
     try:
@@ -261,6 +276,8 @@ def build_and_serve(zdir: Path, run: Path, truth: dict[str, Any], *, dense: bool
                 status, _ = c.call("_zocrates/library/status", {})
                 if timer() - c0 > slowest:
                     slowest, slowest_at = timer() - c0, (f"{status['state']} {status.get('percent') or 0:.0f}%", c0 - t0)
+                if c0 - t0 > STARTED_S:
+                    slowest_building = max(slowest_building, timer() - c0)
                 percents.append(float(status.get("percent") or 0.0))
                 if status["state"] == "ready" and status["items_indexed"]:
                     break
@@ -279,6 +296,7 @@ def build_and_serve(zdir: Path, run: Path, truth: dict[str, Any], *, dense: bool
             f"{status['chunks_indexed']} chunks; slowest answer {slowest * 1000:.0f} ms ({slowest_at[0]}, {slowest_at[1]:.1f} s in)")
         got: dict[str, Any] = {"wall_s": wall, "cpu_s": cpu, "rss_mib": peak, "daemon_rss_mib": sampler.daemon_peak_kib / 1024,
                                "size_mib": size / MIB, "socket_max_ms": slowest * 1000, "socket_max_at": list(slowest_at),
+                               "socket_building_max_ms": slowest_building * 1000,
                                "items": status["kinds"], "chunks": status["chunks_indexed"],
                                "progress_seen": len(set(percents))}
         got.update(search_round(daemon.socket_path, truth, queries))
@@ -356,7 +374,8 @@ def report(floor: dict[str, Any], runs: dict[str, dict[str, Any]]) -> str:
     row("peak RSS (MiB)", lambda r: f"{r['rss_mib']:.0f}", f"{floor['rss_mib']:.0f}", f"≤ {TARGETS['rss_mib']:.0f}")
     row("library.db (MiB)", lambda r: f"{r['size_mib']:.0f} ({r['size_mib'] / floor['size_mib']:.2f}x)", f"{floor['size_mib']:.0f}",
         f"≤ {TARGETS['size_ratio']}x floor")
-    row("slowest socket answer while building (ms)", lambda r: f"{r['socket_max_ms']:.0f}", "", f"≤ {TARGETS['socket_ms']:.0f}")
+    row("slowest socket answer from spawn to ready (ms)", lambda r: f"{r['socket_max_ms']:.0f}", "", f"≤ {TARGETS['socket_ms']:.0f}")
+    row(f"… from {STARTED_S:.0f} s after spawn (ms)", lambda r: f"{r['socket_building_max_ms']:.0f}", "", f"≤ {TARGETS['socket_ms']:.0f}")
     for name in ("title", "title scoped", "claim", "claim scoped"):
         row(f"search {name} p50 / p95 (ms)",
             lambda r, n=name: f"{r[f'search {n}']['p50_ms']:.1f} / {r[f'search {n}']['p95_ms']:.1f}",
@@ -415,6 +434,7 @@ def main() -> int:
     exprs = [e for _, q, _ in queries if (e := match_expression(q))]
     runs: dict[str, dict[str, Any]] = {}
     with short_tmpdir("zh", keep=args.keep) as tmp:
+        log(f"the library's files read once in {warm_cache(zsource):.1f} s (a warm cache for both sides)")
         floor = run_floor(zsource, tmp, exprs)
         log(f"floor: {floor['spawn_to_exit_s']:.1f} s, {floor['cpu_s']:.1f} CPU s, {floor['rss_mib']:.0f} MiB, {floor['size_mib']:.0f} MiB")
         for dense in (True, False) if not args.no_dense_off else (True,):

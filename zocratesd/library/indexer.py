@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -68,6 +69,12 @@ RETRY_AFTER_S = 60.0
 # every item's stamp, the plan); indexing what changed is not counted, so a long first build (or
 # a large edit) does not hold back the next look. An explicit refresh request is never held back.
 REFRESH_DUTY = 20
+# ...but never longer than this: an edit is searchable within ~10 s (a poll, this hold, the read
+# and the indexing), at the price of a larger share of a core while Zotero writes continuously to
+# a library whose look is slow (a 0.7 s look of 10,000 items: ~1/8 of a core).
+MAX_LOOK_HOLD_S = 5.0
+# The GIL's switch interval while an indexer runs (see Indexer.start).
+SWITCH_INTERVAL_S = 0.001
 # After the embedding child failed (library/embedproc.py), passes index words alone for this long
 # before another child is tried; the vectors missing meanwhile are computed then (fill_vectors).
 EMBED_RETRY_S = 3600.0
@@ -175,6 +182,11 @@ class Indexer:
 
     def start(self) -> None:
         if self._thread is None:
+            # The event loop answers while this thread computes (chunking, page furniture: Python
+            # that holds the GIL). A request takes the GIL back many times, and with Python's
+            # default 5 ms switch interval each time could wait that long: answers took 105 ms
+            # during a large build (bench/bench_heavy_library.py). For the whole process.
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
             self._thread = threading.Thread(target=self._run, name="zocrates-library-indexer", daemon=True)
             self._thread.start()
 
@@ -260,7 +272,7 @@ class Indexer:
         t0 = time.monotonic()
         self.refresh(api)
         # A pass that ended before its look did (the library unreadable, an error) counts whole.
-        self._next_allowed = time.monotonic() + REFRESH_DUTY * (self._look_s or time.monotonic() - t0)
+        self._next_allowed = time.monotonic() + min(MAX_LOOK_HOLD_S, REFRESH_DUTY * (self._look_s or time.monotonic() - t0))
         self._last_stamp = stamp
 
     def _api_stamp(self, api: LocalApi | None) -> object:
@@ -486,6 +498,8 @@ class Indexer:
         if writer.fill_vectors():
             log.info("library: the passages' vectors missing since an earlier failure are computed")
         self._end_child()  # before "ready": a pass over, its child is gone
+        if total or removed:
+            writer.checkpoint()
         ms = round((time.perf_counter() - t0) * 1000.0, 1)
         writer.set_meta({"last_refresh": time.time(), "source": snap.source, "zotero_schema_version": snap.schema_version})
         counts = _counts(writer)
