@@ -132,6 +132,8 @@ def run_floor(zdir: Path, work: Path, exprs: list[str]) -> dict[str, Any]:
                           check=True)
     spawn_to_exit = timer() - t0
     got: dict[str, Any] = json.loads(proc.stdout)
+    # The script's own build time (its queries follow it in the same process): what "start →
+    # ready" is compared with.
     got["spawn_to_exit_s"] = spawn_to_exit
     got["size_mib"] = out.stat().st_size / MIB
     out.unlink()
@@ -368,8 +370,8 @@ def report(floor: dict[str, Any], runs: dict[str, dict[str, Any]]) -> str:
     def row(name: str, fn: Any, floor_cell: str, target: str) -> None:
         rows.append([name, *(fn(runs[c]) for c in cols), floor_cell, target])
 
-    row("start → ready (s)", lambda r: f"{r['wall_s']:.1f} ({r['wall_s'] / floor['spawn_to_exit_s']:.1f}x)",
-        f"{floor['spawn_to_exit_s']:.1f}", f"≤ {TARGETS['build_ratio']:.0f}x floor")
+    row("start → ready (s)", lambda r: f"{r['wall_s']:.1f} ({r['wall_s'] / floor['wall_s']:.1f}x)",
+        f"{floor['wall_s']:.1f}", f"≤ {TARGETS['build_ratio']:.0f}x floor")
     row("CPU s", lambda r: f"{r['cpu_s']:.1f}", f"{floor['cpu_s']:.1f}", "")
     row("peak RSS (MiB)", lambda r: f"{r['rss_mib']:.0f}", f"{floor['rss_mib']:.0f}", f"≤ {TARGETS['rss_mib']:.0f}")
     row("library.db (MiB)", lambda r: f"{r['size_mib']:.0f} ({r['size_mib'] / floor['size_mib']:.2f}x)", f"{floor['size_mib']:.0f}",
@@ -394,7 +396,7 @@ def report(floor: dict[str, Any], runs: dict[str, dict[str, Any]]) -> str:
 def judge(floor: dict[str, Any], r: dict[str, Any]) -> list[str]:
     """The targets a run misses."""
     misses = []
-    if r["wall_s"] > TARGETS["build_ratio"] * floor["spawn_to_exit_s"]:
+    if r["wall_s"] > TARGETS["build_ratio"] * floor["wall_s"]:
         misses.append("build time")
     if r["rss_mib"] > TARGETS["rss_mib"]:
         misses.append("peak RSS")
@@ -436,7 +438,7 @@ def main() -> int:
     with short_tmpdir("zh", keep=args.keep) as tmp:
         log(f"the library's files read once in {warm_cache(zsource):.1f} s (a warm cache for both sides)")
         floor = run_floor(zsource, tmp, exprs)
-        log(f"floor: {floor['spawn_to_exit_s']:.1f} s, {floor['cpu_s']:.1f} CPU s, {floor['rss_mib']:.0f} MiB, {floor['size_mib']:.0f} MiB")
+        log(f"floor: built in {floor['wall_s']:.1f} s, {floor['cpu_s']:.1f} CPU s, {floor['rss_mib']:.0f} MiB, {floor['size_mib']:.0f} MiB")
         for dense in (True, False) if not args.no_dense_off else (True,):
             work = tmp / ("on" if dense else "off")
             work.mkdir()

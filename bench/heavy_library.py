@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _paths import REPO_DIR
-from zoterofixture import KEY_CHARS, PageFurniture, printed_pages
+from zoterofixture import PageFurniture, key_maker, printed_pages
 
 from zocratesd.demo.zotero_dir import Annotation, Attachment, Collection, Creator, Item, Library, Note, pdf_file, write
 
@@ -89,15 +89,7 @@ def build(root: Path, shape: Shape) -> Path:
     pool = [s for d in docs for s in _sentences(d["text"])]
     surnames = _surnames(rng, 1500)
     given = ["A.", "B.", "C.", "D.", "E.", "F.", "H.", "J.", "K.", "L.", "M.", "N.", "P.", "R.", "S.", "T.", "Y."]
-    keys: set[str] = set()
-
-    def key() -> str:
-        while True:
-            k = "".join(rng.choice(KEY_CHARS) for _ in range(8))
-            if k not in keys:
-                keys.add(k)
-                return k
-
+    key = key_maker(rng)
     collections: list[Collection] = []
     tops = max(1, shape.collections // 15)
     for t in range(tops):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +53,7 @@ PAGE_BREAK = "\f"  # the PDF worker's page separator in .zotero-ft-cache (after 
 _LINK_MODE_NAMES = {n: name for name, n in LINK_MODES.items()}
 __all__ = [
     "Annotation", "Attachment", "Collection", "Creator", "Feed", "FixtureAttachment", "FixtureCollection", "FixtureItem",
-    "Group", "Item", "Library", "Note", "PageFurniture", "build_zotero_dir", "generate_library", "printed_pages", "rich_library",
+    "Group", "Item", "Library", "Note", "PageFurniture", "build_zotero_dir", "generate_library", "key_maker", "printed_pages", "rich_library",
     "sample_library", "touch_items",
 ]
 
@@ -379,6 +379,20 @@ def _syllable_words(rng: random.Random, n: int) -> list[str]:
     return sorted(words)
 
 
+def key_maker(rng: random.Random) -> Callable[[], str]:
+    """A function giving a new Zotero key (8 of its characters) at each call, never one twice."""
+    keys: set[str] = set()
+
+    def key() -> str:
+        while True:
+            k = "".join(rng.choice(KEY_CHARS) for _ in range(8))
+            if k not in keys:
+                keys.add(k)
+                return k
+
+    return key
+
+
 @dataclass
 class GeneratedLibrary:
     items: list[FixtureItem]
@@ -410,14 +424,7 @@ def generate_library(
         return " ".join(words).capitalize() + "."
 
     pool = [sentence() for _ in range(20_000)]
-    keys: set[str] = set()
-
-    def key() -> str:
-        while True:
-            k = "".join(rng.choice(KEY_CHARS) for _ in range(8))
-            if k not in keys:
-                keys.add(k)
-                return k
+    key = key_maker(rng)
 
     collections: list[FixtureCollection] = []
     for top in range(20):
