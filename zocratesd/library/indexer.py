@@ -457,22 +457,7 @@ class Indexer:
                 _log_unlabelled(unlabelled)
                 log.info("library: indexing stopped at %d/%d items; it continues at the next start", done, total)
                 return
-            batch: list[tuple[ItemRecord, dict[str, str]]] = []
-            labels: dict[str, list[str]] = {}
-            for item in changed[start : start + BATCH_ITEMS]:
-                texts = {}
-                for att in item.attachments:
-                    text = read_text(att.key)
-                    if text:
-                        texts[att.key] = text
-                        # The page labels a reader shows, from the stored PDF (pdflabels.py).
-                        if att.content_type == "application/pdf":
-                            try:
-                                if found := page_labels(self.opts.data_dir, att.key):
-                                    labels[att.key] = found
-                            except LabelsUnreadable as exc:
-                                unlabelled.append(f"storage/{att.key} ({exc})")
-                batch.append((item, texts))
+            batch, labels = self._read_batch(changed[start : start + BATCH_ITEMS], read_text, unlabelled)
             try:
                 if snap.source == "local_api" and api is not None:
                     api.confirm_owner()  # full texts came over HTTP: still from the user's own listener?
@@ -517,6 +502,27 @@ class Indexer:
         self._announce(f"library ready: {kinds['items']:,} items, {kinds['texts']:,} full texts{extra}{where} (from {origin})")
         if total or removed:
             log.info("library: %d items re-indexed in %.1f s; %d passages in the index", total, ms / 1000, counts.chunks_indexed)
+
+    def _read_batch(self, items: Sequence[ItemRecord], read_text: Callable[[str], str | None],
+                    unlabelled: list[str]) -> tuple[list[tuple[ItemRecord, dict[str, str]]], dict[str, list[str]]]:
+        """The items with their attachments' texts, and the page labels of their stored PDFs
+        (pdflabels.py); a PDF whose labels cannot be read is added to `unlabelled`."""
+        batch: list[tuple[ItemRecord, dict[str, str]]] = []
+        labels: dict[str, list[str]] = {}
+        for item in items:
+            texts = {}
+            for att in item.attachments:
+                text = read_text(att.key)
+                if text:
+                    texts[att.key] = text
+                    if att.content_type == "application/pdf":
+                        try:
+                            if found := page_labels(self.opts.data_dir, att.key):
+                                labels[att.key] = found
+                        except LabelsUnreadable as exc:
+                            unlabelled.append(f"storage/{att.key} ({exc})")
+            batch.append((item, texts))
+        return batch, labels
 
 
 class _WatchedChild(EmbedChild):
