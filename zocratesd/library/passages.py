@@ -190,7 +190,11 @@ class PassagesFile:
                 attachments=tuple(AttachmentRecord(key, content_type="text/plain") for key, _ in parts),
             )
             batch.append((item, {key: p.text for key, p in parts}))
-        writer.write_items(batch)
+        try:
+            writer.write_items(batch)
+            writer.finish_vectors()
+        finally:
+            writer.close()
         self._conn = conn
 
     def _search(self, query: str, scope: Scope, top_k: int) -> list[Hit]:

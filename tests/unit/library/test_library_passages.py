@@ -7,10 +7,13 @@ import asyncio
 import json
 import logging
 import os
+import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
 
+from zocratesd.library import dense
 from zocratesd.library.passages import PassagesFile
 from zocratesd.library.retrieval import Scope
 
@@ -48,3 +51,25 @@ def test_load_reload_and_bad_lines(tmp_path: Path, caplog: pytest.LogCaptureFixt
     assert [h.passage.item_key for h in hits] == ["GAOHYDE1"]
     assert "reloaded 1 passages of 1 items from" in caplog.text
     assert asyncio.run(pf.search("dense retrieval", Scope())) == []  # the old passages are gone
+
+
+def test_every_passage_gets_its_vector_and_no_embedding_thread_is_left(tmp_path: Path) -> None:
+    """The index of a passages file is written in one batch: its vectors, computed while the
+    writer goes on, are in the file when the load returns (none missing, no flag), and the
+    thread that waited for them is gone."""
+    if not dense.model_name():
+        pytest.skip("the dense stage is not installed")
+    path = tmp_path / "library_passages.jsonl"
+    path.write_text(lines(*({"item_key": f"ITEM{n:04d}", "title": f"Paper {n}", "text": f"Coral reefs and heat, finding {n}."}
+                            for n in range(30))))
+    pf = PassagesFile(path)
+    assert asyncio.run(pf.search("coral reefs", Scope()))
+    conn = sqlite3.connect(pf.index_path)
+    try:
+        chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        vectors = conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()[0]
+        missing = conn.execute("SELECT value FROM meta WHERE key = 'vectors_missing'").fetchone()
+    finally:
+        conn.close()
+    assert chunks == 30 and vectors == chunks and missing is None, (chunks, vectors, missing)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("zocrates-embed")]
