@@ -301,7 +301,10 @@ def test_the_index_writes_the_metadata_break_the_answerer_cuts_at(tmp_path: Any)
                       abstract="Hypothetical document embeddings make dense retrieval work without relevance labels.")
     conn = open_index(tmp_path / "library.db")
     try:
-        IndexWriter(conn).write_items([(item, {})])
+        writer = IndexWriter(conn)
+        writer.write_items([(item, {})])
+        writer.finish_vectors()
+        writer.close()
         hits = search(conn, "zero-shot dense retrieval Zhao", Scope(), 3)  # the header's words are searchable
         assert hits and hits[0].passage.kind == "metadata"
         assert hits[0].passage.text == "Wen Zhao; Priya Raman 2022 dense retrieval zero-shot\n\n" + item.abstract
