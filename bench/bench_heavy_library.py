@@ -202,6 +202,7 @@ class TreeSampler:
             self.daemon_peak_kib = max(self.daemon_peak_kib, _rss_kib(self.pid))
 
     def stop(self) -> float:
+        """The peak in MiB; the sampling ends (again: a no-op)."""
         self._stop.set()
         self._thread.join()
         return self.peak_kib / 1024
@@ -306,8 +307,7 @@ def build_and_serve(zdir: Path, run: Path, truth: dict[str, Any], *, dense: bool
             got.update(edits(daemon, zdir, truth))
         return got
     finally:
-        if sampler._thread.is_alive():
-            sampler.stop()
+        sampler.stop()
         daemon.stop()
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,9 +80,7 @@ def build(root: Path, shape: Shape) -> Path:
     done = root / "complete"
     if done.exists():
         return zdir
-    if root.exists():
-        for p in sorted(root.rglob("*"), reverse=True):
-            p.unlink() if p.is_file() or p.is_symlink() else p.rmdir()
+    shutil.rmtree(root, ignore_errors=True)  # a build that did not finish
     root.mkdir(parents=True, exist_ok=True)
     rng = random.Random(shape.seed)
     docs = [json.loads(line) for line in SCIFACT.read_text(encoding="utf-8").splitlines()]

@@ -34,6 +34,9 @@ Tables:
   with bigrams too; zocratesd/textnorm.py makes them, for the answerer too). Only chunks that
   have such text get a row; a query with CJK characters is routed there (and to the word index
   for its other words, the two rankings fused by rank).
+- `term_stats` (term, chunks): how many chunks each common word is in (stemmed as chunks_fts
+  stores it; words in fewer than COMMON_SHARE_FLOOR of the chunks are left out), counted on large
+  indexes only, for the ranking below; `meta.term_stats_chunks` is the chunk count it was made at.
 
 Pages: a chunk of a PDF's text has its page number from the cache's form feeds, and the page
 label a reader sees: the PDF's own (/PageLabels, library/pdflabels.py), else the one an annotation
@@ -48,7 +51,9 @@ rank: one vector read per candidate, no scan of the library. BEIR SciFact test n
 (bench/bench_retrieval.py; weights tuned on train): 0.685 -> 0.716 in each layout (abstract field,
 PDF full text, passages file; train 0.704 -> 0.724), Recall@100 0.924 -> 0.943, for a little more
 CPU per search (bench/PROFILE.md). Pools of 100 or 50 rank the top 10 as well (train), if that
-time is ever needed.
+time is ever needed. On an index of MIN_CHUNKS_FOR_SHARES chunks or more, a question's common
+words (`term_stats`) leave the BM25 ranking and only chunks with one of its rare words are ranked
+(RANKING_SHARE): the cost of a search there is FTS5 scoring every chunk any word is in.
 
 Scope (spec 2.3 `active_mode`, and optionally one library) is a SQL condition on `chunks.uid`:
 the selected keys, or the members of a collection *and of all its subcollections* (a recursive
@@ -392,8 +397,8 @@ class IndexWriter:
         """(item, {attachment key: text}) pairs, in one transaction; `labels`: {attachment key: the
         labels of its PDF's pages} where the PDF has them (library/pdflabels.py)."""
         with self.transaction():
-            # Every delete first: FTS5 writes out its pending inserts before a delete, so deletes
-            # between inserts would cut the batch into one small segment per item.
+            # Every delete first: FTS5 keeps pending inserts only while rowids rise, and deleting
+            # an older item's rows between inserts writes them out: a small segment per item.
             for item, _ in batch:
                 self._delete_item(item.uid)
             for item, texts in batch:
@@ -512,8 +517,8 @@ class IndexWriter:
 
     def _delete_item(self, uid: str) -> None:
         c = self.conn
-        # Row by row: FTS5 seeks a `rowid = ?`, but a `rowid IN (subquery)` scans the whole table
-        # (one full scan per item made a first build quadratic in the library's size).
+        # Only an item that has chunks is deleted from the FTS5 tables: six statements per item,
+        # most of them finding nothing, were a sixth of a first build (bench/PROFILE.md, 17).
         ids = [(i,) for (i,) in c.execute("SELECT id FROM chunks WHERE uid = ?", (uid,))]
         if ids:
             c.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ids)
@@ -716,8 +721,9 @@ def _ranking_expression(conn: sqlite3.Connection, expr: str) -> tuple[str, str |
     without its common words, and its rare words alone (None: every chunk that matches is ranked).
     `expr` as it is while the index has no word counts yet (a first build)."""
     words = [w[1:-1] for w in expr.split(" OR ")]
-    if len(words) <= MIN_RANKING_TERMS or not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'term_stats'").fetchone():
+    if len(words) <= MIN_RANKING_TERMS:
         return expr, None
+    # Set by the writer that filled term_stats (an index without the table has no such row).
     counted = conn.execute("SELECT value FROM meta WHERE key = 'term_stats_chunks'").fetchone()
     if counted is None or int(counted[0]) < MIN_CHUNKS_FOR_SHARES:
         return expr, None

@@ -71,7 +71,7 @@ RETRY_AFTER_S = 60.0
 REFRESH_DUTY = 20
 # ...but never longer than this: an edit is searchable within ~10 s (a poll, this hold, the read
 # and the indexing), at the price of a larger share of a core while Zotero writes continuously to
-# a library whose look is slow (a 0.7 s look of 10,000 items: ~1/8 of a core).
+# a library whose look is slow (bench/PROFILE.md, section 17).
 MAX_LOOK_HOLD_S = 5.0
 # The GIL's switch interval while an indexer runs (see Indexer.start).
 SWITCH_INTERVAL_S = 0.001
@@ -184,8 +184,8 @@ class Indexer:
         if self._thread is None:
             # The event loop answers while this thread computes (chunking, page furniture: Python
             # that holds the GIL). A request takes the GIL back many times, and with Python's
-            # default 5 ms switch interval each time could wait that long: answers took 105 ms
-            # during a large build (bench/bench_heavy_library.py). For the whole process.
+            # default 5 ms switch interval each time could wait that long (bench/PROFILE.md,
+            # section 17). It is the whole process's setting.
             sys.setswitchinterval(SWITCH_INTERVAL_S)
             self._thread = threading.Thread(target=self._run, name="zocrates-library-indexer", daemon=True)
             self._thread.start()

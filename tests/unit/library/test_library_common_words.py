@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,10 +24,9 @@ TOPICS = ("ferroptosis", "autophagy", "senescence", "pyroptosis", "necroptosis",
 
 
 @pytest.fixture(autouse=True)
-def small_libraries_count(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def small_libraries_count(monkeypatch: pytest.MonkeyPatch) -> None:
     """These libraries are small: shares are used on them as on a large one."""
     monkeypatch.setattr(index, "MIN_CHUNKS_FOR_SHARES", 1)
-    yield
 
 
 def paper(n: int, topic: str) -> zw.Item:
