@@ -34,7 +34,10 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument(
             "--zotero-data-dir",
             metavar="D",
-            help="the Zotero data dir (default: $ZOTERO_DATA_DIR, else ~/Zotero, else a per-user data dir)",
+            help=(
+                "the Zotero data dir (default: $ZOTERO_DATA_DIR, else the one Zotero's settings name, else ~/Zotero,"
+                " else a per-user data dir)"
+            ),
         )
 
     serve = sub.add_parser("serve", help="run the daemon in the foreground")
@@ -335,7 +338,7 @@ def main(argv: list[str] | None = None, *, before_stage: Callable[[str], None] |
     if args.command == "demo":
         return _demo(args)
     if args.command in ("setup", "doctor", "plugin"):
-        # Their data dir may come from Zotero's own settings (install/zotero_profile.py).
+        # They say where their data dir came from, so they read the choice itself (zotero_profile.py).
         return {"setup": _setup, "doctor": _doctor, "plugin": _plugin}[args.command](args)
     data_dir = locations.resolve_data_dir(args.zotero_data_dir)
     if args.command == "stdio" and not args.standalone:

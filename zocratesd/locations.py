@@ -18,7 +18,8 @@ One daemon serves one Zotero data dir. Its files:
 This module is what the daemon and its clients share: paths, the lock primitive, reading daemon.json.
 The running daemon's side (taking the lock, claiming the socket, writing and removing daemon.json) is
 `zocratesd/process/instance.py`. It is imported by `zocratesd stdio` and by the client library, so
-it stays light: the standard library and platformdirs only.
+it stays light: the standard library, platformdirs and `zotero_profile.py` (which reads
+Zotero's own settings with the standard library).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import platformdirs
 
 # daemon.json names the protocol its socket speaks (the wire's); its readers import it from here.
 from zocrates_wire import PROTOCOL_VERSION as PROTOCOL_VERSION
+from zocratesd import zotero_profile
 
 DATA_SUBDIR = "zocrates-data"
 DB_NAME = "sessions.db"
@@ -68,16 +70,13 @@ class RuntimeFileError(Exception):
 
 
 def resolve_data_dir(flag: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """The Zotero data dir: the flag, else $ZOTERO_DATA_DIR, else ~/Zotero if it exists, else ours."""
-    env = os.environ if env is None else env
-    if flag:
-        return Path(flag).expanduser().resolve()
-    if env.get("ZOTERO_DATA_DIR"):
-        return Path(env["ZOTERO_DATA_DIR"]).expanduser().resolve()
-    home_zotero = Path.home() / "Zotero"
-    if home_zotero.is_dir():
-        return home_zotero.resolve()
-    return Path(platformdirs.user_data_dir("zocrates")).resolve()
+    """The Zotero data dir (`zotero_profile.find_data_dir`: the flag, $ZOTERO_DATA_DIR, the dir
+    Zotero's own settings name, `~/Zotero`); with no Zotero at all, a per-user dir of ours, so
+    sessions still have a home."""
+    choice = zotero_profile.find_data_dir(Path.home(), flag, env)
+    if choice.source == zotero_profile.ZOTERO_DEFAULT and not choice.path.is_dir():
+        return Path(platformdirs.user_data_dir("zocrates")).resolve()
+    return choice.path
 
 
 def state_dir(data_dir: Path) -> Path:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 import urllib.error
 import urllib.request
 import venv
@@ -487,3 +488,30 @@ def test_setup_merges_into_a_zed_settings_file_with_comments_and_leaves_a_broken
     assert f"Zed: would update the zocrates entry in {zed}" in again.stdout
     assert zed.read_text() == text
     assert len(list(zed.parent.glob("settings.json.zocrates-backup-*"))) == 2
+
+
+def test_the_daemon_and_its_client_find_the_data_dir_zoteros_settings_name(installed: Installed, machine: Machine) -> None:
+    m = machine
+    # Neither is told where the library is; ~/Zotero does not exist. Both read Zotero's own prefs.js.
+    assert not (m.home / "Zotero").exists()
+    daemon = subprocess.Popen([str(installed.zocratesd), "serve"], env=m.env, cwd=m.home, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        info = m.data_dir / "zocrates-data" / "daemon.json"
+        deadline = time.monotonic() + 120  # a daemon serving another dir never writes this file
+        while not info.exists():
+            assert daemon.poll() is None, daemon.communicate()[1]
+            assert time.monotonic() < deadline, f"no daemon.json in {m.data_dir} (the daemon serves another data dir)"
+            threading.Event().wait(0.05)
+        assert json.loads(info.read_text())["pid"] == daemon.pid
+        client = subprocess.run([str(installed.venv / "bin" / "zocrates"), "library", "status", "--json"], env=m.env,
+                                cwd=m.home, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert client.returncode == 0, client.stderr
+        assert json.loads(client.stdout)["data_dir"] == str(m.data_dir)
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()

@@ -35,8 +35,8 @@ from urllib.parse import quote
 
 import msgspec
 
-from zocratesd import __version__, config, locations
-from zocratesd.install import client_configs, plugin, zotero_profile
+from zocratesd import __version__, config, locations, zotero_profile
+from zocratesd.install import client_configs, plugin
 from zocratesd.library import zotero_db
 from zocratesd.logtext import escape_for_log, redact_url
 from zocratesd.service_manager import installer

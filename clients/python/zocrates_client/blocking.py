@@ -212,7 +212,7 @@ def connect(
     max_frame_bytes: int = DEFAULT_MAX_INCOMING_FRAME_BYTES,
 ) -> BlockingClient:
     """A blocking client connected to the daemon: of `socket_path`, or of the data dir (the
-    flag, $ZOTERO_DATA_DIR, ~/Zotero, ...; its live daemon.json names the socket). With no live
+    flag, $ZOTERO_DATA_DIR, Zotero's settings, ~/Zotero, ...; its live daemon.json names the socket). With no live
     daemon, `start_daemon` starts one and waits, as `zocratesd stdio` does (blocking: up to the
     pump's start timeout); else DaemonNotRunning. Raises ConnectError."""
     if socket_path is not None:

@@ -13,8 +13,9 @@
     zocrates open [--print]                     the web UI of the running daemon, in a browser
 
 Options (before or after the subcommand): `--zotero-data-dir D` picks the daemon (default:
-$ZOTERO_DATA_DIR, else ~/Zotero, else the per-user data dir); `--json` prints machine-readable JSON
-(for ask, chat's turns and resume: one object per update, NDJSON, then a `{"type": "done"}` line);
+$ZOTERO_DATA_DIR, else the data dir Zotero's settings name, else ~/Zotero, else the per-user data
+dir); `--json` prints machine-readable JSON (for ask, chat's turns and resume: one object per
+update, NDJSON, then a `{"type": "done"}` line);
 `--no-start` never starts a daemon. Only `ask`, `chat` and `resume` start one when none runs (and
 say so on stderr); every other command only talks to a running daemon and says how to start one.
 
@@ -124,7 +125,10 @@ def _common_options(*, suppress: bool) -> argparse.ArgumentParser:
         "--zotero-data-dir",
         metavar="D",
         default=default,
-        help="the Zotero data dir whose daemon to ask (default: $ZOTERO_DATA_DIR, else ~/Zotero, else a per-user dir)",
+        help=(
+            "the Zotero data dir whose daemon to ask (default: $ZOTERO_DATA_DIR, else the one Zotero's settings name,"
+            " else ~/Zotero, else a per-user dir)"
+        ),
     )
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False, help="print JSON")
     p.add_argument(

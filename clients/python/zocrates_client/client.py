@@ -792,9 +792,9 @@ async def connect(
     """Connect to zocratesd and yield a `Client`; everything is closed when the block ends.
 
     The daemon is found by `socket_path`, else by the daemon.json of the Zotero data dir
-    (`data_dir`, else $ZOTERO_DATA_DIR, else ~/Zotero, else the per-user default). With no daemon
-    running, `start_daemon=True` starts `zocratesd serve` (as `zocratesd stdio` does) and waits
-    for it; otherwise `DaemonNotRunning` is raised. Other connection failures raise `ConnectError`.
+    (`data_dir`, else $ZOTERO_DATA_DIR, else the one Zotero's settings name, else ~/Zotero, else
+    the per-user default). With no daemon running, `start_daemon=True` starts `zocratesd serve`
+    (as `zocratesd stdio` does) and waits for it; otherwise `DaemonNotRunning` is raised. Other connection failures raise `ConnectError`.
     `on_request` handles requests the daemon sends (see `RequestHandler`). `max_frame_bytes` caps
     one incoming message; a larger one ends the connection with `ConnectionLost`.
     `on_daemon_start(pid, log_path)` is called (from a worker thread) when a daemon was started,

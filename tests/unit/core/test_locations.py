@@ -23,6 +23,20 @@ def test_data_dir_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert locations.resolve_data_dir(None, env={}) == (home / "Zotero").resolve()
     assert locations.resolve_data_dir(None, env={"ZOTERO_DATA_DIR": str(tmp_path / "env")}) == tmp_path / "env"
     assert locations.resolve_data_dir(str(tmp_path / "flag"), env={"ZOTERO_DATA_DIR": "/x"}) == tmp_path / "flag"
+    # Zotero's own settings name another data dir: it wins over ~/Zotero, not over the flag or the env.
+    root = home / ".zotero" / "zotero"
+    (root / "ab12.default").mkdir(parents=True)
+    (root / "profiles.ini").write_text("[Profile0]\nName=default\nIsRelative=1\nPath=ab12.default\nDefault=1\n")
+    prefs = root / "ab12.default" / "prefs.js"
+    custom = tmp_path / "papers on another disk"
+    prefs.write_text(f'user_pref("extensions.zotero.dataDir", {json.dumps(str(custom))});\n'
+                     'user_pref("extensions.zotero.useDataDir", true);\n')
+    assert locations.resolve_data_dir(None, env={}) == custom
+    assert locations.resolve_data_dir(None, env={"ZOTERO_DATA_DIR": str(tmp_path / "env")}) == tmp_path / "env"
+    assert locations.resolve_data_dir(str(tmp_path / "flag"), env={}) == tmp_path / "flag"
+    # Zotero ignores dataDir unless useDataDir is set.
+    prefs.write_text(f'user_pref("extensions.zotero.dataDir", {json.dumps(str(custom))});\n')
+    assert locations.resolve_data_dir(None, env={}) == (home / "Zotero").resolve()
 
 
 def test_socket_path_is_per_data_dir_and_checked(short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -147,9 +148,15 @@ class DataDirChoice:
     profile: ZoteroProfile | None
 
 
-def find_data_dir(home: Path, flag: str | None, environ: dict[str, str] | None = None) -> DataDirChoice:
-    """The flag, else $ZOTERO_DATA_DIR, else the data dir Zotero's profile sets, else `~/Zotero`."""
-    env = dict(os.environ) if environ is None else environ
+ZOTERO_DEFAULT: Final = "Zotero's default"
+
+
+def find_data_dir(home: Path, flag: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> DataDirChoice:
+    """The flag, else $ZOTERO_DATA_DIR, else the data dir Zotero's profile sets, else `~/Zotero`.
+
+    The one rule for which data dir is served: the daemon, its clients, setup and doctor all use it,
+    so a library Zotero keeps outside `~/Zotero` is found without a flag everywhere."""
+    env = os.environ if environ is None else environ
     profile = default_profile(home)
     if flag:
         return DataDirChoice(Path(flag).expanduser().resolve(), "--zotero-data-dir", profile)
@@ -157,4 +164,4 @@ def find_data_dir(home: Path, flag: str | None, environ: dict[str, str] | None =
         return DataDirChoice(Path(env["ZOTERO_DATA_DIR"]).expanduser().resolve(), "$ZOTERO_DATA_DIR", profile)
     if profile is not None and (custom := data_dir_from_profile(profile)) is not None:
         return DataDirChoice(custom.resolve(), f"Zotero's settings ({profile.prefs_js})", profile)
-    return DataDirChoice((home / "Zotero").resolve(), "Zotero's default", profile)
+    return DataDirChoice((home / "Zotero").resolve(), ZOTERO_DEFAULT, profile)
