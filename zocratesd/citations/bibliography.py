@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from zocratesd import deferred
 from zocratesd.errors import InvalidInput
+from zocratesd.zotero_schema import TYPE_CREATOR_TYPES
 
 # A CSL-JSON item (https://github.com/citation-style-language/schema, csl-data.json): variables by
 # their CSL names, dates as {"date-parts": ...}, names as lists of {family, given} or {literal}.
@@ -142,7 +144,6 @@ def csl_date(value: str) -> CslItem | None:
 
 def primary_role(item_type: str) -> str | None:
     """The item type's primary creator type (schema.json lists it first)."""
-    from zocratesd.demo.zotero_dir import TYPE_CREATOR_TYPES  # noqa: PLC0415 (schema facts, loaded with an export only)
 
     roles = TYPE_CREATOR_TYPES.get(item_type) or ()
     return roles[0] if roles else None
@@ -332,22 +333,23 @@ def find_style(data_dir: Path | None, name: str | None) -> Style:
 
 def format_text(items_csl: Sequence[Mapping[str, Any]], style: Style) -> str:
     """The bibliography as plain text in `style`, one entry a paragraph, in the style's order."""
-    from citeproc import Citation, CitationItem, CitationStylesBibliography, CitationStylesStyle, formatter  # noqa: PLC0415
-    from citeproc.source.json import CiteProcJSON  # noqa: PLC0415
-
+    # citeproc-py (and lxml under it) is loaded by the first formatted bibliography, not by BibTeX
+    # or CSL-JSON exports.
+    citeproc = deferred.load("citeproc")
+    source_json = deferred.load("citeproc.source.json")
     if style.path.stat().st_size > MAX_STYLE_BYTES:
         raise InvalidInput(f"the style file {style.path.name} is larger than {MAX_STYLE_BYTES // 1024} KiB", style=style.name)
     try:
-        csl_style = CitationStylesStyle(str(style.path), validate=False)
+        csl_style = citeproc.CitationStylesStyle(str(style.path), validate=False)
     except Exception as exc:  # noqa: BLE001 - a damaged or unsupported style file, whatever lxml or citeproc say
         raise InvalidInput(f"the style {style.name} cannot be read: {str(exc)[:200]}", style=style.name) from None
     # citeproc-py lowercases ids; ours are keys whose case matters elsewhere, so it gets its own.
     data = [{**{k: v for k, v in c.items() if k != "citation-key"}, "id": f"item{i}"} for i, c in enumerate(items_csl)]
     with warnings.catch_warnings():  # citeproc-py warns of CSL variables it does not use: not the user's concern
         warnings.simplefilter("ignore")
-        bib = CitationStylesBibliography(csl_style, CiteProcJSON(data), formatter.plain)
+        bib = citeproc.CitationStylesBibliography(csl_style, source_json.CiteProcJSON(data), citeproc.formatter.plain)
         for i in range(len(items_csl)):
-            bib.register(Citation([CitationItem(f"item{i}")]))
+            bib.register(citeproc.Citation([citeproc.CitationItem(f"item{i}")]))
         entries = bib.bibliography()
     return "\n\n".join(" ".join(str(entry).split()) for entry in entries) + ("\n" if items_csl else "")
 

@@ -314,8 +314,9 @@ class Daemon:
         return await self.catalogue.items(library, limit=limit, offset=offset, order=order)
 
     async def export_citations(self, **request: Any) -> dict[str, object]:
-        from zocratesd.citations.export import export_cited  # noqa: PLC0415 - the bibliography; loaded by its first use
-        return (await export_cited(self.get_session, self.library, self.data_dir, **request)).as_json()
+        export = deferred.load("zocratesd.citations.export")  # loaded by the first export, not with the daemon
+        result: dict[str, object] = (await export.export_cited(self.get_session, self.library, self.data_dir, **request)).as_json()
+        return result
 
     # --- storage ----------------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ from zocratesd.library._records import (
 from zocratesd.library.fulltext import MAX_CACHE_BYTES, cache_stamp, clean_text, read_cache
 from zocratesd.library.zotero_db import clean_line
 from zocratesd.logtext import escape_for_log
+from zocratesd.zotero_schema import BASE_OF
 
 log = logging.getLogger(__name__)
 
@@ -245,10 +246,6 @@ class LocalApi:
     def read(self, known: dict[str, str] | None = None) -> LibrarySnapshot:
         """Everything (the local API has no cheaper listing); full records only for items whose
         stamp differs from `known`."""
-        # schema.json's base-field mappings (the API names a case's title `caseName`); loaded here,
-        # by the indexer's thread, not with the daemon.
-        from zocratesd.demo.zotero_dir import BASE_OF  # noqa: PLC0415
-
         colls: dict[str, CollectionRecord] = {}
         for c in self._objects("/api/users/0/collections"):
             raw = c.get("data")

@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 from zoterofixture import Creator, Group, Item, Library, touch_items
 
+from zocratesd import zotero_schema as schema
 from zocratesd.citations import bibliography as bib
 from zocratesd.citations.bibliography import find_style, load, render
 from zocratesd.demo import zotero_dir as w
@@ -28,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 # Zotero's schema.json of three releases, kept outside the repository (as tests/unit/demo reads them).
 SCHEMA_DIR = Path(__file__).resolve().parents[4] / "shared" / "data" / "zotero-schema"
 RELEASES = ("7.0.32", "9.0.6", "10.0.0")
-NON_REGULAR = ("annotation", "attachment", "note")
+NON_REGULAR = schema.NON_REGULAR_TYPES
 # Better BibTeX 7's table, as its schema creates it in better-bibtex.sqlite (attached as `betterbibtex`).
 BBT_SCHEMA = """
 CREATE TABLE citationkey (
@@ -154,17 +155,17 @@ def every_type_library() -> tuple[Library, dict[str, str]]:
     each of its creator types; item key -> type."""
     items = []
     types = {}
-    for n, (item_type, fields) in enumerate(t for t in w.TYPE_FIELDS.items() if t[0] not in NON_REGULAR):
+    for n, (item_type, fields) in enumerate(t for t in schema.TYPE_FIELDS.items() if t[0] not in NON_REGULAR):
         key = f"TYPE{n:04d}"
         types[key] = item_type
         values: dict[str, str] = {}
         for f in fields:
-            base = w.BASE_OF.get((item_type, f), f)
+            base = schema.BASE_OF.get((item_type, f), f)
             if base in ("title", "date") or f == "citationKey":
                 continue
             values[f] = "2024-05-01 10:00:00" if f == "accessDate" else "2001-02-03" if base in ("filingDate", "originalDate") \
                 else f"{f} Ünïcode & 50% {{x}}"
-        creators = [Creator(f"Müller-{ct}", "Jörg", ct) for ct in w.TYPE_CREATOR_TYPES[item_type]]
+        creators = [Creator(f"Müller-{ct}", "Jörg", ct) for ct in schema.TYPE_CREATOR_TYPES[item_type]]
         items.append(Item(key, f"{item_type}: {TRICKY_TITLE}", item_type=item_type, creators=creators,
                           date="March 2019", fields=values))
     return Library(items=items), types

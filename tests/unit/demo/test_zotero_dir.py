@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from zocratesd import zotero_schema as schema
 from zocratesd.demo import zotero_dir as w
 
 # Zotero's schema.json of three releases, kept outside the repository (read in place, never copied).
@@ -48,14 +49,14 @@ def test_embedded_facts_match_zoteros_schema_json(release: str) -> None:
     path = SCHEMA_DIR / release / "schema.json"
     assert path.is_file(), f"Zotero's schema file is missing: {path}"
     types, fields, creator_types, per_type_fields, per_type_creators, mappings = _facts_from(json.loads(path.read_text()))
-    assert list(w.ITEM_TYPES) == types and len(types) == 40
-    assert list(w.FIELDS) == fields
-    assert list(w.CREATOR_TYPES) == creator_types
-    assert {k: list(v) for k, v in w.TYPE_FIELDS.items()} == per_type_fields
-    assert {k: list(v) for k, v in w.TYPE_CREATOR_TYPES.items()} == per_type_creators
-    assert {(t, b, f) for b, pairs in w.BASE_FIELDS.items() for t, f in pairs} == mappings
+    assert list(schema.ITEM_TYPES) == types and len(types) == 40
+    assert list(schema.FIELDS) == fields
+    assert list(schema.CREATOR_TYPES) == creator_types
+    assert {k: list(v) for k, v in schema.TYPE_FIELDS.items()} == per_type_fields
+    assert {k: list(v) for k, v in schema.TYPE_CREATOR_TYPES.items()} == per_type_creators
+    assert {(t, b, f) for b, pairs in schema.BASE_FIELDS.items() for t, f in pairs} == mappings
     # The ids a new database gives: what a reader must look up by name rather than assume.
-    assert w.CREATOR_TYPE_IDS["author"] == 10 and w.FIELD_IDS["title"] == 1 and w.ITEM_TYPE_IDS["journalArticle"] == 22
+    assert schema.CREATOR_TYPE_IDS["author"] == 10 and schema.FIELD_IDS["title"] == 1 and schema.ITEM_TYPE_IDS["journalArticle"] == 22
 
 
 def _small() -> w.Library:
