@@ -51,9 +51,10 @@ rank: one vector read per candidate, no scan of the library. BEIR SciFact test n
 (bench/bench_retrieval.py; weights tuned on train): 0.685 -> 0.716 in each layout (abstract field,
 PDF full text, passages file; train 0.704 -> 0.724), Recall@100 0.924 -> 0.943, for a little more
 CPU per search (bench/PROFILE.md). Pools of 100 or 50 rank the top 10 as well (train), if that
-time is ever needed. On an index of MIN_CHUNKS_FOR_SHARES chunks or more, a question's common
-words (`term_stats`) leave the BM25 ranking and only chunks with one of its rare words are ranked
-(RANKING_SHARE): the cost of a search there is FTS5 scoring every chunk any word is in.
+time is ever needed. On an index of MIN_CHUNKS_FOR_SHARES chunks or more, only the chunks that
+hold one of a question's rarest words are scored (CANDIDATE_CHUNKS), and its most common words
+leave the ranking (RANKING_SHARE): the cost of a search is FTS5 scoring every chunk a word of
+its expression is in.
 
 Scope (spec 2.3 `active_mode`, and optionally one library) is a SQL condition on `chunks.uid`:
 the selected keys, or the members of a collection *and of all its subcollections* (a recursive
@@ -66,6 +67,7 @@ rebuilt; callers see `IndexCorrupt` and start over, never a crash.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import json
 import logging
 import os
@@ -139,20 +141,23 @@ RRF_K = 60
 # the stage costs one vector read per candidate, never a scan of the library. Tuned on SciFact's
 # train queries (bench/bench_retrieval.py); see the module docstring for what it gains.
 DENSE_POOL = 200
-# Ranking cost is per matching chunk: a question's common words ("cell", "patients", "study") are
-# each in a fifth to a half of a large library's chunks, and BM25 scored every chunk any word is
-# in to rank a few. So (bench/bench_heavy_library.py measures the time, bench/bench_retrieval.py
-# the ranking, SciFact):
+# A search costs FTS5 scoring every chunk a word of its expression is in, and counting the chunks
+# each word is in (for its IDF): a question's common words ("cell", "patients", "study") are each
+# in a fifth to a half of a large library's chunks. So, on a large index (bench/bench_heavy_library.py
+# measures the time, bench/bench_retrieval.py the ranking, SciFact):
 # - a word in more than RANKING_SHARE of the chunks is left out of the ranking (its IDF is small:
 #   log(1/share) at most, BM25's own is ~0 past half the chunks), while MIN_RANKING_TERMS remain;
-# - only chunks with at least one word in at most CANDIDATE_SHARE of the chunks are ranked, when
-#   the question has such a word: a chunk with none of them is rarely among the best, and they
-#   are a small set that FTS5 finds from its doclists alone.
+# - the candidates are the chunks holding one of the question's rarest words, taken rarest first
+#   while together they are in at most CANDIDATE_CHUNKS chunks (the rarest that is in any chunk
+#   always): a chunk with none of them is rarely among the best;
+# - the candidates are scored by BM25 over those words and the MAX_COMMON_WORDS rarest of the
+#   others: a long question's commonest words add little to the ranking and much to its cost.
 # Only on an index this large: below it, ranking every matching chunk takes a few milliseconds,
 # and a small library's shares say little (a topic in 3 of 10 papers is not a common word).
 RANKING_SHARE = 0.2
-CANDIDATE_SHARE = 0.02
 MIN_RANKING_TERMS = 2
+CANDIDATE_CHUNKS = 1000
+MAX_COMMON_WORDS = 8
 MIN_CHUNKS_FOR_SHARES = 50_000
 # term_stats keeps words in at least this share of the chunks (the others are rare by any measure),
 # and is recomputed when the number of chunks has moved by TERM_STATS_DRIFT since it was.
@@ -701,49 +706,72 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, top_k: int) -> li
     # ranked by the first could be gone by the second.
     conn.execute("BEGIN")
     try:
-        candidates = None
-        if expr is not None:
-            expr, candidates = _ranking_expression(conn, expr)
-        return _search(conn, query, expr, cjk, scope, top_k, candidates)
+        words = _word_ranking(conn, expr) if expr is not None else None
+        return _search(conn, query, expr, cjk, scope, top_k, words)
     finally:
         conn.execute("ROLLBACK")
 
 
 def _query_stemmer(conn: sqlite3.Connection) -> None:
     """This connection's tokenizer for queries: a temporary FTS5 table with chunks_fts's own
-    tokenizer, whose vocabulary gives a query word's stem exactly as the index stored it."""
+    tokenizer, whose vocabulary gives a query word's stem exactly as the index stored it; and
+    chunks_fts's vocabulary by word, for the chunk counts term_stats leaves out."""
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_words USING fts5 (word, tokenize = 'porter unicode61 remove_diacritics 2')")
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_stems USING fts5vocab(temp, 'query_words', 'instance')")
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunk_words USING fts5vocab(main, 'chunks_fts', 'row')")
 
 
-def _ranking_expression(conn: sqlite3.Connection, expr: str) -> tuple[str, str | None]:
-    """What ranks and what makes a chunk a candidate (see RANKING_SHARE): `expr` (match_expression's)
-    without its common words, and its rare words alone (None: every chunk that matches is ranked).
-    `expr` as it is while the index has no word counts yet (a first build)."""
+@dataclass(frozen=True)
+class WordRanking:
+    """A question's words on a large index (see CANDIDATE_CHUNKS): the chunks holding one of
+    `rare` are scored, by BM25 over `rare` and `common`; `all_ranking` is every word that ranks,
+    for a scope where the candidates are too few. Each is an FTS5 expression."""
+
+    rare: str
+    common: str | None
+    all_ranking: str
+
+
+def _word_ranking(conn: sqlite3.Connection, expr: str) -> WordRanking | None:
+    """How `expr` (match_expression's) ranks on this index; None: as it is (a small index, a
+    short question, or no word counts yet: a first build)."""
     words = [w[1:-1] for w in expr.split(" OR ")]
     if len(words) <= MIN_RANKING_TERMS:
-        return expr, None
+        return None
     # Set by the writer that filled term_stats (an index without the table has no such row).
     counted = conn.execute("SELECT value FROM meta WHERE key = 'term_stats_chunks'").fetchone()
     if counted is None or int(counted[0]) < MIN_CHUNKS_FOR_SHARES:
-        return expr, None
-    # Written inside the search's read transaction, which is rolled back: nothing stays.
+        return None
+    total = int(counted[0])
+    # Written inside the search's read transaction, which is rolled back: nothing stays. A word
+    # term_stats leaves out is counted from the vocabulary (a rare word's doclist is short); a
+    # quoted word of several tokens is in at most as many chunks as its rarest token.
     conn.executemany("INSERT INTO temp.query_words (rowid, word) VALUES (?, ?)", list(enumerate(words)))
-    share = dict.fromkeys(range(len(words)), 0.0)
-    for n, chunks in conn.execute(
-        "SELECT q.doc, t.chunks FROM temp.query_stems q JOIN term_stats t ON t.term = q.term"
+    chunks = dict.fromkeys(range(len(words)), 0)
+    seen: set[int] = set()
+    for n, count in conn.execute(
+        "SELECT q.doc, coalesce(t.chunks, (SELECT v.doc FROM temp.chunk_words v WHERE v.term = q.term), 0) "
+        "FROM temp.query_stems q LEFT JOIN term_stats t ON t.term = q.term"
     ):
-        share[n] = max(share[n], chunks / int(counted[0]))
-    order = sorted(range(len(words)), key=lambda n: share[n])
-    ranking = [n for n in order if share[n] <= RANKING_SHARE]
+        chunks[n] = count if n not in seen else min(chunks[n], count)
+        seen.add(n)
+    order = sorted(range(len(words)), key=lambda n: chunks[n])
+    ranking = [n for n in order if chunks[n] <= RANKING_SHARE * total]
     if len(ranking) < MIN_RANKING_TERMS:
         ranking = order[:MIN_RANKING_TERMS]
-    rare = [n for n in ranking if share[n] <= CANDIDATE_SHARE]
+    rare: list[int] = []
+    held = 0
+    for n in ranking:  # words in no chunk cost nothing; the rarest word in some chunk is always taken
+        if held and held + chunks[n] > CANDIDATE_CHUNKS:
+            break
+        rare.append(n)
+        held += chunks[n]
+    common = [n for n in ranking if n not in rare][:MAX_COMMON_WORDS]
 
     def joined(ns: list[int]) -> str:
         return " OR ".join(f'"{words[n]}"' for n in sorted(ns))
 
-    return joined(ranking), joined(rare) if rare and len(rare) < len(ranking) else None
+    return WordRanking(joined(rare), joined(common) if common else None, joined(ranking))
 
 
 def _rank(conn: sqlite3.Connection, table: str, expr: str, where: str, args: list[object], limit: int) -> list[tuple[int, float]]:
@@ -752,6 +780,19 @@ def _rank(conn: sqlite3.Connection, table: str, expr: str, where: str, args: lis
         f"WHERE {table} MATCH ? {where} ORDER BY s LIMIT ?",
         [expr, *args, limit],
     )]
+
+
+def _rank_candidates(conn: sqlite3.Connection, words: WordRanking, where: str, args: list[object], limit: int) -> list[tuple[int, float]]:
+    """The chunks holding a rare word, by BM25 over the rare and the common words. FTS5 scores
+    the phrases of its expression, so the common words cannot simply join the candidates' OR
+    (they would make every chunk they are in a candidate): every candidate is scored over the
+    rare words, and those that also hold a common word over `(rare) AND (common)`, which FTS5
+    finds by seeking the rare words' doclists."""
+    sql = f"SELECT f.rowid, bm25(chunks_fts, {TITLE_WEIGHT}, {BODY_WEIGHT}) FROM chunks_fts f WHERE chunks_fts MATCH ? {where}"
+    scores = dict(conn.execute(sql, [words.rare, *args]).fetchall())
+    if words.common is not None:
+        scores.update(conn.execute(sql, [f"({words.rare}) AND ({words.common})", *args]).fetchall())
+    return heapq.nsmallest(limit, ((int(r), float(sc)) for r, sc in scores.items()), key=lambda r: r[1])
 
 
 def _dense_embedder(conn: sqlite3.Connection) -> dense.Embedder | None:
@@ -778,7 +819,7 @@ def _rerank(conn: sqlite3.Connection, emb: dense.Embedder, query: str, ranked: l
 
 
 def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | None, scope: Scope, top_k: int,
-            candidates: str | None = None) -> list[Hit]:
+            words: WordRanking | None = None) -> list[Hit]:
     keys = scope_item_keys(conn, scope)
     if keys is not None and not keys:
         return []
@@ -796,12 +837,12 @@ def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | N
     lists = []
     if expr is not None:
         wanted = max(limit, DENSE_POOL) if emb is not None else limit
-        ranked_words: list[tuple[int, float]] = []
-        if candidates is not None:
-            rare_only = " AND +f.rowid IN (SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?)"
-            ranked_words = _rank(conn, "chunks_fts", expr, where + rare_only, [*args, candidates], wanted)
-        if len(ranked_words) < wanted:  # too few chunks have a rare word (a small library): rank them all
+        if words is None:
             ranked_words = _rank(conn, "chunks_fts", expr, where, args, wanted)
+        else:
+            ranked_words = _rank_candidates(conn, words, where, args, wanted)
+            if len(ranked_words) < limit and words.common is not None:  # a scope holding few rare words: rank every word there
+                ranked_words = _rank(conn, "chunks_fts", words.all_ranking, where, args, wanted)
         lists.append(ranked_words)
     if cjk is not None:
         lists.append(_rank(conn, "chunks_cjk", cjk, where, args, limit))
