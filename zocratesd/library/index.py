@@ -151,12 +151,15 @@ DENSE_POOL = 200
 #   while together they are in at most CANDIDATE_CHUNKS chunks (the rarest that is in any chunk
 #   always): a chunk with none of them is rarely among the best;
 # - the candidates are scored by BM25 over those words and the MAX_COMMON_WORDS rarest of the
-#   others: a long question's commonest words add little to the ranking and much to its cost.
+#   others: a long question's commonest words add little to the ranking and much to its cost;
+# - when fewer candidates than the hits wanted are found (in a collection, or after one very rare
+#   word), CANDIDATE_WIDENING times as many are taken, then every chunk a ranking word is in.
 # Only on an index this large: below it, ranking every matching chunk takes a few milliseconds,
 # and a small library's shares say little (a topic in 3 of 10 papers is not a common word).
 RANKING_SHARE = 0.2
 MIN_RANKING_TERMS = 2
 CANDIDATE_CHUNKS = 1000
+CANDIDATE_WIDENING = 10
 MAX_COMMON_WORDS = 8
 MIN_CHUNKS_FOR_SHARES = 50_000
 # term_stats keeps words in at least this share of the chunks (the others are rare by any measure),
@@ -723,13 +726,26 @@ def _query_stemmer(conn: sqlite3.Connection) -> None:
 
 @dataclass(frozen=True)
 class WordRanking:
-    """A question's words on a large index (see CANDIDATE_CHUNKS): the chunks holding one of
-    `rare` are scored, by BM25 over `rare` and `common`; `all_ranking` is every word that ranks,
-    for a scope where the candidates are too few. Each is an FTS5 expression."""
+    """A question's words that rank on a large index (see CANDIDATE_CHUNKS), rarest first, with
+    the number of chunks each is in."""
 
-    rare: str
-    common: str | None
-    all_ranking: str
+    words: tuple[str, ...]
+    chunks: tuple[int, ...]
+
+    def split(self, budget: int) -> tuple[str, str | None]:
+        """FTS5 expressions of the rare words, taken rarest first while together they are in at
+        most `budget` chunks (words in no chunk cost nothing; the rarest in some chunk is always
+        taken), and of up to MAX_COMMON_WORDS of the others (None: no other)."""
+        n = held = 0
+        while n < len(self.words) and (not held or held + self.chunks[n] <= budget):
+            held += self.chunks[n]
+            n += 1
+        common = self.words[n:n + MAX_COMMON_WORDS]
+        return _any_of(self.words[:n]), _any_of(common) if common else None
+
+
+def _any_of(words: Sequence[str]) -> str:
+    return " OR ".join(f'"{w}"' for w in words)
 
 
 def _word_ranking(conn: sqlite3.Connection, expr: str) -> WordRanking | None:
@@ -759,19 +775,7 @@ def _word_ranking(conn: sqlite3.Connection, expr: str) -> WordRanking | None:
     ranking = [n for n in order if chunks[n] <= RANKING_SHARE * total]
     if len(ranking) < MIN_RANKING_TERMS:
         ranking = order[:MIN_RANKING_TERMS]
-    rare: list[int] = []
-    held = 0
-    for n in ranking:  # words in no chunk cost nothing; the rarest word in some chunk is always taken
-        if held and held + chunks[n] > CANDIDATE_CHUNKS:
-            break
-        rare.append(n)
-        held += chunks[n]
-    common = [n for n in ranking if n not in rare][:MAX_COMMON_WORDS]
-
-    def joined(ns: list[int]) -> str:
-        return " OR ".join(f'"{words[n]}"' for n in sorted(ns))
-
-    return WordRanking(joined(rare), joined(common) if common else None, joined(ranking))
+    return WordRanking(tuple(words[n] for n in ranking), tuple(chunks[n] for n in ranking))
 
 
 def _rank(conn: sqlite3.Connection, table: str, expr: str, where: str, args: list[object], limit: int) -> list[tuple[int, float]]:
@@ -782,17 +786,43 @@ def _rank(conn: sqlite3.Connection, table: str, expr: str, where: str, args: lis
     )]
 
 
-def _rank_candidates(conn: sqlite3.Connection, words: WordRanking, where: str, args: list[object], limit: int) -> list[tuple[int, float]]:
+def _rank_words(conn: sqlite3.Connection, words: WordRanking, in_scope: str, args: list[object], wanted: int,
+                enough: int) -> list[tuple[int, float]]:
+    """The `wanted` best chunks for `words`: the candidates of CANDIDATE_CHUNKS, then, when fewer
+    than `enough` of them are in the scope, of CANDIDATE_WIDENING times as many, then every
+    chunk any word is in (the scope filtering FTS5's rows: a small collection)."""
+    tried: set[tuple[str, str | None]] = set()
+    for budget in (CANDIDATE_CHUNKS, CANDIDATE_CHUNKS * CANDIDATE_WIDENING):
+        rare, common = words.split(budget)
+        if (rare, common) in tried:
+            continue
+        tried.add((rare, common))
+        ranked = _rank_candidates(conn, rare, common, in_scope, args, wanted)
+        if len(ranked) >= enough or common is None:
+            return ranked
+    where = f"AND +f.rowid IN (SELECT id FROM chunks WHERE {in_scope})" if in_scope else ""
+    return _rank(conn, "chunks_fts", _any_of(words.words), where, args, wanted)
+
+
+def _rank_candidates(conn: sqlite3.Connection, rare: str, common: str | None, in_scope: str, args: list[object],
+                     limit: int) -> list[tuple[int, float]]:
     """The chunks holding a rare word, by BM25 over the rare and the common words. FTS5 scores
     the phrases of its expression, so the common words cannot simply join the candidates' OR
     (they would make every chunk they are in a candidate): every candidate is scored over the
     rare words, and those that also hold a common word over `(rare) AND (common)`, which FTS5
-    finds by seeking the rare words' doclists."""
-    sql = f"SELECT f.rowid, bm25(chunks_fts, {TITLE_WEIGHT}, {BODY_WEIGHT}) FROM chunks_fts f WHERE chunks_fts MATCH ? {where}"
-    scores = dict(conn.execute(sql, [words.rare, *args]).fetchall())
-    if words.common is not None:
-        scores.update(conn.execute(sql, [f"({words.rare}) AND ({words.common})", *args]).fetchall())
-    return heapq.nsmallest(limit, ((int(r), float(sc)) for r, sc in scores.items()), key=lambda r: r[1])
+    finds by seeking the rare words' doclists. The scope (`in_scope`, a condition on `chunks`)
+    filters the candidates afterwards: inside the MATCH, SQLite would gather a large
+    collection's tens of thousands of chunk ids once per statement."""
+    sql = f"SELECT rowid, bm25(chunks_fts, {TITLE_WEIGHT}, {BODY_WEIGHT}) FROM chunks_fts WHERE chunks_fts MATCH ?"
+    scores: dict[int, float] = dict(conn.execute(sql, [rare]).fetchall())
+    if common is not None:
+        scores.update(conn.execute(sql, [f"({rare}) AND ({common})"]).fetchall())
+    if in_scope and scores:
+        inside = {r for (r,) in conn.execute(
+            f"SELECT id FROM chunks WHERE id IN (SELECT value FROM json_each(?)) AND {in_scope}", [json.dumps(list(scores)), *args]
+        )}
+        scores = {r: sc for r, sc in scores.items() if r in inside}
+    return heapq.nsmallest(limit, scores.items(), key=lambda r: r[1])
 
 
 def _dense_embedder(conn: sqlite3.Connection) -> dense.Embedder | None:
@@ -823,14 +853,14 @@ def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | N
     keys = scope_item_keys(conn, scope)
     if keys is not None and not keys:
         return []
-    where, args = "", list[object]()
+    # The scope as a condition on `chunks` rows, and as a filter on FTS5's rowids.
+    in_scope, args = "", list[object]()
     lib = _library(scope)
     if keys is not None:
-        where = "AND +f.rowid IN (SELECT id FROM chunks WHERE uid IN (SELECT value FROM json_each(?)))"
-        args = [json.dumps(keys)]
+        in_scope, args = "uid IN (SELECT value FROM json_each(?))", [json.dumps(keys)]
     elif lib is not None:
-        where = "AND +f.rowid IN (SELECT id FROM chunks WHERE library = ?)"
-        args = [lib]
+        in_scope, args = "library = ?", [lib]
+    where = f"AND +f.rowid IN (SELECT id FROM chunks WHERE {in_scope})" if in_scope else ""
     limit = top_k * OVERFETCH
     # A query with CJK text keeps the rank fusion of its two indexes (no vectors for bigrams).
     emb = _dense_embedder(conn) if cjk is None else None
@@ -840,9 +870,7 @@ def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | N
         if words is None:
             ranked_words = _rank(conn, "chunks_fts", expr, where, args, wanted)
         else:
-            ranked_words = _rank_candidates(conn, words, where, args, wanted)
-            if len(ranked_words) < limit and words.common is not None:  # a scope holding few rare words: rank every word there
-                ranked_words = _rank(conn, "chunks_fts", words.all_ranking, where, args, wanted)
+            ranked_words = _rank_words(conn, words, in_scope, args, wanted, limit)
         lists.append(ranked_words)
     if cjk is not None:
         lists.append(_rank(conn, "chunks_cjk", cjk, where, args, limit))

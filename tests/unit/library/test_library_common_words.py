@@ -78,13 +78,13 @@ def test_common_words_leave_the_ranking_and_rare_ones_choose_the_candidates(tmp_
     assert in_topic <= index.CANDIDATE_CHUNKS < 2 * in_topic, in_topic
     # The common words are gone from the ranking; words in no chunk cost nothing and the rarest
     # word that is in some chunk always chooses the candidates.
-    assert ranking(db, "Is it true that cuproptosis kills cells in patients with this study design?") == WordRanking(
-        '"true" OR "cuproptosis" OR "kills" OR "design"', None, '"true" OR "cuproptosis" OR "kills" OR "design"')
+    words = ranking(db, "Is it true that cuproptosis kills cells in patients with this study design?")
+    assert words == WordRanking(("true", "kills", "design", "cuproptosis"), (0, 0, 0, in_topic)), words
+    assert words.split(index.CANDIDATE_CHUNKS) == ('"true" OR "kills" OR "design" OR "cuproptosis"', None)
     # Two topics: one chooses the candidates (both together are in more than CANDIDATE_CHUNKS),
     # the other ranks them.
     words = ranking(db, "ferroptosis and cuproptosis of cells in patients")
-    assert words is not None and words.all_ranking == '"ferroptosis" OR "cuproptosis"', words
-    assert {words.rare, words.common} == {'"ferroptosis"', '"cuproptosis"'}, words
+    assert words is not None and words.split(index.CANDIDATE_CHUNKS) == ('"ferroptosis"', '"cuproptosis"'), words
     # The paper on both ranks first: the candidates are scored over the other topic too. (One
     # hit asked for: the five candidates are enough, so the search ranks those alone.)
     hits = asyncio.run(lib.search("ferroptosis and cuproptosis of cells in patients", Scope(), top_k=1))
@@ -93,9 +93,12 @@ def test_common_words_leave_the_ranking_and_rare_ones_choose_the_candidates(tmp_
     assert {h.passage.item_key for h in hits[:5]} == {f"PAPER{n:03d}" for n in (11, 23, 35, 47, 900)}, [h.passage.item_key for h in hits]
 
 
-def test_a_scope_without_the_rare_words_ranks_every_word_there(tmp_path: Path) -> None:
+@pytest.mark.parametrize("widening", [10, 1])
+def test_a_scope_without_the_rare_words_ranks_every_word_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, widening: int) -> None:
     """In a collection that holds none of the candidates, the question's other words still find
-    its papers: the search ranks every word there."""
+    its papers: the search takes more candidates (CANDIDATE_WIDENING), and when those are still
+    too few, ranks every word there."""
+    monkeypatch.setattr(index, "CANDIDATE_WIDENING", widening)
     items = [paper(n, t) for n, t in enumerate(TOPICS * 4)]
     for item in items:
         if "Ferroptosis" in item.title:
@@ -104,7 +107,7 @@ def test_a_scope_without_the_rare_words_ranks_every_word_there(tmp_path: Path) -
     lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None)
     lib.indexer.refresh(None)
     words = ranking(tmp_path / "zocrates-data" / INDEX_NAME, "cuproptosis or ferroptosis of cells in patients")
-    assert words is not None and words.common is not None, words
+    assert words is not None and words.split(index.CANDIDATE_CHUNKS)[1] is not None, words
     in_collection = Scope(mode="collection", collection="FERROCOL")
     hits = asyncio.run(lib.search("cuproptosis or ferroptosis of cells in patients", in_collection))
     assert {h.passage.item_key for h in hits} == {f"PAPER{n:03d}" for n in (0, 12, 24, 36)}, [h.passage.item_key for h in hits]
@@ -113,7 +116,7 @@ def test_a_scope_without_the_rare_words_ranks_every_word_there(tmp_path: Path) -
 def test_a_question_of_common_words_alone_keeps_its_two_rarest(tmp_path: Path) -> None:
     make(tmp_path, [paper(n, t) for n, t in enumerate(TOPICS * 2)])
     words = ranking(tmp_path / "zocrates-data" / INDEX_NAME, "cells from patients in the study")
-    assert words is not None and len(words.all_ranking.split(" OR ")) == index.MIN_RANKING_TERMS, words
+    assert words is not None and len(words.words) == index.MIN_RANKING_TERMS, words
 
 
 def test_a_small_library_ranks_every_word(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
