@@ -750,9 +750,9 @@ def _any_of(words: Sequence[str]) -> str:
 
 def _word_ranking(conn: sqlite3.Connection, expr: str) -> WordRanking | None:
     """How `expr` (match_expression's) ranks on this index; None: as it is (a small index, a
-    short question, or no word counts yet: a first build)."""
+    one-word question, or no word counts yet: a first build)."""
     words = [w[1:-1] for w in expr.split(" OR ")]
-    if len(words) <= MIN_RANKING_TERMS:
+    if len(words) == 1:
         return None
     # Set by the writer that filled term_stats (an index without the table has no such row).
     counted = conn.execute("SELECT value FROM meta WHERE key = 'term_stats_chunks'").fetchone()
