@@ -248,8 +248,16 @@ async def test_keep_alive_comments_cannot_hold_a_turn_past_max_turn_s(
         started = time.monotonic()
         err = await model_error(d, row.id, within_s=30)
         assert "model.max_turn_s" in err.message and time.monotonic() - started < 15
-        fake.behaviour = Behaviour()
-        assert (await d.prompt(row.id, "again")).stop_reason == "end_turn"  # not busy, not broken
+        # Not left busy: the next turn runs, and is stopped by the same limit (not refused).
+        err = await model_error(d, row.id, "again", within_s=30)
+        assert "model.max_turn_s" in err.message
+    finally:
+        await d.aclose()
+    # Not broken: a daemon whose limit a loaded machine cannot reach finishes a turn in that session.
+    fake.behaviour = Behaviour()
+    d = await make_limited(tmp_path, fake, monkeypatch)
+    try:
+        assert (await d.prompt(row.id, "and again")).stop_reason == "end_turn"
     finally:
         await d.aclose()
 
