@@ -732,16 +732,27 @@ class WordRanking:
     words: tuple[str, ...]
     chunks: tuple[int, ...]
 
-    def split(self, budget: int) -> tuple[str, str | None]:
-        """FTS5 expressions of the rare words, taken rarest first while together they are in at
-        most `budget` chunks (words in no chunk cost nothing; the rarest in some chunk is always
-        taken), and of up to MAX_COMMON_WORDS of the others (None: no other)."""
+    def split(self, budget: int) -> Candidates:
+        """The rare words, taken rarest first while together they are in at most `budget` chunks
+        (words in no chunk cost nothing; the rarest in some chunk is always taken), and up to
+        MAX_COMMON_WORDS of the others."""
         n = held = 0
         while n < len(self.words) and (not held or held + self.chunks[n] <= budget):
             held += self.chunks[n]
             n += 1
         common = self.words[n:n + MAX_COMMON_WORDS]
-        return _any_of(self.words[:n]), _any_of(common) if common else None
+        return Candidates(_any_of(self.words[:n]), _any_of(common) if common else None, held > budget)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """FTS5 expressions: the rare words, whose chunks are the candidates, and the common words
+    that rank them too (None: none). `over_budget`: the rarest word alone is in more chunks
+    than the budget."""
+
+    rare: str
+    common: str | None
+    over_budget: bool
 
 
 def _any_of(words: Sequence[str]) -> str:
@@ -791,38 +802,49 @@ def _rank_words(conn: sqlite3.Connection, words: WordRanking, in_scope: str, arg
     """The `wanted` best chunks for `words`: the candidates of CANDIDATE_CHUNKS, then, when fewer
     than `enough` of them are in the scope, of CANDIDATE_WIDENING times as many, then every
     chunk any word is in (the scope filtering FTS5's rows: a small collection)."""
-    tried: set[tuple[str, str | None]] = set()
+    tried: set[Candidates] = set()
     for budget in (CANDIDATE_CHUNKS, CANDIDATE_CHUNKS * CANDIDATE_WIDENING):
-        rare, common = words.split(budget)
-        if (rare, common) in tried:
+        candidates = words.split(budget)
+        if candidates in tried:
             continue
-        tried.add((rare, common))
-        ranked = _rank_candidates(conn, rare, common, in_scope, args, wanted)
-        if len(ranked) >= enough or common is None:
+        tried.add(candidates)
+        ranked = _rank_candidates(conn, candidates, in_scope, args, wanted, enough)
+        if len(ranked) >= enough or candidates.common is None:
             return ranked
     where = f"AND +f.rowid IN (SELECT id FROM chunks WHERE {in_scope})" if in_scope else ""
     return _rank(conn, "chunks_fts", _any_of(words.words), where, args, wanted)
 
 
-def _rank_candidates(conn: sqlite3.Connection, rare: str, common: str | None, in_scope: str, args: list[object],
-                     limit: int) -> list[tuple[int, float]]:
+def _rank_candidates(conn: sqlite3.Connection, candidates: Candidates, in_scope: str, args: list[object], limit: int,
+                     enough: int) -> list[tuple[int, float]]:
     """The chunks holding a rare word, by BM25 over the rare and the common words. FTS5 scores
     the phrases of its expression, so the common words cannot simply join the candidates' OR
-    (they would make every chunk they are in a candidate): every candidate is scored over the
-    rare words, and those that also hold a common word over `(rare) AND (common)`, which FTS5
-    finds by seeking the rare words' doclists. The scope (`in_scope`, a condition on `chunks`)
-    filters the candidates afterwards: inside the MATCH, SQLite would gather a large
-    collection's tens of thousands of chunk ids once per statement."""
+    (they would make every chunk they are in a candidate): the candidates that also hold a
+    common word are scored over `(rare) AND (common)`, which FTS5 finds by seeking the rare
+    words' doclists, and the others over the rare words alone. When the rarest word alone is
+    in more chunks than the budget, its chunks without a common word are scored only if the
+    others are not `enough`: they are rarely among the best, and scoring them is most of the
+    cost. The scope (`in_scope`, a condition on `chunks`) filters the candidates afterwards:
+    inside the MATCH, SQLite would gather a large collection's tens of thousands of chunk ids
+    once per statement."""
     sql = f"SELECT rowid, bm25(chunks_fts, {TITLE_WEIGHT}, {BODY_WEIGHT}) FROM chunks_fts WHERE chunks_fts MATCH ?"
-    scores: dict[int, float] = dict(conn.execute(sql, [rare]).fetchall())
+    rare, common = candidates.rare, candidates.common
+    scores: dict[int, float] = {}
     if common is not None:
-        scores.update(conn.execute(sql, [f"({rare}) AND ({common})"]).fetchall())
-    if in_scope and scores:
-        inside = {r for (r,) in conn.execute(
-            f"SELECT id FROM chunks WHERE id IN (SELECT value FROM json_each(?)) AND {in_scope}", [json.dumps(list(scores)), *args]
-        )}
-        scores = {r: sc for r, sc in scores.items() if r in inside}
+        scores = _in_scope(conn, dict(conn.execute(sql, [f"({rare}) AND ({common})"]).fetchall()), in_scope, args)
+    if common is None or not candidates.over_budget or len(scores) < enough:
+        alone = _in_scope(conn, dict(conn.execute(sql, [rare]).fetchall()), in_scope, args)
+        scores = alone | scores
     return heapq.nsmallest(limit, scores.items(), key=lambda r: r[1])
+
+
+def _in_scope(conn: sqlite3.Connection, scores: dict[int, float], in_scope: str, args: list[object]) -> dict[int, float]:
+    if not in_scope or not scores:
+        return scores
+    inside = {r for (r,) in conn.execute(
+        f"SELECT id FROM chunks WHERE id IN (SELECT value FROM json_each(?)) AND {in_scope}", [json.dumps(list(scores)), *args]
+    )}
+    return {r: sc for r, sc in scores.items() if r in inside}
 
 
 def _dense_embedder(conn: sqlite3.Connection) -> dense.Embedder | None:

@@ -15,7 +15,7 @@ import pytest
 
 from zocratesd.demo import zotero_dir as zw
 from zocratesd.library import index
-from zocratesd.library.index import INDEX_NAME, WordRanking, _query_stemmer, _word_ranking, match_expression
+from zocratesd.library.index import INDEX_NAME, Candidates, WordRanking, _query_stemmer, _rank_candidates, _word_ranking, match_expression
 from zocratesd.library.retrieval import Scope
 from zocratesd.library.service import Library
 
@@ -80,11 +80,11 @@ def test_common_words_leave_the_ranking_and_rare_ones_choose_the_candidates(tmp_
     # word that is in some chunk always chooses the candidates.
     words = ranking(db, "Is it true that cuproptosis kills cells in patients with this study design?")
     assert words == WordRanking(("true", "kills", "design", "cuproptosis"), (0, 0, 0, in_topic)), words
-    assert words.split(index.CANDIDATE_CHUNKS) == ('"true" OR "kills" OR "design" OR "cuproptosis"', None)
+    assert words.split(index.CANDIDATE_CHUNKS) == Candidates('"true" OR "kills" OR "design" OR "cuproptosis"', None, False)
     # Two topics: one chooses the candidates (both together are in more than CANDIDATE_CHUNKS),
     # the other ranks them.
     words = ranking(db, "ferroptosis and cuproptosis of cells in patients")
-    assert words is not None and words.split(index.CANDIDATE_CHUNKS) == ('"ferroptosis"', '"cuproptosis"'), words
+    assert words is not None and words.split(index.CANDIDATE_CHUNKS) == Candidates('"ferroptosis"', '"cuproptosis"', False), words
     # The paper on both ranks first: the candidates are scored over the other topic too. (One
     # hit asked for: the five candidates are enough, so the search ranks those alone.)
     hits = asyncio.run(lib.search("ferroptosis and cuproptosis of cells in patients", Scope(), top_k=1))
@@ -107,10 +107,29 @@ def test_a_scope_without_the_rare_words_ranks_every_word_there(tmp_path: Path, m
     lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None)
     lib.indexer.refresh(None)
     words = ranking(tmp_path / "zocrates-data" / INDEX_NAME, "cuproptosis or ferroptosis of cells in patients")
-    assert words is not None and words.split(index.CANDIDATE_CHUNKS)[1] is not None, words
+    assert words is not None and words.split(index.CANDIDATE_CHUNKS).common is not None, words
     in_collection = Scope(mode="collection", collection="FERROCOL")
     hits = asyncio.run(lib.search("cuproptosis or ferroptosis of cells in patients", in_collection))
     assert {h.passage.item_key for h in hits} == {f"PAPER{n:03d}" for n in (0, 12, 24, 36)}, [h.passage.item_key for h in hits]
+
+
+def test_a_rarest_word_past_the_budget_scores_its_chunks_with_a_common_word_first(tmp_path: Path) -> None:
+    """When the rarest word alone is in more chunks than CANDIDATE_CHUNKS, its chunks that also
+    hold a common word are scored; the others only when those are not enough."""
+    both = zw.Item("PAPER900", "Two ways cells die in patients", fields={"abstractNote": (
+        "Cells from patients underwent ferroptosis in one arm and cuproptosis in the other.")})
+    make(tmp_path, [paper(n, t) for n, t in enumerate(TOPICS * 4)] + [both])
+    conn = sqlite3.connect(f"file:{tmp_path / 'zocrates-data' / INDEX_NAME}?mode=ro", uri=True, isolation_level=None)
+    try:
+        uid_of = dict(conn.execute("SELECT id, item_key FROM chunks"))
+        over = Candidates('"ferroptosis"', '"cuproptosis"', True)
+        assert {uid_of[r] for r, _ in _rank_candidates(conn, over, "", [], 30, 1)} == {"PAPER900"}
+        # Fewer than enough: the rarest word's other chunks are scored too, below the paper on both.
+        ranked = _rank_candidates(conn, over, "", [], 30, 2)
+        assert uid_of[ranked[0][0]] == "PAPER900"
+        assert {uid_of[r] for r, _ in ranked} == {"PAPER900", "PAPER000", "PAPER012", "PAPER024", "PAPER036"}
+    finally:
+        conn.close()
 
 
 def test_a_question_of_common_words_alone_keeps_its_two_rarest(tmp_path: Path) -> None:
