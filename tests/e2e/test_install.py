@@ -1,12 +1,14 @@
 """A Zotero user's first ten minutes, from the built wheel: `zocratesd plugin`, `setup`, `doctor`.
 
-The wheel is built once per session (`pip wheel` from this checkout) and installed with `--no-deps`
-into a bare venv; that venv finds the dependencies through a path file naming the test venv's
-site-packages (their `.pth` files, the editable install's among them, are not processed there), so
-the `zocratesd` it runs is the wheel's, not this clone's (checked). Every command runs as a
-subprocess with a fresh HOME laid out as Zotero lays out its profile (profiles.ini, prefs.js with a
-custom data dir, compatibility.ini, extensions.json) and client config files holding the user's own
-entries; systemctl is a script that records its arguments.
+The wheel is built once per session as a user's tools build it, `python -m build` (an sdist, then the
+wheel from that sdist), from a copy of this checkout's tracked files, without network: no build
+isolation, the backend is the test venv's setuptools (the test extras install it and `build`). It is
+installed with `--no-deps` into a bare venv; that venv finds the dependencies through a path file
+naming the test venv's site-packages (their `.pth` files, the editable install's among them, are not
+processed there), so the `zocratesd` it runs is the wheel's, not this clone's (checked). Every
+command runs as a subprocess with a fresh HOME laid out as Zotero lays out its profile (profiles.ini,
+prefs.js with a custom data dir, compatibility.ini, extensions.json) and client config files holding
+the user's own entries; systemctl is a script that records its arguments.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sqlite3
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import threading
 import time
 import urllib.error
@@ -36,8 +39,15 @@ from zoterofixture import build_zotero_dir, sample_library
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN_SRC = REPO / "clients" / "zotero" / "plugin"
 PLUGIN_ID = "zocrates@zocratesd.org"
-# What pyproject.toml builds the package from (zocratesd/install/zotero_plugin links to the plugin's directory).
-BUILD_INPUTS = ("pyproject.toml", "README.md", "zocratesd", "zocrates_wire", "clients/python", "clients/zotero/plugin")
+# Where each package directory's tracked files land in the wheel (zocratesd/install/zotero_plugin is a
+# link to the plugin's directory, which the sdist holds as files).
+PACKAGE_DIRS = {
+    "zocratesd/": "zocratesd/",
+    "zocrates_wire/": "zocrates_wire/",
+    "clients/python/zocrates_client/": "zocrates_client/",
+    "clients/zotero/plugin/": "zocratesd/install/zotero_plugin/",
+}
+PLUGIN_LINK = "zocratesd/install/zotero_plugin"
 CLAUDE_OTHER = {"command": "/opt/other/server", "args": ["--fast"]}
 
 
@@ -55,24 +65,37 @@ class Installed:
         return self.venv / "bin" / "python"
 
 
+def tracked_files() -> list[str]:
+    """This checkout's git-tracked files that exist in its work tree (what a clone of it holds)."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
+    return [name for name in listed if name and os.path.lexists(REPO / name)]
+
+
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     root = tmp_path_factory.mktemp("wheel")
-    # setuptools builds in the source tree (build/, *.egg-info): a copy of what the package is made
-    # of, so that two test workers (or a developer's build) never share those directories.
+    # The sdist's build writes into its source tree (*.egg-info): a copy of the tracked files, links
+    # kept as links, so that two test workers (or a developer's build) never share that directory.
     src = root / "src"
-    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "node_modules")
-    for part in BUILD_INPUTS:
-        if (REPO / part).is_dir():
-            shutil.copytree(REPO / part, src / part, symlinks=True, ignore=skip)
+    for name in tracked_files():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        if (REPO / name).is_symlink():
+            (src / name).symlink_to(os.readlink(REPO / name))
         else:
-            (src / part).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / part, src / part)
+            shutil.copy2(REPO / name, src / name)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q", "-w", str(root / "dist"), str(src)],
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(root / "dist"), str(src)],
         capture_output=True, text=True, timeout=600,
     )
-    assert built.returncode == 0, built.stderr
+    assert built.returncode == 0, f"python -m build failed (the test extras install build, setuptools and wheel):\n{built.stdout}\n{built.stderr}"
+    (sdist,) = (root / "dist").glob("zocrates-*.tar.gz")
+    # build's default, as a user runs it: the wheel is made from the unpacked sdist, not from the tree.
+    assert "Building wheel from sdist" in built.stderr, built.stderr
+    with tarfile.open(sdist) as tf:
+        linked = [m.name for m in tf.getmembers() if m.issym() or m.islnk()]
+        plugin_in_sdist = [m.name for m in tf.getmembers() if m.isfile() and f"/{PLUGIN_LINK}/" in m.name]
+    assert linked == [], f"the sdist holds links, which an unpacked sdist may not resolve: {linked}"
+    assert any(name.endswith(f"/{PLUGIN_LINK}/manifest.json") for name in plugin_in_sdist), plugin_in_sdist
     (wheel,) = (root / "dist").glob("zocrates-*.whl")
     bare = root / "venv"
     venv.EnvBuilder(with_pip=False).create(bare)
@@ -103,9 +126,11 @@ def test_the_wheel_carries_the_plugin_and_writes_the_xpi_the_repository_builds(i
     # The package's files are there: the plugin's, the unit templates, the web app.
     with zipfile.ZipFile(installed.wheel) as zf:
         names = set(zf.namelist())
-    tracked = subprocess.run(["git", "ls-files", "clients/zotero/plugin"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
-    for path in tracked:
-        assert "zocratesd/install/zotero_plugin/" + path.removeprefix("clients/zotero/plugin/") in names, path
+    # Every tracked file of the package directories, the plugin's through the link.
+    expected = {wheel_dir + name.removeprefix(src_dir) for name in tracked_files() for src_dir, wheel_dir in PACKAGE_DIRS.items()
+                if name.startswith(src_dir) and name != PLUGIN_LINK}
+    assert len(expected) > 100 and "zocratesd/install/zotero_plugin/manifest.json" in expected
+    assert sorted(expected - names) == []
     assert {"zocratesd/service_manager/templates/zocratesd.socket", "zocratesd/webui/index.html"} <= names
 
     home = short_tmp / "home"
