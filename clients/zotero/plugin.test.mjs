@@ -363,6 +363,13 @@ function relay(req, res, target) {
   });
 }
 
+/** `zocratesd plugin --out <out>`: the XPI as the package writes it for a user (zocratesd/install/plugin.py). */
+function writeXpiAsUsersDo(out, env) {
+  const run = spawnSync(python(), ["-m", "zocratesd", "plugin", "--out", out], { cwd: REPO, encoding: "utf8", env });
+  assert.equal(run.status, 0, `zocratesd plugin failed: ${run.stdout}${run.stderr}`);
+  assert.ok(run.stdout.startsWith("wrote the Zocrates plugin ") && run.stdout.includes(` to ${out}\n`), run.stdout);
+}
+
 describe("the bridge host in Gecko, with the real web app", () => {
   // daemon: `zocratesd serve` on the fixture data dir (a fresh port and token at each start).
   let root, dataDir, emptyDir, daemon, server, hostOrigin, browser, page, chromeFirefox, marionette;
@@ -722,10 +729,11 @@ describe("the bridge host in Gecko, with the real web app", () => {
       { stdio: "ignore", env: { ...process.env, XDG_RUNTIME_DIR: join(root, "xdg") } });
     marionette = await Marionette.connect(profile);
     await marionette.command("Marionette:SetContext", { value: "chrome" });
-    // Installed where Zotero keeps plugins (<profile>/extensions/<id>.xpi), loaded from the jar as
-    // Zotero does (rootURI is a jar: URI); the content process reads the actor module from there.
+    // The file a user installs, the one `zocratesd plugin --out` writes (not build.mjs's), where
+    // Zotero keeps plugins (<profile>/extensions/<id>.xpi), loaded from the jar as Zotero does
+    // (rootURI is a jar: URI); the content process reads the actor module from there.
     const xpi = join(profile, "extensions", "zocrates@zocratesd.org.xpi");
-    await buildXpi({ out: xpi });
+    writeXpiAsUsersDo(xpi, daemonEnv(root));
     const rootURI = `jar:file://${xpi}!/`;
     const started = await marionette.script(CHROME_SETUP, [rootURI, dataDir, LEWIS.key, LEWIS.title]);
     assert.deepEqual(started, ["ready", "browser", true]);
