@@ -452,6 +452,91 @@ def test_doctor_checks_the_model_endpoint_and_never_prints_the_key(installed: In
     assert checks["model"]["status"] == "fail" and "cannot be reached" in checks["model"]["summary"]
 
 
+class GeminiModels:
+    """`GET /v1beta/models/<name>` as Gemini's API answers it (key in `x-goog-api-key`): the model with
+    the right key, 400 API_KEY_INVALID with a wrong one, 403 with none, 404 for a model it lacks."""
+
+    def __init__(self, key: str, model: str) -> None:
+        key_, model_ = key, model
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                self.server.paths.append(self.path)  # type: ignore[attr-defined]
+                given = self.headers.get("x-goog-api-key")
+                body: dict[str, Any]
+                if given is None:
+                    code, body = 403, {"error": {"code": 403, "status": "PERMISSION_DENIED",
+                                                 "message": "Method doesn't allow unregistered callers (callers without established identity)."}}
+                elif given != key_:
+                    code, body = 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "API key not valid. Please pass a valid API key.",
+                                                 "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
+                                                              "domain": "googleapis.com"}]}}
+                elif self.path != f"/v1beta/models/{model_}":
+                    name = self.path.removeprefix("/v1beta/")
+                    code, body = 404, {"error": {"code": 404, "status": "NOT_FOUND",
+                                                 "message": f"{name} is not found for API version v1beta, or is not supported for generateContent."}}
+                else:
+                    code, body = 200, {"name": f"models/{model_}", "displayName": "Gemini Test", "inputTokenLimit": 1048576,
+                                       "supportedGenerationMethods": ["generateContent", "countTokens"]}
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.paths = []  # type: ignore[attr-defined]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    @property
+    def paths(self) -> list[str]:
+        return list(self.server.paths)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_doctor_asks_gemini_for_its_model_and_never_prints_the_key(installed: Installed, machine: Machine) -> None:
+    m = machine
+    api = GeminiModels("AIza-right-key-123", "gemini-test")
+    state = m.data_dir / "zocrates-data"
+    state.mkdir(exist_ok=True)
+    config_file = state / "zocrates_config.json"
+    config_file.write_text(json.dumps({"model": {"provider": "gemini", "name": "gemini-test"}}))
+    # google-genai, which the daemon's Gemini runs on, goes where GOOGLE_GEMINI_BASE_URL says.
+    env = {k: v for k, v in m.env.items() if k not in ("GOOGLE_API_KEY", "GEMINI_API_KEY")}
+    env["GOOGLE_GEMINI_BASE_URL"] = api.base_url
+    try:
+        _, checks, out = doctor(installed, m, env={**env, "GEMINI_API_KEY": "AIza-right-key-123"})
+        assert checks["model"]["status"] == "ok", checks["model"]
+        assert checks["model"]["summary"] == f"gemini gemini-test at {api.base_url} answers (HTTP 200)"
+        assert "/v1beta/models/gemini-test" in api.paths and "AIza-right" not in out
+        # A wrong key: Gemini's 400 API_KEY_INVALID, the variable named, the key never printed.
+        code, checks, out = doctor(installed, m, env={**env, "GEMINI_API_KEY": "AIza-wrong-key-456"})
+        assert code == 1 and checks["model"]["status"] == "fail"
+        assert checks["model"]["summary"] == f"{api.base_url} refused the key ($GEMINI_API_KEY, HTTP 400)"
+        assert "check the key" in checks["model"]["fix"] and "AIza-wrong" not in out
+        # A model Gemini does not have.
+        config_file.write_text(json.dumps({"model": {"provider": "gemini", "name": "gemini-9-nonesuch", "api_key_env": "MY_GEMINI"}}))
+        _, checks, out = doctor(installed, m, env={**env, "MY_GEMINI": "AIza-right-key-123"})
+        assert checks["model"]["status"] == "fail"
+        assert checks["model"]["summary"] == f"{api.base_url} has no model gemini-9-nonesuch (HTTP 404)"
+        assert "model.name" in checks["model"]["fix"]
+    finally:
+        api.close()
+    # Nothing answers there any more.
+    _, checks, out = doctor(installed, m, env={**env, "MY_GEMINI": "AIza-right-key-123"})
+    assert checks["model"]["status"] == "fail" and "cannot be reached" in checks["model"]["summary"]
+    assert "GOOGLE_GEMINI_BASE_URL" in checks["model"]["fix"] and "AIza-right" not in out
+
+
 def test_doctor_on_a_data_dir_without_zotero_sqlite_and_on_an_unsupported_schema(installed: Installed, machine: Machine) -> None:
     m = machine
     empty = m.root / "empty"

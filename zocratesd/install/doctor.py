@@ -55,6 +55,11 @@ PROBE_TIMEOUT_S: Final = 5.0
 MAX_PROBE_BYTES: Final = 1024 * 1024
 PROOF_LABEL: Final = "zocratesd-health-proof:"
 CHALLENGE_BYTES: Final = 16
+# Where ADK's Gemini client (google-genai) sends its requests: its default endpoint, or the one this
+# variable names. The daemon gives it no base URL of its own, so the variable moves both alike.
+GEMINI_URL: Final = "https://generativelanguage.googleapis.com"
+GEMINI_URL_VAR: Final = "GOOGLE_GEMINI_BASE_URL"
+GEMINI_API_VERSION: Final = "v1beta"
 # The indexer looks at Zotero every `library.poll_interval_s` (2 s by default), a look through a
 # private copy at most every 20 times that copy's cost: ten minutes without a look is a stuck indexer.
 STALE_LOOK_S: Final = 600.0
@@ -319,6 +324,15 @@ def check_clients(ctx: Context) -> list[Check]:
     return out
 
 
+def _key_source(model: config.ModelConfig) -> str:
+    """The variable the model's key comes from, for a message (never the key)."""
+    if model.api_key_env:
+        return f"${model.api_key_env}"
+    if model.provider == "gemini":
+        return next((f"${v}" for v in config.GEMINI_KEY_VARS if os.environ.get(v)), "no key")
+    return "no key"
+
+
 def check_model(ctx: Context) -> Check:
     try:
         model = config.load_config(ctx.data_dir).model
@@ -327,7 +341,7 @@ def check_model(ctx: Context) -> Check:
     if model.provider == "offline":
         return Check("model", "ok", "offline (answers are built from your library's passages; no model API)")
     if model.provider == "gemini":
-        return Check("model", "ok", f"gemini {model.name or ''}".strip() + " (not probed)")
+        return _check_gemini(model, ctx.environ)
     base = (model.base_url or "").rstrip("/")
     key = model.api_key()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -338,9 +352,30 @@ def check_model(ctx: Context) -> Check:
         return Check("model", "fail", f"openai {model.name} at {shown} cannot be reached ({escape_for_log(exc)})",
                      "check model.base_url and the network")
     if code in (401, 403):
-        held = f"${model.api_key_env}" if model.api_key_env else "no key"
-        return Check("model", "fail", f"{shown} refused the key ({held}, HTTP {code})", "check the key it names")
+        return Check("model", "fail", f"{shown} refused the key ({_key_source(model)}, HTTP {code})", "check the key it names")
     return Check("model", "ok", f"openai {model.name} at {shown} answers (HTTP {code})")
+
+
+def _check_gemini(model: config.ModelConfig, environ: Mapping[str, str]) -> Check:
+    """The model's own entry in Gemini's API (`GET /v1beta/models/<name>`), asked with the key the daemon sends."""
+    name = (model.name or config.DEFAULT_GEMINI_MODEL).removeprefix("models/")
+    base = (environ.get(GEMINI_URL_VAR) or GEMINI_URL).rstrip("/")
+    key = model.api_key()
+    shown = redact_url(base)
+    try:
+        # The key in a header, as google-genai sends it: never in the URL, which errors may quote.
+        code, body = _get(f"{base}/{GEMINI_API_VERSION}/models/{quote(name, safe='')}", {"x-goog-api-key": key} if key else {})
+    except (OSError, ValueError) as exc:
+        where = f"${GEMINI_URL_VAR} and the network" if environ.get(GEMINI_URL_VAR) else "the network"
+        return Check("model", "fail", f"gemini {name} at {shown} cannot be reached ({escape_for_log(exc)})", f"check {where}")
+    # Gemini answers a wrong key with 400 INVALID_ARGUMENT, reason API_KEY_INVALID; no key with 403.
+    if code in (401, 403) or (code == 400 and b"API_KEY_INVALID" in body):
+        return Check("model", "fail", f"{shown} refused the key ({_key_source(model)}, HTTP {code})",
+                     "check the key it names (Google AI Studio lists your keys)")
+    if code == 404:
+        return Check("model", "fail", f"{shown} has no model {name} (HTTP 404)",
+                     f"set model.name to a Gemini model id, such as {config.DEFAULT_GEMINI_MODEL}")
+    return Check("model", "ok", f"gemini {name} at {shown} answers (HTTP {code})")
 
 
 def context(home: Path, flag: str | None, environ: Mapping[str, str] | None = None) -> Context:
