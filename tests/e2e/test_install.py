@@ -537,6 +537,25 @@ def test_doctor_asks_gemini_for_its_model_and_never_prints_the_key(installed: In
     assert "GOOGLE_GEMINI_BASE_URL" in checks["model"]["fix"] and "AIza-right" not in out
 
 
+def test_doctor_names_the_service_not_installed_and_a_runtime_dir_it_cannot_use(installed: Installed, machine: Machine) -> None:
+    m = machine
+    # Before setup: nothing installed.
+    code, checks, _ = doctor(installed, m)
+    units = m.home / ".config" / "systemd" / "user"
+    assert code == 1 and checks["service"]["status"] == "fail"
+    assert checks["service"]["summary"] in (f"not installed ({units / name} is missing)" for name in ("zocratesd.socket", "zocratesd.service"))
+    assert "`zocratesd service install`" in checks["service"]["fix"]
+    # The socket's directory is a link to somewhere else: the service could not listen there.
+    elsewhere = m.root / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (Path(m.env["XDG_RUNTIME_DIR"]) / "zocrates").symlink_to(elsewhere)
+    code, checks, out = doctor(installed, m)
+    assert code == 1 and checks["service"]["status"] == "fail"
+    assert "the service could not listen there" in checks["service"]["summary"]
+    assert checks["service"]["fix"].startswith("once that is fixed, `zocratesd service install` installs it"), checks["service"]
+    assert "FAIL service: " in out
+
+
 def test_doctor_on_a_data_dir_without_zotero_sqlite_and_on_an_unsupported_schema(installed: Installed, machine: Machine) -> None:
     m = machine
     empty = m.root / "empty"

@@ -256,7 +256,8 @@ def check_service(ctx: Context) -> Check:
     try:
         files = manager.files()
     except installer.ServiceError as exc:
-        return Check("service", "fail", str(exc))
+        return Check("service", "fail", escape_for_log(exc),
+                     "once that is fixed, `zocratesd service install` installs it; until then `zocratesd serve` runs zocratesd by hand")
     states = {p: installer.file_state(p, content) for p, content in files.items()}
     missing = [p for p, s in states.items() if s == "new"]
     foreign = [p for p, s in states.items() if s == "foreign"]
@@ -286,7 +287,7 @@ def check_plugin(ctx: Context) -> Check:
     try:
         info = plugin.plugin_info()
     except plugin.PluginError as exc:
-        return Check("Zotero plugin", "fail", str(exc))
+        return Check("Zotero plugin", "fail", exc.problem, exc.fix)
     get_it = "`zocratesd plugin` writes it; " + plugin.INSTALL_CLICKS.format(path="that file")
     if ctx.profile is None:
         root = zotero_profile.profiles_root(ctx.home)
