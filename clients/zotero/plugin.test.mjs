@@ -788,6 +788,16 @@ describe("the bridge host in Gecko, with the real web app", () => {
     });
     assert.ok(lines.some(([cls, text]) => cls === "zocrates-doctor-ok" && text.startsWith("✓ daemon: zocratesd ")), JSON.stringify(lines));
     assert.ok(lines.some(([, text]) => text.startsWith("✓ HTTP shim: ")), JSON.stringify(lines));
+    // A warning (a Zotero newer than the daemon knows) is marked as one, and the report still passes.
+    const warned = await page.evaluate(() => {
+      const box = document.createElement("div");
+      ZocratesBridge.renderDoctor(box, { passed: true, checks: [
+        { name: "data dir", status: "ok", summary: "~/Zotero", fix: "" },
+        { name: "Zotero version", status: "warn", summary: "userdata schema 131 (newer than this zocratesd knows)", fix: "read on trust" }] });
+      return [box.querySelector(".zocrates-doctor-head").textContent, [...box.querySelectorAll("li")].map((li) => [li.className, li.textContent])];
+    });
+    assert.deepEqual(warned, ["zocratesd doctor: all checks passed, 1 with a warning", [["zocrates-doctor-ok", "✓ data dir: ~/Zotero"],
+      ["zocrates-doctor-warn", "! Zotero version: userdata schema 131 (newer than this zocratesd knows); read on trust"]]]);
     assert.equal(await notice(ours), null);
   });
 
@@ -1065,8 +1075,9 @@ describe("the bridge host in Gecko, with the real web app", () => {
 
   /** The pane's doctor lines are the report's checks, in order, each with its mark; `line` is one of them. */
   function assertDoctorShown(head, lines, report, line) {
-    const mark = { ok: "✓", fail: "✗", skip: "–" };
-    assert.equal(head, report.passed ? "zocratesd doctor: all checks passed" : "zocratesd doctor: some checks failed");
+    const mark = { ok: "✓", warn: "!", fail: "✗", skip: "–" };
+    const warned = report.checks.filter((c) => c.status === "warn").length;
+    assert.equal(head, report.passed ? `zocratesd doctor: all checks passed${warned ? `, ${warned} with a warning` : ""}` : "zocratesd doctor: some checks failed");
     assert.deepEqual(lines.map(([, text]) => text.slice(0, text.indexOf(":"))), report.checks.map((c) => `${mark[c.status] ?? "✗"} ${c.name}`));
     assert.ok(lines.some(([cls, text]) => cls === "zocrates-doctor-ok" && text.startsWith(line)), JSON.stringify(lines));
     assert.ok(lines.some(([cls, text]) => cls === "zocrates-doctor-ok" && text.startsWith("✓ HTTP shim: ")), JSON.stringify(lines));

@@ -577,6 +577,32 @@ def test_doctor_on_a_data_dir_without_zotero_sqlite_and_on_an_unsupported_schema
     assert "zocrates" not in m.claude.read_text()
 
 
+def test_a_zotero_newer_than_zocratesd_knows_is_a_warning_doctor_and_setup_show(installed: Installed, machine: Machine) -> None:
+    m = machine
+    newer = m.root / "newer"
+    newer.mkdir()
+    shutil.copy2(m.data_dir / "zotero.sqlite", newer / "zotero.sqlite")
+    db = sqlite3.connect(newer / "zotero.sqlite")
+    db.execute("UPDATE version SET version = 131 WHERE schema = 'userdata'")
+    db.commit()
+    db.close()
+    code, checks, out = doctor(installed, m, "--zotero-data-dir", str(newer))
+    made = checks["Zotero version"]
+    assert made["status"] == "warn", made
+    assert made["summary"].startswith("zotero.sqlite has userdata schema 131 (newer than this zocratesd knows); reading it as Zotero 10's")
+    assert made["summary"].endswith("; Zotero 9.0.6 last ran the profile")
+    assert "read on trust" in made["fix"] and "pipx upgrade zocrates" in made["fix"]
+    assert "WARN Zotero version: zotero.sqlite has userdata schema 131" in out
+    # A warning is not a failure: the closing line counts the failed checks only.
+    failed = sum(c["status"] == "fail" for c in checks.values())
+    assert out.rstrip().endswith(f"{failed} checks failed"), out
+    # setup shows it and goes on.
+    dry = run(installed, m.env, "setup", "--dry-run", "--zotero-data-dir", str(newer), "--plugin-out", str(m.root))
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "Zotero: zotero.sqlite has userdata schema 131 (newer than this zocratesd knows)" in dry.stdout
+    assert "read on trust" in dry.stdout
+
+
 ZED_SETTINGS = """// Zed settings
 //
 // For information on how to configure Zed, see the Zed documentation: https://zed.dev/docs/configuring-zed

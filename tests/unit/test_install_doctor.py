@@ -1,5 +1,5 @@
 """doctor's library-index line from a daemon's status (the daemon's words, and a stuck indexer named);
-a broken plugin in the package and what to do about it."""
+a broken plugin in the package and what to do about it; how a warning reads in the report."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from zocratesd import __version__
 from zocratesd.install import doctor, plugin
 
 NOW = datetime(2026, 12, 6, 12, 0, 0, tzinfo=UTC).timestamp()
@@ -51,3 +52,12 @@ def test_a_broken_plugin_in_the_package_fails_with_what_to_do(tmp_path: Path, mo
         plugin.build_xpi(tmp_path)
     assert str(caught.value) == f"{check.summary}; {check.fix}"
 
+
+def test_a_warning_passes_and_the_report_says_it_has_one() -> None:
+    checks = [doctor.Check("data dir", "ok", "~/Zotero"), doctor.Check("Zotero version", "warn", "schema 131", "read on trust")]
+    report = doctor.Report.of(Path("/z"), checks)
+    assert report.passed and report.version == __version__
+    assert doctor.render(report).splitlines() == ["ok   data dir: ~/Zotero", "WARN Zotero version: schema 131; read on trust",
+                                                  "all checks passed, 1 with a warning"]
+    failing = doctor.Report.of(Path("/z"), [*checks, doctor.Check("daemon", "fail", "none", "start it")])
+    assert not failing.passed and doctor.render(failing).endswith("\n1 check failed")

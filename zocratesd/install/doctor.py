@@ -6,8 +6,9 @@ library index's state; the HTTP shim proving it is this daemon (`/health` challe
 installed and active; the Zotero plugin installed in the profile, enabled and of this version; each
 MCP/ACP client's entry pointing at a `zocratesd` that exists; the model configured and reachable.
 
-Each check is `ok`, `fail` (with what to do) or `skip` (nothing to check: a client that is not
-installed, the index when no daemon runs). `run` returns them all; the report passes when none
+Each check is `ok`, `warn` (it works, on trust: the line says what to watch; a Zotero database newer
+than this zocratesd knows), `fail` (with what to do) or `skip` (nothing to check: a client that is
+not installed, the index when no daemon runs). `run` returns them all; the report passes when none
 failed. The same report is what the daemon's shim serves to the plugin's preferences pane
 (`GET /doctor`), computed by the daemon for its own data dir.
 
@@ -41,7 +42,7 @@ from zocratesd.library import zotero_db
 from zocratesd.logtext import escape_for_log, redact_url
 from zocratesd.service_manager import installer
 
-Status = Literal["ok", "fail", "skip"]
+Status = Literal["ok", "warn", "fail", "skip"]
 # How the checks get a daemon's library status (`_zocrates/library/status`): given by the face that
 # runs them (the CLI asks the socket, rpc/library_status.py `fetch`; the daemon's shim has its own
 # status at hand), so this core module imports no face. Raises OSError or ValueError. What it returns
@@ -72,7 +73,7 @@ class Check(msgspec.Struct, frozen=True):
     fix: str = ""
 
     def line(self) -> str:
-        mark = {"ok": "ok  ", "fail": "FAIL", "skip": "--  "}[self.status]
+        mark = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "--  "}[self.status]
         text = f"{mark} {self.name}: {self.summary}"
         return f"{text}; {self.fix}" if self.fix else text
 
@@ -158,7 +159,9 @@ def check_schema(ctx: Context) -> Check:
                      "is it a Zotero database? Zotero checks it at Help → Troubleshooting → Check Database Integrity")
     made_by = zotero_db.KNOWN_SCHEMAS.get(version)
     if made_by is None:
-        return Check("Zotero version", "ok", f"userdata schema {version}, read as a supported one{ran}", "; ".join(warnings))
+        # Read as the newest Zotero we know: it works unless that Zotero changed what we read.
+        return Check("Zotero version", "warn", "; ".join(warnings) + ran,
+                     "read on trust: if items or fields are missing from answers, `pipx upgrade zocrates` may know this Zotero")
     return Check("Zotero version", "ok", f"{made_by} (userdata schema {version}){ran}")
 
 
@@ -412,5 +415,9 @@ def render(report: Report) -> str:
     # Paths, a client's command, an error's text: from the user's files, escaped before a terminal.
     lines = [escape_for_log(c.line()) for c in report.checks]
     failed = sum(c.status == "fail" for c in report.checks)
-    lines.append("all checks passed" if report.passed else f"{failed} check{'s' if failed != 1 else ''} failed")
+    warned = sum(c.status == "warn" for c in report.checks)
+    if not report.passed:
+        lines.append(f"{failed} check{'s' if failed != 1 else ''} failed")
+    else:
+        lines.append("all checks passed" + (f", {warned} with a warning" if warned else ""))
     return "\n".join(lines)
