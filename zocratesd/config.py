@@ -101,6 +101,8 @@ class ResearchConfig(_Section):
 
 
 GEMINI_KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
+# The Gemini model when model.name is not set (the engine runs it; doctor asks Gemini about it).
+DEFAULT_GEMINI_MODEL: Final = "gemini-2.5-flash"
 
 # What one model endpoint may do to a turn. Each default is far beyond what a real model does, so
 # only a broken or hostile endpoint ever meets one; meeting one ends the turn with a model_error.

@@ -16,7 +16,7 @@ import { dirname, join, resolve } from "node:path";
 import zlib from "node:zlib";
 
 import { buildXpi, crc32 } from "./plugin/build.mjs";
-import { FIREFOX, Marionette, PLUGIN_SANDBOX, REPO, STEP_TIMEOUT_MS, Zocratesd, daemonEnv, launchFirefox, python, requireFirefox, stopProcess } from "./testkit.mjs";
+import { FIREFOX, Marionette, PLUGIN_SANDBOX, REPO, STEP_TIMEOUT_MS, Zocratesd, daemonEnv, launchFirefox, python, requireFirefox, stopProcess, waitForDaemon } from "./testkit.mjs";
 
 const PLUGIN = join(REPO, "clients", "zotero", "plugin");
 const TSC = join(REPO, "node_modules", ".bin", "tsc");
@@ -363,6 +363,104 @@ function relay(req, res, target) {
   });
 }
 
+/** `zocratesd plugin --out <out>`: the XPI as the package writes it for a user (zocratesd/install/plugin.py). */
+function writeXpiAsUsersDo(out, env) {
+  const run = spawnSync(python(), ["-m", "zocratesd", "plugin", "--out", out], { cwd: REPO, encoding: "utf8", env });
+  assert.equal(run.status, 0, `zocratesd plugin failed: ${run.stdout}${run.stderr}`);
+  assert.ok(run.stdout.startsWith("wrote the Zocrates plugin ") && run.stdout.includes(` to ${out}\n`), run.stdout);
+}
+
+// A zocratesd of another release than the plugin's: this checkout's daemon with its version set
+// before anything reads it, so daemon.json, /health and /doctor all say `version`.
+const SERVE_AS_VERSION = "import runpy, sys, zocratesd; zocratesd.__version__ = sys.argv.pop(1); runpy.run_module('zocratesd', run_name='__main__', alter_sys=True)";
+
+/** That daemon on `dir` (its process and daemon.json), ready. */
+async function serveAsVersion(dir, version, env) {
+  await mkdir(join(dir, "zocrates-data"), { recursive: true });
+  const proc = spawn(python(), ["-c", SERVE_AS_VERSION, version, "serve", "--zotero-data-dir", dir, "--http-port", "0"],
+    { cwd: REPO, env, stdio: ["ignore", "ignore", "inherit"] });
+  try {
+    const info = await waitForDaemon(proc, join(dir, "zocrates-data", "daemon.json"));
+    assert.equal(info.version, version);
+    return { proc, info };
+  } catch (err) {
+    await stopProcess(proc);
+    throw err;
+  }
+}
+
+/** GET /doctor from the daemon daemon.json `info` names, as the pane asks it: the report. */
+async function doctorOf(info) {
+  const response = await fetch(`http://127.0.0.1:${info.http.port}/doctor`, { headers: { Authorization: `Bearer ${info.token}` } });
+  assert.equal(response.status, 200);
+  return (await response.json()).report;
+}
+
+// Runs in the chrome window as Zotero.Plugins starts a plugin: the installed XPI's bootstrap.js in a
+// plugin sandbox, `startup({id, version, rootURI})` with the manifest's version, then
+// `onMainWindowLoad` for the window. The Zotero stand-in is the chrome setup's, with what startup
+// waits for and registers with (initializationPromise, Prefs, PreferencePanes), on data dir `dir`.
+const BOOTSTRAP = `
+const [rootURI, id, version, dir] = arguments;
+const zq = window.__zq;
+const prefs = new Map([["extensions.zocrates.paneOpen", true], ["extensions.zocrates.paneWidth", 400]]);
+const panes = [];
+const Zotero = Object.assign({}, zq.sandbox.Zotero, {
+  DataDirectory: { dir },
+  initializationPromise: Promise.resolve(),
+  uiReadyPromise: Promise.resolve(),
+  Prefs: { get: (k) => prefs.get(k), set: (k, v) => prefs.set(k, v) },
+  PreferencePanes: { register: async (options) => { panes.push(options); return "zocrates-prefpane"; } },
+  getMainWindows: () => [],
+});
+${PLUGIN_SANDBOX}
+const scope = pluginSandbox("zocrates-bootstrap", Zotero);
+Services.scriptloader.loadSubScript(rootURI + "bootstrap.js", scope);
+zq.boot = { Zotero, scope, panes };
+return scope.startup({ id, version, rootURI }).then(() => {
+  scope.onMainWindowLoad({ window });
+  return panes.map((p) => [p.pluginID, p.src, p.scripts]);
+});
+`;
+
+// Zotero 9's preferences window loading the pane bootstrap.js registered (preferences.js,
+// _loadPane): its scripts, as registered, in a sandbox whose prototype is the window and whose
+// Zotero is the plugin's, its markup inserted after them, a load event on each top-level element.
+const OPEN_PREFERENCES = `
+const [markup] = arguments;
+const boot = window.__zq.boot;
+const scope = Cu.Sandbox(window, { sandboxPrototype: window, sandboxName: "zocrates-prefs", sameZoneAs: window });
+scope.Zotero = boot.Zotero;
+for (const src of boot.panes[0].scripts) Services.scriptloader.loadSubScript(src, scope);
+const container = document.createElementNS("http://www.w3.org/1999/xhtml", "div");
+container.setAttribute("style", "display: flex; flex-direction: column; width: 600px;");
+document.getElementById("browser").append(container);
+container.append(document.importNode(MozXULElement.parseXULToFragment(markup, []), true));
+for (const child of container.children) child.dispatchEvent(new Event("load"));
+boot.prefs = { scope, container };
+return true;
+`;
+
+// What the open preferences pane shows once its doctor report is in: [head, [class, text] per line,
+// the version notice's text or null, the notice's code], or null before.
+const PREFERENCES_SHOWN = `
+const { container } = window.__zq.boot.prefs;
+const lines = Array.from(container.querySelectorAll("#zocrates-doctor li"), (li) => [li.getAttribute("class"), li.textContent]);
+const framed = container.querySelector("#zocrates-prefs-host browser.zocrates-frame");
+if (!lines.length || !framed) return null;
+const notice = container.querySelector("#zocrates-prefs-host .zocrates-version-notice");
+return [container.querySelector("#zocrates-doctor .zocrates-doctor-head").textContent, lines,
+  notice ? notice.textContent : null, notice ? notice.querySelector("code").textContent : null];
+`;
+
+const CLOSE_PREFERENCES = `
+const boot = window.__zq.boot;
+boot.prefs.scope.ZocratesPrefsPane.destroy();
+boot.prefs.container.remove();
+boot.prefs = null;
+return true;
+`;
+
 describe("the bridge host in Gecko, with the real web app", () => {
   // daemon: `zocratesd serve` on the fixture data dir (a fresh port and token at each start).
   let root, dataDir, emptyDir, daemon, server, hostOrigin, browser, page, chromeFirefox, marionette;
@@ -690,6 +788,16 @@ describe("the bridge host in Gecko, with the real web app", () => {
     });
     assert.ok(lines.some(([cls, text]) => cls === "zocrates-doctor-ok" && text.startsWith("✓ daemon: zocratesd ")), JSON.stringify(lines));
     assert.ok(lines.some(([, text]) => text.startsWith("✓ HTTP shim: ")), JSON.stringify(lines));
+    // A warning (a Zotero newer than the daemon knows) is marked as one, and the report still passes.
+    const warned = await page.evaluate(() => {
+      const box = document.createElement("div");
+      ZocratesBridge.renderDoctor(box, { passed: true, checks: [
+        { name: "data dir", status: "ok", summary: "~/Zotero", fix: "" },
+        { name: "Zotero version", status: "warn", summary: "userdata schema 131 (newer than this zocratesd knows)", fix: "read on trust" }] });
+      return [box.querySelector(".zocrates-doctor-head").textContent, [...box.querySelectorAll("li")].map((li) => [li.className, li.textContent])];
+    });
+    assert.deepEqual(warned, ["zocratesd doctor: all checks passed, 1 with a warning", [["zocrates-doctor-ok", "✓ data dir: ~/Zotero"],
+      ["zocrates-doctor-warn", "! Zotero version: userdata schema 131 (newer than this zocratesd knows); read on trust"]]]);
     assert.equal(await notice(ours), null);
   });
 
@@ -722,10 +830,11 @@ describe("the bridge host in Gecko, with the real web app", () => {
       { stdio: "ignore", env: { ...process.env, XDG_RUNTIME_DIR: join(root, "xdg") } });
     marionette = await Marionette.connect(profile);
     await marionette.command("Marionette:SetContext", { value: "chrome" });
-    // Installed where Zotero keeps plugins (<profile>/extensions/<id>.xpi), loaded from the jar as
-    // Zotero does (rootURI is a jar: URI); the content process reads the actor module from there.
+    // The file a user installs, the one `zocratesd plugin --out` writes (not build.mjs's), where
+    // Zotero keeps plugins (<profile>/extensions/<id>.xpi), loaded from the jar as Zotero does
+    // (rootURI is a jar: URI); the content process reads the actor module from there.
     const xpi = join(profile, "extensions", "zocrates@zocratesd.org.xpi");
-    await buildXpi({ out: xpi });
+    writeXpiAsUsersDo(xpi, daemonEnv(root));
     const rootURI = `jar:file://${xpi}!/`;
     const started = await marionette.script(CHROME_SETUP, [rootURI, dataDir, LEWIS.key, LEWIS.title]);
     assert.deepEqual(started, ["ready", "browser", true]);
@@ -908,4 +1017,69 @@ describe("the bridge host in Gecko, with the real web app", () => {
       return [zq.container.childElementCount, res.hasSubstitution("zocrates"), registered, zq.calls.filter((c) => c.call === "Zotero.logError")];`);
     assert.deepEqual(after, [0, false, false, []]);
   });
+
+  test("in the chrome window: the XPI as bootstrap.js starts it: a daemon of another version gets the notice naming zocratesd plugin; the preferences pane shows the daemon's doctor report", async () => {
+    // After the teardown above: bootstrap.js registers the actors again, as a plugin's start does.
+    const xpi = join(root, "firefox-chrome-profile", "extensions", "zocrates@zocratesd.org.xpi");
+    const entries = readZip(await readFile(xpi));
+    const manifest = JSON.parse(entries.get("manifest.json").toString("utf8"));
+    const ours = manifest.version;
+    const otherVersion = "0.0.1";
+    assert.notEqual(ours, otherVersion);
+    const rootURI = `jar:file://${xpi}!/`;
+    const older = await serveAsVersion(join(root, "older-zotero"), otherVersion, daemonEnv(root));
+    try {
+      const registered = await marionette.script(BOOTSTRAP, [rootURI, manifest.applications.zotero.id, ours, join(root, "older-zotero")]);
+      assert.deepEqual(registered, [[manifest.applications.zotero.id, `${rootURI}preferences.xhtml`, [`${rootURI}bridge.js`, `${rootURI}preferences.js`]]]);
+      const said = `This Zocrates plugin is ${ours}, but zocratesd is ${otherVersion}. To update it, run zocratesd plugin in a terminal`;
+      // The chat pane bootstrap.js put in the window: the version it was started with, against the daemon's.
+      const chat = await marionette.until(`
+        const notice = document.querySelector("#zocrates-pane .zocrates-version-notice");
+        return notice && document.querySelector("#zocrates-pane browser.zocrates-frame") ? [notice.textContent, notice.querySelector("code").textContent] : null;`,
+      "the chat pane's version notice");
+      assert.ok(chat[0].startsWith(said), chat[0]);
+      assert.equal(chat[1], "zocratesd plugin");
+      await marionette.script(OPEN_PREFERENCES, [entries.get("preferences.xhtml").toString("utf8")]);
+      const [head, lines, notice, code] = await marionette.until(PREFERENCES_SHOWN, "the preferences pane's doctor report and frame");
+      assert.ok(notice && notice.startsWith(said), String(notice));
+      assert.equal(code, "zocratesd plugin");
+      assertDoctorShown(head, lines, await doctorOf(older.info), `✓ daemon: zocratesd ${otherVersion} answers on `);
+      await marionette.script(CLOSE_PREFERENCES);
+    } finally {
+      await stopProcess(older.proc);
+    }
+
+    // The daemon of the plugin's own version: no notice; its report in the pane.
+    await marionette.script("window.__zq.boot.Zotero.DataDirectory.dir = arguments[0]; return true;", [dataDir]);
+    await marionette.script(OPEN_PREFERENCES, [entries.get("preferences.xhtml").toString("utf8")]);
+    const [head, lines, notice] = await marionette.until(PREFERENCES_SHOWN, "the preferences pane's doctor report and frame");
+    assert.equal(notice, null);
+    const info = JSON.parse(await readFile(daemon.daemonJsonPath, "utf8"));
+    assertDoctorShown(head, lines, await doctorOf(info), `✓ daemon: zocratesd ${ours} answers on `);
+    await marionette.script(CLOSE_PREFERENCES);
+
+    // shutdown() takes away what startup added: the recorded version, the chat pane, the actors.
+    const left = await marionette.script(`
+      const { Zotero, scope } = window.__zq.boot;
+      scope.shutdown();
+      let registered = false;
+      try {
+        ChromeUtils.registerWindowActor("ZocratesBridge", { child: { esModuleURI: "resource://gre/modules/nothing.sys.mjs" } });
+        ChromeUtils.unregisterWindowActor("ZocratesBridge");
+      } catch (e) {
+        registered = true;
+      }
+      return [Zotero.ZocratesPluginVersion === undefined, document.querySelectorAll("[id^='zocrates']").length, registered];`);
+    assert.deepEqual(left, [true, 0, false]);
+  });
+
+  /** The pane's doctor lines are the report's checks, in order, each with its mark; `line` is one of them. */
+  function assertDoctorShown(head, lines, report, line) {
+    const mark = { ok: "✓", warn: "!", fail: "✗", skip: "–" };
+    const warned = report.checks.filter((c) => c.status === "warn").length;
+    assert.equal(head, report.passed ? `zocratesd doctor: all checks passed${warned ? `, ${warned} with a warning` : ""}` : "zocratesd doctor: some checks failed");
+    assert.deepEqual(lines.map(([, text]) => text.slice(0, text.indexOf(":"))), report.checks.map((c) => `${mark[c.status] ?? "✗"} ${c.name}`));
+    assert.ok(lines.some(([cls, text]) => cls === "zocrates-doctor-ok" && text.startsWith(line)), JSON.stringify(lines));
+    assert.ok(lines.some(([cls, text]) => cls === "zocrates-doctor-ok" && text.startsWith("✓ HTTP shim: ")), JSON.stringify(lines));
+  }
 });

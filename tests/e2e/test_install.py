@@ -1,12 +1,14 @@
 """A Zotero user's first ten minutes, from the built wheel: `zocratesd plugin`, `setup`, `doctor`.
 
-The wheel is built once per session (`pip wheel` from this checkout) and installed with `--no-deps`
-into a bare venv; that venv finds the dependencies through a path file naming the test venv's
-site-packages (their `.pth` files, the editable install's among them, are not processed there), so
-the `zocratesd` it runs is the wheel's, not this clone's (checked). Every command runs as a
-subprocess with a fresh HOME laid out as Zotero lays out its profile (profiles.ini, prefs.js with a
-custom data dir, compatibility.ini, extensions.json) and client config files holding the user's own
-entries; systemctl is a script that records its arguments.
+The wheel is built once per session as a user's tools build it, `python -m build` (an sdist, then the
+wheel from that sdist), from a copy of this checkout's tracked files, without network: no build
+isolation, the backend is the test venv's setuptools (the test extras install it and `build`). It is
+installed with `--no-deps` into a bare venv; that venv finds the dependencies through a path file
+naming the test venv's site-packages (their `.pth` files, the editable install's among them, are not
+processed there), so the `zocratesd` it runs is the wheel's, not this clone's (checked). Every
+command runs as a subprocess with a fresh HOME laid out as Zotero lays out its profile (profiles.ini,
+prefs.js with a custom data dir, compatibility.ini, extensions.json) and client config files holding
+the user's own entries; systemctl is a script that records its arguments.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sqlite3
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import threading
 import time
 import urllib.error
@@ -36,8 +39,15 @@ from zoterofixture import build_zotero_dir, sample_library
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN_SRC = REPO / "clients" / "zotero" / "plugin"
 PLUGIN_ID = "zocrates@zocratesd.org"
-# What pyproject.toml builds the package from (zocratesd/install/zotero_plugin links to the plugin's directory).
-BUILD_INPUTS = ("pyproject.toml", "README.md", "zocratesd", "zocrates_wire", "clients/python", "clients/zotero/plugin")
+# Where each package directory's tracked files land in the wheel (zocratesd/install/zotero_plugin is a
+# link to the plugin's directory, which the sdist holds as files).
+PACKAGE_DIRS = {
+    "zocratesd/": "zocratesd/",
+    "zocrates_wire/": "zocrates_wire/",
+    "clients/python/zocrates_client/": "zocrates_client/",
+    "clients/zotero/plugin/": "zocratesd/install/zotero_plugin/",
+}
+PLUGIN_LINK = "zocratesd/install/zotero_plugin"
 CLAUDE_OTHER = {"command": "/opt/other/server", "args": ["--fast"]}
 
 
@@ -55,24 +65,37 @@ class Installed:
         return self.venv / "bin" / "python"
 
 
+def tracked_files() -> list[str]:
+    """This checkout's git-tracked files that exist in its work tree (what a clone of it holds)."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
+    return [name for name in listed if name and os.path.lexists(REPO / name)]
+
+
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     root = tmp_path_factory.mktemp("wheel")
-    # setuptools builds in the source tree (build/, *.egg-info): a copy of what the package is made
-    # of, so that two test workers (or a developer's build) never share those directories.
+    # The sdist's build writes into its source tree (*.egg-info): a copy of the tracked files, links
+    # kept as links, so that two test workers (or a developer's build) never share that directory.
     src = root / "src"
-    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "node_modules")
-    for part in BUILD_INPUTS:
-        if (REPO / part).is_dir():
-            shutil.copytree(REPO / part, src / part, symlinks=True, ignore=skip)
+    for name in tracked_files():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        if (REPO / name).is_symlink():
+            (src / name).symlink_to(os.readlink(REPO / name))
         else:
-            (src / part).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / part, src / part)
+            shutil.copy2(REPO / name, src / name)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q", "-w", str(root / "dist"), str(src)],
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(root / "dist"), str(src)],
         capture_output=True, text=True, timeout=600,
     )
-    assert built.returncode == 0, built.stderr
+    assert built.returncode == 0, f"python -m build failed (the test extras install build, setuptools and wheel):\n{built.stdout}\n{built.stderr}"
+    (sdist,) = (root / "dist").glob("zocrates-*.tar.gz")
+    # build's default, as a user runs it: the wheel is made from the unpacked sdist, not from the tree.
+    assert "Building wheel from sdist" in built.stderr, built.stderr
+    with tarfile.open(sdist) as tf:
+        linked = [m.name for m in tf.getmembers() if m.issym() or m.islnk()]
+        plugin_in_sdist = [m.name for m in tf.getmembers() if m.isfile() and f"/{PLUGIN_LINK}/" in m.name]
+    assert linked == [], f"the sdist holds links, which an unpacked sdist may not resolve: {linked}"
+    assert any(name.endswith(f"/{PLUGIN_LINK}/manifest.json") for name in plugin_in_sdist), plugin_in_sdist
     (wheel,) = (root / "dist").glob("zocrates-*.whl")
     bare = root / "venv"
     venv.EnvBuilder(with_pip=False).create(bare)
@@ -103,9 +126,11 @@ def test_the_wheel_carries_the_plugin_and_writes_the_xpi_the_repository_builds(i
     # The package's files are there: the plugin's, the unit templates, the web app.
     with zipfile.ZipFile(installed.wheel) as zf:
         names = set(zf.namelist())
-    tracked = subprocess.run(["git", "ls-files", "clients/zotero/plugin"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
-    for path in tracked:
-        assert "zocratesd/install/zotero_plugin/" + path.removeprefix("clients/zotero/plugin/") in names, path
+    # Every tracked file of the package directories, the plugin's through the link.
+    expected = {wheel_dir + name.removeprefix(src_dir) for name in tracked_files() for src_dir, wheel_dir in PACKAGE_DIRS.items()
+                if name.startswith(src_dir) and name != PLUGIN_LINK}
+    assert len(expected) > 100 and "zocratesd/install/zotero_plugin/manifest.json" in expected
+    assert sorted(expected - names) == []
     assert {"zocratesd/service_manager/templates/zocratesd.socket", "zocratesd/webui/index.html"} <= names
 
     home = short_tmp / "home"
@@ -427,6 +452,110 @@ def test_doctor_checks_the_model_endpoint_and_never_prints_the_key(installed: In
     assert checks["model"]["status"] == "fail" and "cannot be reached" in checks["model"]["summary"]
 
 
+class GeminiModels:
+    """`GET /v1beta/models/<name>` as Gemini's API answers it (key in `x-goog-api-key`): the model with
+    the right key, 400 API_KEY_INVALID with a wrong one, 403 with none, 404 for a model it lacks."""
+
+    def __init__(self, key: str, model: str) -> None:
+        key_, model_ = key, model
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                self.server.paths.append(self.path)  # type: ignore[attr-defined]
+                given = self.headers.get("x-goog-api-key")
+                body: dict[str, Any]
+                if given is None:
+                    code, body = 403, {"error": {"code": 403, "status": "PERMISSION_DENIED",
+                                                 "message": "Method doesn't allow unregistered callers (callers without established identity)."}}
+                elif given != key_:
+                    code, body = 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "API key not valid. Please pass a valid API key.",
+                                                 "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
+                                                              "domain": "googleapis.com"}]}}
+                elif self.path != f"/v1beta/models/{model_}":
+                    name = self.path.removeprefix("/v1beta/")
+                    code, body = 404, {"error": {"code": 404, "status": "NOT_FOUND",
+                                                 "message": f"{name} is not found for API version v1beta, or is not supported for generateContent."}}
+                else:
+                    code, body = 200, {"name": f"models/{model_}", "displayName": "Gemini Test", "inputTokenLimit": 1048576,
+                                       "supportedGenerationMethods": ["generateContent", "countTokens"]}
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.paths = []  # type: ignore[attr-defined]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    @property
+    def paths(self) -> list[str]:
+        return list(self.server.paths)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_doctor_asks_gemini_for_its_model_and_never_prints_the_key(installed: Installed, machine: Machine) -> None:
+    m = machine
+    api = GeminiModels("AIza-right-key-123", "gemini-test")
+    state = m.data_dir / "zocrates-data"
+    state.mkdir(exist_ok=True)
+    config_file = state / "zocrates_config.json"
+    config_file.write_text(json.dumps({"model": {"provider": "gemini", "name": "gemini-test"}}))
+    # google-genai, which the daemon's Gemini runs on, goes where GOOGLE_GEMINI_BASE_URL says.
+    env = {k: v for k, v in m.env.items() if k not in ("GOOGLE_API_KEY", "GEMINI_API_KEY")}
+    env["GOOGLE_GEMINI_BASE_URL"] = api.base_url
+    try:
+        _, checks, out = doctor(installed, m, env={**env, "GEMINI_API_KEY": "AIza-right-key-123"})
+        assert checks["model"]["status"] == "ok", checks["model"]
+        assert checks["model"]["summary"] == f"gemini gemini-test at {api.base_url} answers (HTTP 200)"
+        assert "/v1beta/models/gemini-test" in api.paths and "AIza-right" not in out
+        # A wrong key: Gemini's 400 API_KEY_INVALID, the variable named, the key never printed.
+        code, checks, out = doctor(installed, m, env={**env, "GEMINI_API_KEY": "AIza-wrong-key-456"})
+        assert code == 1 and checks["model"]["status"] == "fail"
+        assert checks["model"]["summary"] == f"{api.base_url} refused the key ($GEMINI_API_KEY, HTTP 400)"
+        assert "check the key" in checks["model"]["fix"] and "AIza-wrong" not in out
+        # A model Gemini does not have.
+        config_file.write_text(json.dumps({"model": {"provider": "gemini", "name": "gemini-9-nonesuch", "api_key_env": "MY_GEMINI"}}))
+        _, checks, out = doctor(installed, m, env={**env, "MY_GEMINI": "AIza-right-key-123"})
+        assert checks["model"]["status"] == "fail"
+        assert checks["model"]["summary"] == f"{api.base_url} has no model gemini-9-nonesuch (HTTP 404)"
+        assert "model.name" in checks["model"]["fix"]
+    finally:
+        api.close()
+    # Nothing answers there any more.
+    _, checks, out = doctor(installed, m, env={**env, "MY_GEMINI": "AIza-right-key-123"})
+    assert checks["model"]["status"] == "fail" and "cannot be reached" in checks["model"]["summary"]
+    assert "GOOGLE_GEMINI_BASE_URL" in checks["model"]["fix"] and "AIza-right" not in out
+
+
+def test_doctor_names_the_service_not_installed_and_a_runtime_dir_it_cannot_use(installed: Installed, machine: Machine) -> None:
+    m = machine
+    # Before setup: nothing installed.
+    code, checks, _ = doctor(installed, m)
+    units = m.home / ".config" / "systemd" / "user"
+    assert code == 1 and checks["service"]["status"] == "fail"
+    assert checks["service"]["summary"] in (f"not installed ({units / name} is missing)" for name in ("zocratesd.socket", "zocratesd.service"))
+    assert "`zocratesd service install`" in checks["service"]["fix"]
+    # The socket's directory is a link to somewhere else: the service could not listen there.
+    elsewhere = m.root / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (Path(m.env["XDG_RUNTIME_DIR"]) / "zocrates").symlink_to(elsewhere)
+    code, checks, out = doctor(installed, m)
+    assert code == 1 and checks["service"]["status"] == "fail"
+    assert "the service could not listen there" in checks["service"]["summary"]
+    assert checks["service"]["fix"].startswith("once that is fixed, `zocratesd service install` installs it"), checks["service"]
+    assert "FAIL service: " in out
+
+
 def test_doctor_on_a_data_dir_without_zotero_sqlite_and_on_an_unsupported_schema(installed: Installed, machine: Machine) -> None:
     m = machine
     empty = m.root / "empty"
@@ -446,6 +575,32 @@ def test_doctor_on_a_data_dir_without_zotero_sqlite_and_on_an_unsupported_schema
     done = run(installed, m.env, "setup", "--yes", "--zotero-data-dir", str(old))
     assert done.returncode == 1 and "older than Zotero 7" in done.stderr
     assert "zocrates" not in m.claude.read_text()
+
+
+def test_a_zotero_newer_than_zocratesd_knows_is_a_warning_doctor_and_setup_show(installed: Installed, machine: Machine) -> None:
+    m = machine
+    newer = m.root / "newer"
+    newer.mkdir()
+    shutil.copy2(m.data_dir / "zotero.sqlite", newer / "zotero.sqlite")
+    db = sqlite3.connect(newer / "zotero.sqlite")
+    db.execute("UPDATE version SET version = 131 WHERE schema = 'userdata'")
+    db.commit()
+    db.close()
+    code, checks, out = doctor(installed, m, "--zotero-data-dir", str(newer))
+    made = checks["Zotero version"]
+    assert made["status"] == "warn", made
+    assert made["summary"].startswith("zotero.sqlite has userdata schema 131 (newer than this zocratesd knows); reading it as Zotero 10's")
+    assert made["summary"].endswith("; Zotero 9.0.6 last ran the profile")
+    assert "read on trust" in made["fix"] and "pipx upgrade zocrates" in made["fix"]
+    assert "WARN Zotero version: zotero.sqlite has userdata schema 131" in out
+    # A warning is not a failure: the closing line counts the failed checks only.
+    failed = sum(c["status"] == "fail" for c in checks.values())
+    assert out.rstrip().endswith(f"{failed} checks failed"), out
+    # setup shows it and goes on.
+    dry = run(installed, m.env, "setup", "--dry-run", "--zotero-data-dir", str(newer), "--plugin-out", str(m.root))
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "Zotero: zotero.sqlite has userdata schema 131 (newer than this zocratesd knows)" in dry.stdout
+    assert "read on trust" in dry.stdout
 
 
 ZED_SETTINGS = """// Zed settings

@@ -6,8 +6,9 @@ library index's state; the HTTP shim proving it is this daemon (`/health` challe
 installed and active; the Zotero plugin installed in the profile, enabled and of this version; each
 MCP/ACP client's entry pointing at a `zocratesd` that exists; the model configured and reachable.
 
-Each check is `ok`, `fail` (with what to do) or `skip` (nothing to check: a client that is not
-installed, the index when no daemon runs). `run` returns them all; the report passes when none
+Each check is `ok`, `warn` (it works, on trust: the line says what to watch; a Zotero database newer
+than this zocratesd knows), `fail` (with what to do) or `skip` (nothing to check: a client that is
+not installed, the index when no daemon runs). `run` returns them all; the report passes when none
 failed. The same report is what the daemon's shim serves to the plugin's preferences pane
 (`GET /doctor`), computed by the daemon for its own data dir.
 
@@ -41,7 +42,7 @@ from zocratesd.library import zotero_db
 from zocratesd.logtext import escape_for_log, redact_url
 from zocratesd.service_manager import installer
 
-Status = Literal["ok", "fail", "skip"]
+Status = Literal["ok", "warn", "fail", "skip"]
 # How the checks get a daemon's library status (`_zocrates/library/status`): given by the face that
 # runs them (the CLI asks the socket, rpc/library_status.py `fetch`; the daemon's shim has its own
 # status at hand), so this core module imports no face. Raises OSError or ValueError. What it returns
@@ -55,6 +56,11 @@ PROBE_TIMEOUT_S: Final = 5.0
 MAX_PROBE_BYTES: Final = 1024 * 1024
 PROOF_LABEL: Final = "zocratesd-health-proof:"
 CHALLENGE_BYTES: Final = 16
+# Where ADK's Gemini client (google-genai) sends its requests: its default endpoint, or the one this
+# variable names. The daemon gives it no base URL of its own, so the variable moves both alike.
+GEMINI_URL: Final = "https://generativelanguage.googleapis.com"
+GEMINI_URL_VAR: Final = "GOOGLE_GEMINI_BASE_URL"
+GEMINI_API_VERSION: Final = "v1beta"
 # The indexer looks at Zotero every `library.poll_interval_s` (2 s by default), a look through a
 # private copy at most every 20 times that copy's cost: ten minutes without a look is a stuck indexer.
 STALE_LOOK_S: Final = 600.0
@@ -67,7 +73,7 @@ class Check(msgspec.Struct, frozen=True):
     fix: str = ""
 
     def line(self) -> str:
-        mark = {"ok": "ok  ", "fail": "FAIL", "skip": "--  "}[self.status]
+        mark = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "--  "}[self.status]
         text = f"{mark} {self.name}: {self.summary}"
         return f"{text}; {self.fix}" if self.fix else text
 
@@ -153,7 +159,9 @@ def check_schema(ctx: Context) -> Check:
                      "is it a Zotero database? Zotero checks it at Help → Troubleshooting → Check Database Integrity")
     made_by = zotero_db.KNOWN_SCHEMAS.get(version)
     if made_by is None:
-        return Check("Zotero version", "ok", f"userdata schema {version}, read as a supported one{ran}", "; ".join(warnings))
+        # Read as the newest Zotero we know: it works unless that Zotero changed what we read.
+        return Check("Zotero version", "warn", "; ".join(warnings) + ran,
+                     "read on trust: if items or fields are missing from answers, `pipx upgrade zocrates` may know this Zotero")
     return Check("Zotero version", "ok", f"{made_by} (userdata schema {version}){ran}")
 
 
@@ -251,7 +259,8 @@ def check_service(ctx: Context) -> Check:
     try:
         files = manager.files()
     except installer.ServiceError as exc:
-        return Check("service", "fail", str(exc))
+        return Check("service", "fail", escape_for_log(exc),
+                     "once that is fixed, `zocratesd service install` installs it; until then `zocratesd serve` runs zocratesd by hand")
     states = {p: installer.file_state(p, content) for p, content in files.items()}
     missing = [p for p, s in states.items() if s == "new"]
     foreign = [p for p, s in states.items() if s == "foreign"]
@@ -281,7 +290,7 @@ def check_plugin(ctx: Context) -> Check:
     try:
         info = plugin.plugin_info()
     except plugin.PluginError as exc:
-        return Check("Zotero plugin", "fail", str(exc))
+        return Check("Zotero plugin", "fail", exc.problem, exc.fix)
     get_it = "`zocratesd plugin` writes it; " + plugin.INSTALL_CLICKS.format(path="that file")
     if ctx.profile is None:
         root = zotero_profile.profiles_root(ctx.home)
@@ -319,6 +328,15 @@ def check_clients(ctx: Context) -> list[Check]:
     return out
 
 
+def _key_source(model: config.ModelConfig) -> str:
+    """The variable the model's key comes from, for a message (never the key)."""
+    if model.api_key_env:
+        return f"${model.api_key_env}"
+    if model.provider == "gemini":
+        return next((f"${v}" for v in config.GEMINI_KEY_VARS if os.environ.get(v)), "no key")
+    return "no key"
+
+
 def check_model(ctx: Context) -> Check:
     try:
         model = config.load_config(ctx.data_dir).model
@@ -327,7 +345,7 @@ def check_model(ctx: Context) -> Check:
     if model.provider == "offline":
         return Check("model", "ok", "offline (answers are built from your library's passages; no model API)")
     if model.provider == "gemini":
-        return Check("model", "ok", f"gemini {model.name or ''}".strip() + " (not probed)")
+        return _check_gemini(model, ctx.environ)
     base = (model.base_url or "").rstrip("/")
     key = model.api_key()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -338,9 +356,30 @@ def check_model(ctx: Context) -> Check:
         return Check("model", "fail", f"openai {model.name} at {shown} cannot be reached ({escape_for_log(exc)})",
                      "check model.base_url and the network")
     if code in (401, 403):
-        held = f"${model.api_key_env}" if model.api_key_env else "no key"
-        return Check("model", "fail", f"{shown} refused the key ({held}, HTTP {code})", "check the key it names")
+        return Check("model", "fail", f"{shown} refused the key ({_key_source(model)}, HTTP {code})", "check the key it names")
     return Check("model", "ok", f"openai {model.name} at {shown} answers (HTTP {code})")
+
+
+def _check_gemini(model: config.ModelConfig, environ: Mapping[str, str]) -> Check:
+    """The model's own entry in Gemini's API (`GET /v1beta/models/<name>`), asked with the key the daemon sends."""
+    name = (model.name or config.DEFAULT_GEMINI_MODEL).removeprefix("models/")
+    base = (environ.get(GEMINI_URL_VAR) or GEMINI_URL).rstrip("/")
+    key = model.api_key()
+    shown = redact_url(base)
+    try:
+        # The key in a header, as google-genai sends it: never in the URL, which errors may quote.
+        code, body = _get(f"{base}/{GEMINI_API_VERSION}/models/{quote(name, safe='')}", {"x-goog-api-key": key} if key else {})
+    except (OSError, ValueError) as exc:
+        where = f"${GEMINI_URL_VAR} and the network" if environ.get(GEMINI_URL_VAR) else "the network"
+        return Check("model", "fail", f"gemini {name} at {shown} cannot be reached ({escape_for_log(exc)})", f"check {where}")
+    # Gemini answers a wrong key with 400 INVALID_ARGUMENT, reason API_KEY_INVALID; no key with 403.
+    if code in (401, 403) or (code == 400 and b"API_KEY_INVALID" in body):
+        return Check("model", "fail", f"{shown} refused the key ({_key_source(model)}, HTTP {code})",
+                     "check the key it names (Google AI Studio lists your keys)")
+    if code == 404:
+        return Check("model", "fail", f"{shown} has no model {name} (HTTP 404)",
+                     f"set model.name to a Gemini model id, such as {config.DEFAULT_GEMINI_MODEL}")
+    return Check("model", "ok", f"gemini {name} at {shown} answers (HTTP {code})")
 
 
 def context(home: Path, flag: str | None, environ: Mapping[str, str] | None = None) -> Context:
@@ -376,5 +415,9 @@ def render(report: Report) -> str:
     # Paths, a client's command, an error's text: from the user's files, escaped before a terminal.
     lines = [escape_for_log(c.line()) for c in report.checks]
     failed = sum(c.status == "fail" for c in report.checks)
-    lines.append("all checks passed" if report.passed else f"{failed} check{'s' if failed != 1 else ''} failed")
+    warned = sum(c.status == "warn" for c in report.checks)
+    if not report.passed:
+        lines.append(f"{failed} check{'s' if failed != 1 else ''} failed")
+    else:
+        lines.append("all checks passed" + (f", {warned} with a warning" if warned else ""))
     return "\n".join(lines)

@@ -30,8 +30,18 @@ XPI_MODE: Final = 0o644
 INSTALL_CLICKS: Final = "In Zotero: Tools → Plugins, then the gear icon → Install Plugin From File…, and choose {path}"
 
 
+# What to do about any of the errors below: they are in the installed package's own files.
+REINSTALL: Final = "reinstall zocrates (`pipx reinstall zocrates`, or pip where you installed it)"
+
+
 class PluginError(Exception):
-    """The plugin's files are missing or broken in this installation; the message says what to do."""
+    """The plugin's files are missing or broken in this installation: what is wrong (`problem`) and
+    what to do (`fix`); the message says both."""
+
+    def __init__(self, problem: str, fix: str = REINSTALL) -> None:
+        super().__init__(f"{problem}; {fix}")
+        self.problem = problem
+        self.fix = fix
 
 
 @dataclass(frozen=True)
@@ -64,9 +74,9 @@ def _read_json(node: Traversable, what: str) -> dict[str, object]:
     try:
         value = json.loads(node.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise PluginError(f"the plugin's {what} cannot be read ({exc}); reinstall zocrates") from None
+        raise PluginError(f"the plugin's {what} cannot be read ({exc})") from None
     if not isinstance(value, dict):
-        raise PluginError(f"the plugin's {what} is not a JSON object; reinstall zocrates")
+        raise PluginError(f"the plugin's {what} is not a JSON object")
     return value
 
 
@@ -74,10 +84,10 @@ def xpi_entries(root: Traversable | None = None) -> list[tuple[str, bytes]]:
     """(name, bytes) of every file that goes into the XPI: manifest.json first, the rest by name."""
     root = root or plugin_dir()
     if not root.joinpath(MANIFEST).is_file():
-        raise PluginError("the Zotero plugin's files are missing from this installation; reinstall zocrates")
+        raise PluginError("the Zotero plugin's files are missing from this installation")
     exclude = _read_json(root.joinpath(CONTENTS_FILE), CONTENTS_FILE).get("exclude")
     if not isinstance(exclude, list):
-        raise PluginError(f"the plugin's {CONTENTS_FILE} has no exclude list; reinstall zocrates")
+        raise PluginError(f"the plugin's {CONTENTS_FILE} has no exclude list")
     names = sorted((n, f) for n, f in _walk(root) if n not in exclude)
     names.sort(key=lambda pair: pair[0] != MANIFEST)  # stable: the rest stays sorted
     return [(name, node.read_bytes()) for name, node in names]
@@ -90,7 +100,7 @@ def plugin_info(root: Traversable | None = None) -> PluginInfo:
     plugin_id = zotero.get("id") if isinstance(zotero, dict) else None
     version = manifest.get("version")
     if not isinstance(plugin_id, str) or not isinstance(version, str):
-        raise PluginError("the plugin's manifest.json lacks its id or version; reinstall zocrates")
+        raise PluginError("the plugin's manifest.json lacks its id or version")
     return PluginInfo(id=plugin_id, version=version)
 
 
@@ -98,7 +108,7 @@ def build_xpi(root: Traversable | None = None) -> bytes:
     """The XPI's bytes; PluginError when the package's plugin does not match this zocratesd."""
     info = plugin_info(root)
     if info.version != __version__:
-        raise PluginError(f"the packaged plugin is {info.version} but zocratesd is {__version__}; reinstall zocrates")
+        raise PluginError(f"the packaged plugin is {info.version} but zocratesd is {__version__}")
     entries = xpi_entries(root)
     with tempfile.SpooledTemporaryFile() as buf:
         with zipfile.ZipFile(buf, "w") as zf:

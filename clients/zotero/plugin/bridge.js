@@ -83,17 +83,21 @@ var ZocratesBridge = (function () {
     const doc = container.ownerDocument;
     const list = doc.createElementNS(HTML_NS, "ul");
     list.setAttribute("class", "zocrates-doctor");
-    for (const check of Array.isArray(report && report.checks) ? report.checks : []) {
+    const checks = Array.isArray(report && report.checks) ? report.checks : [];
+    for (const check of checks) {
       const li = doc.createElementNS(HTML_NS, "li");
-      const status = ["ok", "fail", "skip"].includes(check.status) ? check.status : "fail";
+      const status = ["ok", "warn", "fail", "skip"].includes(check.status) ? check.status : "fail";
       li.setAttribute("class", `zocrates-doctor-${status}`);
-      const mark = { ok: "✓", fail: "✗", skip: "–" }[status];
+      const mark = { ok: "✓", warn: "!", fail: "✗", skip: "–" }[status];
       li.textContent = `${mark} ${String(check.name)}: ${String(check.summary)}${check.fix ? `; ${String(check.fix)}` : ""}`;
       list.append(li);
     }
     const head = doc.createElementNS(HTML_NS, "p");
     head.setAttribute("class", "zocrates-doctor-head");
-    head.textContent = report && report.passed ? "zocratesd doctor: all checks passed" : "zocratesd doctor: some checks failed";
+    // A warning fails nothing (a Zotero newer than the daemon knows, read on trust), but is said.
+    const warned = checks.filter((/** @type {any} */ c) => c.status === "warn").length;
+    head.textContent = !(report && report.passed) ? "zocratesd doctor: some checks failed"
+      : `zocratesd doctor: all checks passed${warned ? `, ${warned} with a warning` : ""}`;
     container.replaceChildren(head, list);
   }
 

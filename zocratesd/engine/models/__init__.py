@@ -6,12 +6,11 @@ import os
 from typing import TYPE_CHECKING, Final
 
 from zocratesd import deferred
-from zocratesd.config import ModelConfig
+from zocratesd.config import DEFAULT_GEMINI_MODEL, ModelConfig
 
 if TYPE_CHECKING:  # ADK is loaded with the engine (engine/__init__.py says why)
     from google.adk.models.base_llm import BaseLlm
 
-DEFAULT_GEMINI_MODEL = "gemini-2.5-flash"
 OFFLINE = "offline"
 # Each provider's model class, by module: the core names this package before ADK is loaded.
 PROVIDER_MODULES: Final = {
