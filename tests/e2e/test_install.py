@@ -13,6 +13,7 @@ the user's own entries; systemctl is a script that records its arguments.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -319,6 +320,46 @@ def test_setup_dry_run_changes_nothing_and_yes_sets_up_every_piece(installed: In
     assert json.loads(m.claude.read_text()) == {"mcpServers": {"other": CLAUDE_OTHER}}
 
 
+@contextlib.contextmanager
+def wheel_daemon(inst: Installed, m: Machine) -> Iterator[subprocess.Popen[str]]:
+    """`zocratesd serve` from the wheel, told nothing: it finds the data dir as setup did. Yields
+    once its daemon.json names it; stopped (by its pid) on the way out."""
+    daemon = subprocess.Popen([str(inst.zocratesd), "serve"], env=m.env, cwd=m.home, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        info = m.data_dir / "zocrates-data" / "daemon.json"
+        deadline = time.monotonic() + 120  # a daemon serving another dir never writes this file
+        while not info.exists():
+            assert daemon.poll() is None, daemon.communicate()[1]
+            assert time.monotonic() < deadline, f"no daemon.json in {m.data_dir} (the daemon serves another data dir)"
+            threading.Event().wait(0.05)
+        assert json.loads(info.read_text())["pid"] == daemon.pid
+        yield daemon
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+
+
+def mcp_tools(entry: dict[str, Any], env: dict[str, str]) -> list[str]:
+    """The tools an MCP client gets from `entry` (a client config's server entry): initialize,
+    initialized, tools/list over stdio, as Claude Desktop sends them."""
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "claude-ai", "version": "0.1.0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]
+    done = subprocess.run([entry["command"], *entry["args"]], input="".join(json.dumps(msg) + "\n" for msg in messages),
+                          env=env, cwd=env["HOME"], capture_output=True, text=True, timeout=120)
+    replies = {r["id"]: r for r in map(json.loads, done.stdout.splitlines()) if "id" in r}
+    assert "result" in replies.get(2, {}), (done.stdout, done.stderr)
+    return [tool["name"] for tool in replies[2]["result"]["tools"]]
+
+
 def installed_version(inst: Installed) -> str:
     return subprocess.run([str(inst.python), "-c", "import zocratesd; print(zocratesd.__version__)"],
                           capture_output=True, text=True, check=True).stdout.strip()
@@ -340,17 +381,22 @@ def set_up(installed: Installed, machine: Machine) -> Iterator[Machine]:
     yield machine
 
 
-def test_doctor_passes_on_a_healthy_set_up_and_names_each_broken_piece(installed: Installed, set_up: Machine, daemon_factory: Any) -> None:
+def test_doctor_passes_on_a_healthy_set_up_and_names_each_broken_piece(installed: Installed, set_up: Machine) -> None:
     m = set_up
     # No daemon yet, and no service socket listening (systemctl here only records).
     code, checks, out = doctor(installed, m)
     assert code == 1
     assert checks["daemon"]["status"] == "fail" and "zocratesd service install" in checks["daemon"]["fix"]
     assert checks["library index"]["status"] == "skip"
+    with wheel_daemon(installed, m):
+        healthy_and_broken(installed, m)
 
-    d = daemon_factory(data_dir=m.data_dir)
-    d.env["XDG_RUNTIME_DIR"] = m.env["XDG_RUNTIME_DIR"]
-    d.start()
+
+def healthy_and_broken(installed: Installed, m: Machine) -> None:
+    # The entry setup gave Claude Desktop works: an MCP client gets the library's tools through it.
+    entry = json.loads(m.claude.read_text())["mcpServers"]["zocrates"]
+    assert entry["command"] == str(installed.zocratesd)
+    assert {"search_library", "ask", "find_quote", "export_citations"} <= set(mcp_tools(entry, m.env))
     code, checks, out = doctor(installed, m)
     assert code == 0, out
     assert out.rstrip().endswith("all checks passed")
@@ -649,24 +695,8 @@ def test_the_daemon_and_its_client_find_the_data_dir_zoteros_settings_name(insta
     m = machine
     # Neither is told where the library is; ~/Zotero does not exist. Both read Zotero's own prefs.js.
     assert not (m.home / "Zotero").exists()
-    daemon = subprocess.Popen([str(installed.zocratesd), "serve"], env=m.env, cwd=m.home, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        info = m.data_dir / "zocrates-data" / "daemon.json"
-        deadline = time.monotonic() + 120  # a daemon serving another dir never writes this file
-        while not info.exists():
-            assert daemon.poll() is None, daemon.communicate()[1]
-            assert time.monotonic() < deadline, f"no daemon.json in {m.data_dir} (the daemon serves another data dir)"
-            threading.Event().wait(0.05)
-        assert json.loads(info.read_text())["pid"] == daemon.pid
+    with wheel_daemon(installed, m):
         client = subprocess.run([str(installed.venv / "bin" / "zocrates"), "library", "status", "--json"], env=m.env,
                                 cwd=m.home, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         assert client.returncode == 0, client.stderr
         assert json.loads(client.stdout)["data_dir"] == str(m.data_dir)
-    finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
