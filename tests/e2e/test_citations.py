@@ -107,10 +107,20 @@ def test_answers_cite_in_the_session_style_and_bib_exports_what_they_cite(served
         c.notifications.clear()
         keys = reply["result"]["_meta"]["zocrates"]["citationKeys"]
         assert keys["LEWIS202"] == "lewis2020rag" and keys.get("DPRPAPER", "karpukhin2020dense") == "karpukhin2020dense", keys
+        # Its "[@key]" citations are checked against their sources, as numbered ones are.
+        checked = reply["result"]["_meta"]["zocrates"]["citations"]
+        assert checked and all(x["verified"] is True for x in checked), checked
+        assert "LEWIS202" in {x["item_key"] for x in checked}, checked
 
         assert "Citation style: author-year." in ask(c, sid, "/cite author-year")
-        author_year = ask(c, sid, QUESTION)
+        reply = c.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": QUESTION}]})
+        author_year = "".join(n["params"]["update"]["content"]["text"] for n in c.notifications
+                              if n["method"] == "session/update" and n["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        c.notifications.clear()
         assert "(Lewis & Perez, 2020)" in author_year, author_year
+        checked = reply["result"]["_meta"]["zocrates"]["citations"]
+        assert checked and all(x["verified"] is True for x in checked), checked
+        assert "LEWIS202" in {x["item_key"] for x in checked}, checked
 
         bib = ask(c, sid, "/bib")
         entries = {e.key: e for e in bibtexparser.parse_string(bib).entries}

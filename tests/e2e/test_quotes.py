@@ -87,8 +87,29 @@ def cited_list(*entries: tuple[int, str, str]) -> str:
     return "\n\n# Cited Sources\n" + "\n".join(f"[{n}] {title}. (zotero://select/library/items/{key})" for n, key, title in entries)
 
 
+def styled(question: str, passages: list[dict[str, Any]]) -> str:
+    """Cases a, b and d in the author-year and Pandoc styles: "(Reyes, 2021, p. 128)", "[@key, p. 128]";
+    a and d with a list in the style's form, b with none (the marker resolved through the passages)."""
+    style, case = question.split()[0], question.split()[2].rstrip(":")
+    key = next(p["citation_key"] for p in passages if p["item_key"] == REEF)
+
+    def cite(page: str | None) -> str:
+        at = f", p. {page}" if page else ""
+        return f"[@{key}{at}]" if style == "pandoc" else f"(Reyes, 2021{at})"
+
+    lead = f"[@{key}] " if style == "pandoc" else ""
+    listed = cited_list((1, REEF, f"{lead}Ana Reyes (2021). Coral reef resilience after bleaching"))
+    if case == "a":
+        return f'Reyes reports that "{ON_128[:-1]}" {cite("128")}.' + listed
+    if case == "b":
+        return f"Reyes insists that \u201ccoral reefs never recover from bleaching without human help\u201d {cite(None)}."
+    return f'The authors conclude: "{ON_129[:-1]}" {cite("127")}.' + listed
+
+
 def scripted(question: str, passages: list[dict[str, Any]]) -> str:
     """The fake model's answers, one per case, each from the numbered passages or its own list."""
+    if question.startswith(("pandoc case", "author-year case")):
+        return styled(question, passages)
     if question.startswith("case a"):  # a correct quote, its page named right
         return ('Reyes reports that "Symbiont shuffling increased thermal tolerance in colonies that survived consecutive '
                 'heatwaves" [1, p. 128].' + cited_list((1, REEF, "Reyes (2021). Coral reef resilience. p. 128")))
@@ -287,6 +308,37 @@ def test_a_models_quotes_are_flagged_or_corrected(openai_daemon: Any) -> None:
     assert out.returncode == 0, out.stderr
     done = json.loads(out.stdout.strip().splitlines()[-1])
     assert done["type"] == "done" and done["citations"][0]["verified"] is False
+
+
+@pytest.mark.parametrize("style", ["pandoc", "author-year"])
+def test_quotes_cited_by_key_or_author_and_year_are_flagged_or_corrected(openai_daemon: Any, style: str) -> None:
+    with RawConn(openai_daemon.socket_path) as c:
+        sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
+        c.result("session/set_config_option", {"sessionId": sid, "configId": "citation_style", "value": style})
+
+        meta, text = ask(c, sid, f"{style} case a: what did the coral study find?")
+        (a,) = meta["citations"]
+        assert (a["n"], a["item_key"], a["verified"]) == (1, REEF, True)
+        assert (a["checks"][0]["status"], a["checks"][0]["page"], a["checks"][0]["page_corrected"]) == ("found", "128", False)
+        assert "Checked against the sources" not in text
+
+        meta, text = ask(c, sid, f"{style} case b: do reefs recover alone?")
+        (b,) = meta["citations"]
+        assert (b["item_key"], b["verified"], b["checks"][0]["status"]) == (REEF, False, "not_found")
+        said = "[@" if style == "pandoc" else "(Reyes, 2021)"
+        assert "“coral reefs never recover from bleaching without human help”: not found in the cited source." in text
+        assert f"- {said}" in text.split("Checked against the sources")[1], text
+
+        meta, text = ask(c, sid, f"{style} case d: what must managers do?")
+        (d,) = meta["citations"]
+        check = d["checks"][0]
+        assert d["verified"] is True
+        assert (check["status"], check["cited_page"], check["page"], check["page_corrected"]) == ("found", "127", "129", True)
+        assert check["link"] == f"zotero://open-pdf/library/items/{REEF_PDF}?page=3"
+        assert "on p. 129, not p. 127." in text
+
+        ui = c.result("_zocrates/session/get", {"sessionId": sid})
+        assert [[x["verified"] for x in m["citations"]] for m in ui["messages"] if m.get("citations")] == [[True], [False], [True]]
 
 
 @pytest.mark.anyio
