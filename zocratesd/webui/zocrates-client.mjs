@@ -316,12 +316,6 @@ export class ZocratesClient {
     return this._json("POST", "/library/find_quote", { quote, ...(library ? { library } : {}), ...(limit ? { limit } : {}) }, options);
   }
 
-  /** `{quote, matches: [{item_key, library, title, exact, score, page, page_label, link, text, kind}]}`:
-   *  the items and pages that have `quote`, exact matches first; `link` opens the PDF at that page. */
-  findQuote({ quote, library, limit } = {}, options) {
-    return this._json("POST", "/library/find_quote", { quote, ...(library ? { library } : {}), ...(limit ? { limit } : {}) }, options);
-  }
-
   /** `{settings: {session_retention_days, max_saved_sessions, compaction, research}, applies,
    *  restart_needed, environment, config_path}`. */
   getSettings(options) {
