@@ -145,6 +145,11 @@ def test_zocrates_cite_prints_a_bibliography_a_tool_reads(served: DaemonProc) ->
     asked = zocrates(served, "ask", "--new", "--citation-style", "pandoc", "What is dense passage retrieval?")
     assert asked.returncode == 0 and "[@karpukhin2020dense]" in asked.stdout, asked
     sid = re.search(r"session (session-\S+)", asked.stderr).group(1)  # type: ignore[union-attr]
+    # `--json`: the done line names each cited item's key.
+    as_json = zocrates(served, "ask", "--json", "--session", sid, "What is dense passage retrieval?")
+    assert as_json.returncode == 0, as_json.stderr
+    done = json.loads(as_json.stdout.strip().splitlines()[-1])
+    assert done["type"] == "done" and done["citation_keys"]["DPRPAPER"] == "karpukhin2020dense", done
     with RawConn(served.socket_path) as c:
         ask(c, sid, "What do open questions with retrieval and generation need?")
     out = zocrates(served, "cite", sid, "--format", "biblatex")
