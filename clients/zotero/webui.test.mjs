@@ -203,11 +203,12 @@ async function startScholarly() {
   return { child, urls };
 }
 
-async function startFakeModel() {
+async function startFakeModel(behaviour = "Behaviour(chunk_delay_s=1.0)", prelude = []) {
   const script = [
     "import sys",
     "from tests.fake_openai import Behaviour, FakeOpenAI",
-    "fake = FakeOpenAI(Behaviour(chunk_delay_s=1.0))",
+    ...prelude,
+    `fake = FakeOpenAI(${behaviour})`,
     "print(fake.base_url, flush=True)",
     "sys.stdin.read()",
   ].join("\n");
@@ -788,6 +789,42 @@ describe("the sidebar web app in Firefox", () => {
     await until(page, () => /No item of your library has this quote/.test(document.querySelector("#quote-results")?.textContent || ""));
     assert.ok(await fitsWidth(page), "nothing wider than the sidebar");
     await shot(page, "citations-checked-and-quote-finder.png");
+    assert.deepEqual(page.errors, []);
+  });
+
+  test("the chat's citation style is set beside the prompt; each source shows its citation key", async () => {
+    await askInNewChat(page, "What is retrieval-augmented generation?");
+    const sid = await shownSession(page);
+    // The daemon's own choices, the chat's current one selected.
+    await until(page, () => document.querySelectorAll("#citation-style option").length === 3);
+    assert.deepEqual(await attrs(page, "#citation-style option", "value"), ["numbered", "author-year", "pandoc"]);
+    assert.equal(await page.$eval("#citation-style", (e) => e.value), "numbered");
+    // Numbered: the keys come from the search the page saw (the stream's passages).
+    const { sources: keyed } = await library.client.bibliography(sid, { format: "csl-json" });
+    const lewisKey = keyed.find((s) => s.item_key === "LEWIS202")?.citation_key;
+    assert.ok(lewisKey, JSON.stringify(keyed));
+    const shownKeys = () => page.evaluate(() => [...[...document.querySelectorAll(".msg.assistant:not(.live)")].at(-1).querySelectorAll(".answer .source")]
+      .map((d) => ({ href: d.querySelector("a").getAttribute("href"), title: d.querySelector("a").textContent, key: d.querySelector(".source-key")?.textContent })));
+    let sources = await shownKeys();
+    assert.ok(sources.length >= 1);
+    for (const s of sources) assert.equal(s.key, `@${keyed.find((k) => s.href.endsWith(`/${k.item_key}`))?.citation_key}`, JSON.stringify(s));
+
+    await page.select("#citation-style", "pandoc");
+    await until(page, () => !document.querySelector("#citation-style").disabled);
+    assert.equal((await library.client.getSession(sid)).session.settings.citation_style, "pandoc");
+    await ask(page, "What is retrieval-augmented generation?");
+    await until(page, () => document.querySelectorAll(".msg.assistant:not(.live) .answer").length === 2);
+    await turnEnded(page);
+    const answer = (await texts(page, ".msg.assistant .answer")).at(-1);
+    assert.match(answer, new RegExp(`\\[@${lewisKey}[\\],]`), answer);
+    assert.doesNotMatch(answer.split("Cited Sources")[0], /\[\d/, "no number in the text");
+    sources = await shownKeys();
+    assert.ok(sources.some((s) => s.key === `@${lewisKey}` && s.href.endsWith("/LEWIS202")), JSON.stringify(sources));
+    for (const s of sources) assert.doesNotMatch(s.title, /^\[@/, "the key is shown once, beside the entry");
+    // The chat keeps its style: shown again after a reload.
+    await open(page, library.url());
+    await until(page, () => document.querySelector("#citation-style")?.value === "pandoc");
+    assert.ok(await fitsWidth(page), "nothing wider than the sidebar");
     assert.deepEqual(page.errors, []);
   });
 
