@@ -828,6 +828,60 @@ describe("the sidebar web app in Firefox", () => {
     assert.deepEqual(page.errors, []);
   });
 
+  test("a model's invented quote shows as not found, a wrong page as corrected", async () => {
+    // A model (tests/fake_openai.py) answering with a real quote given the wrong page, and an invented one.
+    const answer = [
+      "def answer(question, passages):",
+      "    return ('Hughes finds that \"Coral reefs recovered from mass bleaching within a decade\" [1, p. 1]. '",
+      "            'Lewis claims that \"retrieval never helps a language model answer questions\" [2].\\n\\n# Cited Sources\\n'",
+      "            '[1] Terry Hughes (2018). Reef recovery after bleaching. p. 1. (zotero://select/groups/4343/items/GRPREEF1)\\n'",
+      "            '[2] Patrick Lewis & Ethan Perez (2020). Retrieval-Augmented Generation. (zotero://select/library/items/LEWIS202)')",
+    ];
+    const model = await startFakeModel("Behaviour(answer=answer)", answer);
+    const checked = new Daemon(root, "checked", { port: await freePort(), env: isolatedEnv(root, { ZQ_KEY: "test-key" }) });
+    const p = await newPage();
+    try {
+      await runPython(["-c", LIBRARY_SCRIPT, checked.dataDir], { ...process.env, PYTHONPATH: REPO });
+      await mkdir(checked.stateDir, { recursive: true });
+      await writeFile(join(checked.stateDir, "zocrates_config.json"), JSON.stringify({
+        model: { provider: "openai", name: "fake/checks", base_url: model.url, api_key_env: "ZQ_KEY" },
+      }));
+      await checked.start();
+      for (const t0 = Date.now(); (await checked.client.libraryStatus()).library?.state !== "ready";) {
+        if (Date.now() - t0 > 180_000) throw new Error("the fixture library was not indexed within 180 s");
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      await open(p, checked.url());
+      await ask(p, "How fast do reefs recover?");
+      await present(p, ".msg.assistant:not(.live) .citation-checks .check");
+      await turnEnded(p);
+      assert.match(await p.$eval(".citation-checks summary", (e) => e.textContent), /^Citations checked: 1 of 2 found in their sources$/);
+      assert.equal(await p.$eval(".citation-checks", (e) => e.open), true, "open when a citation fails");
+      const rows = await p.$$eval(".citation-checks .check", (lis) => lis.map((li) => ({
+        n: li.dataset.n, verified: li.dataset.verified, state: li.querySelector(".check-state").textContent,
+        quote: li.querySelector(".check-text")?.textContent ?? null, page: li.querySelector(".check-page")?.textContent ?? null,
+        href: li.querySelector(".check-page a")?.getAttribute("href") ?? null })));
+      assert.deepEqual(rows, [
+        { n: "1", verified: "true", state: "✓ found in the cited source", quote: null, page: "on p. 2, not p. 1",
+          href: "zotero://open-pdf/groups/4343/items/GRPPDF01?page=2" },
+        { n: "2", verified: "false", state: "✗ not found in the cited source",
+          quote: "“retrieval never helps a language model answer questions”", page: null, href: null },
+      ]);
+      // The answer itself says so, in its last words.
+      const text = await p.$eval(".msg.assistant:not(.live) .answer", (e) => e.textContent);
+      assert.match(text, /Checked against the sources:/);
+      assert.match(text, /\[2\] “retrieval never helps a language model answer questions”: not found in the cited source\./);
+      assert.match(text, /\[1\] “Coral reefs recovered from mass bleaching within a decade”: on p\. 2, not p\. 1\./);
+      assert.ok(await fitsWidth(p), "nothing wider than the sidebar");
+      await shot(p, "citations-flagged.png");
+      assert.deepEqual(p.errors, []);
+    } finally {
+      await p.close();
+      await checked.stop();
+      model.child.kill("SIGTERM");
+    }
+  });
+
   test("a page is cited by its label and opens the PDF at its page index", async () => {
     const out = await page.evaluate(async () => {
       const { parseSources, renderMarkdown } = await import("/ui/markdown.js");
