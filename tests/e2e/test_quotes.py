@@ -119,6 +119,9 @@ def scripted(question: str, passages: list[dict[str, Any]]) -> str:
     if question.startswith("case c"):  # a real quote of the retrieval paper, cited by the coral paper's passage number
         n = next(p["n"] for p in passages if p["item_key"] == REEF)
         return f'Reyes writes that "{HYDE_SENTENCE[:-1]}" [{n}].'
+    if question.startswith("case h"):  # a correct quote cited by its passage's number, no list (as models often do)
+        n = next(p["n"] for p in passages if p["item_key"] == REEF)
+        return f'Reyes reports that "{ON_128[:-1]}" [{n}].'
     if question.startswith("case d"):  # the right quote, the wrong page
         return (f'The authors conclude: "{ON_129[:-1]}" [1, p. 127].'
                 + cited_list((1, REEF, "Reyes (2021). Coral reef resilience. p. 127")))
@@ -308,6 +311,23 @@ def test_a_models_quotes_are_flagged_or_corrected(openai_daemon: Any) -> None:
     assert out.returncode == 0, out.stderr
     done = json.loads(out.stdout.strip().splitlines()[-1])
     assert done["type"] == "done" and done["citations"][0]["verified"] is False
+
+
+def test_an_answer_citing_passages_by_number_alone_has_keys_and_a_bibliography(openai_daemon: Any) -> None:
+    with RawConn(openai_daemon.socket_path) as c:
+        sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
+        meta, text = ask(c, sid, "case h: what did the coral study find?")
+        assert "# Cited Sources" not in text
+        (h,) = meta["citations"]
+        assert (h["item_key"], h["verified"]) == (REEF, True)
+        # The items the check resolved are what the answer cites: their keys, their bibliography.
+        key = meta["citationKeys"][REEF]
+        assert key.startswith("reyes2021"), meta
+        done = c.result("_zocrates/citations/export", {"sessionId": sid, "format": "bibtex"})
+        assert done["sources"] == [{"item_key": REEF, "library": "user", "citation_key": key}], done
+        assert f"{{{key}," in done["text"] and "Coral reef resilience after bleaching" in done["text"]
+        bib = ask(c, sid, "/bib")[1]
+        assert f"{{{key}," in bib, bib
 
 
 @pytest.mark.parametrize("style", ["pandoc", "author-year"])
