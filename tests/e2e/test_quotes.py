@@ -395,6 +395,23 @@ async def test_mcp_ask_sources_carry_verified_and_find_quote_works(short_tmp: Pa
                 good = await session.call_tool("ask", {"question": "case a: what did the coral study find?"})
                 (source,) = good.structured_content["sources"]
                 assert source["verified"] is True and source["checks"][0]["page"] == "128"
+                # (c) a real quote given to the wrong paper, cited by passage number with no list:
+                # the source is the paper it cites, flagged, with the paper that has the quote.
+                wrong = await session.call_tool("ask", {"question": "case c: coral reefs and hypothetical document embeddings"})
+                (source,) = wrong.structured_content["sources"]
+                assert (source["item_key"], source["cited"], source["verified"]) == (REEF, True, False), source
+                assert source["citation_key"] and source["n"] is not None
+                check = source["checks"][0]
+                assert check["status"] == "not_found" and check["found_in"]["item_key"] == HYDE and check["found_in"]["page"] == "1"
+                assert "it is in “Precise zero-shot dense retrieval”, p. 1." in wrong.structured_content["answer"]
+                # (d) the right quote, the wrong page: corrected, still verified.
+                paged = await session.call_tool("ask", {"question": "case d: what must managers do?"})
+                (source,) = paged.structured_content["sources"]
+                check = source["checks"][0]
+                assert (source["item_key"], source["cited"], source["verified"]) == (REEF, True, True)
+                assert (check["status"], check["cited_page"], check["page"], check["page_corrected"]) == ("found", "127", "129", True)
+                assert check["link"] == f"zotero://open-pdf/library/items/{REEF_PDF}?page=3"
+                assert "on p. 129, not p. 127." in paged.structured_content["answer"]
     finally:
         subprocess.run([sys.executable, "-m", "zocratesd", "stop", "--zotero-data-dir", str(data)], env=env, timeout=60,
                        capture_output=True, check=False)
