@@ -203,11 +203,12 @@ async function startScholarly() {
   return { child, urls };
 }
 
-async function startFakeModel() {
+async function startFakeModel(behaviour = "Behaviour(chunk_delay_s=1.0)", prelude = []) {
   const script = [
     "import sys",
     "from tests.fake_openai import Behaviour, FakeOpenAI",
-    "fake = FakeOpenAI(Behaviour(chunk_delay_s=1.0))",
+    ...prelude,
+    `fake = FakeOpenAI(${behaviour})`,
     "print(fake.base_url, flush=True)",
     "sys.stdin.read()",
   ].join("\n");
@@ -789,6 +790,96 @@ describe("the sidebar web app in Firefox", () => {
     assert.ok(await fitsWidth(page), "nothing wider than the sidebar");
     await shot(page, "citations-checked-and-quote-finder.png");
     assert.deepEqual(page.errors, []);
+  });
+
+  test("the chat's citation style is set beside the prompt; each source shows its citation key", async () => {
+    await askInNewChat(page, "What is retrieval-augmented generation?");
+    const sid = await shownSession(page);
+    // The daemon's own choices, the chat's current one selected.
+    await until(page, () => document.querySelectorAll("#citation-style option").length === 3);
+    assert.deepEqual(await attrs(page, "#citation-style option", "value"), ["numbered", "author-year", "pandoc"]);
+    assert.equal(await page.$eval("#citation-style", (e) => e.value), "numbered");
+    // Numbered: the keys come from the search the page saw (the stream's passages).
+    const { sources: keyed } = await library.client.bibliography(sid, { format: "csl-json" });
+    const lewisKey = keyed.find((s) => s.item_key === "LEWIS202")?.citation_key;
+    assert.ok(lewisKey, JSON.stringify(keyed));
+    const shownKeys = () => page.evaluate(() => [...[...document.querySelectorAll(".msg.assistant:not(.live)")].at(-1).querySelectorAll(".answer .source")]
+      .map((d) => ({ href: d.querySelector("a").getAttribute("href"), title: d.querySelector("a").textContent, key: d.querySelector(".source-key")?.textContent })));
+    let sources = await shownKeys();
+    assert.ok(sources.length >= 1);
+    for (const s of sources) assert.equal(s.key, `@${keyed.find((k) => s.href.endsWith(`/${k.item_key}`))?.citation_key}`, JSON.stringify(s));
+
+    await page.select("#citation-style", "pandoc");
+    await until(page, () => !document.querySelector("#citation-style").disabled);
+    assert.equal((await library.client.getSession(sid)).session.settings.citation_style, "pandoc");
+    await ask(page, "What is retrieval-augmented generation?");
+    await until(page, () => document.querySelectorAll(".msg.assistant:not(.live) .answer").length === 2);
+    await turnEnded(page);
+    const answer = (await texts(page, ".msg.assistant .answer")).at(-1);
+    assert.match(answer, new RegExp(`\\[@${lewisKey}[\\],]`), answer);
+    assert.doesNotMatch(answer.split("Cited Sources")[0], /\[\d/, "no number in the text");
+    sources = await shownKeys();
+    assert.ok(sources.some((s) => s.key === `@${lewisKey}` && s.href.endsWith("/LEWIS202")), JSON.stringify(sources));
+    for (const s of sources) assert.doesNotMatch(s.title, /^\[@/, "the key is shown once, beside the entry");
+    // The chat keeps its style: shown again after a reload.
+    await open(page, library.url());
+    await until(page, () => document.querySelector("#citation-style")?.value === "pandoc");
+    assert.ok(await fitsWidth(page), "nothing wider than the sidebar");
+    assert.deepEqual(page.errors, []);
+  });
+
+  test("a model's invented quote shows as not found, a wrong page as corrected", async () => {
+    // A model (tests/fake_openai.py) answering with a real quote given the wrong page, and an invented one.
+    const answer = [
+      "def answer(question, passages):",
+      "    return ('Hughes finds that \"Coral reefs recovered from mass bleaching within a decade\" [1, p. 1]. '",
+      "            'Lewis claims that \"retrieval never helps a language model answer questions\" [2].\\n\\n# Cited Sources\\n'",
+      "            '[1] Terry Hughes (2018). Reef recovery after bleaching. p. 1. (zotero://select/groups/4343/items/GRPREEF1)\\n'",
+      "            '[2] Patrick Lewis & Ethan Perez (2020). Retrieval-Augmented Generation. (zotero://select/library/items/LEWIS202)')",
+    ];
+    const model = await startFakeModel("Behaviour(answer=answer)", answer);
+    const checked = new Daemon(root, "checked", { port: await freePort(), env: isolatedEnv(root, { ZQ_KEY: "test-key" }) });
+    const p = await newPage();
+    try {
+      await runPython(["-c", LIBRARY_SCRIPT, checked.dataDir], { ...process.env, PYTHONPATH: REPO });
+      await mkdir(checked.stateDir, { recursive: true });
+      await writeFile(join(checked.stateDir, "zocrates_config.json"), JSON.stringify({
+        model: { provider: "openai", name: "fake/checks", base_url: model.url, api_key_env: "ZQ_KEY" },
+      }));
+      await checked.start();
+      for (const t0 = Date.now(); (await checked.client.libraryStatus()).library?.state !== "ready";) {
+        if (Date.now() - t0 > 180_000) throw new Error("the fixture library was not indexed within 180 s");
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      await open(p, checked.url());
+      await ask(p, "How fast do reefs recover?");
+      await present(p, ".msg.assistant:not(.live) .citation-checks .check");
+      await turnEnded(p);
+      assert.match(await p.$eval(".citation-checks summary", (e) => e.textContent), /^Citations checked: 1 of 2 found in their sources$/);
+      assert.equal(await p.$eval(".citation-checks", (e) => e.open), true, "open when a citation fails");
+      const rows = await p.$$eval(".citation-checks .check", (lis) => lis.map((li) => ({
+        n: li.dataset.n, verified: li.dataset.verified, state: li.querySelector(".check-state").textContent,
+        quote: li.querySelector(".check-text")?.textContent ?? null, page: li.querySelector(".check-page")?.textContent ?? null,
+        href: li.querySelector(".check-page a")?.getAttribute("href") ?? null })));
+      assert.deepEqual(rows, [
+        { n: "1", verified: "true", state: "✓ found in the cited source", quote: null, page: "on p. 2, not p. 1",
+          href: "zotero://open-pdf/groups/4343/items/GRPPDF01?page=2" },
+        { n: "2", verified: "false", state: "✗ not found in the cited source",
+          quote: "“retrieval never helps a language model answer questions”", page: null, href: null },
+      ]);
+      // The answer itself says so, in its last words.
+      const text = await p.$eval(".msg.assistant:not(.live) .answer", (e) => e.textContent);
+      assert.match(text, /Checked against the sources:/);
+      assert.match(text, /\[2\] “retrieval never helps a language model answer questions”: not found in the cited source\./);
+      assert.match(text, /\[1\] “Coral reefs recovered from mass bleaching within a decade”: on p\. 2, not p\. 1\./);
+      assert.ok(await fitsWidth(p), "nothing wider than the sidebar");
+      await shot(p, "citations-flagged.png");
+      assert.deepEqual(p.errors, []);
+    } finally {
+      await p.close();
+      await checked.stop();
+      model.child.kill("SIGTERM");
+    }
   });
 
   test("a page is cited by its label and opens the PDF at its page index", async () => {

@@ -107,10 +107,20 @@ def test_answers_cite_in_the_session_style_and_bib_exports_what_they_cite(served
         c.notifications.clear()
         keys = reply["result"]["_meta"]["zocrates"]["citationKeys"]
         assert keys["LEWIS202"] == "lewis2020rag" and keys.get("DPRPAPER", "karpukhin2020dense") == "karpukhin2020dense", keys
+        # Its "[@key]" citations are checked against their sources, as numbered ones are.
+        checked = reply["result"]["_meta"]["zocrates"]["citations"]
+        assert checked and all(x["verified"] is True for x in checked), checked
+        assert "LEWIS202" in {x["item_key"] for x in checked}, checked
 
         assert "Citation style: author-year." in ask(c, sid, "/cite author-year")
-        author_year = ask(c, sid, QUESTION)
+        reply = c.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": QUESTION}]})
+        author_year = "".join(n["params"]["update"]["content"]["text"] for n in c.notifications
+                              if n["method"] == "session/update" and n["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        c.notifications.clear()
         assert "(Lewis & Perez, 2020)" in author_year, author_year
+        checked = reply["result"]["_meta"]["zocrates"]["citations"]
+        assert checked and all(x["verified"] is True for x in checked), checked
+        assert "LEWIS202" in {x["item_key"] for x in checked}, checked
 
         bib = ask(c, sid, "/bib")
         entries = {e.key: e for e in bibtexparser.parse_string(bib).entries}
@@ -131,10 +141,37 @@ def test_answers_cite_in_the_session_style_and_bib_exports_what_they_cite(served
         assert nothing["error"]["code"] == -32602 and "nothing cited" in nothing["error"]["data"]["message"]
 
 
+def test_an_editor_that_asks_for_pandoc_citations_gets_them_in_its_new_sessions(served: DaemonProc) -> None:
+    pandoc = {"_meta": {"zocrates": {"citationStyle": "pandoc"}}}
+    with RawConn(served.socket_path) as editor, RawConn(served.socket_path) as other:
+        editor.result("initialize", {"protocolVersion": 1, "clientCapabilities": pandoc})
+        other.result("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        created = editor.result("session/new", {"cwd": "/", "mcpServers": []})
+        assert {o["id"]: o["currentValue"] for o in created["configOptions"]}["citation_style"] == "pandoc"
+        sid = created["sessionId"]
+        answer = ask(editor, sid, QUESTION)
+        assert "[@lewis2020rag]" in answer and not re.search(r"\[\d", answer.partition("# Cited Sources")[0]), answer
+        # A setting of the session, as if the editor had set it: every face sees it, and it can change.
+        assert other.result("_zocrates/session/get", {"sessionId": sid})["settings"]["citation_style"] == "pandoc"
+        other.result("session/set_config_option", {"sessionId": sid, "configId": "citation_style", "value": "numbered"})
+        assert "[1]" in ask(editor, sid, QUESTION)
+        # A client that does not ask keeps the default.
+        plain = other.result("session/new", {"cwd": "/", "mcpServers": []})
+        assert {o["id"]: o["currentValue"] for o in plain["configOptions"]}["citation_style"] == "numbered"
+    with RawConn(served.socket_path) as wrong:
+        bad = wrong.call("initialize", {"protocolVersion": 1, "clientCapabilities": {"_meta": {"zocrates": {"citationStyle": "mla"}}}})
+        assert bad["error"]["code"] == -32602 and "numbered, author-year, pandoc" in json.dumps(bad["error"]), bad
+
+
 def test_zocrates_cite_prints_a_bibliography_a_tool_reads(served: DaemonProc) -> None:
     asked = zocrates(served, "ask", "--new", "--citation-style", "pandoc", "What is dense passage retrieval?")
     assert asked.returncode == 0 and "[@karpukhin2020dense]" in asked.stdout, asked
     sid = re.search(r"session (session-\S+)", asked.stderr).group(1)  # type: ignore[union-attr]
+    # `--json`: the done line names each cited item's key.
+    as_json = zocrates(served, "ask", "--json", "--session", sid, "What is dense passage retrieval?")
+    assert as_json.returncode == 0, as_json.stderr
+    done = json.loads(as_json.stdout.strip().splitlines()[-1])
+    assert done["type"] == "done" and done["citation_keys"]["DPRPAPER"] == "karpukhin2020dense", done
     with RawConn(served.socket_path) as c:
         ask(c, sid, "What do open questions with retrieval and generation need?")
     out = zocrates(served, "cite", sid, "--format", "biblatex")

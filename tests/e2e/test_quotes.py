@@ -87,8 +87,29 @@ def cited_list(*entries: tuple[int, str, str]) -> str:
     return "\n\n# Cited Sources\n" + "\n".join(f"[{n}] {title}. (zotero://select/library/items/{key})" for n, key, title in entries)
 
 
+def styled(question: str, passages: list[dict[str, Any]]) -> str:
+    """Cases a, b and d in the author-year and Pandoc styles: "(Reyes, 2021, p. 128)", "[@key, p. 128]";
+    a and d with a list in the style's form, b with none (the marker resolved through the passages)."""
+    style, case = question.split()[0], question.split()[2].rstrip(":")
+    key = next(p["citation_key"] for p in passages if p["item_key"] == REEF)
+
+    def cite(page: str | None) -> str:
+        at = f", p. {page}" if page else ""
+        return f"[@{key}{at}]" if style == "pandoc" else f"(Reyes, 2021{at})"
+
+    lead = f"[@{key}] " if style == "pandoc" else ""
+    listed = cited_list((1, REEF, f"{lead}Ana Reyes (2021). Coral reef resilience after bleaching"))
+    if case == "a":
+        return f'Reyes reports that "{ON_128[:-1]}" {cite("128")}.' + listed
+    if case == "b":
+        return f"Reyes insists that \u201ccoral reefs never recover from bleaching without human help\u201d {cite(None)}."
+    return f'The authors conclude: "{ON_129[:-1]}" {cite("127")}.' + listed
+
+
 def scripted(question: str, passages: list[dict[str, Any]]) -> str:
     """The fake model's answers, one per case, each from the numbered passages or its own list."""
+    if question.startswith(("pandoc case", "author-year case")):
+        return styled(question, passages)
     if question.startswith("case a"):  # a correct quote, its page named right
         return ('Reyes reports that "Symbiont shuffling increased thermal tolerance in colonies that survived consecutive '
                 'heatwaves" [1, p. 128].' + cited_list((1, REEF, "Reyes (2021). Coral reef resilience. p. 128")))
@@ -98,6 +119,9 @@ def scripted(question: str, passages: list[dict[str, Any]]) -> str:
     if question.startswith("case c"):  # a real quote of the retrieval paper, cited by the coral paper's passage number
         n = next(p["n"] for p in passages if p["item_key"] == REEF)
         return f'Reyes writes that "{HYDE_SENTENCE[:-1]}" [{n}].'
+    if question.startswith("case h"):  # a correct quote cited by its passage's number, no list (as models often do)
+        n = next(p["n"] for p in passages if p["item_key"] == REEF)
+        return f'Reyes reports that "{ON_128[:-1]}" [{n}].'
     if question.startswith("case d"):  # the right quote, the wrong page
         return (f'The authors conclude: "{ON_129[:-1]}" [1, p. 127].'
                 + cited_list((1, REEF, "Reyes (2021). Coral reef resilience. p. 127")))
@@ -289,6 +313,54 @@ def test_a_models_quotes_are_flagged_or_corrected(openai_daemon: Any) -> None:
     assert done["type"] == "done" and done["citations"][0]["verified"] is False
 
 
+def test_an_answer_citing_passages_by_number_alone_has_keys_and_a_bibliography(openai_daemon: Any) -> None:
+    with RawConn(openai_daemon.socket_path) as c:
+        sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
+        meta, text = ask(c, sid, "case h: what did the coral study find?")
+        assert "# Cited Sources" not in text
+        (h,) = meta["citations"]
+        assert (h["item_key"], h["verified"]) == (REEF, True)
+        # The items the check resolved are what the answer cites: their keys, their bibliography.
+        key = meta["citationKeys"][REEF]
+        assert key.startswith("reyes2021"), meta
+        done = c.result("_zocrates/citations/export", {"sessionId": sid, "format": "bibtex"})
+        assert done["sources"] == [{"item_key": REEF, "library": "user", "citation_key": key}], done
+        assert f"{{{key}," in done["text"] and "Coral reef resilience after bleaching" in done["text"]
+        bib = ask(c, sid, "/bib")[1]
+        assert f"{{{key}," in bib, bib
+
+
+@pytest.mark.parametrize("style", ["pandoc", "author-year"])
+def test_quotes_cited_by_key_or_author_and_year_are_flagged_or_corrected(openai_daemon: Any, style: str) -> None:
+    with RawConn(openai_daemon.socket_path) as c:
+        sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
+        c.result("session/set_config_option", {"sessionId": sid, "configId": "citation_style", "value": style})
+
+        meta, text = ask(c, sid, f"{style} case a: what did the coral study find?")
+        (a,) = meta["citations"]
+        assert (a["n"], a["item_key"], a["verified"]) == (1, REEF, True)
+        assert (a["checks"][0]["status"], a["checks"][0]["page"], a["checks"][0]["page_corrected"]) == ("found", "128", False)
+        assert "Checked against the sources" not in text
+
+        meta, text = ask(c, sid, f"{style} case b: do reefs recover alone?")
+        (b,) = meta["citations"]
+        assert (b["item_key"], b["verified"], b["checks"][0]["status"]) == (REEF, False, "not_found")
+        said = "[@" if style == "pandoc" else "(Reyes, 2021)"
+        assert "“coral reefs never recover from bleaching without human help”: not found in the cited source." in text
+        assert f"- {said}" in text.split("Checked against the sources")[1], text
+
+        meta, text = ask(c, sid, f"{style} case d: what must managers do?")
+        (d,) = meta["citations"]
+        check = d["checks"][0]
+        assert d["verified"] is True
+        assert (check["status"], check["cited_page"], check["page"], check["page_corrected"]) == ("found", "127", "129", True)
+        assert check["link"] == f"zotero://open-pdf/library/items/{REEF_PDF}?page=3"
+        assert "on p. 129, not p. 127." in text
+
+        ui = c.result("_zocrates/session/get", {"sessionId": sid})
+        assert [[x["verified"] for x in m["citations"]] for m in ui["messages"] if m.get("citations")] == [[True], [False], [True]]
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_mcp_ask_sources_carry_verified_and_find_quote_works(short_tmp: Path, fake: FakeOpenAI, anyio_backend: str) -> None:
@@ -323,6 +395,23 @@ async def test_mcp_ask_sources_carry_verified_and_find_quote_works(short_tmp: Pa
                 good = await session.call_tool("ask", {"question": "case a: what did the coral study find?"})
                 (source,) = good.structured_content["sources"]
                 assert source["verified"] is True and source["checks"][0]["page"] == "128"
+                # (c) a real quote given to the wrong paper, cited by passage number with no list:
+                # the source is the paper it cites, flagged, with the paper that has the quote.
+                wrong = await session.call_tool("ask", {"question": "case c: coral reefs and hypothetical document embeddings"})
+                (source,) = wrong.structured_content["sources"]
+                assert (source["item_key"], source["cited"], source["verified"]) == (REEF, True, False), source
+                assert source["citation_key"] and source["n"] is not None
+                check = source["checks"][0]
+                assert check["status"] == "not_found" and check["found_in"]["item_key"] == HYDE and check["found_in"]["page"] == "1"
+                assert "it is in “Precise zero-shot dense retrieval”, p. 1." in wrong.structured_content["answer"]
+                # (d) the right quote, the wrong page: corrected, still verified.
+                paged = await session.call_tool("ask", {"question": "case d: what must managers do?"})
+                (source,) = paged.structured_content["sources"]
+                check = source["checks"][0]
+                assert (source["item_key"], source["cited"], source["verified"]) == (REEF, True, True)
+                assert (check["status"], check["cited_page"], check["page"], check["page_corrected"]) == ("found", "127", "129", True)
+                assert check["link"] == f"zotero://open-pdf/library/items/{REEF_PDF}?page=3"
+                assert "on p. 129, not p. 127." in paged.structured_content["answer"]
     finally:
         subprocess.run([sys.executable, "-m", "zocratesd", "stop", "--zotero-data-dir", str(data)], env=env, timeout=60,
                        capture_output=True, check=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import time
@@ -120,6 +121,23 @@ def test_chat_streams_parts_then_done_with_the_session(shim: Shim) -> None:
     assert done["stop_reason"] == "end_turn" and done["invocation_id"]
     assistant = [m for m in done["session"]["messages"] if m["role"] != "user"]
     assert assistant and answer_text(events) in "".join(m["text"] for m in assistant)
+
+
+def test_a_sessions_citation_style_is_set_over_http_and_answers_cite_so(shim: Shim) -> None:
+    sid = shim.ok("POST", "/sessions")["session"]["id"]
+    options = {o["id"]: o for o in shim.ok("GET", f"/sessions/{sid}/settings")["options"]}
+    style = options["citation_style"]
+    assert style["current"] == "numbered" and [c["value"] for c in style["choices"]] == ["numbered", "author-year", "pandoc"]
+    changed = shim.ok("PATCH", f"/sessions/{sid}/settings", json={"citation_style": "pandoc"})
+    assert {o["id"]: o["current"] for o in changed["options"]}["citation_style"] == "pandoc"
+    assert shim.ok("GET", f"/sessions/{sid}")["session"]["settings"]["citation_style"] == "pandoc"
+    events = shim.chat(sid, "What is retrieval-augmented generation?")
+    body = answer_text(events).split("# Cited Sources")[0]
+    assert "[@" in body and not re.search(r"\[\d", body), body
+    bad = shim.request("PATCH", f"/sessions/{sid}/settings", json={"citation_style": "mla"})
+    assert bad.status_code == 422 and "numbered, author-year, pandoc" in bad.json()["error"]["message"], bad.text
+    assert shim.request("PATCH", f"/sessions/{sid}/settings", json={"colour": "red"}).status_code == 422
+    assert shim.request("PATCH", "/sessions/session-nope/settings", json={"citation_style": "pandoc"}).status_code == 404
 
 
 def test_chat_validates_before_it_streams(shim: Shim) -> None:

@@ -1,8 +1,10 @@
 """The cited sources of answers, and their bibliography (core: `Daemon.export_citations`).
 
 An answer's sources are its `# Cited Sources` entries, each ending with the item's
-`zotero://select/...` link (engine/answer/sources.py writes them; a real model is asked to);
-a session's are its answers', in the order first cited, each item once.
+`zotero://select/...` link (engine/answer/sources.py writes them; a real model is asked to); an
+answer without that list (a model that cites passages by number and lists nothing) cites the
+items its checked citations name (quotes/verify.py: the message's `citations`). A session's are
+its answers', in the order first cited, each item once.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from zocrates_wire.ui_session import UiMessage
 from zocratesd.citations.bibliography import Export, load, render
 from zocratesd.errors import InvalidInput, ZocratesError
 from zocratesd.limits import CITED_SOURCE_RE, MAX_EXPORT_ITEMS
@@ -25,12 +28,14 @@ class IndexReads(Protocol):
 
 
 
-def cited_refs(answers: Iterable[str]) -> list[tuple[str, str]]:
-    """(library, item key) of every source the answers list, in order, each once."""
+def cited_refs(answers: Iterable[UiMessage]) -> list[tuple[str, str]]:
+    """(library, item key) of every source the answers cite, in order, each once: an answer's
+    listed sources, else the items its checked citations name."""
     out: dict[tuple[str, str], None] = {}
-    for text in answers:
-        for m in CITED_SOURCE_RE.finditer(text):
-            out.setdefault(("user" if m.group(3) == "library" else m.group(3), m.group(4)), None)
+    for m in answers:
+        listed = [("user" if s.group(3) == "library" else s.group(3), s.group(4)) for s in CITED_SOURCE_RE.finditer(m["text"])]
+        checked = [(c["library"], c["item_key"]) for c in m.get("citations") or () if c["item_key"] is not None]
+        out.update(dict.fromkeys(listed or checked))
     return list(out)
 
 
@@ -44,7 +49,7 @@ async def export_cited(
     refs: list[tuple[str, str]] = []
     if session_id is not None:
         view = await get_session(session_id)
-        refs += cited_refs(m["text"] for m in view["messages"]
+        refs += cited_refs(m for m in view["messages"]
                            if m["role"] == "assistant" and (invocation_id is None or m["invocation_id"] == invocation_id))
     refs += [r for r in items if r not in refs]
     return await export(library, data_dir, refs, format, style)
@@ -54,7 +59,7 @@ async def export(library: IndexReads | None, data_dir: Path | None, refs: list[t
                  style: str | None = None) -> Export:
     """The bibliography of `refs` in `fmt`; InvalidInput when there is nothing to export."""
     if not refs:
-        raise InvalidInput("nothing cited to export: no answer of this session lists sources, and no items were given")
+        raise InvalidInput("nothing cited to export: no answer of this session cites a source, and no items were given")
     if len(refs) > MAX_EXPORT_ITEMS:
         raise InvalidInput(f"at most {MAX_EXPORT_ITEMS} items per export", count=len(refs))
     if library is None:

@@ -19,7 +19,7 @@ Results are the core's typed structs, turned into the JSON shapes the faces send
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
@@ -87,9 +87,7 @@ class Daemon:
 
     version = __version__
 
-    def __init__(
-        self, data_dir: Path, config: ZocratesConfig, *, retriever: Retriever | None = None, load_engine: bool = True
-    ):
+    def __init__(self, data_dir: Path, config: ZocratesConfig, *, retriever: Retriever | None = None, load_engine: bool = True):
         self.data_dir = data_dir
         self.config = config
         self.locks = SessionLocks()
@@ -205,8 +203,9 @@ class Daemon:
 
     # --- sessions ---------------------------------------------------------------------------------
 
-    async def create_session(self, *, title: str | None = None, cwd: str | None = None) -> SessionRow:
-        return await self.sessions.create(title=title, cwd=cwd)
+    async def create_session(
+        self, *, title: str | None = None, cwd: str | None = None, settings: Mapping[str, Any] | None = None) -> SessionRow:
+        return await self.sessions.create(title=title, cwd=cwd, settings=settings)
 
     async def list_sessions(self) -> list[SessionRow]:
         return await self.sessions.list_all()

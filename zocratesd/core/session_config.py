@@ -217,6 +217,15 @@ class SessionConfig:
         raise InvalidInput(f"unknown setting {str(config_id)[:40]!r}; the settings are {', '.join(OPTION_IDS)}",
                            configId=str(config_id)[:40])
 
+    async def initial(self, changes: Mapping[str, Any]) -> dict[str, object]:
+        """What a new session stores of the settings it starts with (`{config_id: value}`, each
+        checked as `set` checks it); InvalidInput naming the choices of the first that is not one."""
+        settings, stored = self.defaults, {}
+        for config_id, value in changes.items():
+            settings = await self.validate(settings, config_id, value)
+            stored.update({k: v for k, v in settings.to_state().items() if k in _FIELDS[config_id]})
+        return stored
+
     async def set(self, session_id: str, config_id: str, value: Any, *, origin: str | None = None) -> tuple[ConfigOption, ...]:
         """Change one setting of a session, store it and tell the session's watchers (all but
         `origin`, the client that asked, which gets the options in its answer). SessionBusy while

@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Mapping
 from typing import Any, Final
 
 from zocratesd.core.session_config import SessionConfig
 from zocratesd.core.startup import EngineGate
 from zocratesd.core.validation import check_session_id, clean_title
 from zocratesd.core.watchers import MAX_QUEUED_UPDATES, OnReady, Subscription, Watchers
+from zocratesd.engine import SESSION_CONFIG_KEY
 from zocratesd.errors import SessionNotFound
 from zocratesd.store import APP_NAME, USER_ID, SessionLocks, SessionRow, SessionsDb
 from zocratesd.store.reader import LiveSession, epoch_to_iso, gc_paused
@@ -52,8 +54,13 @@ class Sessions:
         self.session_config = session_config
         self.gate = gate
 
-    async def create(self, *, title: str | None = None, cwd: str | None = None) -> SessionRow:
+    async def create(
+        self, *, title: str | None = None, cwd: str | None = None, settings: Mapping[str, Any] | None = None,
+    ) -> SessionRow:
+        """A new session; `settings` (`{config_id: value}`) are those it starts with instead of the
+        defaults (an editor's citation style), checked before anything is written."""
         title = clean_title(title) if title is not None else DEFAULT_TITLE
+        initial = await self.session_config.initial(settings) if settings else None
         await self.gate.wait()
         now = time.time()
         for _ in range(MINT_ATTEMPTS):
@@ -68,9 +75,11 @@ class Sessions:
             raise RuntimeError("could not mint a unique session id")
         # Seeded through an event, not create_session(state=...): a rewind replays event deltas
         # only, so create-time state would be wiped by the first rewind (research/adk.md section 3).
-        seed: dict[str, str | float] = {"title": title, "created_at": now}
+        seed: dict[str, object] = {"title": title, "created_at": now}
         if cwd:
             seed["cwd"] = cwd
+        if initial:
+            seed[SESSION_CONFIG_KEY] = initial
         await self.db.append_state(session, seed)
         return _row(session_id, title, now, session.last_update_time, cwd)
 

@@ -2,8 +2,10 @@
 schemas.py's `_TURN_OUTPUT`) and text only at the edge.
 
 The sources are the answer's `# Cited Sources` entries, with what the turn's searches knew of
-each item (`Found`, gathered from the search tool's results as the turn streams them); when the
-answer cites nothing (a model that writes no list), the items the searches found, uncited.
+each item (`Found`, gathered from the search tool's results as the turn streams them); without a
+list (a model that cites passages by number and lists nothing), the items its checked citations
+name (quotes/verify.py), each once; when the answer cites nothing, the items the searches found,
+uncited.
 """
 
 from __future__ import annotations
@@ -118,9 +120,26 @@ def sources(answer: str, found: dict[str, Found], citations: Sequence[CitationCh
                             *checked(c if c is not None and c["item_key"] == key else None)))
     if cited:
         return tuple(cited)
+    by_item: dict[tuple[str, str], list[CitationCheck]] = {}
+    for c in citations or ():
+        if c["item_key"] is not None:
+            by_item.setdefault((c["item_key"], c["library"]), []).append(c)
+    if by_item:
+        return tuple(_checked_source(key, library, checks, found.get(key)) for (key, library), checks in by_item.items())
     return tuple(
         Source(key, meta.library, f"zotero://select/{'library' if meta.library == 'user' else meta.library}/items/{key}",
                False, None, meta.title, tuple(meta.creators), meta.year, tuple(sorted(meta.pages)), meta.citation_key,
                *checked(by_key.get(key)))
         for key, meta in list(found.items())[:MAX_UNCITED_SOURCES]
     )
+
+
+def _checked_source(key: str, library: str, citations: list[CitationCheck], meta: Found | None) -> Source:
+    """An item the answer cites by passage number (maybe several: one per passage of it), its checks merged."""
+    states = [c["verified"] for c in citations if c["verified"] is not None]
+    verified = None if not states else all(states)
+    link = f"zotero://select/{'library' if library == 'user' else library}/items/{key}"
+    return Source(key, library, link, True, citations[0]["n"], meta.title if meta else citations[0]["title"],
+                  tuple(meta.creators) if meta else (), meta.year if meta else None,
+                  tuple(sorted(meta.pages)) if meta else (), meta.citation_key if meta else None, verified,
+                  tuple(ch for c in citations for ch in c["checks"]), next((c["partial"] for c in citations if c["partial"]), None))

@@ -1,10 +1,10 @@
 """An answer checked against its sources: each quote and each cited claim found (or not) in the
 text of the item its citation names, on the page it names.
 
-What a citation names: the answer's `# Cited Sources` entry "[n] ... (zotero://select/.../KEY)"
-(the offline answerer's, and a model's that copies it), else the n-th passage of the turn's last
-search (what `search_library` tells the model to cite by). A marker "[n]" or "[n, p. X]" cites
-the text before it on its line, back to the sentence's start or the previous marker.
+What a citation names, in each citation style ("[n, p. X]", "(Lewis et al., 2020, p. X)",
+"[@key, p. X]"): markers.py, from the answer's `# Cited Sources` entries "[n] ... (zotero://select/
+.../KEY)" (the offline answerer's, and a model's that copies it) and the turn's last search. A
+marker cites the text before it on its line, back to the sentence's start or the previous marker.
 
 - A quote ("..." or “...”, three words or more) must be in the item's text letter for letter
   (text.py: whitespace, hyphenation, ligatures and quote marks aside). A quote that is there with
@@ -32,8 +32,8 @@ from zocrates_wire.ui_session import CitationCheck as CitationJson
 from zocrates_wire.ui_session import FoundIn
 from zocrates_wire.ui_session import QuoteCheck as CheckJson
 from zocratesd.library.catalog import pdf_link
-from zocratesd.limits import ITEM_URI
 from zocratesd.quotes.align import CANDIDATE_SHARE, NEAR_RATIO, align
+from zocratesd.quotes.markers import MARKER_RE, Ref, Sources, refs_of, split_answer
 from zocratesd.quotes.text import ItemText, Page, letters, words
 
 Status = Literal["found", "supported", "misquoted", "not_found", "unsupported"]
@@ -51,12 +51,6 @@ MAX_CHECK_CHARS: Final = 240
 MAX_CITATIONS: Final = 50
 MAX_CHECKS: Final = 40
 
-_CITED_HEADER_RE: Final = re.compile(r"^#+\s*Cited Sources\s*$", re.M | re.I)
-_ENTRY_RE: Final = re.compile(r"^\s*\[(\d+)\]\s+(.*)$", re.M)
-_ENTRY_LINK_RE: Final = re.compile(rf"\(({ITEM_URI})\)")
-_ENTRY_PAGES_RE: Final = re.compile(r"\bpp?\.\s*([^()]+?)\.?\s*(?:\(|$)")
-# "[1]", "[1, 2]", "[2, p. 4]", "[2, pp. 4-5]", "[1; 3]"
-_MARKER_RE: Final = re.compile(r"\[(\d{1,3}(?:\s*[,;]\s*\d{1,3})*)(?:\s*,\s*pp?\.\s*([^\]\n]{1,20}))?\]")
 _QUOTE_RE: Final = re.compile(r"\u201c([^\u201d\n]+)\u201d|\"([^\"\n]+)\"|\u00ab\s*([^\u00bb\n]+?)\s*\u00bb")
 _SENTENCE_END_RE: Final = re.compile(r"(?<=[.!?])[\"\u201d)]?\s+(?=[A-Z\"\u201c(])")
 _ELLIPSIS_RE: Final = re.compile(r"\s*(?:\[\s*(?:\.\s*){3}\]|\.\s*\.\s*\.|\u2026)\s*")
@@ -66,16 +60,6 @@ _STOP: Final = frozenset(
     "those to too under very was we were what when where which while who will with would you your also between "
     "both each found shows show showed paper study authors".split()
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Cited:
-    """What citation number n names: an item, and the pages the answer gives for it."""
-
-    n: int
-    item_key: str
-    library: str = "user"
-    pages: tuple[str, ...] = ()  # as cited: labels, else page numbers
 
 
 @dataclass(slots=True)
@@ -106,6 +90,7 @@ class CitationCheck:
     checks: list[Check] = field(default_factory=list)
     partial: str | None = None  # why the item's text is incomplete, when it is
     title: str | None = None
+    label: str | None = None  # how the answer cites it when not by number: "[@key]", "(Lewis, 2020)"
 
     def to_json(self) -> CitationJson:
         return CitationJson(n=self.n, item_key=self.item_key, library=self.library, verified=self.verified,
@@ -130,44 +115,24 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_CHECK_CHARS else text[: MAX_CHECK_CHARS - 1] + "\u2026"
 
 
-def _pages(spec: str) -> tuple[str, ...]:
-    return tuple(p.strip().rstrip(".") for p in re.split(r",|;|\band\b", spec) if p.strip().rstrip("."))
-
-
-def cited_items(answer: str, passages: Sequence[Mapping[str, Any]]) -> tuple[str, dict[int, Cited]]:
-    """The answer's body (before `# Cited Sources`) and what each citation number names."""
-    head = _CITED_HEADER_RE.search(answer)
-    body, listed = (answer[: head.start()], answer[head.end():]) if head else (answer, "")
-    out: dict[int, Cited] = {}
-    for m in _ENTRY_RE.finditer(listed):
-        link = _ENTRY_LINK_RE.search(m.group(2))
-        if link is None:
-            continue
-        pages = _ENTRY_PAGES_RE.search(m.group(2)[: link.start()])
-        library = "user" if link.group(2) == "library" else link.group(2)
-        out[int(m.group(1))] = Cited(int(m.group(1)), link.group(3), library, _pages(pages.group(1)) if pages else ())
-    if not out:
-        for p in passages:
-            n, key = p.get("n"), p.get("item_key")
-            if isinstance(n, int) and isinstance(key, str):
-                label = p.get("page_label") or (str(p["page"]) if isinstance(p.get("page"), int) else None)
-                out[n] = Cited(n, key, str(p.get("library") or "user"), (label,) if label else ())
-    return body, out
-
-
 @dataclass(frozen=True, slots=True)
 class _Claim:
-    numbers: tuple[int, ...]
-    page: str | None  # "[2, p. 4]"
+    refs: tuple[Ref, ...]
     text: str
 
 
-def claims(body: str) -> list[_Claim]:
-    """Each citation marker of the body with the text it cites."""
+def claims(body: str, sources: Sources | None = None) -> list[_Claim]:
+    """Each citation marker of the body with the text it cites. With `sources`, a parenthesis or
+    a bracket naming no item of the answer's is text, not a marker ("(since 2018)")."""
     out: list[_Claim] = []
     for line in body.splitlines():
         start, text = 0, ""
-        for m in _MARKER_RE.finditer(line):
+        for m in MARKER_RE.finditer(line):
+            refs = refs_of(m)
+            if sources is not None and m.group("numbers") is None:
+                refs = tuple(r for r in refs if sources.resolve(r) is not None)
+            if not refs:
+                continue
             before = line[start : m.start()]
             start = m.end()
             if not before.strip(" ,;") and text:
@@ -177,8 +142,7 @@ def claims(body: str) -> list[_Claim]:
                 # The sentence the marker ends; a marker right after a full stop cites the sentence before it.
                 text = pieces[-1] if pieces else ""
                 text = re.sub(r"^\s*(?:[-*+]|\d+\.)\s+", "", text).strip().lstrip(";,: ")
-            numbers = tuple(int(x) for x in re.split(r"\s*[,;]\s*", m.group(1)))
-            out.append(_Claim(numbers, m.group(2).strip().rstrip(".") if m.group(2) else None, text))
+            out.append(_Claim(refs, text))
     return out
 
 
@@ -298,7 +262,8 @@ def with_passages(item: ItemText | None, key: str, library: str, passages: Seque
 
 def check_answer(answer: str, passages: Sequence[Mapping[str, Any]], text_of: TextOf) -> AnswerCheck:
     """Every citation of `answer` checked (`passages`: the turn's last search result, numbered)."""
-    body, cited = cited_items(answer, passages)
+    body, listed = split_answer(answer)
+    sources = Sources(listed, passages)
     texts: dict[tuple[str, str], ItemText | None] = {}
 
     def text(key: str, library: str) -> ItemText | None:
@@ -307,23 +272,21 @@ def check_answer(answer: str, passages: Sequence[Mapping[str, Any]], text_of: Te
         return texts[key, library]
 
     results: dict[int, CitationCheck] = {}
-    for claim in claims(body):
-        for n in claim.numbers:
-            c = cited.get(n)
-            if c is None or len(results) >= MAX_CITATIONS and n not in results:
+    for claim in claims(body, sources):
+        for ref in claim.refs:
+            c = sources.resolve(ref)
+            if c is None or len(results) >= MAX_CITATIONS and c.n not in results:
                 continue
             item = text(c.item_key, c.library)
-            res = results.setdefault(n, CitationCheck(n, c.item_key, c.library, None, title=item.title if item else None,
-                                                      partial=item.partial if item else None))
+            res = results.setdefault(c.n, CitationCheck(c.n, c.item_key, c.library, None, title=item.title if item else None,
+                                                        partial=item.partial if item else None, label=ref.label))
             if item is None or len(res.checks) >= MAX_CHECKS or not claim.text:
                 continue
-            pages = (claim.page,) if claim.page else c.pages
+            pages = (ref.page,) if ref.page else c.pages
             quoted = quotes_in(claim.text)
             if quoted:
                 # The other items the answer cites, then those the turn's search found.
-                seen = [(o.item_key, o.library) for o in cited.values()]
-                seen += [(str(p["item_key"]), str(p.get("library") or "user")) for p in passages if isinstance(p.get("item_key"), str)]
-                others = [t for kl in dict.fromkeys(seen) if kl != (c.item_key, c.library) and (t := text(*kl)) is not None]
+                others = [t for kl in sources.items() if kl != (c.item_key, c.library) and (t := text(*kl)) is not None]
                 res.checks += [check_quote(item, q, pages, others) for q in quoted]
             else:
                 one = check_claim(item, claim.text, pages)
@@ -343,7 +306,7 @@ def note(citations: Sequence[CitationCheck]) -> str:
     lines: list[str] = []
     for c in citations:
         for ch in c.checks:
-            said = f"[{c.n}] \u201c{ch.text}\u201d"
+            said = f"{c.label or f'[{c.n}]'} \u201c{ch.text}\u201d"
             if ch.status == "not_found":
                 where = ""
                 if ch.found_in:
@@ -357,7 +320,7 @@ def note(citations: Sequence[CitationCheck]) -> str:
             if ch.page_corrected and (ch.kind == "quote" or ch.status == "found"):
                 lines.append(f"- {said}: on p. {ch.page}, not p. {ch.cited_page}.")
         if c.partial:
-            lines.append(f"- [{c.n}] {c.title or c.item_key}: {c.partial}; the rest of it was not read.")
+            lines.append(f"- {c.label or f'[{c.n}]'} {c.title or c.item_key}: {c.partial}; the rest of it was not read.")
     if not lines:
         return ""
     return "\n".join(["**Checked against the sources:**", *lines])

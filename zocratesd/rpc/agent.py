@@ -30,10 +30,11 @@ from zocratesd.core import commands
 from zocratesd.core.context import PromptContext
 from zocratesd.core.daemon import Daemon
 from zocratesd.core.online import OnlineAnswer
+from zocratesd.core.session_config import CITATION_STYLE
 from zocratesd.core.sessions import SessionView
 from zocratesd.core.watchers import Subscription
 from zocratesd.errors import InvalidInput, ZocratesError
-from zocratesd.limits import ITEM_URI_RE, MAX_GUIDANCE_CHARS
+from zocratesd.limits import CITATION_STYLES, ITEM_URI_RE, MAX_GUIDANCE_CHARS
 from zocratesd.locations import PROTOCOL_VERSION
 from zocratesd.logtext import escape_for_log
 from zocratesd.rpc import online_consent
@@ -81,14 +82,33 @@ class ClientCapabilities:
     # `_meta.zocrates.asksAboutWrites`: the client asks its person about the writes a turn proposed
     # (rpc/write_consent.py); the daemon does not.
     asks_about_writes: bool = False
+    # `_meta.zocrates.citationStyle`: how answers cite in the sessions this client creates, until
+    # it sets another (an editor of Markdown or LaTeX asks for "pandoc": `[@key]`).
+    citation_style: str | None = None
 
     @classmethod
     def read(cls, advertised: Mapping[str, object]) -> ClientCapabilities:
+        ours = _ours(advertised)
+        style = ours.get("citationStyle")
+        if style is not None and style not in CITATION_STYLES:
+            raise InvalidInput(f"clientCapabilities._meta.zocrates.citationStyle is one of {', '.join(CITATION_STYLES)}",
+                               citationStyle=str(style)[:40])
         return cls(
             boolean_options=_advertised(advertised, "session", "configOptions", "boolean"),
             form_elicitation=_advertised(advertised, "elicitation", "form"),
             asks_about_writes=_advertised(advertised, "_meta", "zocrates", "asksAboutWrites"),
+            citation_style=style,
         )
+
+    def session_settings(self) -> dict[str, object]:
+        """The settings a session this client creates starts with (core/session_config.py)."""
+        return {CITATION_STYLE: self.citation_style} if self.citation_style else {}
+
+
+def _ours(advertised: Mapping[str, object]) -> Mapping[str, object]:
+    meta = advertised.get("_meta")
+    ours = meta.get("zocrates") if isinstance(meta, Mapping) else None
+    return ours if isinstance(ours, Mapping) else {}
 
 
 @dataclass(eq=False)
@@ -497,7 +517,8 @@ class Agent:
         ours = (params.meta or {}).get("zocrates")
         if ours is not None and not isinstance(ours, dict):
             raise InvalidInput('"_meta.zocrates" must be an object')
-        row = await self.daemon.create_session(title=(ours or {}).get("title"), cwd=params.cwd or None)
+        row = await self.daemon.create_session(title=(ours or {}).get("title"), cwd=params.cwd or None,
+                                               settings=conn.capabilities.session_settings())
         conn.attach(self.daemon, row.id)
         options = await self.daemon.config_options(row.id)
         self._send_commands(conn, row.id)

@@ -56,6 +56,7 @@ CAPABILITIES: Json = {
     "find_quote": True,
     "writes": True,
     "settings": True,
+    "session_settings": True,
     "web_app": True,
     "one_time_codes": True,
     "sse_types": ["parts", "progress", "request_input", "done", "error"],
@@ -191,6 +192,25 @@ async def bibliography(request: Request) -> Response:
         session_id=request.path_params["session_id"], invocation_id=q.get("invocation_id"),
         format=q.get("format", "text"), style=q.get("style"),
     ))
+
+
+async def session_settings(request: Request) -> Response:
+    """A session's settings (scope, model, research budget, compaction, citation style) with their
+    choices: `session/set_config_option`'s options, for the sidebar."""
+    options = await shim_of(request).daemon.config_options(request.path_params["session_id"])
+    return success(options=msgspec.to_builtins(options))
+
+
+async def patch_session_settings(request: Request) -> Response:
+    """Change settings of a session (`{"citation_style": "pandoc"}`), each as ACP's
+    `session/set_config_option` does, in the body's order; its options after."""
+    body = await json_body(request)
+    if not body:
+        raise InvalidInput("name a setting to change, e.g. {\"citation_style\": \"pandoc\"}")
+    daemon, session_id = shim_of(request).daemon, request.path_params["session_id"]
+    for config_id, value in body.items():
+        await daemon.set_config_option(session_id, config_id, value)
+    return success(options=msgspec.to_builtins(await daemon.config_options(session_id)))
 
 
 async def storage_stats(request: Request) -> Response:
@@ -349,6 +369,8 @@ ROUTES = [
     Route("/sessions/{session_id}/cancel", cancel, methods=["POST"]),
     Route("/sessions/{session_id}/rewind", rewind, methods=["POST"]),
     Route("/sessions/{session_id}/bibliography", bibliography, methods=["GET"]),
+    Route("/sessions/{session_id}/settings", session_settings, methods=["GET"]),
+    Route("/sessions/{session_id}/settings", patch_session_settings, methods=["PATCH"]),
     Route("/chat", chat, methods=["POST"]),
     Route("/chat/resume", chat_resume, methods=["POST"]),
     Route("/library/status", library_status, methods=["GET"]),

@@ -56,9 +56,11 @@ from zocratesd.updates import (
 log = logging.getLogger(__name__)
 
 AGENT_AUTHOR = "coordinator"
-# What a `tool_result` event tells of each passage the answer may cite as [n]: enough for a link
-# and a label; the passage text stays in the session (it can be thousands of characters each).
-PASSAGE_FIELDS = ("n", "item_key", "attachment_key", "title", "creators", "year", "page", "page_label", "citation")
+# What a `tool_result` event tells of each passage the answer may cite as [n]: enough for a link,
+# a label and the item's citation key (shown with each source); the passage text stays in the
+# session (it can be thousands of characters each).
+PASSAGE_FIELDS = ("n", "item_key", "attachment_key", "title", "creators", "year", "page", "page_label", "citation",
+                  "citation_key")
 # A failed tool's error text is cut here (it is a message for a status line, not a document).
 MAX_TOOL_ERROR_CHARS = 500
 

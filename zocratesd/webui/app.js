@@ -57,6 +57,9 @@ const app = {
   asking: new Map(), // "<session> <invocation>" -> the inline question of an answer's write action
   writesLoadedFor: null, // the session whose pending writes were asked for
   writeTimer: null,
+  styleChoices: null, // [{value, name}]: the citation styles the daemon offers (asked for once)
+  styleChoicesLoading: false,
+  savingStyle: false, // a citation style change on its way to the daemon
   els: {},
 };
 
@@ -294,8 +297,11 @@ function buildLayout() {
     on: { keydown: onPromptKey, input: autoGrow } });
   els.send = h("button", { id: "send", type: "submit", class: "primary", text: "Send" });
   els.stop = h("button", { id: "stop", type: "button", class: "danger", text: "Stop", hidden: true, on: { click: () => stopTurn() } });
+  els.citationStyle = h("select", { id: "citation-style", "aria-label": "Citation style", title: "How answers in this chat cite their sources",
+    on: { change: () => saveCitationStyle() } });
   els.composer = h("form", { id: "composer", class: "composer", on: { submit: (e) => { e.preventDefault(); submitPrompt(); } } },
-    els.chips, h("div", { class: "composer-row" }, els.prompt, h("div", { class: "composer-actions" }, els.send, els.stop)));
+    els.chips, h("div", { class: "composer-row" }, els.prompt, h("div", { class: "composer-actions" }, els.send, els.stop)),
+    h("label", { class: "composer-options" }, h("span", { text: "Cite as" }), els.citationStyle));
   els.quotePanel = quoteFinder();
   els.quoteToggle = h("button", { id: "quote-toggle", type: "button", class: "icon", title: "Find a quote", "aria-label": "Find a quote",
     "aria-expanded": "false", text: "❝", on: { click: () => toggleQuotes() } });
@@ -728,6 +734,11 @@ function thoughtBlock(text, open) {
  *  the source's entry lists it ("... p. 127.") or a citation names it ("[2, p. 127]"). */
 function withPages(sources, passages, text) {
   if (!passages?.length) return sources;
+  for (const s of sources.values()) {
+    // The item's citation key, when the entry does not lead with it: from the passages of its item.
+    const [, , key] = ITEM_URI_RE.exec(s.uri || "") || [];
+    s.key ??= passages.find((p) => p.item_key === key && p.citation_key)?.citation_key ?? null;
+  }
   const inline = new Map();
   for (const m of String(text || "").matchAll(/\[(\d{1,4}),\s*pp?\.\s*([0-9A-Za-z-]{1,16})\]/g)) {
     if (!inline.has(Number(m[1]))) inline.set(Number(m[1]), new Set());
@@ -908,12 +919,60 @@ function updateComposer() {
   const running = !!(app.session && app.turns.has(app.session.id));
   app.els.send.hidden = running;
   app.els.stop.hidden = !running;
+  showCitationStyle(running);
   const waiting = !app.session && app.queued !== null;
   app.els.send.disabled = waiting;
   app.els.send.textContent = waiting ? "Sending…" : "Send";
   if (waiting) app.els.prompt.dataset.queued = "";
   else delete app.els.prompt.dataset.queued;
   renderChips();
+}
+
+// --- the chat's citation style (a session setting: GET/PATCH /sessions/{id}/settings) ----------------
+
+/** The style select shows the shown chat's `settings.citation_style`, among the daemon's choices
+ *  (asked for once); it waits while a turn runs (a setting cannot change under one). */
+function showCitationStyle(running) {
+  const select = app.els.citationStyle;
+  const current = app.session?.settings?.citation_style;
+  if (!app.styleChoices && app.session && !app.styleChoicesLoading) loadStyleChoices(app.session.id);
+  const choices = app.styleChoices || (current ? [{ value: current, name: current }] : []);
+  if (select.options.length !== choices.length || [...select.options].some((o, i) => o.value !== choices[i].value)) {
+    select.replaceChildren(...choices.map((c) => h("option", { value: c.value, text: c.name })));
+  }
+  if (current) select.value = current;
+  select.disabled = !app.session || running || !!app.savingStyle;
+}
+
+async function loadStyleChoices(sessionId) {
+  app.styleChoicesLoading = true;
+  try {
+    const { options } = await app.client.sessionSettings(sessionId);
+    app.styleChoices = options.find((o) => o.id === "citation_style")?.choices || null;
+    showCitationStyle(!!(app.session && app.turns.has(app.session.id)));
+  } catch (err) {
+    showError(err);
+  } finally {
+    app.styleChoicesLoading = false;
+  }
+}
+
+async function saveCitationStyle() {
+  const session = app.session;
+  if (!session) return;
+  const value = app.els.citationStyle.value;
+  app.savingStyle = true;
+  updateComposer();
+  try {
+    const { options } = await app.client.updateSessionSettings(session.id, { citation_style: value });
+    const now = options.find((o) => o.id === "citation_style")?.current ?? value;
+    session.settings = { ...(session.settings || {}), citation_style: now };
+  } catch (err) {
+    showError(err);
+  } finally {
+    app.savingStyle = false;
+    updateComposer();
+  }
 }
 
 // --- the checkpoint card (spec 5.1) ------------------------------------------------------------------

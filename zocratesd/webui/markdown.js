@@ -22,6 +22,8 @@ const LINK_SCHEMES = new Set(["http:", "https:", "zotero:"]);
 export const ONLINE_MARK = "Online, not in your library";
 // A source entry: "[n] what it is (uri)"; the uri is what the number's links open.
 const SOURCE_RE = /^\s*\[(\d{1,4})\]\s+(.+?)\s*\(((?:zotero|https?):\/\/[^\s()<>]+)\)\s*$/;
+// An entry's citation key as the Pandoc style leads it: "[1] [@lewis2020rag] Patrick Lewis (2020). ...".
+const ENTRY_KEY_RE = /^\[@([^\]\s]{1,200})\]\s+/;
 // A citation group's pieces, between "," or ";": a number, a range "2-4", or the page of the
 // number before it ("[2, p. 4]", "[1, pp. 3-5]").
 const CITE_NUMBER_RE = /^(\d{1,4})$/;
@@ -75,12 +77,16 @@ export function hiddenHost(href, label) {
   return url.host;
 }
 
-/** The answer's numbered sources: Map n -> {n, title, uri}. */
+/** The answer's numbered sources: Map n -> {n, title, uri, key}; `key` the citation key the entry
+ *  starts with (the Pandoc style's), else null (a caller that knows it from the search sets it). */
 export function parseSources(markdown) {
   const sources = new Map();
   for (const line of String(markdown || "").split("\n")) {
     const m = SOURCE_RE.exec(line);
-    if (m && safeUrl(m[3])) sources.set(Number(m[1]), { n: Number(m[1]), title: m[2], uri: safeUrl(m[3]) });
+    if (m && safeUrl(m[3])) {
+      const lead = ENTRY_KEY_RE.exec(m[2]);
+      sources.set(Number(m[1]), { n: Number(m[1]), title: lead ? m[2].slice(lead[0].length) : m[2], uri: safeUrl(m[3]), key: lead ? lead[1] : null });
+    }
   }
   return sources;
 }
@@ -236,7 +242,11 @@ class Renderer {
         this.el("span", "online-badge", m[2].slice(online).replace(/[.;]\s*$/, "")));
       return div;
     }
-    div.append(this.labelled(this.link(safeUrl(m[3]), m[2])));
+    const lead = ENTRY_KEY_RE.exec(m[2]);
+    div.append(this.labelled(this.link(safeUrl(m[3]), lead ? m[2].slice(lead[0].length) : m[2])));
+    // The item's citation key, to write the citation down: the entry's own, else the search's.
+    const key = lead ? lead[1] : this.sources?.get(n)?.key;
+    if (key) div.append(" ", this.el("code", "source-key", `@${key}`));
     return div;
   }
 

@@ -276,6 +276,18 @@ export class ZocratesClient {
     return this._json("GET", `/sessions/${encodeURIComponent(sessionId)}/bibliography?${q}`, undefined, options);
   }
 
+  /** `{options: [{id, name, description, category, current, choices: [{value, name, description}]}]}`:
+   *  the session's settings (scope, model, research_budget, compaction, citation_style) and their choices. */
+  sessionSettings(sessionId, options) {
+    return this._json("GET", `/sessions/${encodeURIComponent(sessionId)}/settings`, undefined, options);
+  }
+
+  /** Change settings of a session (`{citation_style: "pandoc"}`): the same shape as sessionSettings();
+   *  a value not among the choices throws 422 `invalid_input`. */
+  updateSessionSettings(sessionId, changes, options) {
+    return this._json("PATCH", `/sessions/${encodeURIComponent(sessionId)}/settings`, changes, options);
+  }
+
   /** Rename: `{session}` (the UI session with its new title). */
   renameSession(sessionId, title, options) {
     return this._json("PATCH", `/sessions/${encodeURIComponent(sessionId)}`, { title }, options);
@@ -308,12 +320,6 @@ export class ZocratesClient {
    *  questions drawn from the library (its papers, collections, tags), each with its scope. */
   librarySuggestions({ limit } = {}, options) {
     return this._json("GET", limit ? `/library/suggestions?limit=${Number(limit)}` : "/library/suggestions", undefined, options);
-  }
-
-  /** `{quote, matches: [{item_key, library, title, exact, score, page, page_label, link, text, kind}]}`:
-   *  the items and pages that have `quote`, exact matches first; `link` opens the PDF at that page. */
-  findQuote({ quote, library, limit } = {}, options) {
-    return this._json("POST", "/library/find_quote", { quote, ...(library ? { library } : {}), ...(limit ? { limit } : {}) }, options);
   }
 
   /** `{quote, matches: [{item_key, library, title, exact, score, page, page_label, link, text, kind}]}`:

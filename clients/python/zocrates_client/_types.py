@@ -152,6 +152,9 @@ class PromptResult:
     # The answer's citations checked against their sources, by number: `{n, item_key, library,
     # verified, partial, title, checks}` (protocol/README.md); None when nothing was checked.
     citations: list[CitationCheck] | None = None
+    # The citation key of each item the answer cites (`{item_key: citation_key}`), for LaTeX and
+    # Markdown writers; {} when it cites none or the daemon cannot say.
+    citation_keys: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_wire(cls, obj: dict[str, Any]) -> PromptResult:
@@ -160,12 +163,14 @@ class PromptResult:
         invocation = obj.get("invocationId", meta.get("invocationId"))
         pending = obj.get("pendingHitl", meta.get("pendingHitl"))
         citations = obj.get("citations", meta.get("citations"))
+        keys = obj.get("citationKeys", meta.get("citationKeys"))
         return cls(
             stop_reason=str(obj.get("stopReason", "")),
             invocation_id=invocation if isinstance(invocation, str) else None,
             pending_hitl=cast(PendingHitl, pending) if isinstance(pending, dict) else None,
             raw=obj,
             citations=[cast(CitationCheck, c) for c in citations if isinstance(c, dict)] if isinstance(citations, list) else None,
+            citation_keys={k: v for k, v in keys.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(keys, dict) else {},
         )
 
 

@@ -546,7 +546,7 @@ class TurnRunner:
         if self.as_json:
             _ndjson({"type": "done", "session_id": session_id, "stop_reason": result.stop_reason,
                      "invocation_id": result.invocation_id, "pending_hitl": result.pending_hitl,
-                     "citations": result.citations})
+                     "citations": result.citations, "citation_keys": result.citation_keys})
         if interrupted:
             raise Interrupted(f"cancelled; session {session_id} is ready for the next question")
         return result

@@ -50,7 +50,7 @@ def test_a_near_quote_aligns_where_it_is() -> None:
 
 def test_markers_cite_the_sentence_before_them_and_quotes_are_three_words_or_more() -> None:
     found = claims('Intro text. RAG "combines two memories" [1, p. 127]; retrievers help [2][4].\n- A bullet quote [3]')
-    assert [(c.numbers, c.page, c.text) for c in found] == [
+    assert [(tuple(r.number for r in c.refs), c.refs[0].page, c.text) for c in found] == [
         ((1,), "127", 'RAG "combines two memories"'), ((2,), None, "retrievers help"), ((4,), None, "retrievers help"),
         ((3,), None, "A bullet quote")]
     assert quotes_in('the term "RAG" and «a quoted sentence here»') == ["a quoted sentence here"]
@@ -98,6 +98,44 @@ def test_numbered_passages_name_the_item_when_the_answer_lists_no_sources() -> N
     assert (c.n, c.item_key, c.verified) == (2, "ITEM0001", True)
     assert (c.checks[0].cited_page, c.checks[0].page, c.checks[0].page_corrected) == ("128", "127", True)
     assert checked.note.endswith("on p. 127, not p. 128.")
+
+
+STYLE_PASSAGES = [
+    {"n": 1, "item_key": "OTHER001", "library": "user", "page": 1, "citation_key": "gao2022precise", "creators": ["Luyu Gao"],
+     "year": 2022, "title": "Another paper"},
+    {"n": 2, "item_key": "ITEM0001", "library": "user", "page": 4, "page_label": "128", "citation_key": "lewis2020rag",
+     "creators": ["Patrick Lewis", "Ethan Perez", "Aleksandra Piktus"], "year": 2020, "title": "RAG"},
+]
+
+
+def test_pandoc_and_author_year_markers_name_their_items() -> None:
+    answer = ('Lewis writes that "the first results were strong" [see @lewis2020rag, p. 127]. '
+              'Elsewhere "the retriever improves factual accuracy" (Lewis et al., 2020, p. 127). '
+              '"Hypothetical documents are embedded to find real ones" [@gao2022precise; @nobody2000]. '
+              'It grew (since 2018) and "monthly refreshes never happen" (Lewis, Perez & Piktus, 2020).')
+    checked = check_answer(answer, STYLE_PASSAGES, text_of)
+    (gao, lewis) = checked.citations
+    # No list: each item is checked under the number of its first passage.
+    assert (gao.n, gao.item_key, gao.verified, gao.label) == (1, "OTHER001", True, "[@gao2022precise]")
+    assert (lewis.n, lewis.item_key, lewis.verified, lewis.label) == (2, "ITEM0001", False, "[@lewis2020rag]")
+    assert [(x.status, x.page, x.cited_page, x.page_corrected) for x in lewis.checks] == [
+        ("found", "127", "127", False), ("found", "128", "127", True), ("not_found", None, None, False)]
+    # The parenthesis that names no item is text: the last quote is the claim of the last marker.
+    assert lewis.checks[2].text == "monthly refreshes never happen"
+    assert "[@lewis2020rag] “the retriever improves factual accuracy”: on p. 128, not p. 127." in checked.note
+    assert "“monthly refreshes never happen”: not found in the cited source." in checked.note
+
+
+def test_author_year_and_pandoc_markers_name_the_listed_entry() -> None:
+    listed_ = ("\n\n# Cited Sources\n[1] [@gao2022precise] Luyu Gao (2022). Another paper. (zotero://select/library/items/OTHER001)"
+               "\n[2] Patrick Lewis, Ethan Perez & Aleksandra Piktus (2020). RAG. p. 128. (zotero://select/library/items/ITEM0001)")
+    # The entries alone say who and when: no passage is needed to resolve a marker.
+    answer = '"The retriever improves factual accuracy" (Lewis et al., 2020). "Embedded to find real ones" [@gao2022precise].'
+    lewis_only = check_answer(answer + listed_, [], text_of)
+    assert [(c.n, c.item_key, c.verified) for c in lewis_only.citations] == [(1, "OTHER001", True), (2, "ITEM0001", True)]
+    assert lewis_only.citations[1].checks[0].cited_page == "128"  # the entry's page
+    wrong_year = check_answer('"The retriever improves factual accuracy" (Lewis et al., 2021).' + listed_, [], text_of)
+    assert wrong_year.citations == []
 
 
 def test_find_quote_over_passages_ranks_exact_first() -> None:

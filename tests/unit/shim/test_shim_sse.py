@@ -43,7 +43,8 @@ def test_a_checkpoint_is_a_request_input_event_and_the_users_own_text_is_not_sho
 
 
 PASSAGE = {"n": 1, "item_key": "LEWIS202", "attachment_key": "ATT00001", "title": "RAG", "creators": ["Lewis"], "year": 2020,
-           "page": 3, "page_label": "127", "citation": "Lewis 2020, p. 127", "text": "a long passage " * 100, "score": 0.9, "focal": False}
+           "page": 3, "page_label": "127", "citation": "Lewis 2020, p. 127", "citation_key": "lewis2020rag",
+           "text": "a long passage " * 100, "score": 0.9, "focal": False}
 
 
 def test_tool_traffic_and_rounds_are_progress_events() -> None:
@@ -57,7 +58,9 @@ def test_tool_traffic_and_rounds_are_progress_events() -> None:
     assert result == {"type": "progress", "kind": "tool_result", "call_id": "c2", "name": "search_library", "failed": False,
                       # page_label: what the answer cites; the page links need it to find the page (the
                       # real-Zotero test showed answers citing p. 127 with no link to open it).
-                      "passages": [{k: PASSAGE[k] for k in ("n", "item_key", "attachment_key", "title", "creators", "year", "page", "page_label", "citation")}],
+                      # citation_key: shown with each source, for the writer to cite it.
+                      "passages": [{k: PASSAGE[k] for k in ("n", "item_key", "attachment_key", "title", "creators", "year", "page", "page_label",
+                                                            "citation", "citation_key")}],
                       "error": None}
     failed = to_sse(ToolResult("c3", "nope", {"error": "x" * 2000}, True))
     assert failed is not None and failed["failed"] is True and failed["passages"] == [] and failed["error"] == "x" * 500
