@@ -206,7 +206,8 @@ def test_a_turn_streams_progress_with_the_cited_passages(shim: Shim) -> None:
     assert results[0]["error"] is None
     passages = results[0]["passages"]
     assert passages and [p["n"] for p in passages] == list(range(1, len(passages) + 1))
-    assert set(passages[0]) == {"n", "item_key", "attachment_key", "title", "creators", "year", "page", "page_label", "citation"}
+    assert set(passages[0]) == {"n", "item_key", "attachment_key", "title", "creators", "year", "page", "page_label", "citation",
+                                "citation_key"}
     assert {p["item_key"] for p in passages} <= {"LEWIS202", "GAOHYDE1", "KARPDPR1"}
     # Order: the call, then its rounds, then its result, all before the answer's end.
     order = [id(e) for e in events]
