@@ -24,6 +24,9 @@ from typing import Final
 
 PREF_USE_DATA_DIR: Final = "extensions.zotero.useDataDir"
 PREF_DATA_DIR: Final = "extensions.zotero.dataDir"
+# Settings → Export → Item Format: "bibliography=<style id>" ("bibliography/html=..." with a content
+# type), a JSON object {"mode": "bibliography", "id": ...} in newer profiles, or "export=<translator>".
+PREF_QUICK_COPY: Final = "extensions.zotero.export.quickCopy.setting"
 # One `user_pref("name", value);` per line, as Gecko writes prefs.js; the value is JSON-compatible
 # (a string literal, true/false, an integer).
 _USER_PREF = re.compile(r'^\s*user_pref\(\s*("(?:[^"\\]|\\.)*")\s*,\s*(.*?)\s*\)\s*;\s*$', re.MULTILINE)
@@ -104,6 +107,23 @@ def data_dir_from_profile(profile: ZoteroProfile) -> Path | None:
     if prefs.get(PREF_USE_DATA_DIR) is True and isinstance(value, str) and value:
         return Path(value).expanduser()
     return None
+
+
+def quick_copy_style(profile: ZoteroProfile | None) -> str | None:
+    """The id of the CSL style Zotero's Quick Copy is set to, or None (not set, or set to an
+    export format rather than a style)."""
+    value = read_prefs(profile.prefs_js).get(PREF_QUICK_COPY) if profile is not None else None
+    if not isinstance(value, str):
+        return None
+    if value.startswith("{"):
+        try:
+            setting = json.loads(value)
+        except ValueError:
+            return None
+        chosen = setting.get("id") if isinstance(setting, dict) and setting.get("mode") == "bibliography" else None
+        return chosen if isinstance(chosen, str) and chosen else None
+    mode, sep, style_id = value.partition("=")
+    return style_id.strip() or None if sep and mode.split("/", 1)[0] == "bibliography" else None
 
 
 def last_zotero_version(profile: ZoteroProfile) -> str | None:

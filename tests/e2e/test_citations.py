@@ -20,7 +20,7 @@ import anyio
 import bibtexparser
 import citeproc
 import pytest
-from daemonproc import DaemonProc
+from daemonproc import DaemonProc, daemon_env
 from fake_openai import FakeOpenAI
 from fences import fenced_body
 from mcp import ClientSession, StdioServerParameters
@@ -247,3 +247,45 @@ def test_a_real_model_is_asked_for_the_session_style_and_sees_each_passage_key(d
         assert tool["citation_style"] == "pandoc"
     finally:
         fake.close()
+
+
+def test_without_a_style_named_text_comes_in_zoteros_quick_copy_style() -> None:
+    """The sidebar's Copy bibliography names no style: the daemon uses the one the user's Zotero
+    copies with (Settings → Export → Item Format, in the profile's prefs.js), when it is installed
+    in the data dir's styles; else APA."""
+    root = Path(tempfile.mkdtemp(prefix="zc", dir="/tmp"))
+    data = root / "zotero"
+    write(data, library())
+    (data / "styles").mkdir()
+    shutil.copy(Path(citeproc.__file__).parent / "data" / "styles" / f"{STYLE}.csl", data / "styles")
+    home = root / "home"
+    profile = home / ".zotero" / "zotero" / "k3j2h1g0.default"
+    profile.mkdir(parents=True)
+    (profile.parent / "profiles.ini").write_text("[Profile0]\nName=default\nIsRelative=1\nPath=k3j2h1g0.default\nDefault=1\n")
+
+    def quick_copy(setting: str) -> None:
+        (profile / "prefs.js").write_text(f'user_pref("extensions.zotero.export.quickCopy.setting", {json.dumps(setting)});\n')
+
+    quick_copy(f"bibliography=http://www.zotero.org/styles/{STYLE}")
+    run = root / "run"
+    run.mkdir(mode=0o700)
+    d = DaemonProc(data_dir=data, runtime_dir=run, env={**daemon_env(run), "HOME": str(home)})
+    d.start()
+    try:
+        with RawConn(d.socket_path) as c:
+            assert wait_ready(c)["state"] == "ready"
+            lewis = {"format": "text", "items": [{"itemKey": "LEWIS202"}]}
+            text = c.result("_zocrates/citations/export", lewis)
+            assert text["style"] == STYLE and text["text"].startswith("Lewis, P. and Perez, E. (2020)"), text
+            # A style named wins; Zotero's newer JSON form of the setting is read too.
+            assert c.result("_zocrates/citations/export", {**lewis, "style": "apa"})["style"] == "apa"
+            quick_copy(json.dumps({"mode": "bibliography", "contentType": "html", "id": f"http://www.zotero.org/styles/{STYLE}"}))
+            assert c.result("_zocrates/citations/export", lewis)["style"] == STYLE
+            # A Quick Copy style not installed here, or an export format instead of a style: APA.
+            quick_copy("bibliography=http://www.zotero.org/styles/nature")
+            assert c.result("_zocrates/citations/export", lewis)["style"] == "apa"
+            quick_copy("export=9cb70025-a888-4a29-a210-93ec52da40d4")
+            assert c.result("_zocrates/citations/export", lewis)["style"] == "apa"
+    finally:
+        d.stop()
+        shutil.rmtree(root, ignore_errors=True)

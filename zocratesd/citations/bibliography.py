@@ -289,6 +289,7 @@ class Style:
     name: str  # the file's stem ("apa")
     title: str
     path: Path
+    id: str | None = None  # the style's <id> ("http://www.zotero.org/styles/apa")
 
 
 def styles(data_dir: Path | None) -> list[Style]:
@@ -301,28 +302,37 @@ def styles(data_dir: Path | None) -> list[Style]:
             continue
         for f in files:
             if f.stem not in found:
-                found[f.stem] = Style(f.stem, _style_title(f) or f.stem, f)
+                title, style_id = _style_head(f)
+                found[f.stem] = Style(f.stem, title or f.stem, f, style_id)
     return list(found.values())
 
 
 _TITLE_RE: Final = re.compile(rb"<title>([^<]{1,300})</title>")
+_ID_RE: Final = re.compile(rb"<id>([^<]{1,300})</id>")
 
 
-def _style_title(path: Path) -> str | None:
+def _style_head(path: Path) -> tuple[str | None, str | None]:
+    """A style file's title and id, from its <info> at the top."""
     try:
         with path.open("rb") as f:
             head = f.read(4096)
     except OSError:
-        return None
-    m = _TITLE_RE.search(head)
-    return m.group(1).decode("utf-8", "replace").strip() if m else None
+        return None, None
+    title, style_id = _TITLE_RE.search(head), _ID_RE.search(head)
+    return (title.group(1).decode("utf-8", "replace").strip() if title else None,
+            style_id.group(1).decode("utf-8", "replace").strip() if style_id else None)
 
 
-def find_style(data_dir: Path | None, name: str | None) -> Style:
-    """The style called `name` (file name, or title, case-insensitively); APA when None.
-    InvalidInput listing the installed styles when there is none of that name."""
-    wanted = (name or DEFAULT_STYLE).strip()
+def find_style(data_dir: Path | None, name: str | None, preferred: str | None = None) -> Style:
+    """The style called `name` (file name, or title, case-insensitively); when None, the
+    installed style whose id is `preferred` (Zotero's Quick Copy style), else APA. InvalidInput
+    listing the installed styles when there is none of that name."""
     available = styles(data_dir)
+    if name is None and preferred:
+        chosen = [s for s in available if s.id == preferred]
+        if chosen:
+            return chosen[0]
+    wanted = (name or DEFAULT_STYLE).strip()
     folded = wanted.casefold().removesuffix(".csl")
     for s in available:
         if folded in (s.name.casefold(), s.title.casefold()):
@@ -373,7 +383,7 @@ class Export:
 
 
 def render(items: Iterable[CiteItem], fmt: str, *, data_dir: Path | None = None, style: str | None = None,
-           missing: Sequence[tuple[str, str]] = ()) -> Export:
+           preferred_style: str | None = None, missing: Sequence[tuple[str, str]] = ()) -> Export:
     if fmt not in FORMATS:
         raise InvalidInput(f"format is one of {', '.join(FORMATS)}", format=str(fmt)[:40])
     cite_items = list(items)
@@ -382,7 +392,7 @@ def render(items: Iterable[CiteItem], fmt: str, *, data_dir: Path | None = None,
     if fmt == "csl-json":
         text = json.dumps(csl, ensure_ascii=False, indent=2) + "\n"
     elif fmt == "text":
-        found = find_style(data_dir, style)
+        found = find_style(data_dir, style, preferred_style)
         chosen = found.name
         text = format_text(csl, found)
     else:

@@ -1265,7 +1265,7 @@ function writeActions(m) {
     items.length ? h("button", { type: "button", class: "link-button tag-cited", text: "Tag cited papers", "aria-expanded": String(app.asking.get(askKey(m))?.what === "tag"),
       on: { click: (e) => askFor(m, "tag", e.currentTarget) } }) : null,
     citedItems(m).all.length ? h("button", { type: "button", class: "link-button copy-bib", text: "Copy bibliography",
-      title: "Copy the cited papers' references (APA, or a style from Zotero's Settings) to the clipboard",
+      title: "Copy the cited papers' references (in Zotero's Quick Copy style when it is installed, else APA) to the clipboard",
       on: { click: (e) => copyBibliography(m, e.currentTarget) } }) : null,
     items.length ? h("button", { type: "button", class: "link-button add-to-collection", text: "Add to collection", "aria-expanded": String(app.asking.get(askKey(m))?.what === "collection"),
       on: { click: (e) => askFor(m, "collection", e.currentTarget) } }) : null);
