@@ -106,8 +106,22 @@ def styled(question: str, passages: list[dict[str, Any]]) -> str:
     return f'The authors conclude: "{ON_129[:-1]}" {cite("127")}.' + listed
 
 
+def narrative(question: str) -> str:
+    """Cases a, b and d cited in the narrative author-year form ("Reyes (2021, p. 128) reports ..."),
+    a and d with a list, b with none; a with names and years in parentheses that name no source."""
+    listed = cited_list((1, REEF, "Ana Reyes (2021). Coral reef resilience after bleaching"))
+    if "case a" in question:
+        return (f'Reyes (2021, p. 128) reports that "{ON_128[:-1]}". The Paris Agreement (2015) and '
+                'Reyes (2019) had said "reefs never bleach twice in a decade".' + listed)
+    if "case b" in question:
+        return "However, Reyes (2021) insists that \u201ccoral reefs never recover from bleaching without human help\u201d."
+    return f'Reyes (2021, p. 127) concludes: "{ON_129[:-1]}".' + listed
+
+
 def scripted(question: str, passages: list[dict[str, Any]]) -> str:
     """The fake model's answers, one per case, each from the numbered passages or its own list."""
+    if question.startswith("narrative case"):
+        return narrative(question)
     if question.startswith(("pandoc case", "author-year case")):
         return styled(question, passages)
     if question.startswith("case a"):  # a correct quote, its page named right
@@ -356,6 +370,35 @@ def test_quotes_cited_by_key_or_author_and_year_are_flagged_or_corrected(openai_
         assert (check["status"], check["cited_page"], check["page"], check["page_corrected"]) == ("found", "127", "129", True)
         assert check["link"] == f"zotero://open-pdf/library/items/{REEF_PDF}?page=3"
         assert "on p. 129, not p. 127." in text
+
+        ui = c.result("_zocrates/session/get", {"sessionId": sid})
+        assert [[x["verified"] for x in m["citations"]] for m in ui["messages"] if m.get("citations")] == [[True], [False], [True]]
+
+
+def test_quotes_cited_in_the_narrative_author_year_form_are_flagged_or_corrected(openai_daemon: Any) -> None:
+    with RawConn(openai_daemon.socket_path) as c:
+        sid = c.result("session/new", {"cwd": "/tmp"})["sessionId"]
+        c.result("session/set_config_option", {"sessionId": sid, "configId": "citation_style", "value": "author-year"})
+
+        meta, text = ask(c, sid, "narrative case a: what did the coral study find?")
+        (a,) = meta["citations"]  # "The Paris Agreement (2015)", "Reyes (2019)": text, no source of the answer's
+        assert (a["n"], a["item_key"], a["verified"]) == (1, REEF, True), a
+        assert [(x["status"], x["page"], x["page_corrected"]) for x in a["checks"]] == [("found", "128", False)]
+        assert "Checked against the sources" not in text
+
+        meta, text = ask(c, sid, "narrative case b: do reefs recover alone?")
+        (b,) = meta["citations"]
+        assert (b["item_key"], b["verified"], b["checks"][0]["status"]) == (REEF, False, "not_found")
+        assert ("- Reyes (2021) “coral reefs never recover from bleaching without human help”: not found in the cited source."
+                in text), text
+
+        meta, text = ask(c, sid, "narrative case d: what must managers do?")
+        (d,) = meta["citations"]
+        check = d["checks"][0]
+        assert d["verified"] is True
+        assert (check["status"], check["cited_page"], check["page"], check["page_corrected"]) == ("found", "127", "129", True)
+        assert check["link"] == f"zotero://open-pdf/library/items/{REEF_PDF}?page=3"
+        assert "- Reyes (2021) “Management interventions must combine" in text and "on p. 129, not p. 127." in text
 
         ui = c.result("_zocrates/session/get", {"sessionId": sid})
         assert [[x["verified"] for x in m["citations"]] for m in ui["messages"] if m.get("citations")] == [[True], [False], [True]]

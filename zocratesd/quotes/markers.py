@@ -2,7 +2,9 @@
 (engine/answer/sources.py, engine/agent.py), and the item each one names.
 
 - numbered: "[2]", "[2, p. 4]", "[1; 3]", "[1, 2]";
-- author-year: "(Lewis et al., 2020, p. 4)", "(Lewis & Perez, 2020; Karpukhin, 2020)";
+- author-year: "(Lewis et al., 2020, p. 4)", "(Lewis & Perez, 2020; Karpukhin, 2020)", and the
+  narrative form a model writes as often: "Lewis et al. (2020) show ...", "Lewis and Perez (2020,
+  p. 128) found ...";
 - Pandoc: "[@lewis2020rag]", "[@lewis2020rag, p. 4]", "[see @a, pp. 4-5; @b]".
 
 What a marker names:
@@ -44,7 +46,13 @@ _NUMBERED: Final = r"\[(?P<numbers>\d{1,3}(?:\s*[,;]\s*\d{1,3})*)(?:\s*,\s*pp?\.
 _PANDOC: Final = r"\[(?P<pandoc>[^\[\]\n]{0,200}?@[^\[\]\n]{1,400})\]"
 # "(Lewis et al., 2020, p. 4)": a parenthesis, a citation when a part of it reads "Names, Year".
 _PAREN: Final = r"\((?P<paren>[^()\n]{4,400})\)"
-MARKER_RE: Final = re.compile(f"{_NUMBERED}|{_PANDOC}|{_PAREN}")
+# "Lewis et al. (2020)", "Lewis and Perez (2020, p. 4)", "Lewis, Perez & Piktus (n.d.)": capitalised
+# names, then a parenthesis that starts with the year. A leading capitalised word that is no name
+# ("However, Lewis (2020)") is dropped when the names do not resolve (narrative_refs).
+_NAME: Final = r"[A-Z\u00c0-\u00de][\w'\u2019-]+"
+_NARRATIVE: Final = (rf"\b(?P<narr>{_NAME}(?:(?:\s*,\s*(?:(?:and|&)\s+)?|\s+(?:and|&)\s+){_NAME})*(?:\s+et\s+al\b\.?)?)"
+                     r"\s+\((?:(?P<narr_year>(?:1[5-9]|20)\d\d)[a-z]?|n\.\s?d\.)(?:\s*,\s*pp?\.\s*(?P<narr_page>[^()\n]{1,20}?))?\)")
+MARKER_RE: Final = re.compile(f"{_NUMBERED}|{_PANDOC}|{_NARRATIVE}|{_PAREN}")
 # A Pandoc citation key: Pandoc's own rule (a letter, digit or _, then those and internal punctuation).
 _PANDOC_CITE_RE: Final = re.compile(r"-?@\{?(?P<key>\w(?:\w|[:.#$%&+?<>~/-](?=\w))*)\}?(?P<rest>.*)$", re.S)
 # A locator after a key: ", p. 4", ", pp. 4-5", ", 4".
@@ -112,8 +120,29 @@ def _author_year(inside: str) -> tuple[Ref, ...]:
     return tuple(refs)
 
 
+def narrative_refs(m: re.Match[str]) -> tuple[Ref, ...]:
+    """The readings of a narrative marker: its names, then its names but the first ("However, Lewis
+    (2020)": the capitalised word that opens a sentence is no name; one word only, so that "Lewis
+    and Perez (2020)" never falls back to a paper of Perez's)."""
+    names, year, page = m.group("narr"), m.group("narr_year"), _page(m.group("narr_page"))
+    cuts = [0] + [sep.end() for sep in _NAME_SEP_RE.finditer(names) if sep.end() < len(names)][:1]
+    out = []
+    for at in cuts:
+        part = names[at:].strip()
+        if part and not part.lower().startswith(("and ", "et al")):
+            out.append(Ref(names=part, year=year, page=page, label=f"{part} ({year or 'n.d.'})"))
+    return tuple(out)
+
+
+def is_narrative(m: re.Match[str]) -> bool:
+    return m.group("narr") is not None
+
+
 def refs_of(m: re.Match[str]) -> tuple[Ref, ...]:
-    """The citations of a MARKER_RE match; () for brackets or parentheses that cite nothing."""
+    """The citations of a MARKER_RE match; () for brackets or parentheses that cite nothing. A
+    narrative marker cites one item: its first reading here (the caller picks the one that resolves)."""
+    if m.group("narr") is not None:
+        return narrative_refs(m)[:1]
     if m.group("numbers") is not None:
         page = _page(m.group("page"))
         return tuple(Ref(number=int(x), page=page) for x in re.split(r"\s*[,;]\s*", m.group("numbers")))

@@ -33,7 +33,7 @@ from zocrates_wire.ui_session import FoundIn
 from zocrates_wire.ui_session import QuoteCheck as CheckJson
 from zocratesd.library.catalog import pdf_link
 from zocratesd.quotes.align import CANDIDATE_SHARE, NEAR_RATIO, align
-from zocratesd.quotes.markers import MARKER_RE, Ref, Sources, refs_of, split_answer
+from zocratesd.quotes.markers import MARKER_RE, Ref, Sources, is_narrative, narrative_refs, refs_of, split_answer
 from zocratesd.quotes.text import ItemText, Page, letters, words
 
 Status = Literal["found", "supported", "misquoted", "not_found", "unsupported"]
@@ -53,6 +53,10 @@ MAX_CHECKS: Final = 40
 
 _QUOTE_RE: Final = re.compile(r"\u201c([^\u201d\n]+)\u201d|\"([^\"\n]+)\"|\u00ab\s*([^\u00bb\n]+?)\s*\u00bb")
 _SENTENCE_END_RE: Final = re.compile(r"(?<=[.!?])[\"\u201d)]?\s+(?=[A-Z\"\u201c(])")
+# The reporting verb a narrative citation opens with: "show that", "also found that", "write:".
+_REPORTING_RE: Final = re.compile(r"^[\s,;]*(?:(?:[\w'-]+\s+){0,3}?that\b|[\w'-]+(?:\s+[\w'-]+)?\s*:)\s*", re.I)
+# What leads into a narrative citation that ends a sentence: "X, as Lewis (2020) showed."
+_TRAILING_RE: Final = re.compile(r"[\s,;:]*(?:\b(?:as|like|which|according to|following|see)\s*)?$", re.I)
 _ELLIPSIS_RE: Final = re.compile(r"\s*(?:\[\s*(?:\.\s*){3}\]|\.\s*\.\s*\.|\u2026)\s*")
 _STOP: Final = frozenset(
     "a an and are as at be been but by can could did do does for from had has have he her his i if in into is it its "
@@ -121,27 +125,55 @@ class _Claim:
     text: str
 
 
+def _marked(line: str, sources: Sources | None) -> list[tuple[re.Match[str], tuple[Ref, ...]]]:
+    """The markers of a line with what they cite. With `sources`, a parenthesis or a bracket naming
+    no item of the answer's is text, not a marker ("(since 2018)", "the Kyoto Protocol (1997)")."""
+    out = []
+    for m in MARKER_RE.finditer(line):
+        refs = narrative_refs(m) if is_narrative(m) else refs_of(m)
+        if sources is not None and m.group("numbers") is None:
+            refs = tuple(r for r in refs if sources.resolve(r) is not None)
+        if refs:
+            out.append((m, refs[:1] if is_narrative(m) else refs))
+    return out
+
+
+def _sentence_end(before: str) -> str:
+    """The sentence that `before` ends, its list bullet and leading punctuation aside."""
+    pieces = [s for s in _SENTENCE_END_RE.split(before.strip()) if s.strip()]
+    # The sentence the marker ends; a marker right after a full stop cites the sentence before it.
+    text = pieces[-1] if pieces else ""
+    return re.sub(r"^\s*(?:[-*+]|\d+\.)\s+", "", text).strip().lstrip(";,: ")
+
+
+def _narrated(before: str, after: str) -> str:
+    """What a narrative marker ("Lewis et al. (2020) show that X.") attributes: the rest of its
+    sentence after the reporting verb, else (when that says nothing: "X, as Lewis (2020) showed.")
+    the sentence before it."""
+    pieces = [s for s in _SENTENCE_END_RE.split(after.strip()) if s.strip()]
+    said = _REPORTING_RE.sub("", pieces[0] if pieces else "", count=1).strip().rstrip(".").strip()
+    if quotes_in(said) or len(_content(words(said))) >= MIN_CLAIM_WORDS:
+        return said
+    return _TRAILING_RE.sub("", _sentence_end(before))
+
+
 def claims(body: str, sources: Sources | None = None) -> list[_Claim]:
-    """Each citation marker of the body with the text it cites. With `sources`, a parenthesis or
-    a bracket naming no item of the answer's is text, not a marker ("(since 2018)")."""
+    """Each citation marker of the body with the text it cites: for a marker after the text, the
+    text before it on its line, back to the sentence's start or the previous marker; for a
+    narrative one ("Lewis (2020) found"), the sentence it opens, up to the next marker."""
     out: list[_Claim] = []
     for line in body.splitlines():
         start, text = 0, ""
-        for m in MARKER_RE.finditer(line):
-            refs = refs_of(m)
-            if sources is not None and m.group("numbers") is None:
-                refs = tuple(r for r in refs if sources.resolve(r) is not None)
-            if not refs:
-                continue
+        marked = _marked(line, sources)
+        for i, (m, refs) in enumerate(marked):
             before = line[start : m.start()]
             start = m.end()
-            if not before.strip(" ,;") and text:
+            if is_narrative(m):
+                text = _narrated(before, line[m.end() : marked[i + 1][0].start() if i + 1 < len(marked) else len(line)])
+            elif not before.strip(" ,;") and text:
                 pass  # "[1][2]", "[1], [2]": the next marker cites the same text
             else:
-                pieces = [s for s in _SENTENCE_END_RE.split(before.strip()) if s.strip()]
-                # The sentence the marker ends; a marker right after a full stop cites the sentence before it.
-                text = pieces[-1] if pieces else ""
-                text = re.sub(r"^\s*(?:[-*+]|\d+\.)\s+", "", text).strip().lstrip(";,: ")
+                text = _sentence_end(before)
             out.append(_Claim(refs, text))
     return out
 

@@ -146,3 +146,23 @@ def test_find_quote_over_passages_ranks_exact_first() -> None:
     assert (exact.item_key, exact.exact, exact.page, exact.link) == ("COPY0001", True, 2, "zotero://open-pdf/library/items/ATTACH03?page=2")
     assert (near.item_key, near.exact, near.page_label) == ("ITEM0001", False, "128") and 0.8 <= near.score < 1
     assert find_in_passages(passages, "sea ice extent declined sharply in the arctic", None, 5) == []
+
+
+def test_narrative_author_year_citations_name_their_items() -> None:
+    answer = ('Lewis et al. (2020, p. 128) show that "the first results were strong". '
+              'However, Lewis and Perez (2020) found that "the retriever improves factual accuracy". '
+              'Gao (2022) writes: "Hypothetical documents are embedded to find fake ones". '
+              'The Kyoto Protocol (1997) set targets and Lewis (2019) wrote "monthly refreshes never happen". '
+              'Dense indexes of Wikipedia are refreshed every month, as Lewis et al. (2020) note.')
+    checked = check_answer(answer, STYLE_PASSAGES, text_of)
+    (gao, lewis) = checked.citations
+    assert (gao.item_key, gao.verified, gao.label, gao.checks[0].status) == ("OTHER001", False, "Gao (2022)", "misquoted")
+    assert (lewis.item_key, lewis.verified, lewis.label) == ("ITEM0001", True, "Lewis et al. (2020)")
+    # The sentence each one opens, after its reporting verb; one that ends its sentence cites what is before it.
+    assert [(x.kind, x.status, x.text, x.page, x.cited_page, x.page_corrected) for x in lewis.checks] == [
+        ("quote", "found", "the first results were strong", "127", "128", True),
+        ("quote", "found", "the retriever improves factual accuracy", "128", None, False),
+        ("claim", "found", "Dense indexes of Wikipedia are refreshed every month", "129", None, False)]
+    # A name and a year naming no item of the answer's are text: nothing flagged.
+    assert "monthly refreshes" not in checked.note and "Protocol" not in checked.note
+    assert "- Lewis et al. (2020) “the first results were strong”: on p. 127, not p. 128." in checked.note
