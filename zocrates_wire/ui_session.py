@@ -42,6 +42,10 @@ class CitationCheck(TypedDict):
     verified: bool | None
     partial: str | None
     title: str | None
+    # The item's citation key, and how the answer cites it when not by number ("[@key]",
+    # "(Lewis, 2020)", "Lewis (2020)"); absent from checks stored before they were kept.
+    citation_key: NotRequired[str | None]
+    label: NotRequired[str | None]
     checks: list[QuoteCheck]
 
 

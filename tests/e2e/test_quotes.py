@@ -337,6 +337,10 @@ def test_an_answer_citing_passages_by_number_alone_has_keys_and_a_bibliography(o
         # The items the check resolved are what the answer cites: their keys, their bibliography.
         key = meta["citationKeys"][REEF]
         assert key.startswith("reyes2021"), meta
+        # The answer's checked citations carry it, as stored with the session (a sidebar reloaded shows it).
+        assert h["citation_key"] == key
+        ui = c.result("_zocrates/session/get", {"sessionId": sid})
+        assert [x["citation_key"] for m in ui["messages"] for x in m.get("citations") or []] == [key]
         done = c.result("_zocrates/citations/export", {"sessionId": sid, "format": "bibtex"})
         assert done["sources"] == [{"item_key": REEF, "library": "user", "citation_key": key}], done
         assert f"{{{key}," in done["text"] and "Coral reef resilience after bleaching" in done["text"]

@@ -223,6 +223,10 @@ class Sources:
         """Every item the answer may cite: its list's, then the passages'."""
         return list(dict.fromkeys([(c.item_key, c.library) for c in self.by_n.values()] + list(self._meta)))
 
+    def key_of(self, c: Cited) -> str | None:
+        """The citation key the list or the passages give the item `c` names."""
+        return next((k for k, item in self._keys.items() if item == (c.item_key, c.library)), None)
+
     def _item(self, item: tuple[str, str]) -> Cited:
         c = self._by_item.get(item)
         if c is None:  # an item the list leaves out: the next number the answer does not use

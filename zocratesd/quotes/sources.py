@@ -38,7 +38,7 @@ def index_text(conn: sqlite3.Connection, key: str, library: str | None) -> ItemT
     uid = find_uid(conn, key, library)
     if uid is None:
         return None
-    row = conn.execute("SELECT item_key, library, title, children FROM items WHERE uid = ?", (uid,)).fetchone()
+    row = conn.execute("SELECT item_key, library, title, children, citation_key FROM items WHERE uid = ?", (uid,)).fetchone()
     rows = conn.execute(
         "SELECT c.kind, c.attachment_key, c.page, c.page_label, f.body FROM chunks c JOIN chunks_fts f ON f.rowid = c.id "
         "WHERE c.uid = ? ORDER BY c.kind != 'fulltext', c.attachment_key, c.page, c.id", (uid,),
@@ -60,7 +60,7 @@ def index_text(conn: sqlite3.Connection, key: str, library: str | None) -> ItemT
     except (ValueError, AttributeError):
         attachments = []
     counts = [(a.get("indexed_pages"), a.get("total_pages")) for a in attachments if isinstance(a, dict)]
-    return ItemText(row[0], row[1], row[2], pages, _partial(pages, abstract, counts))
+    return ItemText(row[0], row[1], row[2], pages, _partial(pages, abstract, counts), row[4])
 
 
 def passages_text(passages: Iterable[Passage], key: str, library: str | None) -> ItemText | None:
@@ -69,4 +69,5 @@ def passages_text(passages: Iterable[Passage], key: str, library: str | None) ->
     if not mine:
         return None
     pages = [Page(p.text, p.page, p.page_label, p.attachment_key, p.kind) for p in mine]
-    return ItemText(key, mine[0].library, mine[0].title, pages, _partial(pages, any(p.kind == "metadata" for p in mine)))
+    return ItemText(key, mine[0].library, mine[0].title, pages, _partial(pages, any(p.kind == "metadata" for p in mine)),
+                    next((p.citation_key for p in mine if p.citation_key), None))

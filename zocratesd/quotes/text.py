@@ -58,6 +58,7 @@ class ItemText:
     pages: list[Page]
     # Why the text is partial ("only the abstract", "pages 11-442 missing"), None when it is whole.
     partial: str | None = None
+    citation_key: str | None = None  # the item's key for LaTeX and Markdown (citations/keys.py)
     _letters: str | None = field(default=None, repr=False)
     _starts: list[int] = field(default_factory=list, repr=False)
     _page_words: list[list[str]] | None = field(default=None, repr=False)

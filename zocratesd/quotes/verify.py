@@ -95,10 +95,12 @@ class CitationCheck:
     partial: str | None = None  # why the item's text is incomplete, when it is
     title: str | None = None
     label: str | None = None  # how the answer cites it when not by number: "[@key]", "(Lewis, 2020)"
+    citation_key: str | None = None  # the item's, shown with it wherever the answer is (a reload too)
 
     def to_json(self) -> CitationJson:
         return CitationJson(n=self.n, item_key=self.item_key, library=self.library, verified=self.verified,
-                            partial=self.partial, title=self.title, checks=[c.to_json() for c in self.checks])
+                            partial=self.partial, title=self.title, citation_key=self.citation_key, label=self.label,
+                            checks=[c.to_json() for c in self.checks])
 
 
 @dataclass(slots=True)
@@ -288,8 +290,9 @@ def with_passages(item: ItemText | None, key: str, library: str, passages: Seque
                   p.get("attachment_key") if isinstance(p.get("attachment_key"), str) else None,
                   str(p.get("kind") or "fulltext")) for p in extra]
     if item is None:
-        return ItemText(key, library, str(mine[0].get("title") or key), pages)
-    return ItemText(item.item_key, item.library, item.title, [*item.pages, *pages], item.partial)
+        cited = next((p["citation_key"] for p in mine if isinstance(p.get("citation_key"), str)), None)
+        return ItemText(key, library, str(mine[0].get("title") or key), pages, citation_key=cited)
+    return ItemText(item.item_key, item.library, item.title, [*item.pages, *pages], item.partial, item.citation_key)
 
 
 def check_answer(answer: str, passages: Sequence[Mapping[str, Any]], text_of: TextOf) -> AnswerCheck:
@@ -310,8 +313,9 @@ def check_answer(answer: str, passages: Sequence[Mapping[str, Any]], text_of: Te
             if c is None or len(results) >= MAX_CITATIONS and c.n not in results:
                 continue
             item = text(c.item_key, c.library)
-            res = results.setdefault(c.n, CitationCheck(c.n, c.item_key, c.library, None, title=item.title if item else None,
-                                                        partial=item.partial if item else None, label=ref.label))
+            res = results.setdefault(c.n, CitationCheck(
+                c.n, c.item_key, c.library, None, title=item.title if item else None, partial=item.partial if item else None,
+                label=ref.label, citation_key=item.citation_key if item and item.citation_key else sources.key_of(c)))
             if item is None or len(res.checks) >= MAX_CHECKS or not claim.text:
                 continue
             pages = (ref.page,) if ref.page else c.pages

@@ -308,6 +308,9 @@ class CitationCheck(Model):
     verified: bool | None
     partial: str | None = Field(description="Why the item's text is incomplete (only the abstract, pages missing).")
     title: str | None
+    citation_key: str | None = Field(None, description="The item's citation key (as `_zocrates/citations/export` gives it).")
+    label: str | None = Field(None, description=(
+        'How the answer cites the item when not by number: `[@key]`, `(Lewis et al., 2020)`, `Lewis et al. (2020)`.'))
     checks: list[QuoteCheck]
 
 
