@@ -808,6 +808,11 @@ describe("the sidebar web app in Firefox", () => {
     let sources = await shownKeys();
     assert.ok(sources.length >= 1);
     for (const s of sources) assert.equal(s.key, `@${keyed.find((k) => s.href.endsWith(`/${k.item_key}`))?.citation_key}`, JSON.stringify(s));
+    // After a reload the page saw no search: the keys are those the daemon keeps with the answer.
+    await open(page, library.url());
+    assert.equal(await shownSession(page), sid);
+    await until(page, () => document.querySelectorAll(".msg.assistant:not(.live) .answer .source").length > 0);
+    assert.deepEqual(await shownKeys(), sources);
 
     await page.select("#citation-style", "pandoc");
     await until(page, () => !document.querySelector("#citation-style").disabled);

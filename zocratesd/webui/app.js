@@ -651,7 +651,7 @@ function assistantMessage(m) {
   const el = h("div", { class: "msg assistant", data: { invocation: m.invocation_id || "" } });
   if (m.thought) el.append(thoughtBlock(m.thought, false));
   if (m.text) {
-    const sources = withPages(parseSources(m.text), app.passages.get(m.invocation_id), m.text);
+    const sources = withPages(parseSources(m.text), app.passages.get(m.invocation_id), m.text, m.citations);
     el.append(h("div", { class: "answer" }, renderMarkdown(m.text, { sources })));
     const links = pageLinks(sources);
     if (links) el.append(links); // append(null) would show the word "null"
@@ -728,17 +728,21 @@ function thoughtBlock(text, open) {
     h("div", { class: "thought-text", text }));
 }
 
-/** The sources with the PDF pages the answer cites, when this page saw the search (the stream's
+/** The sources with their citation keys and the PDF pages the answer cites. A source's key, when
+ *  its entry does not lead with it: the answer's checked citations' (`citations`, what the daemon
+ *  keeps with the answer: there after a reload, and for a chat of another client), else the
+ *  passages of the search this page saw. The pages, when this page saw the search (the stream's
  *  `tool_result` passages: item, attachment, page, page label): `pdfs` maps the page as cited (its
  *  label, "127", else its number) -> the open-pdf URI at the PDF's page index. A page is cited when
  *  the source's entry lists it ("... p. 127.") or a citation names it ("[2, p. 127]"). */
-function withPages(sources, passages, text) {
-  if (!passages?.length) return sources;
+function withPages(sources, passages, text, citations) {
   for (const s of sources.values()) {
-    // The item's citation key, when the entry does not lead with it: from the passages of its item.
-    const [, , key] = ITEM_URI_RE.exec(s.uri || "") || [];
-    s.key ??= passages.find((p) => p.item_key === key && p.citation_key)?.citation_key ?? null;
+    const [, lib, key] = ITEM_URI_RE.exec(s.uri || "") || [];
+    const library = lib === "library" ? "user" : lib;
+    s.key ??= citations?.find((c) => c.item_key === key && c.library === library && c.citation_key)?.citation_key
+      ?? passages?.find((p) => p.item_key === key && p.citation_key)?.citation_key ?? null;
   }
+  if (!passages?.length) return sources;
   const inline = new Map();
   for (const m of String(text || "").matchAll(/\[(\d{1,4}),\s*pp?\.\s*([0-9A-Za-z-]{1,16})\]/g)) {
     if (!inline.has(Number(m[1]))) inline.set(Number(m[1]), new Set());
