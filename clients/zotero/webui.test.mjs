@@ -826,6 +826,11 @@ describe("the sidebar web app in Firefox", () => {
     sources = await shownKeys();
     assert.ok(sources.some((s) => s.key === `@${lewisKey}` && s.href.endsWith("/LEWIS202")), JSON.stringify(sources));
     for (const s of sources) assert.doesNotMatch(s.title, /^\[@/, "the key is shown once, beside the entry");
+    // The checked citations are named as the answer cites them.
+    const rows = await page.evaluate(() => [...[...document.querySelectorAll(".msg.assistant:not(.live)")].at(-1)
+      .querySelectorAll(".citation-checks .check-n")].map((e) => e.textContent.trim()));
+    assert.ok(rows.includes(`[@${lewisKey}]`), JSON.stringify(rows));
+    for (const r of rows) assert.match(r, /^\[@[^\]\s]+\]$/, JSON.stringify(rows));
     // The chat keeps its style: shown again after a reload.
     await open(page, library.url());
     await until(page, () => document.querySelector("#citation-style")?.value === "pandoc");

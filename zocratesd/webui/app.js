@@ -665,13 +665,14 @@ function assistantMessage(m) {
 }
 
 /** The answer's citations as checked against their sources (the message's `citations`): each
- *  number verified, not found in its source, or not checked; a quote's page where it really is. */
+ *  verified, not found in its source, or not checked; a quote's page where it really is. A row
+ *  names the citation as the answer wrote it: "[2]", else its `label` ("[@key]", "(Lewis, 2020)"). */
 function citationChecks(citations) {
   const rows = citations.map((c) => {
     const state = c.verified === true ? "verified" : c.verified === false ? "unverified" : "unchecked";
     const said = { verified: "✓ found in the cited source", unverified: "✗ not found in the cited source", unchecked: "not checked" }[state];
     const row = h("li", { class: `check ${state}`, data: { n: String(c.n), verified: String(c.verified) } },
-      h("span", { class: "check-n", text: `[${c.n}] ` }), h("span", { class: "check-state", text: said }));
+      h("span", { class: "check-n", text: `${c.label || `[${c.n}]`} ` }), h("span", { class: "check-state", text: said }));
     for (const ch of c.checks || []) {
       if (ch.status === "not_found" || ch.status === "misquoted" || ch.status === "unsupported") {
         row.append(h("div", { class: "check-text", text: `“${ch.text}”${ch.source_reads ? ` — the source reads “${ch.source_reads}”` : ""}` }));
