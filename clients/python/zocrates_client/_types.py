@@ -150,7 +150,7 @@ class PromptResult:
     pending_hitl: PendingHitl | None
     raw: dict[str, Any] = field(repr=False, compare=False)
     # The answer's citations checked against their sources, by number: `{n, item_key, library,
-    # verified, partial, title, checks}` (protocol/README.md); None when nothing was checked.
+    # citation_key, label, verified, partial, title, checks}` (protocol/README.md); None when nothing was checked.
     citations: list[CitationCheck] | None = None
     # The citation key of each item the answer cites (`{item_key: citation_key}`), for LaTeX and
     # Markdown writers; {} when it cites none or the daemon cannot say.
