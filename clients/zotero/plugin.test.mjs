@@ -112,7 +112,7 @@ const PASSAGES = [
 // The page that plays Zotero's main window. Only Zotero's objects are stood in for (they record
 // what the plugin asks of them); the bridge host is the plugin's real bridge.js.
 const HOST_PAGE = `<!doctype html>
-<html><head><meta charset="utf-8"><title>Zotero stand-in</title></head>
+<html><head><meta charset="utf-8"><title>Zotero stand-in</title><link rel="stylesheet" href="/plugin/style.css"></head>
 <body style="margin:0">
 <div id="pane" style="display:flex;flex-direction:column;width:460px;height:760px"></div>
 <script>
@@ -484,6 +484,10 @@ describe("the bridge host in Gecko, with the real web app", () => {
         } else if (url.pathname === "/plugin/bridge.js") {
           const body = await readFile(join(PLUGIN, "bridge.js"));
           res.writeHead(200, { "Content-Type": "text/javascript; charset=utf-8" }).end(body);
+        } else if (url.pathname === "/plugin/style.css") {
+          // As Zotero loads it for the pane: the frame fills the pane (an unstyled iframe is 150 px high).
+          const body = await readFile(join(PLUGIN, "style.css"));
+          res.writeHead(200, { "Content-Type": "text/css; charset=utf-8" }).end(body);
         } else if (url.pathname === "/relay") {
           await relay(req, res, new URL(url.searchParams.get("url") || ""));
         } else if (url.pathname === "/fs") {
