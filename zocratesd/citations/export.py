@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from zocrates_wire.ui_session import UiMessage
 from zocratesd import zotero_profile
-from zocratesd.citations.bibliography import Export, load, render
+from zocratesd.citations.bibliography import CiteItem, Export, load, render
 from zocratesd.errors import InvalidInput, ZocratesError
 from zocratesd.limits import CITED_SOURCE_RE, MAX_EXPORT_ITEMS
 
@@ -72,7 +72,7 @@ async def export(library: IndexReads | None, data_dir: Path | None, refs: list[t
     return await asyncio.to_thread(_render, items, fmt, data_dir, style, missing)
 
 
-def _render(items: list[Any], fmt: str, data_dir: Path | None, style: str | None, missing: list[tuple[str, str]]) -> Export:
+def _render(items: list[CiteItem], fmt: str, data_dir: Path | None, style: str | None, missing: list[tuple[str, str]]) -> Export:
     # Without a style asked for, text comes in the one the user's Zotero copies with (Quick Copy),
     # when that style is installed in the data dir's styles.
     preferred = zotero_profile.quick_copy_style(zotero_profile.default_profile(Path.home())) if fmt == "text" and style is None else None

@@ -797,11 +797,11 @@ def _rank(conn: sqlite3.Connection, table: str, expr: str, where: str, args: lis
     )]
 
 
-def _rank_words(conn: sqlite3.Connection, words: WordRanking, in_scope: str, args: list[object], wanted: int,
+def _rank_words(conn: sqlite3.Connection, words: WordRanking, in_scope: str, where: str, args: list[object], wanted: int,
                 enough: int) -> list[tuple[int, float]]:
     """The `wanted` best chunks for `words`: the candidates of CANDIDATE_CHUNKS, then, when fewer
     than `enough` of them are in the scope, of CANDIDATE_WIDENING times as many, then every
-    chunk any word is in (the scope filtering FTS5's rows: a small collection)."""
+    chunk any word is in (`where` filtering FTS5's rows: a small collection)."""
     tried: set[Candidates] = set()
     for budget in (CANDIDATE_CHUNKS, CANDIDATE_CHUNKS * CANDIDATE_WIDENING):
         candidates = words.split(budget)
@@ -811,7 +811,6 @@ def _rank_words(conn: sqlite3.Connection, words: WordRanking, in_scope: str, arg
         ranked = _rank_candidates(conn, candidates, in_scope, args, wanted, enough)
         if len(ranked) >= enough or candidates.common is None:
             return ranked
-    where = f"AND +f.rowid IN (SELECT id FROM chunks WHERE {in_scope})" if in_scope else ""
     return _rank(conn, "chunks_fts", _any_of(words.words), where, args, wanted)
 
 
@@ -892,7 +891,7 @@ def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | N
         if words is None:
             ranked_words = _rank(conn, "chunks_fts", expr, where, args, wanted)
         else:
-            ranked_words = _rank_words(conn, words, in_scope, args, wanted, limit)
+            ranked_words = _rank_words(conn, words, in_scope, where, args, wanted, limit)
         lists.append(ranked_words)
     if cjk is not None:
         lists.append(_rank(conn, "chunks_cjk", cjk, where, args, limit))
