@@ -100,6 +100,18 @@ describe("the XPI", () => {
   });
 });
 
+// Chrome code: whether the bridge's window actor is still registered (registering the name again
+// throws while it is).
+const ACTOR_REGISTERED = `(() => {
+  try {
+    ChromeUtils.registerWindowActor("ZocratesBridge", { child: { esModuleURI: "resource://gre/modules/nothing.sys.mjs" } });
+    ChromeUtils.unregisterWindowActor("ZocratesBridge");
+    return false;
+  } catch (e) {
+    return true;
+  }
+})()`;
+
 // ---- the bridge host in a real browser ----------------------------------------------------------
 
 const LEWIS = { key: "LEWIS202", title: "Retrieval-Augmented Generation for Knowledge-Intensive NLP Tasks" };
@@ -1009,14 +1021,7 @@ describe("the bridge host in Gecko, with the real web app", () => {
       zq.host.destroy();
       zq.sandbox.ZocratesBridge.unregisterActors();
       const res = Services.io.getProtocolHandler("resource").QueryInterface(Ci.nsIResProtocolHandler);
-      // Registering the name again throws while it is still registered.
-      let registered = false;
-      try {
-        ChromeUtils.registerWindowActor("ZocratesBridge", { child: { esModuleURI: "resource://gre/modules/nothing.sys.mjs" } });
-        ChromeUtils.unregisterWindowActor("ZocratesBridge");
-      } catch (e) {
-        registered = true;
-      }
+      const registered = ${ACTOR_REGISTERED};
       zq.box.remove();
       return [zq.container.childElementCount, res.hasSubstitution("zocrates"), registered, zq.calls.filter((c) => c.call === "Zotero.logError")];`);
     assert.deepEqual(after, [0, false, false, []]);
@@ -1066,13 +1071,7 @@ describe("the bridge host in Gecko, with the real web app", () => {
     const left = await marionette.script(`
       const { Zotero, scope } = window.__zq.boot;
       scope.shutdown();
-      let registered = false;
-      try {
-        ChromeUtils.registerWindowActor("ZocratesBridge", { child: { esModuleURI: "resource://gre/modules/nothing.sys.mjs" } });
-        ChromeUtils.unregisterWindowActor("ZocratesBridge");
-      } catch (e) {
-        registered = true;
-      }
+      const registered = ${ACTOR_REGISTERED};
       return [Zotero.ZocratesPluginVersion === undefined, document.querySelectorAll("[id^='zocrates']").length, registered];`);
     assert.deepEqual(left, [true, 0, false]);
   });
