@@ -56,9 +56,11 @@ hold one of a question's rarest words are scored (CANDIDATE_CHUNKS), and its mos
 leave the ranking (RANKING_SHARE): the cost of a search is FTS5 scoring every chunk a word of
 its expression is in.
 
-Scope (spec 2.3 `active_mode`, and optionally one library) is a SQL condition on `chunks.uid`:
-the selected keys, or the members of a collection *and of all its subcollections* (a recursive
-CTE on `collections`), so BM25 ranks within the scope and the LIMIT applies after filtering.
+Scope (spec 2.3 `active_mode`, and optionally one library) is a set of chunk ids, from the
+selected keys or the members of a collection *and of all its subcollections* (a recursive CTE
+on `collections`): a temporary table each read connection keeps while the index is unchanged,
+and a rowid filter on FTS5's rows, so BM25 ranks within the scope and the LIMIT applies after
+filtering.
 
 A file that is not a valid index (corrupt, another schema version, not SQLite) is deleted and
 rebuilt; callers see `IndexCorrupt` and start over, never a crash.
@@ -79,6 +81,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from zocratesd.citations.keys import assign_in_index, explicit_key
 from zocratesd.library import dense
@@ -706,13 +710,62 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, top_k: int) -> li
     if expr is not None:
         _query_stemmer(conn)
     # One read transaction: the indexer commits between our statements otherwise, and a chunk
-    # ranked by the first could be gone by the second.
+    # ranked by the first could be gone by the second. It writes only this connection's temporary
+    # tables (the scope's chunks, kept for the next search; the question's words).
     conn.execute("BEGIN")
     try:
-        words = _word_ranking(conn, expr) if expr is not None else None
-        return _search(conn, query, expr, cjk, scope, top_k, words)
-    finally:
+        scoped = _scope_chunks(conn, scope)
+        if scoped == 0:
+            hits: list[Hit] = []
+        else:
+            words = _word_ranking(conn, expr) if expr is not None else None
+            hits = _search(conn, query, expr, cjk, scoped, top_k, words)
+    except BaseException:
         conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return hits
+
+
+# The chunks a scoped search may return, kept by each read connection while the index does not
+# change (`PRAGMA data_version`): a collection of a thousand papers is tens of thousands of chunks,
+# and gathering them cost more than the ranking itself, once per statement.
+_SCOPE_TABLES = (
+    "CREATE TEMP TABLE IF NOT EXISTS scope_chunks (id INTEGER PRIMARY KEY)",
+    "CREATE TEMP TABLE IF NOT EXISTS scope_of (scope BLOB NOT NULL, data_version INTEGER NOT NULL, chunks INTEGER NOT NULL)",
+)
+
+
+def _scope_chunks(conn: sqlite3.Connection, scope: Scope) -> int | None:
+    """The number of chunks `scope` may return, their ids in `temp.scope_chunks`; None: every
+    chunk (no filter). Called inside the search's read transaction."""
+    lib = _library(scope)
+    if scope.mode == "library" and (lib is None or _only_library(conn, lib)):
+        return None
+    for statement in _SCOPE_TABLES:
+        conn.execute(statement)
+    key = msgspec.json.encode(scope)
+    version = conn.execute("PRAGMA data_version").fetchone()[0]
+    held = conn.execute("SELECT chunks FROM scope_of WHERE scope = ? AND data_version = ?", (key, version)).fetchone()
+    if held is not None:
+        return int(held[0])
+    conn.execute("DELETE FROM scope_chunks")
+    conn.execute("DELETE FROM scope_of")
+    if scope.mode == "library":
+        conn.execute("INSERT INTO scope_chunks SELECT id FROM chunks WHERE library = ?", (lib,))
+    else:
+        conn.execute("INSERT INTO scope_chunks SELECT id FROM chunks WHERE uid IN (SELECT value FROM json_each(?))",
+                     (json.dumps(scope_item_keys(conn, scope)),))
+    n = conn.execute("SELECT count(*) FROM scope_chunks").fetchone()[0]
+    conn.execute("INSERT INTO scope_of VALUES (?, ?, ?)", (key, version, n))
+    return int(n)
+
+
+def _only_library(conn: sqlite3.Connection, lib: str) -> bool:
+    """Whether every chunk is in `lib` (two index seeks)."""
+    low = conn.execute("SELECT min(library) FROM chunks").fetchone()[0]
+    high = conn.execute("SELECT max(library) FROM chunks").fetchone()[0]
+    return low in (lib, None) and high in (lib, None)
 
 
 def _query_stemmer(conn: sqlite3.Connection) -> None:
@@ -770,9 +823,9 @@ def _word_ranking(conn: sqlite3.Connection, expr: str) -> WordRanking | None:
     if counted is None or int(counted[0]) < MIN_CHUNKS_FOR_SHARES:
         return None
     total = int(counted[0])
-    # Written inside the search's read transaction, which is rolled back: nothing stays. A word
-    # term_stats leaves out is counted from the vocabulary (a rare word's doclist is short); a
-    # quoted word of several tokens is in at most as many chunks as its rarest token.
+    # A word term_stats leaves out is counted from the vocabulary (a rare word's doclist is
+    # short); a quoted word of several tokens is in at most as many chunks as its rarest token.
+    conn.execute("DELETE FROM temp.query_words")
     conn.executemany("INSERT INTO temp.query_words (rowid, word) VALUES (?, ?)", list(enumerate(words)))
     chunks = dict.fromkeys(range(len(words)), 0)
     seen: set[int] = set()
@@ -789,33 +842,36 @@ def _word_ranking(conn: sqlite3.Connection, expr: str) -> WordRanking | None:
     return WordRanking(tuple(words[n] for n in ranking), tuple(chunks[n] for n in ranking))
 
 
-def _rank(conn: sqlite3.Connection, table: str, expr: str, where: str, args: list[object], limit: int) -> list[tuple[int, float]]:
+# A search's rowid filter when it is scoped (see _scope_chunks). The unary plus keeps it out of
+# FTS5's own plan, so it filters FTS5's rows before bm25() is computed for them.
+_IN_SCOPE = "AND +f.rowid IN temp.scope_chunks"
+
+
+def _rank(conn: sqlite3.Connection, table: str, expr: str, where: str, limit: int) -> list[tuple[int, float]]:
     return [(int(r), float(sc)) for r, sc in conn.execute(
         f"SELECT f.rowid, bm25({table}, {TITLE_WEIGHT}, {BODY_WEIGHT}) AS s FROM {table} f "
         f"WHERE {table} MATCH ? {where} ORDER BY s LIMIT ?",
-        [expr, *args, limit],
+        [expr, limit],
     )]
 
 
-def _rank_words(conn: sqlite3.Connection, words: WordRanking, in_scope: str, where: str, args: list[object], wanted: int,
-                enough: int) -> list[tuple[int, float]]:
+def _rank_words(conn: sqlite3.Connection, words: WordRanking, where: str, wanted: int, enough: int) -> list[tuple[int, float]]:
     """The `wanted` best chunks for `words`: the candidates of CANDIDATE_CHUNKS, then, when fewer
     than `enough` of them are in the scope, of CANDIDATE_WIDENING times as many, then every
-    chunk any word is in (`where` filtering FTS5's rows: a small collection)."""
+    chunk any word is in."""
     tried: set[Candidates] = set()
     for budget in (CANDIDATE_CHUNKS, CANDIDATE_CHUNKS * CANDIDATE_WIDENING):
         candidates = words.split(budget)
         if candidates in tried:
             continue
         tried.add(candidates)
-        ranked = _rank_candidates(conn, candidates, in_scope, args, wanted, enough)
+        ranked = _rank_candidates(conn, candidates, where, wanted, enough)
         if len(ranked) >= enough or candidates.common is None:
             return ranked
-    return _rank(conn, "chunks_fts", _any_of(words.words), where, args, wanted)
+    return _rank(conn, "chunks_fts", _any_of(words.words), where, wanted)
 
 
-def _rank_candidates(conn: sqlite3.Connection, candidates: Candidates, in_scope: str, args: list[object], limit: int,
-                     enough: int) -> list[tuple[int, float]]:
+def _rank_candidates(conn: sqlite3.Connection, candidates: Candidates, where: str, limit: int, enough: int) -> list[tuple[int, float]]:
     """The chunks holding a rare word, by BM25 over the rare and the common words. FTS5 scores
     the phrases of its expression, so the common words cannot simply join the candidates' OR
     (they would make every chunk they are in a candidate): the candidates that also hold a
@@ -823,27 +879,15 @@ def _rank_candidates(conn: sqlite3.Connection, candidates: Candidates, in_scope:
     words' doclists, and the others over the rare words alone. When the rarest word alone is
     in more chunks than the budget, its chunks without a common word are scored only if the
     others are not `enough`: they are rarely among the best, and scoring them is most of the
-    cost. The scope (`in_scope`, a condition on `chunks`) filters the candidates afterwards:
-    inside the MATCH, SQLite would gather a large collection's tens of thousands of chunk ids
-    once per statement."""
-    sql = f"SELECT rowid, bm25(chunks_fts, {TITLE_WEIGHT}, {BODY_WEIGHT}) FROM chunks_fts WHERE chunks_fts MATCH ?"
+    cost."""
+    sql = f"SELECT f.rowid, bm25(chunks_fts, {TITLE_WEIGHT}, {BODY_WEIGHT}) FROM chunks_fts f WHERE chunks_fts MATCH ? {where}"
     rare, common = candidates.rare, candidates.common
     scores: dict[int, float] = {}
     if common is not None:
-        scores = _in_scope(conn, dict(conn.execute(sql, [f"({rare}) AND ({common})"]).fetchall()), in_scope, args)
+        scores = dict(conn.execute(sql, [f"({rare}) AND ({common})"]).fetchall())
     if common is None or not candidates.over_budget or len(scores) < enough:
-        alone = _in_scope(conn, dict(conn.execute(sql, [rare]).fetchall()), in_scope, args)
-        scores = alone | scores
+        scores = dict(conn.execute(sql, [rare]).fetchall()) | scores
     return heapq.nsmallest(limit, scores.items(), key=lambda r: r[1])
-
-
-def _in_scope(conn: sqlite3.Connection, scores: dict[int, float], in_scope: str, args: list[object]) -> dict[int, float]:
-    if not in_scope or not scores:
-        return scores
-    inside = {r for (r,) in conn.execute(
-        f"SELECT id FROM chunks WHERE id IN (SELECT value FROM json_each(?)) AND {in_scope}", [json.dumps(list(scores)), *args]
-    )}
-    return {r: sc for r, sc in scores.items() if r in inside}
 
 
 def _dense_embedder(conn: sqlite3.Connection) -> dense.Embedder | None:
@@ -869,19 +913,9 @@ def _rerank(conn: sqlite3.Connection, emb: dense.Embedder, query: str, ranked: l
     return sorted(((r, -(sc / best + DENSE_WEIGHT * float(c))) for (r, sc), c in zip(ranked, cos, strict=True)), key=lambda r: r[1])
 
 
-def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | None, scope: Scope, top_k: int,
+def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | None, scoped: int | None, top_k: int,
             words: WordRanking | None = None) -> list[Hit]:
-    keys = scope_item_keys(conn, scope)
-    if keys is not None and not keys:
-        return []
-    # The scope as a condition on `chunks` rows, and as a filter on FTS5's rowids.
-    in_scope, args = "", list[object]()
-    lib = _library(scope)
-    if keys is not None:
-        in_scope, args = "uid IN (SELECT value FROM json_each(?))", [json.dumps(keys)]
-    elif lib is not None:
-        in_scope, args = "library = ?", [lib]
-    where = f"AND +f.rowid IN (SELECT id FROM chunks WHERE {in_scope})" if in_scope else ""
+    where = _IN_SCOPE if scoped is not None else ""
     limit = top_k * OVERFETCH
     # A query with CJK text keeps the rank fusion of its two indexes (no vectors for bigrams).
     emb = _dense_embedder(conn) if cjk is None else None
@@ -889,12 +923,12 @@ def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | N
     if expr is not None:
         wanted = max(limit, DENSE_POOL) if emb is not None else limit
         if words is None:
-            ranked_words = _rank(conn, "chunks_fts", expr, where, args, wanted)
+            ranked_words = _rank(conn, "chunks_fts", expr, where, wanted)
         else:
-            ranked_words = _rank_words(conn, words, in_scope, where, args, wanted, limit)
+            ranked_words = _rank_words(conn, words, where, wanted, limit)
         lists.append(ranked_words)
     if cjk is not None:
-        lists.append(_rank(conn, "chunks_cjk", cjk, where, args, limit))
+        lists.append(_rank(conn, "chunks_cjk", cjk, where, limit))
     if len(lists) == 1:
         ranked = lists[0]
     else:  # reciprocal-rank fusion; scores stay "higher is better" once negated below

@@ -123,9 +123,9 @@ def test_a_rarest_word_past_the_budget_scores_its_chunks_with_a_common_word_firs
     try:
         uid_of = dict(conn.execute("SELECT id, item_key FROM chunks"))
         over = Candidates('"ferroptosis"', '"cuproptosis"', True)
-        assert {uid_of[r] for r, _ in _rank_candidates(conn, over, "", [], 30, 1)} == {"PAPER900"}
+        assert {uid_of[r] for r, _ in _rank_candidates(conn, over, "", 30, 1)} == {"PAPER900"}
         # Fewer than enough: the rarest word's other chunks are scored too, below the paper on both.
-        ranked = _rank_candidates(conn, over, "", [], 30, 2)
+        ranked = _rank_candidates(conn, over, "", 30, 2)
         assert uid_of[ranked[0][0]] == "PAPER900"
         assert {uid_of[r] for r, _ in ranked} == {"PAPER900", "PAPER000", "PAPER012", "PAPER024", "PAPER036"}
     finally:

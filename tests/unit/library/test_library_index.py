@@ -232,6 +232,34 @@ def test_collection_membership_alone_is_a_change(tmp_path: Path) -> None:
     assert keys(lib, "varroa", Scope("collection", (), "RAG0COLL")) == ["BEEKEEP1"]  # via a subcollection
 
 
+def test_one_connection_keeps_each_scope_right_across_scopes_and_changes(tmp_path: Path) -> None:
+    """A read connection keeps the chunks of the scope it last searched: another scope, or the
+    same one after the index changed, is gathered again."""
+    lib = make(tmp_path)
+    reader = index_module.IndexReader(tmp_path / "zocrates-data" / INDEX_NAME)
+    conn = reader.connection()
+    assert conn is not None
+
+    def found(query: str, scope: Scope) -> set[str]:
+        return {h.passage.item_key for h in index_module.search(conn, query, scope, 6)}
+
+    rag = Scope("collection", (), "RAG0COLL")
+    assert found("retrieval", rag) == {"LEWIS202", "KARPDPR1", "GAOHYDE1"}
+    assert "BEEKEEP1" not in found("varroa", rag)
+    assert found("retrieval", Scope("collection", (), "DENSE0CO")) == {"KARPDPR1", "GAOHYDE1"}
+    assert found("dense retrieval passages", Scope("papers", ("LEWIS202",))) == {"LEWIS202"}
+    assert "BEEKEEP1" in found("varroa", Scope())
+    zotero = sqlite3.connect(tmp_path / "zotero.sqlite")
+    zotero.execute("INSERT INTO collectionItems SELECT c.collectionID, i.itemID, 9 FROM collections c, items i "
+                   "WHERE c.key = 'HYDECOL2' AND i.key = 'BEEKEEP1'")
+    zotero.commit()
+    zotero.close()
+    assert "BEEKEEP1" not in found("varroa", rag)
+    lib.indexer.refresh(None)
+    assert found("varroa", rag) == {"BEEKEEP1"}
+    reader.close()
+
+
 def test_indexing_runs_off_the_event_loop(tmp_path: Path) -> None:
     """start() returns at once, and the loop keeps ticking while the thread indexes."""
     from zoterofixture import generate_library
