@@ -27,11 +27,10 @@ says how it is combined and what it gains.
 
 from __future__ import annotations
 
+import array
 import ctypes
 import ctypes.util
-import functools
 import importlib.util
-import itertools
 import json
 import logging
 import struct
@@ -56,16 +55,30 @@ DIM = 256
 WEIGHTS = "weights/l2_supercat_256.safetensors"
 TOKENIZER = "tokenizers/l2_supercat_tokenizer_config.json"
 TENSOR = "embedding.weight"
-# Distinct words whose token ids are kept (a library has ~10^5-10^6 distinct words; each entry
-# is a short tuple of ints, so this bounds the cache near 30 MB).
+# Distinct words whose token ids are kept (a library has ~10^5-10^6 distinct words): each entry is
+# the word and its ids packed as int32, ~170 bytes, so this bounds the cache near 35 MB; a full
+# cache starts over (a library's common words come back within a few chunks).
 WORD_CACHE = 200_000
 # A passage longer than this many words is embedded from its first ones (a chunk is ~1,200
 # characters, ~200 words; this only bounds a pathological one).
 MAX_WORDS = 1000
 
 
-def _word_ids(tokenizer: Any, word: str) -> tuple[int, ...]:
-    return tuple(tokenizer.encode(word, add_special_tokens=False).ids)
+class _WordIds(dict[str, bytes]):
+    """word -> its token ids as native int32 bytes. A dict with `__missing__`: a word seen before
+    (nearly every one) costs a C look-up, and a passage's ids are one `b"".join`, read by numpy
+    without a Python int per token (an lru_cache of int tuples held ~2x the memory)."""
+
+    def __init__(self, tokenizer: Any):
+        super().__init__()
+        self._tokenizer = tokenizer
+
+    def __missing__(self, word: str) -> bytes:
+        ids = array.array("i", self._tokenizer.encode(word, add_special_tokens=False).ids).tobytes()
+        if len(self) >= WORD_CACHE:
+            self.clear()
+        self[word] = ids
+        return ids
 
 
 class Vectorizer(Protocol):
@@ -80,20 +93,18 @@ class Embedder:
     def __init__(self, tokenizer: Any, table: np.ndarray):
         self._np = deferred.load("numpy")
         self._table = table
-        # Over a partial, not a bound method: the cache would hold the embedder in a cycle, and
-        # `release` could then free it only at the garbage collector's next full pass.
-        self._ids = functools.lru_cache(maxsize=WORD_CACHE)(functools.partial(_word_ids, tokenizer))
+        self._ids = _WordIds(tokenizer)
 
     def embed(self, text: str) -> np.ndarray | None:
         """The normalised mean token vector of `text`; None when it has no words."""
         np = self._np
-        # map() over the C-implemented cache: no Python loop per word (indexing embeds every chunk).
-        ids = list(itertools.chain.from_iterable(map(self._ids, text.split()[:MAX_WORDS])))
+        # map() over the cache's C look-up: no Python loop per word (indexing embeds every chunk).
+        ids = b"".join(map(self._ids.__getitem__, text.split()[:MAX_WORDS]))
         if not ids:
             return None
         # The sum, not the mean: the vector is normalised next, and a float32 sum of float32 rows
         # is one vectorised pass (a float16 mean casts element by element: 5x slower).
-        v = self._table[np.fromiter(ids, dtype=np.int64, count=len(ids))].astype(np.float32, copy=False).sum(axis=0)
+        v = self._table[np.frombuffer(ids, dtype=np.int32)].astype(np.float32, copy=False).sum(axis=0)
         norm = float(np.linalg.norm(v))
         return v / norm if norm > 0 else None
 
