@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 from zocratesd.limits import ITEM_KEY_PATTERN, whole
 
@@ -165,14 +166,45 @@ def library_counts(items: int = 0, notes: int = 0, annotations: int = 0, attachm
     return {"items": items, "notes": notes, "annotations": annotations, "attachments": attachments}
 
 
+# Records an ItemRecords reads per query while it is iterated.
+RECORDS_PER_READ = 100
+
+
+class ItemRecords(Sequence[ItemRecord]):
+    """The full records of a read's changed items, in order, read from the source a slice at a
+    time and only while it is open (the database connection of the read): a first build of
+    10,000 items held ~60 MiB of records at once, and the indexer needs a batch of them."""
+
+    def __init__(self, ids: Sequence[int], read: Callable[[Sequence[int]], list[ItemRecord]]):
+        self._ids = list(ids)
+        self._read = read
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @overload
+    def __getitem__(self, index: int) -> ItemRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[ItemRecord]: ...
+    def __getitem__(self, index: int | slice) -> ItemRecord | list[ItemRecord]:
+        if isinstance(index, slice):
+            return self._read(self._ids[index])
+        return self._read([self._ids[index]])[0]
+
+    def __iter__(self) -> Iterator[ItemRecord]:
+        for start in range(0, len(self._ids), RECORDS_PER_READ):
+            yield from self[start:start + RECORDS_PER_READ]
+
+
 @dataclass
 class LibrarySnapshot:
     """One read of the library: every live item's stamp, and full records (no attachment text)
-    for the items whose stamp differs from what the index already holds."""
+    for the items whose stamp differs from what the index already holds (from the database:
+    `ItemRecords`, read while its connection is open)."""
 
     source: str  # "local_api" | "sqlite" | "snapshot"
     schema_version: int | None
-    items: list[ItemRecord] = field(default_factory=list)
+    items: Sequence[ItemRecord] = field(default_factory=list)
     stamps: dict[str, str] = field(default_factory=dict)  # every live item: uid -> stamp
     libraries: dict[str, str] = field(default_factory=dict)  # library -> its name ("My Library", a group's)
     collections: list[CollectionRecord] = field(default_factory=list)

@@ -373,10 +373,10 @@ class IndexWriter:
             notes=totals["notes"], annotations=totals["annotations"], libraries=libraries,
         )
 
-    def plan(self, snapshot: LibrarySnapshot, have: dict[str, str]) -> tuple[list[ItemRecord], list[str]]:
-        """(items to (re)index, uids to remove), given the stamps the index had before the read."""
-        changed = [it for it in snapshot.items if have.get(it.uid) != it.stamp]
-        return changed, sorted(set(have) - set(snapshot.stamps))
+    def plan(self, snapshot: LibrarySnapshot, have: dict[str, str]) -> tuple[Sequence[ItemRecord], list[str]]:
+        """(items to (re)index, uids to remove), for a snapshot read against `have`, the stamps
+        the index had before the read (its `items` are the ones whose stamp differs)."""
+        return snapshot.items, sorted(set(have) - set(snapshot.stamps))
 
     def write_collections(self, collections: Sequence[CollectionRecord], libraries: dict[str, str] | None = None) -> None:
         with self.transaction():

@@ -20,6 +20,7 @@ to do) and retried at the next poll.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -374,16 +375,19 @@ class Indexer:
             child.close()
 
     def _read(
-        self, api: LocalApi | None, known: dict[str, str], api_checked: bool = False
+        self, api: LocalApi | None, known: dict[str, str], reading: contextlib.ExitStack, api_checked: bool = False
     ) -> tuple[LibrarySnapshot, Callable[[str], str | None]]:
-        """The database when it can be read; else the local API, when it is the user's own
-        (`api_checked`: refresh() found no database and has already checked the API)."""
+        """The database when it can be read, kept open by `reading` while the pass reads its
+        items' records; else the local API, when it is the user's own (`api_checked`: refresh()
+        found no database and has already checked the API)."""
         if api is not None and api_checked:
             db_error = f"no {ZOTERO_DB} in {self.opts.data_dir}"
         else:
             try:
-                with open_zotero(self.opts.data_dir, self.opts.work_dir) as (zconn, how):
+                with contextlib.ExitStack() as attempt:
+                    zconn, how = attempt.enter_context(open_zotero(self.opts.data_dir, self.opts.work_dir))
                     snap = read_library(zconn, self.opts.data_dir, how, known, groups=self.opts.include_groups)
+                    reading.enter_context(attempt.pop_all())
                 self._db_readable = True
                 return snap, lambda key: read_cache(self.opts.data_dir, key)
             except ZoteroDbError as exc:
@@ -416,13 +420,19 @@ class Indexer:
 
     def _refresh_with(self, writer: IndexWriter, api: LocalApi | None, t0: float, api_checked: bool = False) -> None:
         have = writer.signatures()
-        try:
-            snap, read_text = self._read(api, have, api_checked)
-        except (ZoteroDbError, LocalApiError) as exc:
-            msg = str(exc)  # our words, local paths, and the server's text escaped where it was quoted
-            self._update(state="error", message=msg, index=_counts(writer))
-            self._announce(f"the library in {self.opts.data_dir} cannot be read: {msg}", logging.WARNING)
-            return
+        with contextlib.ExitStack() as reading:
+            try:
+                snap, read_text = self._read(api, have, reading, api_checked)
+            except (ZoteroDbError, LocalApiError) as exc:
+                msg = str(exc)  # our words, local paths, and the server's text escaped where it was quoted
+                self._update(state="error", message=msg, index=_counts(writer))
+                self._announce(f"the library in {self.opts.data_dir} cannot be read: {msg}", logging.WARNING)
+                return
+            self._index(writer, api, snap, read_text, have, t0)
+
+    def _index(self, writer: IndexWriter, api: LocalApi | None, snap: LibrarySnapshot, read_text: Callable[[str], str | None],
+               have: dict[str, str], t0: float) -> None:
+        """Writes what `snap` (read against `have`) changed into the index."""
         changed, removed = writer.plan(snap, have)
         if snap.source == "local_api":
             confirmed = writer.db_item_keys()
@@ -457,7 +467,15 @@ class Indexer:
                 _log_unlabelled(unlabelled)
                 log.info("library: indexing stopped at %d/%d items; it continues at the next start", done, total)
                 return
-            batch, labels = self._read_batch(changed[start : start + BATCH_ITEMS], read_text, unlabelled)
+            try:
+                records = changed[start : start + BATCH_ITEMS]
+            except sqlite3.OperationalError as exc:  # Zotero started, and holds its database now
+                _log_unlabelled(unlabelled)
+                log.info("library: indexing paused at %d/%d items: %s; it continues at the next look", done, total,
+                         escape_for_log(str(exc)))
+                self.request_refresh()
+                return
+            batch, labels = self._read_batch(records, read_text, unlabelled)
             try:
                 if snap.source == "local_api" and api is not None:
                     api.confirm_owner()  # full texts came over HTTP: still from the user's own listener?

@@ -28,7 +28,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -40,6 +40,7 @@ from zocratesd.library._records import (
     CollectionRecord,
     CreatorRecord,
     ItemRecord,
+    ItemRecords,
     LibrarySnapshot,
     NoteRecord,
     display_name,
@@ -241,7 +242,8 @@ def read_library(
     metadata, collections, tags, attachments (no text), notes and annotations. Phase 1 reads only
     ids, dates, collection membership and the item tree; phase 2 reads field values, creators,
     tags, notes and annotations for the changed items only, so a refresh of a 10,000-item library
-    that changed in 10 places reads 10 items' metadata."""
+    that changed in 10 places reads 10 items' metadata. Phase 2 runs as the snapshot's `items`
+    are read (`ItemRecords`), a slice at a time, while `conn` is open."""
     version = schema_version(conn)
     warnings = check_schema(conn, version)
     libs = _libraries(conn, groups)
@@ -298,18 +300,22 @@ def read_library(
         if known is None or known.get(uid) != stamp:
             changed.append(item_id)
 
-    meta = _metadata(conn, changed, items)
-    notes, annotations = _children(conn, [c for i in changed for c in children.get(i, ())] + changed, items)
     names = {lib: name for lib, name in libs.values()}
-    out = [
-        _full_record(i, items[i], stamps[item_uid(items[i].library, items[i].key)], member, atts, meta,
-                     [notes[c] for c in children.get(i, ()) if c in notes] + ([notes[i]] if i in notes else []),
-                     [annotations[c] for c in children.get(i, ()) if c in annotations], names)
-        for i in changed
-    ]
-    out.sort(key=lambda r: r.uid)
+
+    def records(ids: Sequence[int]) -> list[ItemRecord]:
+        meta = _metadata(conn, ids, items)
+        notes, annotations = _children(conn, [c for i in ids for c in children.get(i, ())] + list(ids), items)
+        return [
+            _full_record(i, items[i], stamps[item_uid(items[i].library, items[i].key)], member, atts, meta,
+                         [notes[c] for c in children.get(i, ()) if c in notes] + ([notes[i]] if i in notes else []),
+                         [annotations[c] for c in children.get(i, ()) if c in annotations], names)
+            for i in ids
+        ]
+
+    changed.sort(key=lambda i: item_uid(items[i].library, items[i].key))
     return LibrarySnapshot(
-        source=source, schema_version=version, items=out, stamps=stamps, collections=collections, warnings=warnings,
+        source=source, schema_version=version, items=ItemRecords(changed, records), stamps=stamps, collections=collections,
+        warnings=warnings,
         libraries=names, counts=counts, library_ids={lib_id: lib for lib_id, (lib, _) in libs.items()},
     )
 
@@ -391,7 +397,7 @@ def _libraries(conn: sqlite3.Connection, groups_too: bool = True) -> dict[int, t
 
 
 def _children(
-    conn: sqlite3.Connection, ids: list[int], items: dict[int, _Row]
+    conn: sqlite3.Connection, ids: Sequence[int], items: dict[int, _Row]
 ) -> tuple[dict[int, NoteRecord], dict[int, AnnotationRecord]]:
     """The notes and annotations among `ids`, as text."""
     if not ids:
@@ -456,7 +462,7 @@ def _page_index(position: object) -> int | None:
 _Meta = tuple[dict[int, dict[str, str]], dict[int, list[CreatorRecord]], dict[int, list[str]]]
 
 
-def _metadata(conn: sqlite3.Connection, ids: list[int], items: dict[int, _Row]) -> _Meta:
+def _metadata(conn: sqlite3.Connection, ids: Sequence[int], items: dict[int, _Row]) -> _Meta:
     """(field values by base name, creators, tags) of `ids`: every field with a value (a
     bibliography needs them all), named by its base field where the item's type maps one."""
     if not ids:

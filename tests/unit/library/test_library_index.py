@@ -219,6 +219,36 @@ def test_batches_commit_as_they_go(tmp_path: Path) -> None:
     assert [s[2] for s in seen] == [40, 80, 100]
 
 
+def test_zotero_taking_its_database_during_a_build_pauses_it_and_the_next_look_finishes_it(tmp_path: Path) -> None:
+    """The items' records are read batch by batch while the build runs: when Zotero starts
+    mid-build and locks its database, the pass stops between batches, asks for the next look,
+    and that look (a private copy while Zotero holds the file) indexes the rest."""
+    items = [FixtureItem(f"ITEM{n:04d}", f"Paper {n} about axolotls", attachments=[FixtureAttachment(f"ATT0{n:04d}", text="Axolotls regrow limbs.")])
+             for n in range(250)]
+    db = build_zotero_dir(tmp_path, items)
+    lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None)
+    zotero = sqlite3.connect(db, isolation_level=None)
+
+    def zotero_starts(done: int, total: int) -> None:
+        if done == 100:  # as Zotero holds its database: an exclusive lock, kept
+            zotero.execute("PRAGMA locking_mode=EXCLUSIVE")
+            zotero.execute("BEGIN EXCLUSIVE")
+
+    lib.indexer.on_batch = zotero_starts
+    lib.indexer.refresh(None)
+    status = lib.status()
+    assert status["state"] == "indexing" and status["items_done"] == 100, status
+    assert lib.indexer._forced  # the next poll looks again at once
+    lib.indexer.on_batch = None
+    zotero.execute("COMMIT")  # still held (exclusive locking mode): the next look reads a copy
+    lib.indexer.refresh(None)
+    status = lib.status()
+    assert status["state"] == "ready" and status["items_indexed"] == 250 and status["items_to_index"] == 150, status
+    assert status["source"] == "snapshot"
+    assert len(keys(lib, "axolotls")) == 6
+    zotero.close()
+
+
 def test_collection_membership_alone_is_a_change(tmp_path: Path) -> None:
     lib = make(tmp_path)
     assert "BEEKEEP1" not in keys(lib, "varroa", Scope("collection", (), "RAG0COLL"))

@@ -18,8 +18,11 @@ from zocratesd.library.zotero_db import SNAPSHOT_PREFIX, ZoteroDbError, open_zot
 
 
 def read(data_dir: Path):  # type: ignore[no-untyped-def]
+    """The library's snapshot with every record read (they are read while the connection is open)."""
     with open_zotero(data_dir, data_dir / "zocrates-data") as (conn, how):
-        return read_library(conn, data_dir, how)
+        snap = read_library(conn, data_dir, how)
+        snap.items = list(snap.items)
+        return snap
 
 
 @pytest.fixture(params=[123, 125, 129])
