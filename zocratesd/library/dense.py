@@ -30,13 +30,14 @@ from __future__ import annotations
 import array
 import ctypes
 import ctypes.util
+import functools
 import importlib.util
 import json
 import logging
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -245,10 +246,18 @@ def release() -> None:
 def trim_heap() -> None:
     """Give freed heap back to the system (glibc's malloc_trim): the tokenizer, or an indexing
     pass's rows, are many small allocations, which free() alone keeps in the process."""
+    if (trim := _malloc_trim()) is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, looked up once (finding the C library may run ldconfig); None elsewhere."""
     try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+        trim: Callable[[int], int] = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
     except (OSError, AttributeError):  # not glibc
-        pass
+        return None
+    return trim
 
 
 def model_name() -> str:
