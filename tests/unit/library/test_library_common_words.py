@@ -27,9 +27,10 @@ TOPICS = ("ferroptosis", "autophagy", "senescence", "pyroptosis", "necroptosis",
 @pytest.fixture(autouse=True)
 def small_libraries_count(monkeypatch: pytest.MonkeyPatch) -> None:
     """These libraries are small: shares and candidates are used on them as on a large one (a
-    topic is in 4 of 48 papers here)."""
+    topic is in 4 of 48 papers here), and so is the ranking of a scope in the whole index."""
     monkeypatch.setattr(index, "MIN_CHUNKS_FOR_SHARES", 1)
     monkeypatch.setattr(index, "CANDIDATE_CHUNKS", 6)
+    monkeypatch.setattr(index, "SMALL_SCOPE_CHUNKS", 0)  # a collection is ranked in the whole index
 
 
 def paper(n: int, topic: str) -> zw.Item:

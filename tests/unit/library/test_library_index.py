@@ -31,8 +31,11 @@ def keys(lib: Library, query: str, scope: Scope | None = None) -> list[str]:
     return [h.passage.item_key for h in hits]
 
 
-@pytest.mark.parametrize("version", [123, 129])
-def test_scopes(tmp_path: Path, version: int) -> None:
+@pytest.mark.parametrize(("version", "small_scope"), [(123, 500), (129, 500), (129, 0)])
+def test_scopes(tmp_path: Path, version: int, small_scope: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scope is ranked within itself when it is small (SMALL_SCOPE_CHUNKS), else in the whole
+    index with its chunks as a filter: the same papers either way."""
+    monkeypatch.setattr(index_module, "SMALL_SCOPE_CHUNKS", small_scope)
     lib = make(tmp_path, version)
     assert keys(lib, "What does HyDE do?")[0] == "GAOHYDE1"
     assert "TRASHED1" not in keys(lib, "hypothetical document zeppelin")
@@ -262,9 +265,12 @@ def test_collection_membership_alone_is_a_change(tmp_path: Path) -> None:
     assert keys(lib, "varroa", Scope("collection", (), "RAG0COLL")) == ["BEEKEEP1"]  # via a subcollection
 
 
-def test_one_connection_keeps_each_scope_right_across_scopes_and_changes(tmp_path: Path) -> None:
-    """A read connection keeps the chunks of the scope it last searched: another scope, or the
-    same one after the index changed, is gathered again."""
+@pytest.mark.parametrize("small_scope", [500, 0])
+def test_one_connection_keeps_each_scope_right_across_scopes_and_changes(tmp_path: Path, small_scope: int,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read connection keeps the chunks of the scope it last searched (and a small scope's
+    words): another scope, or the same one after the index changed, is gathered again."""
+    monkeypatch.setattr(index_module, "SMALL_SCOPE_CHUNKS", small_scope)
     lib = make(tmp_path)
     reader = index_module.IndexReader(tmp_path / "zocrates-data" / INDEX_NAME)
     conn = reader.connection()
