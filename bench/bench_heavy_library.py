@@ -18,8 +18,9 @@ In the same run:
    its children, the peak RSS of the process tree (sampled every 0.1 s), `library.db`'s size, and
    the slowest answer of the socket while it builds (a status call every 0.25 s);
 3. `_zocrates/library/search` through the socket: a paper's title and a claim-length sentence of
-   its text as the query, in the whole library and in one collection (with its subcollections):
-   p50 and p95 for each, and how often the title finds its paper in the top 6;
+   its text as the query, in the whole library, in one collection (with its subcollections), and
+   in a selection of 5 papers (the one the query is from and 4 others, a new selection for every
+   query): p50 and p95 for each, and how often the title finds its paper in the top 6;
 4. freshness: an item's title edited in `zotero.sqlite` as Zotero writes it, right after the first
    build, timed until a search finds it; then the daemon stopped, another edit, started again,
    timed from spawn until the edit is found.
@@ -55,6 +56,8 @@ from _rpc import RpcClient  # noqa: E402
 from zocratesd.library.index import INDEX_NAME, match_expression  # noqa: E402
 
 TOP_K = 6
+# The papers selected in the Zotero pane for a scoped search (see search_round).
+SELECTED_PAPERS = 5
 READY_TIMEOUT_S = 3600.0
 EDIT_TIMEOUT_S = 600.0
 MIB = 1024 * 1024
@@ -315,17 +318,21 @@ def search_round(socket_path: str, truth: dict[str, Any], queries: list[tuple[st
     times: dict[str, list[float]] = {}
     found_title = 0
     n_title = 0
+    papers = [t["item_key"] for t in truth["titles"]]
+    rng = random.Random(11)
     with RpcClient(socket_path) as c:
         c.call("_zocrates/library/search", {"query": "warm up the reader and the model", "topK": TOP_K})
         for kind, query, key in queries:
-            for scoped in (False, True):
-                params: dict[str, Any] = {"query": query, "topK": TOP_K}
-                if scoped:
-                    params["collection"] = truth["collection"]
+            # A new selection for every question: each search gathers its scope (the worst case).
+            selection = [key, *rng.sample(papers, SELECTED_PAPERS - 1)]
+            scopes: list[tuple[str, dict[str, Any]]] = [
+                ("", {}), (" scoped", {"collection": truth["collection"]}), (" in selected papers", {"itemKeys": selection})]
+            for scope, where in scopes:
+                params: dict[str, Any] = {"query": query, "topK": TOP_K, **where}
                 q0 = timer()
                 found, _ = c.call("_zocrates/library/search", params)
-                times.setdefault(f"{kind}{' scoped' if scoped else ''}", []).append(timer() - q0)
-                if kind == "title" and not scoped:
+                times.setdefault(f"{kind}{scope}", []).append(timer() - q0)
+                if kind == "title" and not scope:
                     n_title += 1
                     found_title += any(p["item_key"] == key for p in found["passages"])
     out: dict[str, Any] = {"recall_title": found_title / max(1, n_title)}
@@ -378,7 +385,7 @@ def report(floor: dict[str, Any], runs: dict[str, dict[str, Any]]) -> str:
         f"≤ {TARGETS['size_ratio']}x floor")
     row("slowest socket answer from spawn to ready (ms)", lambda r: f"{r['socket_max_ms']:.0f}", "", f"≤ {TARGETS['socket_ms']:.0f}")
     row(f"… from {STARTED_S:.0f} s after spawn (ms)", lambda r: f"{r['socket_building_max_ms']:.0f}", "", f"≤ {TARGETS['socket_ms']:.0f}")
-    for name in ("title", "title scoped", "claim", "claim scoped"):
+    for name in ("title", "title scoped", "title in selected papers", "claim", "claim scoped", "claim in selected papers"):
         row(f"search {name} p50 / p95 (ms)",
             lambda r, n=name: f"{r[f'search {n}']['p50_ms']:.1f} / {r[f'search {n}']['p95_ms']:.1f}",
             f"one FTS5 query p50 {floor_p50:.1f}" if name == "title" else "",
