@@ -22,7 +22,9 @@ an error.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import json
 import logging
 import os
@@ -52,9 +54,11 @@ LOAD_TIMEOUT_S: Final = 60.0
 REQUEST_TIMEOUT_S: Final = 60.0
 # Texts per request: bounds a request's JSON (~1,200 characters a chunk) and the child's memory.
 REQUEST_TEXTS: Final = 500
-# Bytes written to the child's pipe at a time, after select said it has room: one page, which
-# a pipe with room takes without blocking (so a child that stopped reading cannot hang the write).
-PIPE_CHUNK: Final = 4096
+# Each way's pipe is asked to hold this much (Linux, F_SETPIPE_SZ; the unprivileged maximum by
+# default): a request (~600 KB) and its answer (~130 KB) then cross in one system call each. In
+# 4 KiB writes, each taking the GIL back from the indexer's thread, a request took longer to send
+# than to embed, and the child waited for its work (bench/PROFILE.md, section 17).
+PIPE_BYTES: Final = 1024 * 1024
 # A message larger than this is refused (a corrupted length would otherwise allocate it).
 MAX_FRAME: Final = 64 * 1024 * 1024
 # The child's stderr (a traceback) kept for the log line when it fails.
@@ -147,6 +151,13 @@ class EmbedChild:
         except OSError as exc:
             self.close()
             raise EmbedFailed(f"the embedding process could not start: {exc}") from None
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            with contextlib.suppress(OSError, AttributeError):  # not Linux, or a lower system limit: smaller writes
+                fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        # Writes take what the pipe has room for and never block: a child that stopped reading
+        # cannot hang the indexer past its deadline (`_send`).
+        os.set_blocking(self._proc.stdin.fileno(), False)
         answer = self._answer(LOAD_TIMEOUT_S, "to load the model")
         if answer[:1] != b"R":
             self._fail(answer[1:].decode("utf-8", "replace") if answer[:1] == b"E" else "an unexpected first message")
@@ -175,13 +186,16 @@ class EmbedChild:
         fd = proc.stdin.fileno()
         view = memoryview(data)
         while view:
+            try:
+                view = view[os.write(fd, view) :]
+                continue
+            except BlockingIOError:  # the pipe is full: wait for the child to read
+                pass
+            except OSError as exc:
+                self._fail(f"writing to it failed: {exc}")
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([], [fd], [], left)[1]:
                 self._fail(f"it took more than {REQUEST_TIMEOUT_S:.0f} s {what}")
-            try:
-                view = view[os.write(fd, view[:PIPE_CHUNK]) :]
-            except OSError as exc:
-                self._fail(f"writing to it failed: {exc}")
 
     def _answer(self, timeout: float, what: str, said: float | None = None) -> bytes:
         """The child's next message, whole within `timeout` (a child that stalls mid-message too);

@@ -5,6 +5,7 @@ never a child left behind."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -45,13 +46,14 @@ def test_a_child_that_stalls_is_killed_after_the_timeout(monkeypatch: pytest.Mon
 
 
 def test_a_child_that_stops_reading_cannot_hang_a_large_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A request larger than the pipe's buffer, to a child that does not read it: the write is
-    bounded by the same timeout (it blocked in write() before)."""
+    """A request larger than the pipe's buffer (PIPE_BYTES, or less where the system allows less),
+    to a child that does not read it: the write is bounded by the same timeout."""
     monkeypatch.setattr(embedproc, "REQUEST_TIMEOUT_S", 1.0)
     child = EmbedChild(ChildSettings(hold_s=30))
     child.start()
     pid = child.pid
-    texts = ["coral reefs bleach when the sea warms " * 30] * embedproc.REQUEST_TEXTS  # ~570 KB
+    texts = ["coral reefs bleach when the sea warms " * 120] * embedproc.REQUEST_TEXTS  # ~2.3 MB
+    assert len(json.dumps(texts)) > 2 * embedproc.PIPE_BYTES
     with pytest.raises(EmbedFailed, match=r"took more than 1 s to embed 500 passages"):
         child.pack_many(texts)
     assert pid is not None and _gone(pid)
