@@ -717,10 +717,10 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, top_k: int) -> li
     conn.execute("BEGIN")
     try:
         scoped = _scope_chunks(conn, scope)
-        if scoped == 0:
+        if scoped is not None and scoped.chunks == 0:
             hits: list[Hit] = []
         else:
-            small = scoped is not None and scoped <= SMALL_SCOPE_CHUNKS  # ranked within itself
+            small = scoped is not None and scoped.words is not None  # ranked within itself
             words = _word_ranking(conn, expr) if expr is not None and not small else None
             hits = _search(conn, query, expr, cjk, scoped, top_k, words)
     except BaseException:
@@ -732,51 +732,74 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, top_k: int) -> li
 
 # The chunks a scoped search may return, kept by each read connection while the index does not
 # change (`PRAGMA data_version`): a collection of a thousand papers is tens of thousands of chunks,
-# and gathering them cost more than the ranking itself, once per statement.
-_SCOPE_TABLES = (
-    "CREATE TEMP TABLE IF NOT EXISTS scope_chunks (id INTEGER PRIMARY KEY)",
-    "CREATE TEMP TABLE IF NOT EXISTS scope_of (scope BLOB NOT NULL, data_version INTEGER NOT NULL, chunks INTEGER NOT NULL)",
-)
-
-
+# and gathering them cost more than the ranking itself, once per statement. Each connection keeps
+# the SCOPE_SLOTS scopes it searched last (one table of chunk ids each, `scope_chunks_<slot>`),
+# so a chat in a collection and a question about the selected papers do not evict each other.
+SCOPE_SLOTS = 4
+_SCOPE_OF = ("CREATE TEMP TABLE IF NOT EXISTS scope_of (slot INTEGER PRIMARY KEY, scope BLOB NOT NULL UNIQUE, "
+             "data_version INTEGER NOT NULL, chunks INTEGER NOT NULL, used INTEGER NOT NULL)")
 # A scope of at most this many chunks (a few selected papers) is ranked within itself: its chunks
-# are copied into a temporary FTS5 table (`scope_words`) when its ids are gathered. On a large
-# library, ranking them in the whole index walked every chunk a question's words are in, for a
-# handful of rows in the scope (~30-100 ms); within the copy it is a millisecond. BM25's statistics
-# are then the scope's own: within a few papers, a word they all share does not tell their
-# passages apart, whatever its rarity in the library.
+# are copied into a temporary FTS5 table (`scope_words_<slot>`) when its ids are gathered. On a
+# large library, ranking them in the whole index walked every chunk a question's words are in,
+# for a handful of rows in the scope (~30-100 ms); within the copy it is a millisecond. BM25's
+# statistics are then the scope's own: within a few papers, a word they all share does not tell
+# their passages apart, whatever its rarity in the library.
 SMALL_SCOPE_CHUNKS = 500
 
 
-def _scope_chunks(conn: sqlite3.Connection, scope: Scope) -> int | None:
-    """The number of chunks `scope` may return, their ids in `temp.scope_chunks` (and, for a small
-    scope, their words in `temp.scope_words`); None: every chunk (no filter). Called inside the
+@dataclass(frozen=True)
+class _Scoped:
+    """A scope's chunks as this connection holds them: `slot`'s tables, and how many."""
+
+    slot: int
+    chunks: int
+
+    @property
+    def filter(self) -> str:
+        """The rowid filter on FTS5's rows: the unary plus keeps it out of FTS5's own plan, so it
+        filters the rows before bm25() is computed for them."""
+        return f"AND +f.rowid IN temp.scope_chunks_{self.slot}"
+
+    @property
+    def words(self) -> str | None:
+        """The FTS5 table of a small scope's own chunks (None: a large scope)."""
+        return f"scope_words_{self.slot}" if self.chunks <= SMALL_SCOPE_CHUNKS else None
+
+
+def _scope_chunks(conn: sqlite3.Connection, scope: Scope) -> _Scoped | None:
+    """Where the chunks `scope` may return are held, gathered unless this connection holds them
+    for this state of the index already; None: every chunk (no filter). Called inside the
     search's read transaction."""
     lib = _library(scope)
     if scope.mode == "library" and (lib is None or _only_library(conn, lib)):
         return None
-    for statement in _SCOPE_TABLES:
-        conn.execute(statement)
+    conn.execute(_SCOPE_OF)
     key = msgspec.json.encode(scope)
     version = conn.execute("PRAGMA data_version").fetchone()[0]
-    held = conn.execute("SELECT chunks FROM scope_of WHERE scope = ? AND data_version = ?", (key, version)).fetchone()
-    if held is not None:
-        return int(held[0])
-    conn.execute("DELETE FROM scope_chunks")
-    conn.execute("DELETE FROM scope_of")
+    used = conn.execute("SELECT coalesce(max(used), 0) + 1 FROM scope_of").fetchone()[0]
+    held = conn.execute("SELECT slot, data_version, chunks FROM scope_of WHERE scope = ?", (key,)).fetchone()
+    if held is not None and held[1] == version:
+        conn.execute("UPDATE scope_of SET used = ? WHERE slot = ?", (used, held[0]))
+        return _Scoped(int(held[0]), int(held[2]))
+    taken = dict(conn.execute("SELECT slot, used FROM scope_of"))
+    free = [n for n in range(SCOPE_SLOTS) if n not in taken]
+    slot = held[0] if held is not None else free[0] if free else min(taken, key=taken.__getitem__)
+    conn.execute("DELETE FROM scope_of WHERE slot = ?", (slot,))
+    conn.execute(f"DROP TABLE IF EXISTS temp.scope_chunks_{slot}")
+    conn.execute(f"CREATE TEMP TABLE scope_chunks_{slot} (id INTEGER PRIMARY KEY)")
     if scope.mode == "library":
-        conn.execute("INSERT INTO scope_chunks SELECT id FROM chunks WHERE library = ?", (lib,))
+        conn.execute(f"INSERT INTO scope_chunks_{slot} SELECT id FROM chunks WHERE library = ?", (lib,))
     else:
-        conn.execute("INSERT INTO scope_chunks SELECT id FROM chunks WHERE uid IN (SELECT value FROM json_each(?))",
+        conn.execute(f"INSERT INTO scope_chunks_{slot} SELECT id FROM chunks WHERE uid IN (SELECT value FROM json_each(?))",
                      (json.dumps(scope_item_keys(conn, scope)),))
-    n = conn.execute("SELECT count(*) FROM scope_chunks").fetchone()[0]
-    conn.execute("DROP TABLE IF EXISTS temp.scope_words")
-    if n <= SMALL_SCOPE_CHUNKS:
-        conn.execute(f"CREATE VIRTUAL TABLE temp.scope_words USING fts5 (title, body, tokenize = '{_WORD_TOKENIZER}')")
-        conn.execute("INSERT INTO scope_words (rowid, title, body) "
-                     "SELECT f.rowid, f.title, f.body FROM chunks_fts f WHERE f.rowid IN temp.scope_chunks")
-    conn.execute("INSERT INTO scope_of VALUES (?, ?, ?)", (key, version, n))
-    return int(n)
+    scoped = _Scoped(slot, conn.execute(f"SELECT count(*) FROM scope_chunks_{slot}").fetchone()[0])
+    conn.execute(f"DROP TABLE IF EXISTS temp.scope_words_{slot}")
+    if scoped.words is not None:
+        conn.execute(f"CREATE VIRTUAL TABLE temp.{scoped.words} USING fts5 (title, body, tokenize = '{_WORD_TOKENIZER}')")
+        conn.execute(f"INSERT INTO {scoped.words} (rowid, title, body) "
+                     f"SELECT f.rowid, f.title, f.body FROM chunks_fts f WHERE f.rowid IN temp.scope_chunks_{slot}")
+    conn.execute("INSERT INTO scope_of VALUES (?, ?, ?, ?, ?)", (slot, key, version, scoped.chunks, used))
+    return scoped
 
 
 def _only_library(conn: sqlite3.Connection, lib: str) -> bool:
@@ -860,11 +883,6 @@ def _word_ranking(conn: sqlite3.Connection, expr: str) -> WordRanking | None:
     return WordRanking(tuple(words[n] for n in ranking), tuple(chunks[n] for n in ranking))
 
 
-# A search's rowid filter when it is scoped (see _scope_chunks). The unary plus keeps it out of
-# FTS5's own plan, so it filters FTS5's rows before bm25() is computed for them.
-_IN_SCOPE = "AND +f.rowid IN temp.scope_chunks"
-
-
 def _rank(conn: sqlite3.Connection, table: str, expr: str, where: str, limit: int) -> list[tuple[int, float]]:
     return [(int(r), float(sc)) for r, sc in conn.execute(
         f"SELECT f.rowid, bm25({table}, {TITLE_WEIGHT}, {BODY_WEIGHT}) AS s FROM {table} f "
@@ -931,17 +949,17 @@ def _rerank(conn: sqlite3.Connection, emb: dense.Embedder, query: str, ranked: l
     return sorted(((r, -(sc / best + DENSE_WEIGHT * float(c))) for (r, sc), c in zip(ranked, cos, strict=True)), key=lambda r: r[1])
 
 
-def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | None, scoped: int | None, top_k: int,
+def _search(conn: sqlite3.Connection, query: str, expr: str | None, cjk: str | None, scoped: _Scoped | None, top_k: int,
             words: WordRanking | None = None) -> list[Hit]:
-    where = _IN_SCOPE if scoped is not None else ""
+    where = scoped.filter if scoped is not None else ""
     limit = top_k * OVERFETCH
     # A query with CJK text keeps the rank fusion of its two indexes (no vectors for bigrams).
     emb = _dense_embedder(conn) if cjk is None else None
     lists = []
     if expr is not None:
         wanted = max(limit, DENSE_POOL) if emb is not None else limit
-        if scoped is not None and scoped <= SMALL_SCOPE_CHUNKS:
-            ranked_words = _rank(conn, "scope_words", expr, "", wanted)
+        if scoped is not None and scoped.words is not None:
+            ranked_words = _rank(conn, scoped.words, expr, "", wanted)
         elif words is None:
             ranked_words = _rank(conn, "chunks_fts", expr, where, wanted)
         else:

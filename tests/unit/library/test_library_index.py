@@ -265,12 +265,13 @@ def test_collection_membership_alone_is_a_change(tmp_path: Path) -> None:
     assert keys(lib, "varroa", Scope("collection", (), "RAG0COLL")) == ["BEEKEEP1"]  # via a subcollection
 
 
-@pytest.mark.parametrize("small_scope", [500, 0])
-def test_one_connection_keeps_each_scope_right_across_scopes_and_changes(tmp_path: Path, small_scope: int,
+@pytest.mark.parametrize(("small_scope", "slots"), [(500, 4), (0, 4), (500, 2), (0, 1)])
+def test_one_connection_keeps_each_scope_right_across_scopes_and_changes(tmp_path: Path, small_scope: int, slots: int,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """A read connection keeps the chunks of the scope it last searched (and a small scope's
-    words): another scope, or the same one after the index changed, is gathered again."""
+    """A read connection keeps the chunks of the scopes it searched last (SCOPE_SLOTS; and a small
+    scope's words): a scope it no longer holds, or one whose index changed, is gathered again."""
     monkeypatch.setattr(index_module, "SMALL_SCOPE_CHUNKS", small_scope)
+    monkeypatch.setattr(index_module, "SCOPE_SLOTS", slots)
     lib = make(tmp_path)
     reader = index_module.IndexReader(tmp_path / "zocrates-data" / INDEX_NAME)
     conn = reader.connection()
@@ -284,6 +285,8 @@ def test_one_connection_keeps_each_scope_right_across_scopes_and_changes(tmp_pat
     assert "BEEKEEP1" not in found("varroa", rag)
     assert found("retrieval", Scope("collection", (), "DENSE0CO")) == {"KARPDPR1", "GAOHYDE1"}
     assert found("dense retrieval passages", Scope("papers", ("LEWIS202",))) == {"LEWIS202"}
+    assert conn.execute("SELECT count(*) FROM temp.scope_of").fetchone()[0] == min(3, slots)
+    assert found("retrieval", rag) == {"LEWIS202", "KARPDPR1", "GAOHYDE1"}
     assert "BEEKEEP1" in found("varroa", Scope())
     zotero = sqlite3.connect(tmp_path / "zotero.sqlite")
     zotero.execute("INSERT INTO collectionItems SELECT c.collectionID, i.itemID, 9 FROM collections c, items i "
