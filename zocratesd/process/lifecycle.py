@@ -20,6 +20,7 @@ from zocratesd.core.daemon import Daemon
 from zocratesd.process.connections import Connections
 from zocratesd.process.logs import PROCESS_LOGGER
 from zocratesd.process.startup import Plan
+from zocratesd.process.threads import in_daemon_thread
 from zocratesd.service_manager.notify import Notifier
 
 log = logging.getLogger(PROCESS_LOGGER)
@@ -64,7 +65,7 @@ async def bring_up(daemon: Daemon, plan: Plan, scope: anyio.CancelScope, failed:
     try:
         await daemon.start(
             importer=functools.partial(plan.load, loop.call_soon_threadsafe),
-            in_thread=functools.partial(deferred.in_daemon_thread, name="zocratesd engine import"),
+            in_thread=functools.partial(in_daemon_thread, name="zocratesd engine import"),
         )
     except Exception as exc:
         log.exception("could not start the engine; stopping")
