@@ -61,6 +61,10 @@ REQUEST_TEXTS: Final = 500
 PIPE_BYTES: Final = 1024 * 1024
 # A message larger than this is refused (a corrupted length would otherwise allocate it).
 MAX_FRAME: Final = 64 * 1024 * 1024
+# The child's scheduling priority below the daemon's (nice(2)): on a machine whose cores are all
+# busy, the daemon's socket and indexing thread get the CPU first; the child keeps up all the
+# same, as the indexer waits for its vectors well under 1% of a build (bench/PROFILE.md, section 17).
+CHILD_NICENESS: Final = 10
 # The child's stderr (a traceback) kept for the log line when it fails.
 STDERR_TAIL: Final = 2000
 _LEN = struct.Struct(">I")
@@ -282,7 +286,8 @@ def _signal_name(code: int) -> str:
 
 
 def _bound_self(parent: int, limit: int) -> None:
-    """Die with the daemon (Linux: a signal when it exits; elsewhere stdin's end) and cap memory."""
+    """Die with the daemon (Linux: a signal when it exits; elsewhere stdin's end), cap memory, and
+    yield the CPU to the daemon (CHILD_NICENESS)."""
     if sys.platform.startswith("linux"):
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
@@ -290,6 +295,7 @@ def _bound_self(parent: int, limit: int) -> None:
         sys.exit(1)
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    os.nice(CHILD_NICENESS)
 
 
 def _serve(parent: int, limit: int, hold: float) -> int:

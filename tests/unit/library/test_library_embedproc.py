@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,10 @@ def test_the_childs_vectors_are_the_in_process_models() -> None:
     try:
         assert child.pack_many(TEXTS) == [emb.pack(t) for t in TEXTS]
         assert child.pack_many([]) == []
+        # It yields the CPU to the daemon (its socket first on a busy machine).
+        assert pid is not None
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, mine + embedproc.CHILD_NICENESS)
     finally:
         child.close()
     assert pid is not None and _gone(pid)
