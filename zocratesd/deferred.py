@@ -7,7 +7,7 @@ process/threads.py.)
 
 Why the first reply must not wait for them, measured: bench/PROFILE.md, "Start-up". This module
 imports nothing else: the indexer's embedding child (library/embedproc.py) imports it, and
-asyncio alone would add ~9 MiB to the child's memory.
+asyncio would be a large part of the child's memory before its model.
 """
 
 from __future__ import annotations

@@ -172,8 +172,9 @@ RECORDS_PER_READ = 100
 
 class ItemRecords(Sequence[ItemRecord]):
     """The full records of a read's changed items, in order, read from the source a slice at a
-    time and only while it is open (the database connection of the read): a first build of
-    10,000 items held ~60 MiB of records at once, and the indexer needs a batch of them."""
+    time and only while it is open (the database connection of the read): the indexer needs a
+    batch of them at a time, and a large library's records at once are a large share of the
+    daemon's memory (bench/PROFILE.md, section 17)."""
 
     def __init__(self, ids: Sequence[int], read: Callable[[Sequence[int]], list[ItemRecord]]):
         self._ids = list(ids)

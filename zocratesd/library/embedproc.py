@@ -55,15 +55,14 @@ REQUEST_TIMEOUT_S: Final = 60.0
 # Texts per request: bounds a request's JSON (~1,200 characters a chunk) and the child's memory.
 REQUEST_TEXTS: Final = 500
 # Each way's pipe is asked to hold this much (Linux, F_SETPIPE_SZ; the unprivileged maximum by
-# default): a request (~600 KB) and its answer (~130 KB) then cross in one system call each. In
-# 4 KiB writes, each taking the GIL back from the indexer's thread, a request took longer to send
-# than to embed, and the child waited for its work (bench/PROFILE.md, section 17).
+# default): a request (~600 KB) and its answer (~130 KB) then cross in one system call each, and
+# each call takes the GIL back from the indexer's thread (bench/PROFILE.md, section 17).
 PIPE_BYTES: Final = 1024 * 1024
 # A message larger than this is refused (a corrupted length would otherwise allocate it).
 MAX_FRAME: Final = 64 * 1024 * 1024
 # The child's scheduling priority below the daemon's (nice(2)): on a machine whose cores are all
-# busy, the daemon's socket and indexing thread get the CPU first; the child keeps up all the
-# same, as the indexer waits for its vectors well under 1% of a build (bench/PROFILE.md, section 17).
+# busy, the daemon's socket and indexing thread get the CPU first. The child keeps up all the
+# same: the indexer rarely waits for its vectors (bench/PROFILE.md, section 17).
 CHILD_NICENESS: Final = 10
 # The child's stderr (a traceback) kept for the log line when it fails.
 STDERR_TAIL: Final = 2000

@@ -732,7 +732,7 @@ def search(conn: sqlite3.Connection, query: str, scope: Scope, top_k: int) -> li
 
 # The chunks a scoped search may return, kept by each read connection while the index does not
 # change (`PRAGMA data_version`): a collection of a thousand papers is tens of thousands of chunks,
-# and gathering them cost more than the ranking itself, once per statement. Each connection keeps
+# and gathering them for every statement would cost more than the ranking. Each connection keeps
 # the SCOPE_SLOTS scopes it searched last (one table of chunk ids each, `scope_chunks_<slot>`),
 # so a chat in a collection and a question about the selected papers do not evict each other.
 SCOPE_SLOTS = 4
@@ -740,10 +740,10 @@ _SCOPE_OF = ("CREATE TEMP TABLE IF NOT EXISTS scope_of (slot INTEGER PRIMARY KEY
              "data_version INTEGER NOT NULL, chunks INTEGER NOT NULL, used INTEGER NOT NULL)")
 # A scope of at most this many chunks (a few selected papers) is ranked within itself: its chunks
 # are copied into a temporary FTS5 table (`scope_words_<slot>`) when its ids are gathered. On a
-# large library, ranking them in the whole index walked every chunk a question's words are in,
-# for a handful of rows in the scope (~30-100 ms); within the copy it is a millisecond. BM25's
-# statistics are then the scope's own: within a few papers, a word they all share does not tell
-# their passages apart, whatever its rarity in the library.
+# large library, ranking them in the whole index walks every chunk a question's words are in,
+# for a handful of rows in the scope; the copy holds only those rows (bench/PROFILE.md, section
+# 17). BM25's statistics are then the scope's own: within a few papers, a word they all share
+# does not tell their passages apart, whatever its rarity in the library.
 SMALL_SCOPE_CHUNKS = 500
 
 
