@@ -68,7 +68,7 @@ MAX_WORDS = 1000
 class _WordIds(dict[str, bytes]):
     """word -> its token ids as native int32 bytes. A dict with `__missing__`: a word seen before
     (nearly every one) costs a C look-up, and a passage's ids are one `b"".join`, read by numpy
-    without a Python int per token (an lru_cache of int tuples held ~2x the memory)."""
+    without a Python int per token; bytes take half the memory of a tuple of ints."""
 
     def __init__(self, tokenizer: Any):
         super().__init__()

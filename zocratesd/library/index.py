@@ -177,10 +177,10 @@ _NAME_RE = re.compile(r"[^\W\d_]+")
 
 # Added after INDEX_SCHEMA_VERSION 1 shipped: created on open in an older index (no rebuild needed).
 _DB_ITEMS = "CREATE TABLE IF NOT EXISTS db_items (item_key TEXT PRIMARY KEY) WITHOUT ROWID"
-# How many chunks each common word (stemmed, as chunks_fts stores it) is in: only words in at
-# least COMMON_SHARE_FLOOR of the chunks are kept (a few thousand rows); an absent word is rare.
 # The word index's tokenizer (porter stems, accents folded), and the query and scope tables' too.
 _WORD_TOKENIZER = "porter unicode61 remove_diacritics 2"
+# How many chunks each common word (stemmed, as chunks_fts stores it) is in: only words in at
+# least COMMON_SHARE_FLOOR of the chunks are kept (a few thousand rows); an absent word is rare.
 _TERM_STATS = "CREATE TABLE IF NOT EXISTS term_stats (term TEXT PRIMARY KEY, chunks INTEGER NOT NULL) WITHOUT ROWID"
 
 _SCHEMA = f"""

@@ -469,7 +469,10 @@ class Indexer:
                 return
             try:
                 records = changed[start : start + BATCH_ITEMS]
-            except sqlite3.OperationalError as exc:  # Zotero started, and holds its database now
+            except sqlite3.OperationalError as exc:
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                    raise  # a failure, not a pause: the thread reports it and tries again later
+                # Zotero started, and holds its database now.
                 _log_unlabelled(unlabelled)
                 log.info("library: indexing paused at %d/%d items: %s; it continues at the next look", done, total,
                          escape_for_log(str(exc)))

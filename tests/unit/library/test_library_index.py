@@ -13,6 +13,7 @@ import pytest
 from zoterofixture import FixtureAttachment, FixtureItem, build_zotero_dir, sample_library, touch_items
 
 from zocratesd.library import index as index_module
+from zocratesd.library import zotero_db
 from zocratesd.library.index import INDEX_NAME, match_expression
 from zocratesd.library.retrieval import Scope
 from zocratesd.library.service import Library
@@ -250,6 +251,30 @@ def test_zotero_taking_its_database_during_a_build_pauses_it_and_the_next_look_f
     assert status["source"] == "snapshot"
     assert len(keys(lib, "axolotls")) == 6
     zotero.close()
+
+
+def test_a_database_failure_during_a_build_is_an_error_not_a_pause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a database Zotero holds (busy, locked) pauses a build; any other failure reading the
+    records is raised, for the indexer's thread to report and retry later, never a look at once
+    after every poll."""
+    items = [FixtureItem(f"ITEM{n:04d}", f"Paper {n} about axolotls") for n in range(150)]
+    build_zotero_dir(tmp_path, items)
+    lib = Library(tmp_path, tmp_path / "zocrates-data", local_api_url=None)
+    metadata = zotero_db._metadata
+    calls = []
+
+    def failing(*args: object) -> object:
+        calls.append(1)
+        if len(calls) > 1:
+            exc = sqlite3.OperationalError("disk I/O error")
+            exc.sqlite_errorcode = sqlite3.SQLITE_IOERR  # as SQLite's own errors carry it
+            raise exc
+        return metadata(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(zotero_db, "_metadata", failing)
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        lib.indexer.refresh(None)
+    assert not lib.indexer._forced and lib.status()["items_done"] == 100
 
 
 def test_collection_membership_alone_is_a_change(tmp_path: Path) -> None:
