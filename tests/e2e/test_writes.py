@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from typing import Any
 
 import pytest
 from rawrpc import RawConn
 from test_library import wait_ready
 from zoterofixture import build_zotero_dir, sample_library
+
+from zocratesd.writes.service import SETTLE_WAIT_S
 
 pytestmark = pytest.mark.e2e
 
@@ -60,6 +63,26 @@ def test_a_write_waits_for_consent_then_for_zotero_and_is_kept_across_a_restart(
         assert c.result("_zocrates/writes/list", {"pending": True})["writes"] == []
         # A discarded write cannot be confirmed back into the queue.
         assert c.result("_zocrates/writes/confirm", {"writeId": w["id"]})["state"] == "discarded"
+    d.stop()
+
+
+def test_with_zotero_closed_every_queued_write_is_answered_at_once_and_keeps_its_order(daemon_factory: Any) -> None:
+    """Writes queued behind one that waits for Zotero wait too: each confirm says so when it is
+    given, not once its wait for a first attempt has run out."""
+    d = writes_daemon(daemon_factory)
+    d.start()
+    with RawConn(d.socket_path) as c:
+        wait_ready(c)
+        first = c.result("_zocrates/writes/tag", {"itemKeys": ["LEWIS202"], "tags": ["one"]})
+        second = c.result("_zocrates/writes/tag", {"itemKeys": ["KARPDPR1"], "tags": ["two"]})
+        for w in (first, second):
+            asked = time.monotonic()
+            confirmed = c.result("_zocrates/writes/confirm", {"writeId": w["id"]})
+            # The bound is the behaviour under test: far inside the wait for a first attempt.
+            assert time.monotonic() - asked < SETTLE_WAIT_S / 2
+            assert confirmed["state"] == "queued" and "Zotero is not running" in (confirmed.get("error") or ""), confirmed
+        pending = c.result("_zocrates/writes/list", {"pending": True})["writes"]
+        assert sorted(x["id"] for x in pending) == sorted([first["id"], second["id"]])
     d.stop()
 
 

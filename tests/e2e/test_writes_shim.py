@@ -8,6 +8,7 @@ cannot run here; clients/zotero/plugin.test.mjs drives the plugin's own code).""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -112,4 +113,27 @@ def test_without_the_token_nothing_is_proposed_and_the_channel_is_closed(sidebar
     assert shim.request("POST", "/plugin/writes/p-999", json={"result": {}}).status_code == 403
     plugin = {"X-Zocrates-Plugin-Token": d.info["plugin_token"]}
     assert shim.request("POST", "/plugin/writes/p-999", json={"result": {}}, headers=plugin).status_code == 404
+    d.stop()
+
+
+def test_a_plugin_gone_a_moment_ago_leaves_the_write_waiting_for_it_not_for_an_answer(sidebar: Any) -> None:
+    """Zotero closed while its last poll was a moment ago: the write is not handed to a plugin that
+    will never take it (and answered only at the answer timeout); it waits for Zotero, and is
+    written once the plugin polls again."""
+    d, shim = sidebar
+    tags = {"LEWIS202": {"rag"}}
+    with PluginInZotero(shim, d.info["plugin_token"], tags):
+        pass  # its last poll ended just now: the plugin still counts as connected for a moment
+    proposed = shim.ok("POST", "/writes/tag", json={"itemKeys": ["LEWIS202"], "tags": ["later"]})["write"]
+    waiting = shim.ok("POST", f"/writes/{proposed['id']}/confirm", json={})["write"]
+    assert waiting["state"] == "queued", waiting
+    assert "not connected" in waiting["error"] and "did not answer" not in waiting["error"], waiting
+    assert tags == {"LEWIS202": {"rag"}}
+    with PluginInZotero(shim, d.info["plugin_token"], tags) as plugin:
+        deadline = time.monotonic() + 60  # a hang guard: the applier looks again every few seconds
+        while shim.ok("GET", f"/writes/{proposed['id']}")["write"]["state"] != "applied":
+            assert time.monotonic() < deadline, "the write was not applied once the plugin was back"
+            time.sleep(0.1)
+        assert plugin.calls == [("plan", "tag_items"), ("apply", "tag_items")]
+    assert tags == {"LEWIS202": {"rag", "later"}}
     d.stop()

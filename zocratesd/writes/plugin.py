@@ -51,6 +51,7 @@ class _Call:
     call: Literal["plan", "apply"]
     op: Operation
     change: Change | None
+    taken: anyio.Event = field(default_factory=anyio.Event)  # a poll took it
     done: anyio.Event = field(default_factory=anyio.Event)
     result: Change | None = None
     error: Exception | None = None
@@ -100,6 +101,7 @@ class PluginChannel:
                 return None
             call = self._waiting.pop(0)
             self._taken[call.id] = call
+            call.taken.set()
             return call.request()
         finally:
             self._polls -= 1
@@ -141,12 +143,20 @@ class PluginChannel:
         self._waiting.append(call)
         self._arrived.set()
         try:
-            with anyio.move_on_after(CALL_TIMEOUT_S):
-                await call.done.wait()
+            # A plugin polls again within a moment of its last poll's end: one that does not take the
+            # call within that grace is gone (Zotero was closed since), and the write waits for it
+            # to come back instead of for the answer timeout.
+            with anyio.move_on_after(CONNECTED_GRACE_S):
+                await call.taken.wait()
+            if call.taken.is_set():
+                with anyio.move_on_after(CALL_TIMEOUT_S):
+                    await call.done.wait()
         finally:
             if call in self._waiting:
                 self._waiting.remove(call)
             self._taken.pop(call.id, None)
+        if not call.taken.is_set():
+            raise NotNow("the Zocrates plugin is not connected (Zotero is closed, or the plugin is not installed)")
         if not call.done.is_set():
             raise NotNow("the Zocrates plugin did not answer; it is tried again")
         if call.error is not None:

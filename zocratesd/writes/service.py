@@ -247,9 +247,15 @@ class Writes:
                 backoff = min(backoff * 2, MAX_BACKOFF_S) if stalled == "retry" else self._retry_s
 
     async def _apply_queued(self) -> Literal["waiting", "retry"] | None:
-        for record in await anyio.to_thread.run_sync(self.journal.queued):
+        queued = await anyio.to_thread.run_sync(self.journal.queued)
+        for n, record in enumerate(queued):
             outcome = await self._apply(record)
             if outcome is not None:
+                # The writes behind it keep their order and wait for the same thing: their callers
+                # hear so now, not when their wait for a first attempt runs out.
+                for later in queued[n + 1:]:
+                    await self._call(self.journal.note_attempt, later.id, self.waiting_for or NOT_RUNNING)
+                    self._settle(later.id)
                 return outcome
         self.waiting_for = None
         return None
