@@ -73,10 +73,13 @@ export async function stopProcess(proc, { killAfterMs } = {}) {
 }
 
 /** A real `zocratesd serve` on `dataDir`, HTTP on `port` (0: a free one, new at each start).
- *  `stderr` is "ignore", "inherit" or a file path (appended to; quoted in errors). */
+ *  `stderr` is "ignore", "inherit" or a file path (appended to; quoted in errors). With `testHooks`
+ *  it runs through tests/daemon_entry.py, which injects the hooks its `env` names (a stage or the
+ *  indexer held until a file exists). */
 export class Zocratesd {
-  constructor({ dataDir, env, port = 0, stderr = "ignore" }) {
+  constructor({ dataDir, env, port = 0, stderr = "ignore", testHooks = false }) {
     this.dataDir = dataDir;
+    this.entry = testHooks ? [join(REPO, "tests", "daemon_entry.py")] : ["-m", "zocratesd"];
     this.stateDir = join(dataDir, "zocrates-data");
     this.env = env;
     this.port = port;
@@ -97,7 +100,7 @@ export class Zocratesd {
     const stderrPath = this.#stderrPath;
     const fd = stderrPath ? openSync(stderrPath, "a") : this.stderr;
     try {
-      this.proc = spawn(python(), ["-m", "zocratesd", "serve", "--zotero-data-dir", this.dataDir, "--http-port", String(this.port)], {
+      this.proc = spawn(python(), [...this.entry, "serve", "--zotero-data-dir", this.dataDir, "--http-port", String(this.port)], {
         cwd: REPO, env: this.env, stdio: ["ignore", "ignore", fd],
       });
     } finally {

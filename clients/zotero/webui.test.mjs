@@ -9,7 +9,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { mkdtemp, mkdir, rm, stat, writeFile } from "node:fs/promises";
 import { createServer } from "node:http";
 import { createServer as createNetServer } from "node:net";
@@ -71,8 +71,8 @@ function runPython(args, env) {
 
 /** A real `zocratesd serve` on a fixed port (so a restart keeps the page's origin). */
 class Daemon extends Zocratesd {
-  constructor(root, name, { port, env }) {
-    super({ dataDir: join(root, name), env, port, stderr: join(root, `${name}.stderr`) });
+  constructor(root, name, { port, env, testHooks = false }) {
+    super({ dataDir: join(root, name), env, port, stderr: join(root, `${name}.stderr`), testHooks });
   }
 
   get base() {
@@ -530,8 +530,10 @@ describe("the sidebar web app in Firefox", () => {
   });
 
   test("the first screen while the library is indexed: counts as they grow, then its questions, without a reload", async () => {
-    const big = new Daemon(root, "big", { port: await freePort(), env: isolatedEnv(root) });
-    // A thousand papers, some with full text: indexed for a few seconds after the start.
+    // A thousand papers, some with full text; the indexer stops after its first batch until the
+    // page has shown it (a fast machine indexes them all before the page has opened).
+    const hold = join(root, "big.index-hold");
+    const big = new Daemon(root, "big", { port: await freePort(), env: isolatedEnv(root, { ZOCRATES_TEST_HOLD_INDEX_UNTIL: hold }), testHooks: true });
     await runPython(["-c", "import sys; from pathlib import Path; from tests.zoterofixture import build_zotero_dir, generate_library; "
       + "g = generate_library(n_items=1000, n_fulltexts=120, pages=5); build_zotero_dir(Path(sys.argv[1]), g.items, g.collections)",
     big.dataDir], { ...process.env, PYTHONPATH: REPO });
@@ -562,6 +564,8 @@ describe("the sidebar web app in Firefox", () => {
           if (line && window.__summaries.at(-1) !== line) window.__summaries.push(line);
         }).observe(document.body, { subtree: true, childList: true, characterData: true });
       });
+      await untilWithin(120_000, p, () => /^Indexing is under way: /.test(document.querySelector("#library-summary")?.textContent || ""));
+      writeFileSync(hold, "");
       await untilWithin(120_000, p, () => /^Your library: [\d,]+ papers/.test(document.querySelector("#library-summary")?.textContent || "")
         && document.querySelectorAll("#welcome .suggestion").length >= 3);
       const seen = await p.evaluate(() => window.__summaries);
