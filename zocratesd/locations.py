@@ -49,6 +49,7 @@ DB_NAME = "sessions.db"
 LOCK_NAME = "zocratesd.lock"
 INFO_NAME = "daemon.json"
 LOG_NAME = "zocratesd.log"
+INDEX_NAME = "library.db"  # the library index (zocratesd/library/index.py)
 
 # A Unix socket's path must fit in sun_path: 104 bytes on macOS, 108 on Linux, the terminating
 # NUL included. A longer one fails at bind() and connect() ("AF_UNIX path too long"), and systemd's

@@ -110,7 +110,7 @@ def _maps_pydantic(pid: int) -> bool:
 
 def test_the_handshake_is_answered_before_the_wire_stack_loads(daemon_factory: Any, tmp_path: Path) -> None:
     """The socket serves before pydantic and the wire models are imported (rpc/handshake.py): a plain
-    `initialize` is answered at once; everything else, a handshake the plain check leaves to
+    `initialize` and the library's status are answered at once; everything else, a handshake the plain check leaves to
     pydantic included, waits for them and then gets pydantic's answer. The wire stack is held back
     with its test seam, and the daemon is looked at from outside (its memory maps)."""
     hold = tmp_path / "let-the-wire-stack-load"
@@ -122,6 +122,9 @@ def test_the_handshake_is_answered_before_the_wire_stack_loads(daemon_factory: A
     with RawConn(d.socket_path, timeout=30) as c:
         init = c.result("initialize", {"protocolVersion": 1, "clientCapabilities": {"fs": {}}})
         assert init["agentCapabilities"]["_meta"]["zocrates"]["version"] == d.info["version"]
+        # The library's status too (a progress bar polling a daemon that has just started).
+        status = c.result("_zocrates/library/status", {})
+        assert status["state"] == "starting" and status["data_dir"] == str(d.data_dir), status
         assert not _maps_pydantic(pid)
         c.send({"jsonrpc": "2.0", "id": "list", "method": "session/list", "params": {}})
         c.send({"jsonrpc": "2.0", "id": "lax", "method": "initialize", "params": {"protocolVersion": "1"}})

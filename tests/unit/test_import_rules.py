@@ -326,9 +326,10 @@ FIRST_REPLY_FORBIDDEN = (*STDIO_FORBIDDEN[:4], *WIRE.modules, *SHIM.modules, *EN
                          "click", "zocratesd.library.", "zocratesd.shim.routes", "zocratesd.rpc.models", "xml.sax")
 # The catalogue's helpers (core/catalogue.py imports them at its top) use the standard library alone:
 # the SQL of browsing the index, the suggestions' limits, the dense stage's switch (its model loads
-# on first use), the records' keys. The index itself (`Library`, FTS5, the indexer) stays out.
+# on first use), the records' keys, the status's shape. The index itself (`Library`, FTS5, the indexer) stays out.
 FIRST_REPLY_ALLOWED = frozenset({"zocratesd.library.retrieval", "zocratesd.library.catalog", "zocratesd.library.suggestions",
-                                 "zocratesd.library.dense", "zocratesd.library._records"})
+                                 "zocratesd.library.dense", "zocratesd.library._records",
+                                 "zocratesd.library.status"})
 
 
 def test_the_first_reply_loads_no_wire_stack_shim_server_or_library_index(tmp_path: Path) -> None:
@@ -356,13 +357,15 @@ def test_the_first_reply_loads_no_wire_stack_shim_server_or_library_index(tmp_pa
             data_dir = Path(sys.argv[1])
             config = load_config(data_dir, {"http": {"port": 0}})
             daemon = Daemon(data_dir, config, load_engine=False)
-            methods = StagedMethods(daemon.version, config.rpc.max_frame_bytes)
+            methods = StagedMethods(daemon.version, config.rpc.max_frame_bytes, daemon.library_status)
             Connections(methods, max_frame_bytes=config.rpc.max_frame_bytes)
             face = HttpFace(daemon, config.http)
             face.bind(data_dir)
             assert face.port > 0
             reply = await dispatch.call(methods, Peer(), "initialize", {"protocolVersion": 1, "clientInfo": {}})
             assert reply["result"]["agentInfo"]["version"] == daemon.version, reply
+            status = await dispatch.call(methods, Peer(), "_zocrates/library/status", {})
+            assert status["result"]["state"] == "starting", status
             await daemon.aclose()
         anyio.run(main)
         print("\\n".join(sorted(sys.modules)))

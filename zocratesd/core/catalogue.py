@@ -36,6 +36,7 @@ from zocratesd.core.validation import (
 from zocratesd.errors import InvalidInput, NotFound
 from zocratesd.library import catalog, dense
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, InMemoryRetriever, PassageJson, Retriever, Scope, tokens
+from zocratesd.library.status import disabled_status, starting_status
 from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, MAX_SUGGESTIONS, Suggestion
 from zocratesd.limits import (
     DEFAULT_QUOTE_MATCHES,
@@ -193,10 +194,14 @@ class Catalogue:
         return [(k, k, None) for k in keys]
 
     def status(self, refresh: bool = False) -> dict[str, Any]:
-        if self.library is None:
-            disabled: dict[str, Any] = deferred.load("zocratesd.library.service").disabled_status(_FIXED_PASSAGES)
-            return disabled
-        return self.library.status(refresh)
+        made = self._source
+        if made is None:
+            # The daemon makes the source once the index's modules are loaded (Daemon.start): until
+            # then the library has not been looked at, and the status is answered without them.
+            return starting_status(self.data_dir, locations.state_dir(self.data_dir) / locations.INDEX_NAME).as_dict()
+        if made.library is None:
+            return disabled_status(_FIXED_PASSAGES)
+        return made.library.status(refresh)
 
     async def suggestions(self, limit: int | None) -> list[Suggestion]:
         limit = check_suggestion_limit(DEFAULT_SUGGESTIONS if limit is None else limit, MAX_SUGGESTIONS)

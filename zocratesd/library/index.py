@@ -94,12 +94,12 @@ from zocratesd.library.fulltext import chunks as split_chunks
 from zocratesd.library.furniture import strip_furniture
 from zocratesd.library.retrieval import METADATA_BREAK, Hit, Passage, Scope, tokens
 from zocratesd.library.zotero_db import db_uri
+from zocratesd.locations import INDEX_NAME as INDEX_NAME
 from zocratesd.logtext import escape_for_log
 from zocratesd.textnorm import cjk_bigrams, cjk_run_re, name_variants
 
 log = logging.getLogger(__name__)
 
-INDEX_NAME = "library.db"
 # Bumped whenever the tables change; an index of another version is rebuilt from scratch
 # (2: libraries, notes, annotations, page labels, the CJK bigram index; 3: `chunk_vectors`, the
 # dense stage's vectors, and the `dense_model` they were made with; 4: abstracts chunked, no

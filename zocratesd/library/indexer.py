@@ -29,19 +29,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from zocratesd.library import dense
-from zocratesd.library._records import USER_LIBRARY, ItemRecord, LibrarySnapshot, library_counts
+from zocratesd.library._records import USER_LIBRARY, ItemRecord, LibrarySnapshot
 from zocratesd.library.bbt import bbt_stamp, read_bbt
 from zocratesd.library.embedproc import EmbedChild, EmbedFailed
 from zocratesd.library.fulltext import read_cache
 from zocratesd.library.index import BATCH_ITEMS, IndexCorrupt, IndexReader, IndexWriter, is_corruption, open_index, remove_index
 from zocratesd.library.local_api import ListenerChanged, LocalApi, LocalApiError
 from zocratesd.library.pdflabels import LabelsUnreadable, page_labels
+from zocratesd.library.status import IndexCounts, IndexStatus, starting_status
 from zocratesd.library.zotero_db import (
     ZOTERO_DB,
     ZoteroDbError,
@@ -99,54 +100,6 @@ class IndexerOptions:
     include_groups: bool = True
 
 
-@dataclass
-class IndexCounts:
-    """What the index holds (IndexWriter.counts), as the status reports it."""
-
-    items_indexed: int = 0
-    chunks_indexed: int = 0
-    attachments_with_text: int = 0
-    collections: int = 0
-    notes_indexed: int = 0
-    annotations_indexed: int = 0
-    libraries: list[dict[str, Any]] = field(default_factory=list)
-    kinds: dict[str, int] = field(default_factory=lambda: {"items": 0, "notes": 0, "annotations": 0, "texts": 0})
-
-
-@dataclass
-class IndexStatus:
-    """The indexer's progress, as `_zocrates/library/status` reports it (protocol/README.md):
-    `state` is "starting", "indexing", "ready", "unavailable", "error" or "stopped"."""
-
-    data_dir: str | None  # None: a daemon with no library index (service.py `disabled_status`)
-    index_path: str | None
-    summary: str
-    state: str = "starting"
-    source: str | None = None
-    zotero_schema_version: int | None = None
-    items_total: int = 0
-    items_to_index: int = 0
-    items_done: int = 0
-    percent: float = 0.0
-    counts: dict[str, int] = field(default_factory=library_counts)
-    last_refresh: str | None = None
-    last_refresh_ms: float | None = None
-    # When the indexer last looked for changes (UTC), and, when a change it saw waits for the
-    # duty limit (REFRESH_DUTY), when it is read.
-    last_look: str | None = None
-    change_read_at: str | None = None
-    refreshes: int = 0
-    message: str | None = None
-    warnings: list[str] = field(default_factory=list)
-    index: IndexCounts = field(default_factory=IndexCounts)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The wire's flat shape: the index's counts beside the rest."""
-        out = asdict(self)
-        out.update(out.pop("index"))
-        return out
-
-
 class Indexer:
     def __init__(self, opts: IndexerOptions, reader: IndexReader):
         self.opts = opts
@@ -158,10 +111,7 @@ class Indexer:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         # Replaced whole under `_lock` (`_update`), never changed in place: `status()` hands it out.
-        self._status = IndexStatus(
-            data_dir=str(opts.data_dir), index_path=str(self.index_path),
-            summary=f"starting: the library in {opts.data_dir} is read shortly",
-        )
+        self._status = starting_status(opts.data_dir, self.index_path)
         self._announced: str | None = None  # the last summary logged (logged again only when it changes)
         self._forced = False
         self._last_stamp: object = None

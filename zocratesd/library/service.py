@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from zocratesd.library.index import INDEX_NAME, IndexReader, is_corruption, search
-from zocratesd.library.indexer import Indexer, IndexerOptions, IndexStatus
+from zocratesd.library.indexer import Indexer, IndexerOptions
 from zocratesd.library.retrieval import DEFAULT_TOP_K, Hit, Scope
 from zocratesd.library.suggestions import DEFAULT_SUGGESTIONS, Suggestion, suggest
 from zocratesd.limits import DEFAULT_POLL_INTERVAL_S
@@ -28,12 +28,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 D = TypeVar("D")
-
-
-def disabled_status(message: str) -> dict[str, Any]:
-    """The status of a daemon that has no library index (library.enabled false, or the interim
-    passages file), in the shape of `Library.status()`."""
-    return IndexStatus(data_dir=None, index_path=None, summary=message, state="disabled", message=message).as_dict()
 
 
 class Library:

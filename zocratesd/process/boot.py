@@ -21,8 +21,8 @@ Start-up order matters, and each step says why:
    sqlite3 alone), then the socket bound (or the manager's socket adopted) and the HTTP shim's
    loopback port bound (zocratesd/shim/), and only then daemon.json is written (with the port and
    a fresh bearer token) and READY=1 sent: a client that finds daemon.json can connect at once;
-   its `initialize` is answered at once (rpc/handshake.py), every other request once the wire stack
-   is loaded, a moment later; the shim's port answers once its stage is loaded, after that;
+   its `initialize` and the library's status are answered at once (rpc/handshake.py), every other
+   request once the wire stack is loaded, a moment later; the shim's port answers once its stage is loaded, after that;
 5. meanwhile the root task group brings the engine up (`lifecycle.bring_up`): the start-up plan's
    stages loaded in a daemon thread (process/startup.py), the runner built, the store's tables
    prepared, start-up maintenance run, and only then any write: a new session or a turn asked
@@ -185,7 +185,7 @@ async def _run(
         idle_exit = None
     daemon = Daemon(opts.data_dir, config, load_engine=False)  # its engine loads in bring_up
     # The handshake at once, the rest once the wire stack has loaded (rpc/handshake.py).
-    methods = StagedMethods(daemon.version, config.rpc.max_frame_bytes)
+    methods = StagedMethods(daemon.version, config.rpc.max_frame_bytes, daemon.library_status)
     failed: list[BaseException] = []
     try:
         conns = Connections(methods, max_frame_bytes=config.rpc.max_frame_bytes)

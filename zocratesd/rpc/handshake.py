@@ -9,18 +9,22 @@ version and limits, while the wire stack is a large part of a cold start (bench/
 - `initialize` whose params are plainly valid (`plain_initialize`: exact JSON types, the fields
   the model names under their wire names): answered at once, by the agent's own answer
   (rpc/agent.py `initialize_result`);
-- everything else, an `initialize` the plain check is unsure of included: held until the full
+- `_zocrates/library/status` whose params are plainly valid (`plain_library_status`): answered at
+  once by the core (the library is not looked at yet, core/catalogue.py says "starting"), so a
+  progress bar or `zocratesd status` polling a daemon that has just started is answered within
+  its first moment too;
+- everything else, a request the plain checks are unsure of included: held until the full
   table serves, then dispatched to it, so pydantic validates it exactly as it always does (its
   errors, its lax conversions). A held request is cancelled like any other.
 
-`plain_initialize` accepts only what `models.InitializeParams` accepts, with the same values
-(tests/unit/rpc/test_handshake.py holds it to that), so where it answers, pydantic would have
-answered the same.
+The plain checks accept only what the models (`InitializeParams`, `LibraryStatusParams`) accept,
+with the same values (tests/unit/rpc/test_handshake.py holds them to that), so where they answer,
+pydantic would have answered the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import anyio
@@ -33,6 +37,11 @@ from zocratesd.rpc.peer import Handler, MethodTable, Peer
 # params that use a Python name (pydantic's populate_by_name) are left to pydantic.
 _OBJECT_FIELDS: Final = ("clientCapabilities", "clientInfo", "_meta")
 _PYTHON_NAMES: Final = frozenset({"protocol_version", "client_capabilities", "client_info", "meta"})
+LIBRARY_STATUS: Final = "_zocrates/library/status"
+_LIBRARY_STATUS_FIELDS: Final = frozenset({"refresh", "_meta"})
+
+# The core's library status (`Daemon.library_status`): `refresh` asks for a look now.
+LibraryStatus = Callable[[bool], object]
 
 
 def plain_initialize(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -52,17 +61,32 @@ def plain_initialize(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[st
     return params.get("clientCapabilities") or {}, params.get("clientInfo") or {}
 
 
-class StagedMethods(MethodTable):
-    """The daemon's method table from the moment it listens: the plain handshake at once, the rest
-    once `serve(full)` has been called (rpc/dispatch.py asks `table_for` before each call)."""
+def plain_library_status(params: Mapping[str, Any]) -> bool | None:
+    """`refresh` when `params` are plainly valid `_zocrates/library/status` params: nothing but
+    `refresh` (a bool, or absent) and `_meta` (absent, null or an object). None: not sure,
+    pydantic decides."""
+    if not _LIBRARY_STATUS_FIELDS.issuperset(params):
+        return None
+    refresh = params.get("refresh", False)
+    meta = params.get("_meta")
+    if type(refresh) is not bool or (meta is not None and type(meta) is not dict):
+        return None
+    return refresh
 
-    def __init__(self, version: str, max_frame_bytes: int):
+
+class StagedMethods(MethodTable):
+    """The daemon's method table from the moment it listens: the plain handshake and library status
+    at once, the rest once `serve(full)` has been called (rpc/dispatch.py asks `table_for` before
+    each call)."""
+
+    def __init__(self, version: str, max_frame_bytes: int, library_status: LibraryStatus):
         super().__init__({}, notifications=NOTIFICATIONS)
         self._version = version
         self._max_frame_bytes = max_frame_bytes
+        self._library_status = library_status
         self._full: MethodTable | None = None
         self._served = anyio.Event()
-        self._early: dict[str, Handler] = {"initialize": self._initialize}
+        self._early: dict[str, Handler] = {"initialize": self._initialize, LIBRARY_STATUS: self._status}
 
     @property
     def full(self) -> MethodTable | None:
@@ -81,6 +105,8 @@ class StagedMethods(MethodTable):
         if self._full is None:
             if method == "initialize" and plain_initialize(params) is not None:
                 return self._early
+            if method == LIBRARY_STATUS and plain_library_status(params) is not None:
+                return self._early
             await self._served.wait()
         assert self._full is not None
         return self._full
@@ -90,3 +116,8 @@ class StagedMethods(MethodTable):
         assert plain is not None  # table_for chose this table for it
         connection(peer).greet(*plain)
         return initialize_result(self._version, self._max_frame_bytes)
+
+    async def _status(self, peer: Peer, /, **params: Any) -> object:
+        refresh = plain_library_status(params)
+        assert refresh is not None  # table_for chose this table for it
+        return self._library_status(refresh)

@@ -82,6 +82,35 @@ def test_what_clients_send_is_plain() -> None:
         assert handshake.plain_initialize(params) is not None, params
 
 
+STATUS_VALUES: list[Any] = [MISSING, None, True, False, 0, 1, "true", "false", "", [], {}, {"a": 1}, 1.0]
+
+
+def status_candidates() -> list[Json]:
+    out: list[Json] = []
+    for refresh, meta in itertools.product(STATUS_VALUES, repeat=2):
+        base = {k: v for k, v in (("refresh", refresh), ("_meta", meta)) if v is not MISSING}
+        out.extend(base | extra for extra in ({}, {"extra": 1}, {"meta": None}))
+    return out
+
+
+def test_the_plain_library_status_check_accepts_only_what_the_model_accepts_with_the_same_values() -> None:
+    accepted = refused_but_valid = 0
+    for params in status_candidates():
+        plain = handshake.plain_library_status(params)
+        try:
+            model = models.LibraryStatusParams.model_validate(params)
+        except ValidationError:
+            assert plain is None, params
+            continue
+        if plain is None:
+            refused_but_valid += 1  # pydantic's lax conversions, extras: answered by the full table
+            continue
+        accepted += 1
+        assert plain == model.refresh, params
+    assert accepted >= 8 and refused_but_valid > 20
+    assert handshake.plain_library_status({}) is False and handshake.plain_library_status({"refresh": True}) is True
+
+
 class Conn:
     """A client's end of one connection: requests out, messages in by id."""
 
@@ -118,7 +147,7 @@ class Setup:
     def __init__(self, daemon: Daemon, tg: anyio.abc.TaskGroup) -> None:
         self.daemon, self.tg = daemon, tg
         self.full = build_methods(daemon)
-        self.staged = handshake.StagedMethods(daemon.version, daemon.config.rpc.max_frame_bytes)
+        self.staged = handshake.StagedMethods(daemon.version, daemon.config.rpc.max_frame_bytes, daemon.library_status)
 
     def connect(self, methods: MethodTable) -> tuple[Conn, Peer]:
         server_end, client_end = pipe()
@@ -151,6 +180,18 @@ async def test_the_early_handshake_answers_as_the_full_table_does(setup: Setup) 
     assert ours["extensions"] == sorted(n for n in setup.full if n.startswith("_zocrates/"))
 
 
+async def test_the_library_status_is_answered_early_as_the_full_table_answers_it(setup: Setup) -> None:
+    """Before the daemon has made its library source (its index's modules not loaded yet), the
+    status says the library is starting, early and from the full table alike."""
+    for params in ({}, {"refresh": False}, {"refresh": True, "_meta": {"traceId": "x"}}):
+        (e, _), (f, _) = setup.connect(setup.staged), setup.connect(setup.full)
+        got, want = await e.call("_zocrates/library/status", params), await f.call("_zocrates/library/status", params)
+        assert got == want and got["result"]["state"] == "starting", got
+        assert got["result"]["data_dir"] == str(setup.daemon.data_dir)
+    assert setup.staged.full is None
+    assert setup.daemon.catalogue.made is None  # answered without making the source
+
+
 async def test_the_rest_waits_for_the_full_table_and_gets_its_answers(setup: Setup) -> None:
     c, _ = setup.connect(setup.staged)
     f, _ = setup.connect(setup.full)
@@ -160,6 +201,7 @@ async def test_the_rest_waits_for_the_full_table_and_gets_its_answers(setup: Set
         "bad": ("initialize", {"protocolVersion": -1, "clientInfo": []}),
         "unknown": ("_zocrates/not/a/method", {}),
         "arity": ("session/load", {}),
+        "lax status": ("_zocrates/library/status", {"refresh": "true"}),
     }
     for request_id, (method, params) in held.items():
         await c.send(method, params, request_id)
