@@ -309,11 +309,12 @@ async function untilWithin(timeoutMs, p, fn, ...args) {
   let last;
   for (;;) {
     try {
-      last = await p.evaluate(fn, ...args);
+      last = await evaluateOnce(p, fn, ...args);
       if (last) return last;
     } catch (err) {
-      // A navigation in progress destroys the context; anything else is a bug in `fn`.
-      if (!/context|destroyed|navigat|Discarded/i.test(err.message)) throw err;
+      // A navigation in progress destroys the context (Firefox's remote agent may then fail the
+      // call itself, an "unknown error" of the protocol, not of `fn`); anything else is a bug in `fn`.
+      if (!/context|destroyed|navigat|Discarded|Protocol error \(script\.callFunction\): unknown error|no answer within/i.test(err.message)) throw err;
     }
     if (Date.now() > deadline) {
       const shown = await p.evaluate(() => document.body?.innerText.slice(0, 1500)).catch((err) => `(unreadable: ${err.message})`);
@@ -321,6 +322,21 @@ async function untilWithin(timeoutMs, p, fn, ...args) {
     }
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+// One evaluation of `until`'s condition: a condition is a DOM query, answered in milliseconds.
+// Firefox can drop the answer to a call made while its page navigates (the call then waits for
+// puppeteer's protocolTimeout): past this, that try is abandoned and the condition asked again.
+const EVALUATE_TRY_MS = 15_000;
+
+function evaluateOnce(p, fn, ...args) {
+  const call = p.evaluate(fn, ...args);
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${EVALUATE_TRY_MS} ms`)), EVALUATE_TRY_MS);
+  });
+  call.catch(() => {}); // an abandoned try's late failure is not the test's
+  return Promise.race([call, late]).finally(() => clearTimeout(timer));
 }
 
 /** Wait for an element (through `until`, so a timeout says what the page shows). */
