@@ -637,3 +637,24 @@ def test_a_client_gone_mid_request_ends_the_server_and_leaves_the_daemon_serving
         assert after.reply(2)["result"]["structuredContent"]["tags"][0]["tag"] == "rag"
     finally:
         after.close()
+
+
+def test_requests_written_before_stdin_closes_are_all_answered(world: Any) -> None:
+    """A script writes its requests and closes stdin at once (`printf ... | zocratesd mcp`), as an
+    install check does: every request it wrote is answered before the server ends, the calls the
+    daemon answers included, rather than cancelled by the end of its input."""
+    _raw_ready(world)
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        _tool(3, "search_library", {"query": "axolotl regeneration"}),
+        _tool(4, "list_tags", {}),
+    ]
+    done = subprocess.run([sys.executable, "-m", "zocratesd", "mcp", "--zotero-data-dir", str(world.data_dir)],
+                          input="".join(json.dumps(m) + "\n" for m in requests), env=world.env,
+                          capture_output=True, text=True, timeout=120)
+    replies = {r["id"]: r for r in map(json.loads, done.stdout.splitlines()) if "id" in r}
+    assert sorted(replies) == [1, 2, 3, 4] and all("result" in r for r in replies.values()), (done.stdout, done.stderr)
+    assert replies[3]["result"]["structuredContent"]["passages"]
+    assert done.returncode == 0

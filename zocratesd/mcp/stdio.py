@@ -15,6 +15,7 @@ import fcntl
 import logging
 import math
 import os
+import select
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -41,6 +42,10 @@ READ_CHUNK_BYTES: Final = 64 * 1024
 # How deep a message may nest, counted from its outer object: a tool call's arguments sit three
 # levels down and are a few levels deep.
 MAX_JSON_DEPTH: Final = 64
+# After stdin's EOF, requests already read are still answered (a script that writes its requests
+# and closes stdin reads the answers), for at most this long: a whole turn (`ask`). A client that
+# wants the server gone sooner sends SIGTERM, as MCP's stdio shutdown says.
+ANSWERS_AFTER_EOF_S: Final = 600.0
 # JSON-RPC's errors for a line that is not JSON, and for one nested deeper than MAX_JSON_DEPTH.
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
@@ -88,6 +93,9 @@ class _Wire:
         self.wire_in, self.wire_out = wire_in, wire_out
         self.before_initialize = before_initialize
         self.outbox, self._frames = anyio.create_memory_object_stream[bytes](math.inf)
+        # The requests the server was given and has not answered (nor had cancelled by the client).
+        self._unanswered: set[types.RequestId] = set()
+        self._all_answered = anyio.Event()
 
     async def serve(self, server: Server[Any]) -> None:
         to_server, server_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -102,9 +110,32 @@ class _Wire:
             async with anyio.create_task_group() as serving:
                 serving.start_soon(run_server)
                 serving.start_soon(self._forward, from_server)
-                async with to_server:  # the server ends when its input does
+                async with to_server:  # the server ends when its input does, cancelling what it still runs
                     await self._read(to_server)
+                    with anyio.move_on_after(ANSWERS_AFTER_EOF_S):
+                        await self._answered()
             self.outbox.close()
+
+    async def _answered(self) -> None:
+        """Return once every request given to the server has been answered, or the client has
+        closed its end of stdout too (nobody reads the answers)."""
+        if not self._unanswered:
+            return
+        self._all_answered = anyio.Event()
+        async with anyio.create_task_group() as tg:
+
+            stop = threading.Event()
+
+            async def reader_gone() -> None:
+                await anyio.to_thread.run_sync(wait_for_hangup, self.wire_out, stop, abandon_on_cancel=True)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(reader_gone)
+            try:
+                await self._all_answered.wait()
+            finally:
+                stop.set()
+                tg.cancel_scope.cancel()
 
     async def _read(self, to_server: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
         """stdin's lines to the server, until EOF: read in a daemon thread of its own, one that a
@@ -145,7 +176,20 @@ class _Wire:
         if (self.before_initialize is not None and isinstance(message, SessionMessage)
                 and isinstance(message.message, types.JSONRPCRequest) and message.message.method == "initialize"):
             await self.before_initialize()
+        if isinstance(message, SessionMessage):
+            sent = message.message
+            if isinstance(sent, types.JSONRPCRequest):
+                self._unanswered.add(sent.id)
+            elif isinstance(sent, types.JSONRPCNotification) and sent.method == "notifications/cancelled":
+                # A cancelled request gets no answer (MCP's cancellation): not waited for.
+                self._settle((sent.params or {}).get("requestId"))
         await to_server.send(message)
+
+    def _settle(self, request_id: object) -> None:
+        if request_id in self._unanswered:
+            self._unanswered.discard(request_id)
+            if not self._unanswered:
+                self._all_answered.set()
 
     @staticmethod
     def _message(line: bytes) -> SessionMessage | Exception | bytes:
@@ -168,6 +212,8 @@ class _Wire:
         async with from_server:
             async for message in from_server:
                 self.outbox.send_nowait(message.message.model_dump_json(by_alias=True, exclude_unset=True).encode())
+                if isinstance(message.message, (types.JSONRPCResponse, types.JSONRPCError)):
+                    self._settle(message.message.id)
 
     async def _write(self, tg: TaskGroup) -> None:
         """The one writer: every frame, in the order sent, to the wire's stdout."""
@@ -175,7 +221,9 @@ class _Wire:
             async with self._frames:
                 async for frame in self._frames:
                     frames = [frame]
-                    with contextlib.suppress(anyio.WouldBlock):
+                    # Whatever else is queued goes in the same write; the outbox closed behind
+                    # the last frames (EndOfStream) still has them written.
+                    with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
                         while True:
                             frames.append(self._frames.receive_nowait())
                     await anyio.to_thread.run_sync(write_all, self.wire_out, b"".join(f + b"\n" for f in frames))
@@ -186,6 +234,19 @@ class _Wire:
 
 def _error(rid: Any, code: int, message: str, data: str) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message, "data": data}})
+
+
+# How often `wait_for_hangup` looks whether it is still wanted.
+HANGUP_POLL_MS: Final = 500
+
+
+def wait_for_hangup(fd: int, stop: threading.Event) -> None:
+    """Return once the reading end of `fd` (a pipe or socket we write to) is closed (poll(2)
+    reports an error or a hang-up whatever events are asked for), or `stop` is set."""
+    poller = select.poll()
+    poller.register(fd, 0)
+    while not stop.is_set() and not poller.poll(HANGUP_POLL_MS):
+        pass
 
 
 def write_all(fd: int, data: bytes) -> None:
