@@ -44,11 +44,13 @@ _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
 # Runs of blanks to collapse into one space: a run that is one space already is not matched
 # (most of them: a page has hundreds, and replacing each with itself was most of the cost).
 _SPACE_RE = re.compile(r"[\t\r\u00a0][ \t\r\u00a0]*| [ \t\r\u00a0]+")
-_SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
+# A sentence's end and the spaces after it. Found from the stop (see `_sentences`): a pattern that
+# starts with a lookbehind is tried at every position of the text.
+_SENTENCE_END_RE = re.compile(r"[.!?]\s+")
 _PARAGRAPH_RE = re.compile(r" ?\n\n[\s]*")
-# The lines that may be headings (short, a capital or a section number first): found in C, so the
+# A line that may be a heading (short, a capital or a section number first), matched whole: the
 # lines of prose (most of a page) never reach is_heading_line.
-_SHORT_LINE_RE = re.compile(rf"^[ \t]*[A-Z0-9][^\n]{{0,{MAX_HEADING_CHARS}}}$", re.M)
+_SHORT_LINE_RE = re.compile(rf"[ \t]*[A-Z0-9][^\n]{{0,{MAX_HEADING_CHARS}}}")
 
 
 def cache_path(data_dir: Path, attachment_key: str, name: str = CACHE_NAME) -> Path | None:
@@ -136,11 +138,11 @@ def clean_text(text: str, source: str = "text") -> str | None:
     """Strip control characters (form feeds stay: they mark pages); None if it is not text."""
     if not text.strip():
         return None
-    controls = len(_CONTROL_RE.findall(text))
+    cleaned, controls = _CONTROL_RE.subn(" ", text.replace("\ufffd", " "))  # one pass counts and replaces
     if controls > MAX_CONTROL_SHARE * len(text):
         log.warning("library: %s does not look like text (%d control characters); skipped", source, controls)
         return None
-    return _CONTROL_RE.sub(" ", text.replace("\ufffd", " "))
+    return cleaned
 
 
 def pages(text: str) -> list[tuple[int | None, str]]:
@@ -158,7 +160,8 @@ def chunks(text: str, size: int = CHUNK_CHARS) -> list[tuple[int | None, str]]:
     start of the sentence after it (textnorm.is_heading_line)."""
     out: list[tuple[int | None, str]] = []
     for page, body in pages(text):
-        heads = {m.group(0) for m in _SHORT_LINE_RE.finditer(body) if is_heading_line(m.group(0))} if "\n" in body else None
+        # Line by line: a `^...$` pattern over the whole page (re.M) is tried at every position of it.
+        heads = {line for line in body.split("\n") if _SHORT_LINE_RE.fullmatch(line) and is_heading_line(line)} if "\n" in body else None
         if heads:
             body = " ".join(f"\n\n{line.strip()}\n\n" if line in heads else line for line in body.split("\n"))
             body = _PARAGRAPH_RE.sub("\n\n", _SPACE_RE.sub(" ", body)).strip()
@@ -167,7 +170,7 @@ def chunks(text: str, size: int = CHUNK_CHARS) -> list[tuple[int | None, str]]:
         if not body:
             continue
         current = ""
-        for sentence in _SENTENCE_END_RE.split(body):
+        for sentence in _sentences(body):
             while len(sentence) > size:  # one giant "sentence" (tables, no punctuation)
                 cut = sentence.rfind(" ", 0, size)
                 cut = cut if cut > size // 2 else size
@@ -185,6 +188,17 @@ def chunks(text: str, size: int = CHUNK_CHARS) -> list[tuple[int | None, str]]:
                 out[-1] = (page, f"{out[-1][1]} {current}")
             else:
                 out.append((page, current))
+    return out
+
+
+def _sentences(body: str) -> list[str]:
+    """`body` cut after each ".", "!" or "?" that spaces follow; the spaces dropped."""
+    out: list[str] = []
+    start = 0
+    for m in _SENTENCE_END_RE.finditer(body):
+        out.append(body[start : m.start() + 1])
+        start = m.end()
+    out.append(body[start:])
     return out
 
 

@@ -83,8 +83,11 @@ _SENTENCE_END_RE = re.compile(r"[^\W\d_A-Z]{3}[.!?]['\")\]]?\s*$")
 _BREAK_RE = re.compile(r"([\-\u2010\u00ad])[ \t]*\n[ \t]*(\w+)")
 _WORD_JOINERS = "-_\u2010"
 _HYPHEN_RE = re.compile(r"[\-\u2010]")
-# A hyphen between two word characters: a compound written on one line ("long-term").
-_INNER_HYPHEN_RE = re.compile(r"(?<=\w)[\-\u2010](?=\w)")
+# A hyphen between two word characters: a compound written on one line ("long-term"). The hyphen
+# comes first and the character before it is checked behind it: a pattern that starts with a
+# lookbehind is tried at every position of the text, one that starts with a character class is
+# found by scanning for it (3x faster over a document; bench/PROFILE.md, section 17).
+_INNER_HYPHEN_RE = re.compile(r"[\-\u2010](?<=\w.)(?=\w)")
 _ROMAN_VALUES = {"i": 1, "v": 5, "x": 10, "l": 50, "c": 100, "d": 500, "m": 1000}
 
 
