@@ -29,6 +29,7 @@ CONNECTED_GRACE_S: Final = 5.0
 # Zotero saves a note or tags 50 items in well under a second; a plugin silent this long is stuck.
 CALL_TIMEOUT_S: Final = 60.0
 MAX_POLL_WAIT_S: Final = 25.0
+NOT_CONNECTED: Final = "the Zocrates plugin is not connected (Zotero is closed, or the plugin is not installed)"
 MAX_ERROR_CHARS: Final = 500
 
 _ids = itertools.count(1)
@@ -130,7 +131,7 @@ class PluginChannel:
 
     async def ready(self, op: Operation) -> None:
         if not self.connected:
-            raise NotNow("the Zocrates plugin is not connected (Zotero is closed, or the plugin is not installed)")
+            raise NotNow(NOT_CONNECTED)
 
     async def plan(self, op: Operation) -> Change:
         return await self._call("plan", op, None)
@@ -156,7 +157,7 @@ class PluginChannel:
                 self._waiting.remove(call)
             self._taken.pop(call.id, None)
         if not call.taken.is_set():
-            raise NotNow("the Zocrates plugin is not connected (Zotero is closed, or the plugin is not installed)")
+            raise NotNow(NOT_CONNECTED)
         if not call.done.is_set():
             raise NotNow("the Zocrates plugin did not answer; it is tried again")
         if call.error is not None:
