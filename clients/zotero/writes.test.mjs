@@ -204,8 +204,11 @@ let store, nextID, libraries;
 
 // Zotero's rules that matter here: libraryID before key, a key only once and only Zotero's alphabet,
 // one object per key and library (the database's UNIQUE constraint), fields only for their type.
+// And a key only before any data: data set on an object with no key marks its primary data loaded,
+// after which Zotero refuses a key; an object given a key has its data loaded only by
+// loadPrimaryData (which, finding no row, counts it as new).
 class DataObject {
-  constructor() { this._libraryID = null; this._key = null; this.id = null; this._deleted = false; this.dirty = false; }
+  constructor() { this._libraryID = null; this._key = null; this.id = null; this._deleted = false; this.dirty = false; this._loaded = false; }
   get libraryID() { return this._libraryID; }
   set libraryID(v) { if (this.id) throw new Error("Cannot change libraryID"); this._libraryID = v; }
   get key() { return this._key; }
@@ -213,7 +216,17 @@ class DataObject {
     if (this._libraryID === null) throw new Error("libraryID must be set before key");
     if (!KEY.test(v)) throw new Error("key is not valid");
     if (this._key || this.id) throw new Error("Key cannot be changed");
+    if (this._loaded) throw new Error("Cannot change key after object is already loaded");
     this._key = v;
+  }
+  _requirePrimaryData() {
+    if (this._loaded) return;
+    if (this._key) throw new Error("'primaryData' not loaded for " + this.kind + " (" + this._libraryID + "/" + this._key + ")");
+    this._loaded = true;
+  }
+  async loadPrimaryData() {
+    if (store[this.kind].some((o) => o.libraryID === this._libraryID && o.key === this._key)) throw new Error("the stand-in loads only new objects");
+    this._loaded = true;
   }
   get deleted() { return this._deleted; }
   set deleted(v) { this._deleted = !!v; this.dirty = true; }
@@ -239,12 +252,22 @@ class Item extends DataObject {
     this.itemTypeID = type ? ITEM_TYPES.get(type) : null;
     if (type && !this.itemTypeID) throw new Error("Unknown item type " + type);
     this._tags = []; this._collections = []; this._fields = {}; this._creators = []; this._note = ""; this._parentID = false;
+    if (type) this._requirePrimaryData(); // Zotero's setType
+  }
+  setType(typeID) {
+    this._requirePrimaryData();
+    const type = [...ITEM_TYPES].find(([, id]) => id === typeID)?.[0];
+    if (!type) throw new Error("Invalid item type id " + typeID);
+    this.itemType = type;
+    this.itemTypeID = typeID;
+    this.dirty = true;
+    return true;
   }
   isRegularItem() { return !["note", "attachment", "annotation"].includes(this.itemType); }
   isNote() { return this.itemType === "note"; }
   isTopLevelItem() { return !this._parentID; }
   get parentID() { return this._parentID; }
-  set parentID(v) { this._parentID = v; this.dirty = true; }
+  set parentID(v) { this._requirePrimaryData(); this._parentID = v; this.dirty = true; }
   // Zotero reads an item's tags and collections only once its library's items are loaded (_requireData).
   _requireData(what) { if (!libraries[this._libraryID].loaded.has("item")) throw new Error("Item " + this._key + "'s " + what + " are not loaded"); }
   hasTag(t) { this._requireData("tags"); return this._tags.some((x) => x.tag === t); }
@@ -267,6 +290,7 @@ class Item extends DataObject {
     if (this._collections.includes(id)) { this._collections = this._collections.filter((c) => c !== id); this.dirty = true; }
   }
   setField(name, value) {
+    this._requirePrimaryData();
     const fieldID = FIELDS.get(name);
     if (!fieldID) throw new Error('"' + name + '" is not a valid itemData field');
     const own = BASE_FIELDS.get(this.itemTypeID + ":" + fieldID) || fieldID;
@@ -275,13 +299,14 @@ class Item extends DataObject {
     this.dirty = true;
   }
   setCreators(creators) {
+    this._requirePrimaryData();
     for (const c of creators) {
       if (!(TYPE_CREATORS.get(this.itemTypeID) || []).includes(c.creatorTypeID)) throw new Error("Invalid creator type " + c.creatorTypeID);
     }
     this._creators = creators.map((c) => ({ ...c }));
     this.dirty = true;
   }
-  setNote(html) { if (!this.isNote()) throw new Error("setNote() can only be called on notes"); this._note = html; this.dirty = true; }
+  setNote(html) { this._requirePrimaryData(); if (!this.isNote()) throw new Error("setNote() can only be called on notes"); this._note = html; this.dirty = true; }
   snapshot() {
     const parent = this._parentID ? store.items.find((i) => i.id === this._parentID).key : null;
     const collections = this._collections.map((id) => store.collections.find((c) => c.id === id).key);
@@ -293,15 +318,20 @@ class Collection extends DataObject {
   constructor(params = {}) {
     super();
     this.kind = "collections";
-    this.name = null;
-    this.parentKey = false;
+    this._name = null;
+    this._parentKey = false;
     for (const p of ["name", "libraryID", "parentID", "parentKey"]) if (params[p] !== undefined) this[p] = params[p];
   }
+  get name() { return this._name; }
+  set name(v) { this._requirePrimaryData(); this._name = v; }
+  get parentKey() { return this._parentKey; }
+  set parentKey(v) { this._requirePrimaryData(); this._parentKey = v; }
   snapshot() { return { key: this._key, libraryID: this._libraryID, name: this.name, parentKey: this.parentKey, deleted: this._deleted }; }
 }
 function seed(object, fields) {
   object._libraryID = fields.libraryID || 1;
   object._key = fields.key;
+  object._loaded = true;
   Object.assign(object, fields.set || {});
   object.id = ++nextID;
   store[object.kind].push(object);

@@ -381,17 +381,27 @@ var ZocratesWrites = (function () {
     return { change: adding ? { collection_added: touched.map((item) => item.key) } : {}, perform };
   }
 
+  /** `object`, new and empty, as the new object with key `k` in the library. Zotero takes a key only
+   *  before any other data, and treats the object as new, all its data loaded, once loadPrimaryData
+   *  has found no row for that key (as Zotero's sync does with a key the server chose).
+   *  @template {Zotero.Item | Zotero.Collection} T @param {T} object @param {number} libraryID @param {string} k @returns {Promise<T>} */
+  async function keyedObject(object, libraryID, k) {
+    const settable = /** @type {any} */ (object); // zotero-types has both read-only
+    settable.libraryID = libraryID;
+    settable.key = k;
+    await object.loadPrimaryData(false);
+    return object;
+  }
+
   /** @param {Extract<Operation, {type: "create_collection"}>} op @param {number} libraryID @returns {Promise<Prepared>} */
   async function prepareCollection(op, libraryID) {
     const parent = op.parent ? await collectionByKey(libraryID, op.parent) : null;
     const already = await exists("Collections", libraryID, op.newKey);
     const perform = async () => {
       if (already) return;
-      /** @type {{libraryID: number, name: string, parentKey?: string}} */
-      const params = { libraryID, name: op.name };
-      if (parent) params.parentKey = parent.key;
-      const collection = new Zotero.Collection(params);
-      /** @type {any} */ (collection).key = op.newKey; // zotero-types has it read-only; Zotero sets it once, before the first save
+      const collection = await keyedObject(new Zotero.Collection(), libraryID, op.newKey);
+      collection.name = op.name;
+      if (parent) collection.parentKey = parent.key;
       await collection.saveTx();
     };
     return { change: { created_collections: [op.newKey] }, perform };
@@ -405,9 +415,9 @@ var ZocratesWrites = (function () {
     const already = await exists("Items", libraryID, op.newKey);
     const perform = async () => {
       if (already) return;
-      const note = new Zotero.Item("note");
-      note.libraryID = libraryID;
-      note.key = op.newKey; // before the first save: a retry finds it, and makes no second note
+      // Under the write's key: a retry finds it, and makes no second note.
+      const note = await keyedObject(new Zotero.Item(), libraryID, op.newKey);
+      note.setType(/** @type {number} */ (Zotero.ItemTypes.getID("note")));
       if (parent) note.parentID = parent.id;
       note.setNote(op.html);
       if (collection) note.addToCollection(collection.id);
@@ -444,9 +454,8 @@ var ZocratesWrites = (function () {
     const already = await exists("Items", libraryID, op.newKey);
     const perform = async () => {
       if (already) return;
-      const item = new Zotero.Item(/** @type {any} */ (op.itemType));
-      item.libraryID = libraryID;
-      item.key = op.newKey;
+      const item = await keyedObject(new Zotero.Item(), libraryID, op.newKey);
+      item.setType(itemTypeID);
       for (const [name, value] of fields) item.setField(name, value);
       if (creators.length) item.setCreators(creators);
       if (collection) item.addToCollection(collection.id);
