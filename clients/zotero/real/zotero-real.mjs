@@ -8,23 +8,20 @@
 // a user. Screenshots of Zotero's window go to clients/zotero/screenshots/zotero-*.png.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { buildXpi } from "../plugin/build.mjs";
-import { REPO, STEP_TIMEOUT_MS, Zocratesd, daemonEnv } from "../testkit.mjs";
+import { REPO, Zocratesd, daemonEnv } from "../testkit.mjs";
 import { makePdf } from "./pdf.mjs";
-import { RealZotero, ZOTERO_APP, installedVersions, killGroup, requireZotero, startXvfb } from "./zoterokit.mjs";
+import {
+  PANE_BROWSER, PLUGIN_ID, PREFS_BROWSER, RealZotero, ZOTERO_APP, askInPane, daemonLibrary as daemonLibraryOf, inPage as inPageOf,
+  installPlugin, installedVersions, killGroup, requireZotero, startXvfb, zoteroRows,
+} from "./zoterokit.mjs";
 
 const SCREENSHOTS = join(REPO, "clients", "zotero", "screenshots");
-const PLUGIN_ID = "zocrates@zocratesd.org";
-/** An offline turn, on a machine running other tests: seconds; the indexer's 30 s poll included. */
-const TURN_TIMEOUT_MS = 90_000;
-/** The daemon rereads Zotero's database every 30 s (LIBRARY_POLL); a first index takes a few more. */
-const INDEX_TIMEOUT_MS = 120_000;
 
 // The paper the test adds, with what each kind of text says (each question below is answered from one).
 const PAPER = {
@@ -80,55 +77,9 @@ describe("Zocrates in a real Zotero", { timeout: 30 * 60_000 }, () => {
     return daemon.start();
   }
 
-  const PANE_BROWSER = `document.querySelector("#zocrates-pane browser.zocrates-frame")`;
-  const PREFS_BROWSER = `Services.wm.getMostRecentWindow("zotero:pref")?.document.querySelector("#zocrates-prefs-host browser.zocrates-frame")`;
-
-  /** Evaluate `expression` in the chat page (the pane's content process, or `browser`'s); its value. */
-  function inPage(expression, { wait = false, what = expression, timeoutMs = STEP_TIMEOUT_MS, browser = PANE_BROWSER } = {}) {
-    const body = `
-      const browser = ${browser};
-      if (!browser || !browser.messageManager) return null;
-      const mm = browser.messageManager;
-      const name = "zocrates-test-" + Math.random().toString(36).slice(2);
-      return await new Promise((resolve) => {
-        const timer = setTimeout(() => { mm.removeMessageListener(name, listener); resolve(null); }, 5000);
-        const listener = (m) => { clearTimeout(timer); mm.removeMessageListener(name, listener); resolve(m.data); };
-        mm.addMessageListener(name, listener);
-        mm.loadFrameScript("data:application/javascript," + encodeURIComponent(
-          "(async () => { try { const document = content.document; const window = content; sendAsyncMessage("
-          + JSON.stringify(name) + ", await (" + arguments[0] + ")); } catch (e) { sendAsyncMessage(" + JSON.stringify(name) + ", null); } })();"), false);
-      });`;
-    return wait ? zotero.until(body, what, { timeoutMs, args: [expression] }) : zotero.run(body, [expression]);
-  }
-
-  /** Ask through the pane, as a user types; resolves to the answer's text and links, once the
-   *  conversation ends with this question and its finished answer (a plan and the answer may come
-   *  as separate messages). */
-  async function ask(question) {
-    // Sent once the page has its chat session (until then the page keeps the text in the box).
-    await inPage(`(() => {
-      const ta = document.getElementById("prompt");
-      if (!ta || document.querySelector("#messages .msg.live")) return false;
-      ta.value = ${JSON.stringify(question)};
-      ta.dispatchEvent(new window.Event("input", { bubbles: true }));
-      document.getElementById("composer").requestSubmit();
-      return ta.value === "";
-    })()`, { wait: true, what: `the page taking the question "${question}"` });
-    const answer = await inPage(`(() => {
-      const msgs = Array.from(document.querySelectorAll("#messages .msg"));
-      const asked = msgs.findLastIndex((m) => m.classList.contains("user") && m.textContent.includes(${JSON.stringify(question)}));
-      const replies = msgs.slice(asked + 1);
-      if (asked < 0 || !replies.length || replies.some((m) => !m.classList.contains("assistant") || m.classList.contains("live"))) return null;
-      const answers = replies.map((m) => m.querySelector(".answer")).filter(Boolean);
-      if (!answers.length) return null;
-      return { text: answers.map((a) => a.textContent).join(" "),
-        stray: replies.flatMap((m) => Array.from(m.childNodes).filter((n) => n.nodeType === 3 && n.textContent.trim()).map((n) => n.textContent)),
-        links: replies.flatMap((m) => Array.from(m.querySelectorAll("a[href^='zotero:']"), (a) => ({ href: a.getAttribute("href"), text: a.textContent }))) };
-    })()`, { wait: true, what: `the answer to "${question}"`, timeoutMs: TURN_TIMEOUT_MS });
-    // Every word of a message sits in one of its blocks: loose text beside them is a rendering slip.
-    assert.deepEqual(answer.stray, [], `loose text in the answer to "${question}"`);
-    return answer;
-  }
+  /** The chat page in the pane: a value from it, and a question asked through it. */
+  const inPage = (expression, options) => inPageOf(zotero, expression, options);
+  const ask = (question) => askInPane(zotero, question);
 
   test("Zotero 9.0.6 runs on Gecko 140.12", async () => {
     const info = await zotero.run(`return { zotero: Zotero.version, gecko: Services.appinfo.platformVersion, dataDir: Zotero.DataDirectory.dir };`);
@@ -140,14 +91,7 @@ describe("Zocrates in a real Zotero", { timeout: 30 * 60_000 }, () => {
   });
 
   test("installed from its XPI as Tools > Plugins > Install Plugin From File does: listed, enabled, started", async () => {
-    const result = await zotero.run(`
-      const { AddonManager } = ChromeUtils.importESModule("resource://gre/modules/AddonManager.sys.mjs");
-      const file = Zotero.File.pathToFile(arguments[0]);
-      // What the Add-ons window's "Install Add-on From File..." does with the file the user picks.
-      const install = await AddonManager.getInstallForFile(file, null, { source: "file-url" });
-      const addon = await install.install();
-      const listed = (await AddonManager.getAddonsByTypes(["extension"])).map((a) => ({ id: a.id, name: a.name, active: a.isActive }));
-      return { id: addon.id, version: addon.version, active: addon.isActive, listed, temporary: addon.temporarilyInstalled };`, [xpi]);
+    const result = await installPlugin(zotero, xpi);
     assert.equal(result.id, PLUGIN_ID);
     assert.equal(result.active, true);
     assert.equal(result.temporary, false, "a real install, kept across restarts");
@@ -338,19 +282,7 @@ describe("Zocrates in a real Zotero", { timeout: 30 * 60_000 }, () => {
   });
 
   /** Poll the daemon's /library/status until `check(status)` holds; the status. */
-  async function daemonLibrary(check) {
-    const deadline = Date.now() + INDEX_TIMEOUT_MS;
-    let last = null;
-    for (;;) {
-      const info = JSON.parse(await readFile(daemon.daemonJsonPath, "utf8"));
-      const r = await fetch(`http://127.0.0.1:${info.http.port}/library/status`, { headers: { Authorization: `Bearer ${info.token}` } });
-      last = await r.json();
-      const s = last.library ?? last;
-      if (check(s)) return s;
-      assert.ok(Date.now() < deadline, `the daemon's library never got there: ${JSON.stringify(last)}`);
-      await new Promise((r) => setTimeout(r, 1000));
-    }
-  }
+  const daemonLibrary = (check) => daemonLibraryOf(daemon, check);
 
   test("a question about each kind of text is answered from it and cited, in the pane", async () => {
     await zotero.run(`await ZoteroPane.collectionsView.selectLibrary(Zotero.Libraries.userLibraryID); ZoteroPane.itemsView.selection.clearSelection(); return true;`);
@@ -447,15 +379,8 @@ describe("Zocrates in a real Zotero", { timeout: 30 * 60_000 }, () => {
     assert.match(note.html, new RegExp(`href="zotero://select/library/items/${made.art}"`));
     assert.ok(!/<script|onerror|javascript:/i.test(note.html), note.html);
     // On disk, as Zotero wrote it (a copy: Zotero holds the database).
-    const copy = join(root, "zotero-copy.sqlite");
-    await copyFile(join(zotero.dataDir, "zotero.sqlite"), copy);
-    const read = spawnSync("python3", ["-c", `
-import sqlite3, sys, json
-db = sqlite3.connect("file:" + sys.argv[1] + "?immutable=1", uri=True)
-row = db.execute("SELECT n.note, p.key FROM items i JOIN itemNotes n ON n.itemID = i.itemID JOIN items p ON p.itemID = n.parentItemID WHERE i.key = ?", (sys.argv[2],)).fetchone()
-print(json.dumps(row))`, copy, note.key], { encoding: "utf8" });
-    assert.equal(read.status, 0, read.stderr);
-    const [html, parentKey] = JSON.parse(read.stdout);
+    const [[html, parentKey]] = await zoteroRows(zotero, root, `SELECT n.note, p.key FROM items i JOIN itemNotes n ON n.itemID = i.itemID
+      JOIN items p ON p.itemID = n.parentItemID WHERE i.key = ?`, [note.key]);
     assert.equal(parentKey, made.art);
     assert.match(html, /two years/);
   });

@@ -6,9 +6,10 @@
 // machine: $ZOCRATES_ZOTERO_APP, else ~/.cache/zocrates/zotero-9.0.6 (a directory holding the
 // `zotero` launcher, as Zotero's Linux tarball unpacks). README ("The plugin in a real Zotero")
 // says how such an installation comes about.
+import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { closeSync, existsSync, openSync } from "node:fs";
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readFile, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -202,3 +203,98 @@ export class RealZotero {
 }
 
 export { killGroup };
+
+export const PLUGIN_ID = "zocrates@zocratesd.org";
+/** The chat page's browser in Zotero's main window, and in its Settings window. */
+export const PANE_BROWSER = `document.querySelector("#zocrates-pane browser.zocrates-frame")`;
+export const PREFS_BROWSER = `Services.wm.getMostRecentWindow("zotero:pref")?.document.querySelector("#zocrates-prefs-host browser.zocrates-frame")`;
+/** An offline turn, on a machine running other tests: seconds; the indexer's 30 s poll included. */
+export const TURN_TIMEOUT_MS = 90_000;
+/** The daemon rereads Zotero's database every 30 s (LIBRARY_POLL); a first index takes a few more. */
+export const INDEX_TIMEOUT_MS = 120_000;
+
+/** Install the plugin's XPI as the Add-ons window's "Install Add-on From File..." does with the
+ *  file the user picks; the add-on as Zotero lists it. */
+export function installPlugin(zotero, xpi) {
+  return zotero.run(`
+    const { AddonManager } = ChromeUtils.importESModule("resource://gre/modules/AddonManager.sys.mjs");
+    const install = await AddonManager.getInstallForFile(Zotero.File.pathToFile(arguments[0]), null, { source: "file-url" });
+    const addon = await install.install();
+    const listed = (await AddonManager.getAddonsByTypes(["extension"])).map((a) => ({ id: a.id, name: a.name, active: a.isActive }));
+    return { id: addon.id, version: addon.version, active: addon.isActive, listed, temporary: addon.temporarilyInstalled };`, [xpi]);
+}
+
+/** Evaluate `expression` in the chat page (the pane's content process, or `browser`'s) through a
+ *  frame script; its value. With `wait`, until the value is truthy. */
+export function inPage(zotero, expression, { wait = false, what = expression, timeoutMs = STEP_TIMEOUT_MS, browser = PANE_BROWSER } = {}) {
+  const body = `
+    const browser = ${browser};
+    if (!browser || !browser.messageManager) return null;
+    const mm = browser.messageManager;
+    const name = "zocrates-test-" + Math.random().toString(36).slice(2);
+    return await new Promise((resolve) => {
+      const timer = setTimeout(() => { mm.removeMessageListener(name, listener); resolve(null); }, 5000);
+      const listener = (m) => { clearTimeout(timer); mm.removeMessageListener(name, listener); resolve(m.data); };
+      mm.addMessageListener(name, listener);
+      mm.loadFrameScript("data:application/javascript," + encodeURIComponent(
+        "(async () => { try { const document = content.document; const window = content; sendAsyncMessage("
+        + JSON.stringify(name) + ", await (" + arguments[0] + ")); } catch (e) { sendAsyncMessage(" + JSON.stringify(name) + ", null); } })();"), false);
+    });`;
+  return wait ? zotero.until(body, what, { timeoutMs, args: [expression] }) : zotero.run(body, [expression]);
+}
+
+/** Ask through the pane, as a user types; resolves to the answer's text and links, once the
+ *  conversation ends with this question and its finished answer (a plan and the answer may come
+ *  as separate messages). */
+export async function askInPane(zotero, question) {
+  // Sent once the page has its chat session (until then the page keeps the text in the box).
+  await inPage(zotero, `(() => {
+    const ta = document.getElementById("prompt");
+    if (!ta || document.querySelector("#messages .msg.live")) return false;
+    ta.value = ${JSON.stringify(question)};
+    ta.dispatchEvent(new window.Event("input", { bubbles: true }));
+    document.getElementById("composer").requestSubmit();
+    return ta.value === "";
+  })()`, { wait: true, what: `the page taking the question "${question}"` });
+  const answer = await inPage(zotero, `(() => {
+    const msgs = Array.from(document.querySelectorAll("#messages .msg"));
+    const asked = msgs.findLastIndex((m) => m.classList.contains("user") && m.textContent.includes(${JSON.stringify(question)}));
+    const replies = msgs.slice(asked + 1);
+    if (asked < 0 || !replies.length || replies.some((m) => !m.classList.contains("assistant") || m.classList.contains("live"))) return null;
+    const answers = replies.map((m) => m.querySelector(".answer")).filter(Boolean);
+    if (!answers.length) return null;
+    return { text: answers.map((a) => a.textContent).join(" "),
+      stray: replies.flatMap((m) => Array.from(m.childNodes).filter((n) => n.nodeType === 3 && n.textContent.trim()).map((n) => n.textContent)),
+      links: replies.flatMap((m) => Array.from(m.querySelectorAll("a[href^='zotero:']"), (a) => ({ href: a.getAttribute("href"), text: a.textContent }))) };
+  })()`, { wait: true, what: `the answer to "${question}"`, timeoutMs: TURN_TIMEOUT_MS });
+  // Every word of a message sits in one of its blocks: loose text beside them is a rendering slip.
+  assert.deepEqual(answer.stray, [], `loose text in the answer to "${question}"`);
+  return answer;
+}
+
+/** Poll the daemon's /library/status until `check(status)` holds; the status. */
+export async function daemonLibrary(daemon, check) {
+  const deadline = Date.now() + INDEX_TIMEOUT_MS;
+  for (;;) {
+    const info = JSON.parse(await readFile(daemon.daemonJsonPath, "utf8"));
+    const r = await fetch(`http://127.0.0.1:${info.http.port}/library/status`, { headers: { Authorization: `Bearer ${info.token}` } });
+    const last = await r.json();
+    const s = last.library ?? last;
+    if (check(s)) return s;
+    assert.ok(Date.now() < deadline, `the daemon's library never got there: ${JSON.stringify(last)}`);
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+}
+
+/** Run `sql` (one SELECT; `params` bound) on a copy of Zotero's database, as Zotero wrote it to
+ *  disk (a copy: Zotero holds the file); its rows. */
+export async function zoteroRows(zotero, scratch, sql, params = []) {
+  const copy = join(scratch, `zotero-copy-${process.hrtime.bigint()}.sqlite`);
+  await copyFile(join(zotero.dataDir, "zotero.sqlite"), copy);
+  const read = spawnSync("python3", ["-c", `
+import json, sqlite3, sys
+db = sqlite3.connect("file:" + sys.argv[1] + "?immutable=1", uri=True)
+print(json.dumps(db.execute(sys.argv[2], json.loads(sys.argv[3])).fetchall()))`, copy, sql, JSON.stringify(params)], { encoding: "utf8" });
+  assert.equal(read.status, 0, read.stderr);
+  return JSON.parse(read.stdout);
+}
