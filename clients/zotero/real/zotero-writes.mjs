@@ -10,27 +10,20 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdir, mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable, Writable } from "node:stream";
 
 import * as acp from "@agentclientprotocol/sdk";
-import { Client as McpClient } from "@modelcontextprotocol/client";
-import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
 
 import { buildXpi } from "../plugin/build.mjs";
 import { REPO, Zocratesd, daemonEnv, python } from "../testkit.mjs";
 import {
   PANE_BROWSER, PLUGIN_ID, RealZotero, askInPane, daemonLibrary, inPage, installPlugin, killGroup,
-  requireZotero, startXvfb, zoteroRows,
+  requireZotero, startXvfb,
 } from "./zoterokit.mjs";
-
-/** A write confirmed while the plugin is connected is answered once Zotero has made it: seconds;
- *  a write that waited for Zotero lands within the plugin's reconnect (1-30 s) after Zotero is back. */
-const APPLIED_TIMEOUT_MS = 120_000;
-/** One `zocrates` command, or one MCP or ACP call, on a loaded machine. */
-const CALL_TIMEOUT_MS = 120_000;
+import { APPLIED_TIMEOUT_MS, WritesWorld } from "./writeskit.mjs";
 
 const PAPERS = {
   reef: { title: "Thermal tolerance of reef-building corals under repeated marine heatwaves", year: "2021",
@@ -49,6 +42,10 @@ describe("Writes into a real Zotero, from every face", { timeout: 30 * 60_000 },
   let root, xvfb, zotero, daemon, env;
   /** Keys of what the test made in Zotero before any write: papers and collections. */
   const made = {};
+  const world = new WritesWorld(() => ({ zotero, daemon, root, env }));
+  const { item, collection, disk, assertTags, assertCollections, assertTrashed, shim, writeIn, zocrates, mcpClient } = world;
+  /** `zocrates ARGS --json`, each write applied through the plugin. */
+  const written = (...args) => world.written("plugin", ...args);
 
   before(async () => {
     requireZotero();
@@ -98,129 +95,6 @@ describe("Writes into a real Zotero, from every face", { timeout: 30 * 60_000 },
     await killGroup(xvfb?.proc);
     if (root && !process.env.ZOCRATES_KEEP_ROOT) await rm(root, { recursive: true, force: true });
   });
-
-  // --- what Zotero holds, through its API and on disk ---------------------------------------------
-
-  /** An item as Zotero's API has it: its tags, collections (keys), child notes, and whether it is in the trash. */
-  function item(key) {
-    return zotero.run(`
-      const item = await Zotero.Items.getByLibraryAndKeyAsync(Zotero.Libraries.userLibraryID, arguments[0]);
-      if (!item) return null;
-      const notes = item.isRegularItem() ? Zotero.Items.get(item.getNotes(true)) : [];
-      return { tags: item.getTags().map((t) => t.tag).sort(), collections: Zotero.Collections.get(item.getCollections()).map((c) => c.key).sort(),
-        deleted: item.deleted, title: item.isNote() ? null : item.getField("title"), itemType: Zotero.ItemTypes.getName(item.itemTypeID),
-        parentKey: item.parentItem?.key ?? null, note: item.isNote() ? item.getNote() : null,
-        notes: notes.map((n) => ({ key: n.key, html: n.getNote(), deleted: n.deleted })),
-        creators: item.isRegularItem() ? item.getCreators().map((c) => [c.firstName, c.lastName]) : [],
-        doi: item.isRegularItem() ? item.getField("DOI") : null };`, [key]);
-  }
-
-  /** A collection as Zotero's API has it: name, parent's key, its items' keys, whether it is in the trash. */
-  function collection(key) {
-    return zotero.run(`
-      const c = await Zotero.Collections.getByLibraryAndKeyAsync(Zotero.Libraries.userLibraryID, arguments[0]);
-      if (!c) return null;
-      const parent = c.parentID ? Zotero.Collections.get(c.parentID) : null;
-      return { name: c.name, parentKey: parent ? parent.key : null, deleted: c.deleted,
-        items: Zotero.Items.get(c.getChildItems(true)).map((i) => i.key).sort() };`, [key]);
-  }
-
-  /** The same facts from zotero.sqlite as Zotero wrote it. */
-  const disk = {
-    tags: async (key) => (await zoteroRows(zotero, root, `SELECT t.name FROM items i JOIN itemTags it ON it.itemID = i.itemID
-      JOIN tags t ON t.tagID = it.tagID WHERE i.key = ? ORDER BY t.name`, [key])).map((r) => r[0]),
-    collections: async (key) => (await zoteroRows(zotero, root, `SELECT c.key FROM items i JOIN collectionItems ci ON ci.itemID = i.itemID
-      JOIN collections c ON c.collectionID = ci.collectionID WHERE i.key = ? ORDER BY c.key`, [key])).map((r) => r[0]),
-    trashed: async (key) => (await zoteroRows(zotero, root, `SELECT COUNT(*) FROM items i JOIN deletedItems d ON d.itemID = i.itemID
-      WHERE i.key = ?`, [key]))[0][0] === 1,
-    note: async (key) => (await zoteroRows(zotero, root, `SELECT n.note, p.key FROM items i JOIN itemNotes n ON n.itemID = i.itemID
-      LEFT JOIN items p ON p.itemID = n.parentItemID WHERE i.key = ?`, [key]))[0] ?? null,
-    collection: async (key) => (await zoteroRows(zotero, root, `SELECT c.collectionName, p.key,
-      (SELECT COUNT(*) FROM deletedCollections d WHERE d.collectionID = c.collectionID) FROM collections c
-      LEFT JOIN collections p ON p.collectionID = c.parentCollectionID WHERE c.key = ?`, [key]))[0] ?? null,
-    title: async (key) => (await zoteroRows(zotero, root, `SELECT v.value FROM items i JOIN itemData d ON d.itemID = i.itemID
-      JOIN fieldsCombined f ON f.fieldID = d.fieldID JOIN itemDataValues v ON v.valueID = d.valueID
-      WHERE i.key = ? AND f.fieldName = 'title'`, [key]))[0]?.[0] ?? null,
-  };
-
-  /** Assert an item's tags, through Zotero and on disk. */
-  async function assertTags(key, tags, what) {
-    assert.deepEqual((await item(key)).tags, [...tags].sort(), `${what}: tags in Zotero`);
-    assert.deepEqual(await disk.tags(key), [...tags].sort(), `${what}: tags in zotero.sqlite`);
-  }
-
-  /** Assert an item's collections, through Zotero and on disk. */
-  async function assertCollections(key, keys, what) {
-    assert.deepEqual((await item(key)).collections, [...keys].sort(), `${what}: collections in Zotero`);
-    assert.deepEqual(await disk.collections(key), [...keys].sort(), `${what}: collections in zotero.sqlite`);
-  }
-
-  /** Assert an object the test wrote went to Zotero's trash by an undo (an item or a collection). */
-  async function assertTrashed(kind, key, what) {
-    if (kind === "item") {
-      assert.equal((await item(key)).deleted, true, `${what}: not in Zotero's trash`);
-      assert.equal(await disk.trashed(key), true, `${what}: not in deletedItems`);
-    } else {
-      assert.equal((await collection(key)).deleted, true, `${what}: not in Zotero's trash`);
-      assert.equal((await disk.collection(key))[2], 1, `${what}: not in deletedCollections`);
-    }
-  }
-
-  // --- the daemon, as the faces and the sidebar reach it -----------------------------------------
-
-  /** A request to the daemon's HTTP shim with its token (the sidebar's routes); the JSON answer. */
-  async function shim(method, path, body) {
-    const info = JSON.parse(await readFile(daemon.daemonJsonPath, "utf8"));
-    const r = await fetch(`http://127.0.0.1:${info.http.port}${path}`, {
-      method, headers: { Authorization: `Bearer ${info.token}`, "Content-Type": "application/json" },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const answer = await r.json();
-    assert.ok(r.ok, `${method} ${path}: ${r.status} ${JSON.stringify(answer)}`);
-    return answer;
-  }
-
-  /** Wait until the write `id` is in `state` (a write waits for Zotero, or for the plugin's next poll); the write. */
-  async function writeIn(id, state, timeoutMs = APPLIED_TIMEOUT_MS) {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const { write } = await shim("GET", `/writes/${id}`);
-      if (write.state === state) return write;
-      assert.ok(Date.now() < deadline, `write ${id} never got to ${state}: ${JSON.stringify(write)}`);
-      await new Promise((r) => setTimeout(r, 250));
-    }
-  }
-
-  /** Run `zocrates ARGS` as a script does (no terminal); its exit code, stdout and stderr. */
-  function zocrates(...args) {
-    return new Promise((resolve, reject) => {
-      const proc = spawn(python(), ["-m", "zocrates_client.cli", ...args, "--zotero-data-dir", zotero.dataDir], {
-        cwd: REPO, env, stdio: ["ignore", "pipe", "pipe"],
-      });
-      let stdout = "";
-      let stderr = "";
-      proc.stdout.on("data", (c) => { stdout += c; });
-      proc.stderr.on("data", (c) => { stderr += c; });
-      const timer = setTimeout(() => proc.kill("SIGKILL"), CALL_TIMEOUT_MS);
-      proc.once("error", reject);
-      proc.once("close", (code) => {
-        clearTimeout(timer);
-        resolve({ code, stdout, stderr, records: stdout.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l)) });
-      });
-    });
-  }
-
-  /** `zocrates ARGS --json`, which must succeed with each write applied through the plugin; the writes. */
-  async function written(...args) {
-    const out = await zocrates(...args, "--json");
-    assert.equal(out.code, 0, `zocrates ${args.join(" ")}: ${out.stderr}`);
-    assert.ok(out.records.length >= 1, out.stdout);
-    for (const w of out.records) {
-      assert.equal(w.state, "applied", JSON.stringify(w));
-      assert.equal(w.path, "plugin", `written by ${w.path}, not through the plugin`);
-    }
-    return out.records;
-  }
 
   test("the terminal: tags, a new collection under a parent, notes; each read back, then undone", async () => {
     // The first write may wait for the plugin's first poll of the new daemon: the CLI says so, then it lands.
@@ -284,28 +158,6 @@ describe("Writes into a real Zotero, from every face", { timeout: 30 * 60_000 },
     await assertTags(made.reef, ["bleaching"], "the added tags off");
     await assertTags(made.acid, [], "the added tags off");
   });
-
-  /** An MCP client on the official TypeScript SDK, on `zocratesd mcp`; with `elicit`, it declares
-   *  elicitation and answers each request with it. */
-  async function mcpClient(elicit) {
-    const client = new McpClient({ name: "zocrates-real-zotero-test", version: "1.0.0" }, { capabilities: elicit ? { elicitation: { form: {} } } : {} });
-    const asked = [];
-    if (elicit) {
-      client.setRequestHandler("elicitation/create", async (request) => {
-        asked.push(request.params);
-        return elicit(request.params);
-      });
-    }
-    const transport = new StdioClientTransport({ command: python(), args: ["-m", "zocratesd", "mcp", "--zotero-data-dir", zotero.dataDir],
-      env, cwd: REPO, stderr: "ignore" });
-    await client.connect(transport);
-    const call = async (name, args) => {
-      const result = await client.callTool({ name, arguments: args }, { timeout: CALL_TIMEOUT_MS });
-      assert.ok(!result.isError, `${name}: ${JSON.stringify(result.content)}`);
-      return { ...result.structuredContent, text: result.content[0].text };
-    };
-    return { client, call, asked };
-  }
 
   test("an MCP client with elicitation: the user is asked the exact change; yes writes, no writes nothing; undo", async () => {
     const answers = ["accept", "decline", "accept", "accept", "accept", "accept"];
