@@ -17,7 +17,9 @@ Writes, written from Zotero's source (tag 10.0.0; the facts with file and line a
   Allow, or "hang": the request stays open until `answer_dialog()` or `stop()`), 5 prompts a minute
   then 429, single-use and remembered keys, `Zotero-Server-ID` (428 when a write lacks it, 412 when
   it differs), POST (<= 50 objects) / PUT / PATCH / DELETE of items and collections with local
-  versions, `If-Unmodified-Since-Version`, `Zotero-Write-Token`, trash via `deleted`.
+  versions, `If-Unmodified-Since-Version`, `Zotero-Write-Token`, trash via `deleted`, `since` on
+  listings. A new object sent with a key of the client's fails, as in Zotero 10.0 ("'primaryData'
+  not loaded", seen in a real one): Zotero gives new objects their keys.
 - every version: `/connector/ping` and `/connector/saveItems` (saved into `selected_collection`,
   keys chosen by Zotero, 201 with an empty body, 409 for a sessionID seen since Zotero started).
 
@@ -722,6 +724,11 @@ class FakeZoteroApi:
                         entry = {**existing["data"], **entry}  # POST follows PATCH semantics
                     elif (_js_int(entry.get("version")) or 0) > 0:
                         raise _Fail(404, f"{kind} doesn't exist (expected version {_js_int(entry['version'])}; use 0 instead)")
+                    else:
+                        # LAPI l.2079-2081 (makeNewObject, then obj.key =): the key is set on an object whose
+                        # primary data is not loaded, and fromJSON then fails; MultiWriteResults gives a
+                        # plain Error code 400. Seen in a real Zotero 10.0 for items and collections.
+                        raise _Fail(400, f"'primaryData' not loaded for {kind} (null/1/{provided})")
                 saved = self._save(kind, provided or None, entry, existing)
                 if saved is None:
                     results["unchanged"][str(i)] = provided
@@ -762,6 +769,8 @@ class FakeZoteroApi:
                 body = {**existing["data"], **body}
         elif kind == "item" and not body.get("itemType"):
             return self._text(400, "itemType property not provided")
+        else:
+            return 500, {}, b""  # l.2206: a key set on a new object fails it (see _write_many), an unhandled Error
         injected = self._take_injected()
         if injected == "fail":
             return 500, {}, b""
@@ -1089,6 +1098,9 @@ class FakeZoteroApi:
             return 404, {**base, "Content-Type": "text/plain"}, b"Not found"
         if single is not None:  # LAPI l.426-427: a single object's own version
             return 200, {**base, "Content-Type": "application/json", "Last-Modified-Version": str(single["version"])}, json.dumps(single).encode()
+        if q.get("since", "0") != "0":  # LAPI l.332-339: objects whose version is newer
+            since = int(q["since"])
+            objs = [o for o in objs if o["version"] > since]
         total = len(objs)
         start = int(q.get("start", 0))
         limit = int(q.get("limit", 25))

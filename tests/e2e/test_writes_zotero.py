@@ -120,6 +120,11 @@ def test_a_note_and_a_collection_are_created_once_and_undone_into_zoteros_trash(
         new_coll = coll["created"][0]
         assert zotero10.collection(new_coll)["parentCollection"] == "RAG0COLL"
         assert new_coll in zotero10.item("KARPDPR1")["collections"]
+        # Zotero chose the key (its local API takes none of ours), and it names the collection at once,
+        # before the library index has seen it.
+        assert new_coll != coll["operation"]["new_key"]
+        plan = c.result("_zocrates/writes/save_note", {"markdown": "Reading plan.", "collection": new_coll})
+        assert plan["state"] == "applied" and zotero10.item(plan["created"][0])["collections"] == [new_coll], plan
         item = c.result("_zocrates/writes/add_item", {"csl": {
             "type": "article-journal", "title": "Attention Is All You Need", "DOI": "10.48550/arXiv.1706.03762",
             "author": [{"family": "Vaswani", "given": "Ashish"}], "issued": {"date-parts": [[2017, 6]]}},
@@ -128,8 +133,8 @@ def test_a_note_and_a_collection_are_created_once_and_undone_into_zoteros_trash(
         assert added["title"] == "Attention Is All You Need" and added["DOI"] == "10.48550/arXiv.1706.03762"
         assert added["creators"] == [{"creatorType": "author", "firstName": "Ashish", "lastName": "Vaswani"}]
         assert added["date"] == "2017-06" and added["collections"] == [new_coll]
-        # Undo, newest first: the item, the filing, the collection, the note; to the trash, never erased.
-        for w in (item, filed, coll, note):
+        # Undo, newest first: the item, the plan, the filing, the collection, the note; to the trash, never erased.
+        for w in (item, plan, filed, coll, note):
             assert c.result("_zocrates/writes/undo", {"writeId": w["id"]})["state"] == "applied"
         assert zotero10.item(item["created"][0])["deleted"] in (1, True)
         assert new_coll not in zotero10.item("KARPDPR1")["collections"]
@@ -191,8 +196,10 @@ def test_an_answer_lost_after_the_write_landed_is_retried_without_a_second_note(
         w = c.result("_zocrates/writes/save_note", {"markdown": "Written once.", "parentItem": "KARPDPR1"})
         done = wait_state(c, w["id"], "applied")
     notes = notes_on(zotero10, "KARPDPR1")
-    assert notes == done["created"]
-    assert len(writes_to(zotero10)) == 2  # the lost one, and the retry that found it made
+    assert len(notes) == 1 and notes == done["created"]
+    # Only the lost one: the retry found the note it had made among the objects changed since the plan.
+    assert len(writes_to(zotero10)) == 1
+    assert any(r.method == "GET" and "since=" in r.path for r in zotero10.received)
     d.stop()
 
 

@@ -221,22 +221,46 @@ class Journal:
             return self._one(where + " ORDER BY seq DESC LIMIT 1", (session_id,) if session_id else ())
 
     def created_collection_key(self, ref: str) -> str | None:
-        """The key of a collection a write made or will make, named by its key or its name."""
-        for op in self._created_collections():
-            if ref in (op.new_key, op.name):
+        """The key of a collection a write made or will make, named by its key (the one the write
+        chose, or the one Zotero gave it) or its name."""
+        for op, given in self._created_collections():
+            if ref in (op.new_key, given, op.name):
                 return op.new_key
         return None
 
-    def _created_collections(self) -> list[CreateCollection]:
+    def _created_collections(self) -> list[tuple[CreateCollection, str | None]]:
+        """The collections writes made or will make (proposed, not refused), each with the key
+        Zotero gave it once made."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT operation FROM writes WHERE kind = 'create_collection' AND state IN "
+                "SELECT operation, change FROM writes WHERE kind = 'create_collection' AND state IN "
                 "('awaiting_consent', 'queued', 'applied') ORDER BY seq DESC LIMIT 200").fetchall()
-        return [op for (raw,) in rows if isinstance(op := decode(raw), CreateCollection)]
+        made = []
+        for raw, raw_change in rows:
+            if isinstance(op := decode(raw), CreateCollection):
+                created = _change_decoder.decode(raw_change).created_collections if raw_change else ()
+                made.append((op, created[0] if created else None))
+        return made
+
+    def given_keys(self) -> dict[str, str]:
+        """For objects writes created under a key Zotero did not take (it chose its own), the key
+        the write chose → the key Zotero gave."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT operation, change FROM writes WHERE kind IN ('save_note', 'add_item', 'create_collection') "
+                "AND change IS NOT NULL AND state IN ('applied', 'undone') ORDER BY seq DESC LIMIT 500").fetchall()
+        given = {}
+        for raw_op, raw_change in rows:
+            op, change = decode(raw_op), _change_decoder.decode(raw_change)
+            made = (*change.created_items, *change.created_collections)
+            new_key = getattr(op, "new_key", None)
+            if made and new_key and made[0] != new_key:
+                given[new_key] = made[0]
+        return given
 
     def created_collection_name(self, key: str) -> str | None:
-        """The name of a collection a write made or will make (proposed, not refused)."""
-        return next((op.name for op in self._created_collections() if op.new_key == key), None)
+        """The name of a collection a write made or will make, by either of its keys."""
+        return next((op.name for op, given in self._created_collections() if key in (op.new_key, given)), None)
 
     def always_allowed(self) -> set[str]:
         with self._lock:

@@ -8,9 +8,11 @@
   Always Allow one that lasts (kept here, 0600, per server ID, never logged), Deny a 403. At most 5
   prompts a minute (429 with Retry-After). A key Zotero no longer knows is a 401;
 - objects are written in batches of at most 50 with `POST .../items` (or `collections`): an object
-  whose key exists is updated (its `version` must match), one whose key does not is created with it
-  (`version: 0`). So every operation here is one request, and a retried creation that had landed
-  fails with 412 for that object instead of creating a second one;
+  whose key exists is updated (its `version` must match). A new one must be sent without a key:
+  Zotero 10.0.0 cannot make an object under a key the client chose (it sets the key on an object
+  whose data is not loaded yet, and then fails it with "'primaryData' not loaded"), so Zotero gives
+  the key, and the write records it. A retried creation first looks among the objects changed since
+  the write was planned (`since=<library version>`) for the one an earlier attempt made;
 - an array sent (tags, collections) replaces the object's array: tags are added or removed by sending
   the union or the difference with what Zotero holds, read just before;
 - `deleted: 1` moves an item (or a collection) to Zotero's trash; DELETE would erase it, so undo
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any, Final, TypedDict
 
 import httpx
+import msgspec
 
 from zocratesd import locations
 from zocratesd.library._listeners import PROC_NET, listener_owner
@@ -152,14 +155,12 @@ class ZoteroLocalApi:
             case ops.AddToCollection():
                 current = await self._items(op.library, op.items)
                 return Change(collection_added=tuple(k for k in op.items if op.collection not in current[k].get("collections", [])))
-            case ops.SaveNote() | ops.AddItem():
-                return Change(created_items=(op.new_key,))
-            case ops.CreateCollection():
-                return Change(created_collections=(op.new_key,))
+            case ops.SaveNote() | ops.AddItem() | ops.CreateCollection():
+                return Change(library_version=await self._library_version(op.library))
             case ops.Retag() | ops.RemoveFromCollection() | ops.Trash():
                 return Change()
 
-    async def apply(self, op: Operation, change: Change) -> None:
+    async def apply(self, op: Operation, change: Change) -> Change | None:
         match op:
             case ops.TagItems() | ops.UntagItems() | ops.Retag():
                 add, remove = _retag_sets(op)
@@ -184,20 +185,8 @@ class ZoteroLocalApi:
                         updates.append({"key": key, "version": data["version"],
                                         "collections": [c for c in have if c != op.collection]})
                 await self._post(op.library, "items", updates)
-            case ops.SaveNote():
-                note: Sent = {"key": op.new_key, "version": 0, "itemType": "note",
-                                        "note": note_html(op.markdown, op.citations)}
-                if op.parent:
-                    note["parentItem"] = op.parent
-                if op.collection:
-                    note["collections"] = [op.collection]
-                await self._post(op.library, "items", [note], creating=True)
-            case ops.CreateCollection():
-                await self._post(op.library, "collections", [{
-                    "key": op.new_key, "version": 0, "name": op.name, "parentCollection": op.parent or False,
-                }], creating=True)
-            case ops.AddItem():
-                await self._post(op.library, "items", [item_json(op)], creating=True)
+            case ops.SaveNote() | ops.AddItem() | ops.CreateCollection():
+                return await self._create(op, change)
             case ops.Trash():
                 if op.items:
                     current = await self._items(op.library, op.items, missing_ok=True)
@@ -207,6 +196,45 @@ class ZoteroLocalApi:
                     found = await self._collections(op.library, op.collections)
                     await self._post(op.library, "collections",
                                      [{"key": k, "version": d["version"], "deleted": True} for k, d in found.items()])
+        return None
+
+    async def _create(self, op: ops.SaveNote | ops.AddItem | ops.CreateCollection, change: Change) -> Change | None:
+        """Make the object (Zotero gives its key): the change with that key. An earlier attempt's
+        object, found by its content among what changed since the plan, is not made again."""
+        kind, sent = _new_object(op)
+        made = change.created_collections if kind == "collections" else change.created_items
+        if made:  # recorded by an attempt that crashed before the write was marked applied
+            return None
+        if change.library_version is not None:
+            earlier = await self._made_since(op.library, kind, sent, change.library_version)
+            if earlier is not None:
+                return _with_created(change, kind, earlier)
+        result = await self._post(op.library, kind, [sent])
+        key = result.get("successful", {}).get("0", {}).get("key")
+        if not isinstance(key, str):
+            raise NotNow("Zotero's answer to the write named no new object; it is tried again")
+        return _with_created(change, kind, key)
+
+    async def _library_version(self, library: str) -> int:
+        try:
+            r = await self._client.get(f"{_prefix(library)}/collections", params={"limit": "1", "format": "keys"},
+                                       timeout=WRITE_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            raise NotNow(f"Zotero did not answer ({type(exc).__name__})") from None
+        version = r.headers.get("Last-Modified-Version", "")
+        if r.status_code != 200 or not version.isdigit():
+            raise NotNow(f"Zotero answered {r.status_code} to a read")
+        return int(version)
+
+    async def _made_since(self, library: str, kind: str, sent: Sent, version: int) -> str | None:
+        """The key of an object changed after `version` that is the one `sent` describes."""
+        found = await self._get_json(f"{_prefix(library)}/{kind}", {"since": str(version), "format": "json",
+                                                                    "includeTrashed": "1", "limit": "100"})
+        for obj in found if isinstance(found, list) else []:
+            data = obj.get("data") if isinstance(obj, dict) else None
+            if isinstance(data, dict) and all(_same_value(data.get(k), v) for k, v in sent.items()):
+                return str(obj.get("key"))
+        return None
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -250,12 +278,11 @@ class ZoteroLocalApi:
 
     # --- writes -----------------------------------------------------------------------------------
 
-    async def _post(self, library: str, kind: str, objects: list[Sent], *, creating: bool = False) -> None:
-        """One batch write (≤ 50 objects). A created object already there (a retry of a write that
-        landed) counts as written; a version that moved meanwhile (the person edited the item) is
-        tried again with what Zotero then holds."""
+    async def _post(self, library: str, kind: str, objects: list[Sent]) -> dict[str, Any]:
+        """One batch write (≤ 50 objects); Zotero's answer. A version that moved meanwhile (the person
+        edited the item) is tried again with what Zotero then holds."""
         if not objects:
-            return
+            return {}
         assert len(objects) <= MAX_WRITE_ITEMS
         key = await self._write_key()
         self._check_owner()
@@ -286,15 +313,10 @@ class ZoteroLocalApi:
                 raise NotNow("Zotero's answer to the write was not understood; it is tried again")
             code, message = failure.get("code"), str(failure.get("message", ""))[:200]
             sent = objects[int(index)]
-            if code == 412 and creating and sent.get("version") == 0 and await self._exists(library, kind, str(sent["key"])):
-                continue  # created by an earlier attempt whose answer was lost
             if code == 412:
                 raise NotNow(f"{sent['key']} changed in Zotero while writing; it is tried again")
-            raise Refused(f"Zotero refused {sent.get('key', 'an object')}: {message}")
-
-    async def _exists(self, library: str, kind: str, key: str) -> bool:
-        r = await self._client.get(f"{_prefix(library)}/{kind}/{key}", timeout=WRITE_TIMEOUT_S)
-        return r.status_code == 200
+            raise Refused(f"Zotero refused {sent.get('key', 'the new object')}: {message}")
+        return result if isinstance(result, dict) else {}
 
     async def _write_key(self) -> str:
         """A key for one write: the lasting one, else one from Zotero's dialog (the person answers in Zotero)."""
@@ -363,15 +385,46 @@ def _tag_delta(
 
 
 def item_json(op: ops.AddItem) -> Sent:
-    """A new item as Zotero's API writes it (the key chosen when the write was proposed)."""
+    """A new item as Zotero's API writes it (without a key: Zotero gives it)."""
     item = op.item
     creators = [
         {"creatorType": c.creator_type, "name": c.name} if c.name and not c.last_name
         else {"creatorType": c.creator_type, "firstName": c.first_name, "lastName": c.last_name}
         for c in item.creators
     ]
-    data: Sent = {"key": op.new_key, "version": 0, "itemType": item.item_type, "title": item.title,
-                            "creators": creators, **item.fields}
+    data: Sent = {"itemType": item.item_type, "title": item.title, "creators": creators, **item.fields}
     if op.collection:
         data["collections"] = [op.collection]
     return data
+
+
+def _new_object(op: ops.SaveNote | ops.AddItem | ops.CreateCollection) -> tuple[str, Sent]:
+    """Where a new object is written (`items` or `collections`) and what is sent."""
+    match op:
+        case ops.SaveNote():
+            note: Sent = {"itemType": "note", "note": note_html(op.markdown, op.citations)}
+            if op.parent:
+                note["parentItem"] = op.parent
+            if op.collection:
+                note["collections"] = [op.collection]
+            return "items", note
+        case ops.AddItem():
+            return "items", item_json(op)
+        case ops.CreateCollection():
+            return "collections", {"name": op.name, "parentCollection": op.parent or False}
+
+
+def _with_created(change: Change, kind: str, key: str) -> Change:
+    field = "created_collections" if kind == "collections" else "created_items"
+    return msgspec.structs.replace(change, **{field: (key,)})
+
+
+def _same_value(have: object, sent: object) -> bool:
+    """Whether Zotero's stored value is the one sent (creators compared by their names and roles)."""
+    if isinstance(sent, list) and isinstance(have, list):
+        return len(sent) == len(have) and all(_same_value(h, x) for h, x in zip(have, sent, strict=True))
+    if isinstance(sent, dict) and isinstance(have, dict):
+        return all(_same_value(have.get(k), v) for k, v in sent.items())
+    if sent is False or sent == "":
+        return have in (False, None, "")
+    return have == sent

@@ -4,7 +4,10 @@ and every face proposes it.
 Each operation names the Zotero library it writes (`user` or `groups/N`) and what it touches by
 Zotero keys. Creations carry the key the new object will have, chosen when the write is proposed:
 applying the same write twice (a retry after a crash between Zotero's answer and the journal's
-record) then reaches the same object instead of making a second one.
+record) then reaches the same object instead of making a second one, and a write proposed with it
+(file the papers in the collection being created) can name it before it exists. Where Zotero
+chooses the key itself (its local API), the write records the key Zotero gave, and the writes that
+name the chosen one are applied with Zotero's (`with_given_keys`).
 
 `Retag`, `RemoveFromCollection` and `Trash`, the inverses, are operations too: an undo is a write like any other,
 recorded, applied through the same path.
@@ -267,6 +270,26 @@ class Change(msgspec.Struct, frozen=True):
     collection_added: tuple[str, ...] = ()
     created_items: tuple[str, ...] = ()
     created_collections: tuple[str, ...] = ()
+    # Zotero's library version when a creation was planned, where Zotero chooses the new object's key
+    # (its local API): a retry looks only at what changed after it for what an earlier attempt made.
+    library_version: int | None = None
+
+
+# The fields by which an operation names existing objects (not the key it gives a new one).
+_REFERENCES = ("items", "collection", "parent")
+
+
+def with_given_keys(op: Operation, given: dict[str, str]) -> Operation:
+    """`op` naming, instead of the key another write chose for an object it created, the key Zotero
+    gave that object (`given`: chosen key to Zotero's), where the two differ."""
+    changes: dict[str, object] = {}
+    for name in _REFERENCES:
+        value = getattr(op, name, None)
+        if isinstance(value, str) and value in given:
+            changes[name] = given[value]
+        elif isinstance(value, tuple) and any(v in given for v in value):
+            changes[name] = tuple(given.get(v, v) for v in value)
+    return msgspec.structs.replace(op, **changes) if changes else op
 
 
 def inverse(op: Operation, change: Change) -> Operation | None:

@@ -5,8 +5,9 @@ first that can apply the write now; with none, the write waits.
 A path reads before it writes (`plan`: what the write will change, which the journal records
 before anything is sent) and writes idempotently (`apply`): tags and collection memberships are
 set as the union or difference of what Zotero holds at that moment, created objects carry the key
-chosen when the write was proposed. So a write applied twice (a crash after Zotero's answer and
-before the journal's record) changes Zotero once.
+chosen when the write was proposed (or, where Zotero chooses it, an earlier attempt's object is
+looked for first). So a write applied twice (a crash after Zotero's answer and before the journal's
+record) changes Zotero once.
 """
 
 from __future__ import annotations
@@ -38,5 +39,6 @@ class WritePath(Protocol):
     async def plan(self, op: Operation) -> Change:
         """What `op` would change in Zotero as it is now (read only)."""
 
-    async def apply(self, op: Operation, change: Change) -> None:
-        """Make the change; NotNow when Zotero went away meanwhile (retried), Refused when it said no."""
+    async def apply(self, op: Operation, change: Change) -> Change | None:
+        """Make the change; NotNow when Zotero went away meanwhile (retried), Refused when it said no.
+        The change as made when it is more than the plan knew (the keys Zotero chose), else None."""

@@ -282,13 +282,16 @@ class Writes:
         return "waiting"
 
     async def _apply_through(self, path: WritePath, record: WriteRecord) -> Literal["retry"] | None:
-        op = record.operation
+        # An object an earlier write created may have the key Zotero gave it, not the one it chose.
+        op = ops.with_given_keys(record.operation, await self._call(self.journal.given_keys))
         try:
             # What Zotero held before the first attempt, whichever path made it: a retry must not
             # re-read a state its own earlier attempt already changed.
             change = record.change if record.change is not None else await path.plan(op)
             await self._call(self.journal.note_change, record.id, path.name, change)
-            await path.apply(op, change)
+            made = await path.apply(op, change)
+            if made is not None:
+                await self._call(self.journal.note_change, record.id, path.name, made)
         except NotNow as exc:
             self.waiting_for = str(exc)
             await self._call(self.journal.note_attempt, record.id, str(exc))
