@@ -695,7 +695,10 @@ describe("the plugin's write channel in Gecko, as Zotero runs it", () => {
       { cwd: REPO, encoding: "utf8", env: { ...process.env, PYTHONPATH: `${REPO}:${join(REPO, "tests")}` } });
     assert.equal(built.status, 0, built.stderr);
     const closed = await new Promise((resolve) => {
-      const probe = net.createServer().listen(0, "127.0.0.1", () => probe.close(() => resolve(probe.address()?.port ?? 0)));
+      const probe = net.createServer().listen(0, "127.0.0.1", () => {
+        const { port } = probe.address();
+        probe.close(() => resolve(port));
+      });
     });
     await writeFile(join(zoteroDir, "zocrates-data", "zocrates_config.json"), JSON.stringify({ library: { local_api: false, local_api_url: `http://127.0.0.1:${closed}` } }));
     await mkdir(join(root, "run"), { recursive: true, mode: 0o700 });

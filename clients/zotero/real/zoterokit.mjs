@@ -20,6 +20,8 @@ import { Marionette, STEP_TIMEOUT_MS } from "../testkit.mjs";
 const HERE = dirname(fileURLToPath(import.meta.url));
 
 export const ZOTERO_APP = process.env.ZOCRATES_ZOTERO_APP || join(homedir(), ".cache", "zocrates", "zotero-9.0.6");
+/** A Zotero 10, for its local API (the writes a daemon makes without the plugin). */
+export const ZOTERO10_APP = process.env.ZOCRATES_ZOTERO10_APP || join(homedir(), ".cache", "zocrates", "zotero-10.0.0");
 /** Zotero's first start on a fresh profile (schema, translators and styles installed) on a loaded
  *  2-core machine: ~20 s measured, with room for a busy CI. */
 export const ZOTERO_START_TIMEOUT_MS = 120_000;
@@ -30,11 +32,12 @@ export const SCRIPT_TIMEOUT_MS = 120_000;
 export const SCREEN = { width: 1600, height: 1000 };
 
 /** The `zotero` launcher of the installation the test uses; fails loudly (never skips) without one. */
-export function requireZotero() {
-  const launcher = join(ZOTERO_APP, "zotero");
+export function requireZotero(app = ZOTERO_APP) {
+  const launcher = join(app, "zotero");
   if (!existsSync(launcher)) {
-    throw new Error(`the real-Zotero test needs a Zotero installation at ${ZOTERO_APP} (a directory with the 'zotero' launcher: `
-      + "Zotero's Linux tarball unpacked, or a build of Zotero's source); set ZOCRATES_ZOTERO_APP to use another one");
+    const variable = app === ZOTERO10_APP ? "ZOCRATES_ZOTERO10_APP" : "ZOCRATES_ZOTERO_APP";
+    throw new Error(`the real-Zotero test needs a Zotero installation at ${app} (a directory with the 'zotero' launcher: `
+      + `Zotero's Linux tarball unpacked, or a build of Zotero's source); set ${variable} to use another one`);
   }
   for (const tool of ["Xvfb"]) {
     if (spawnSync("sh", ["-c", `command -v ${tool}`]).status !== 0) throw new Error(`the real-Zotero test needs ${tool} (apt-get install xvfb)`);
@@ -106,12 +109,15 @@ user_pref("extensions.zotero.sync.reminder.setUp.enabled", false);
 user_pref("app.update.enabled", false);
 `;
 
-/** A running Zotero on a fresh profile and data directory under `root`, driven by Marionette. */
+/** A running Zotero on a fresh profile and data directory under `root`, driven by Marionette: the
+ *  installation at `app`, with `prefs` (name to value) added to the test profile's. */
 export class RealZotero {
-  /** @param {{root: string, display: string}} options */
-  constructor({ root, display }) {
+  /** @param {{root: string, display: string, app?: string, prefs?: Record<string, string | number | boolean>}} options */
+  constructor({ root, display, app = ZOTERO_APP, prefs = {} }) {
     this.root = root;
     this.display = display;
+    this.app = app;
+    this.prefs = prefs;
     this.home = join(root, "home");
     this.profile = join(root, "profile");
     this.log = join(root, "zotero.log");
@@ -128,7 +134,8 @@ export class RealZotero {
   async #writeProfile() {
     await mkdir(join(this.profile, "extensions"), { recursive: true });
     await mkdir(this.home, { recursive: true });
-    await writeFile(join(this.profile, "user.js"), USER_JS);
+    const extra = Object.entries(this.prefs).map(([name, value]) => `user_pref(${JSON.stringify(name)}, ${JSON.stringify(value)});\n`);
+    await writeFile(join(this.profile, "user.js"), USER_JS + extra.join(""));
     const helper = join(HERE, "ready-signal");
     const manifest = JSON.parse(await readFile(join(helper, "manifest.json"), "utf8"));
     const entries = [];
@@ -138,7 +145,7 @@ export class RealZotero {
 
   /** Start Zotero and connect; resolves once its main window and UI are ready. */
   async start() {
-    const launcher = requireZotero();
+    const launcher = requireZotero(this.app);
     await this.#writeProfile();
     const env = { ...process.env, HOME: this.home, DISPLAY: this.display, XDG_CONFIG_HOME: join(this.home, ".config"),
       XDG_CACHE_HOME: join(this.home, ".cache"), XDG_DATA_HOME: join(this.home, ".local", "share") };
@@ -174,6 +181,59 @@ export class RealZotero {
   /** Poll `body` (as for run) until it returns something truthy; that value. */
   until(body, what, { timeoutMs = STEP_TIMEOUT_MS, args = [] } = {}) {
     return this.marionette.until(`return (async function () {\n${body}\n}).apply(null, arguments);`, what, { timeoutMs, args });
+  }
+
+  /** The handles of Zotero's windows now; asking does not touch a dialog that is open. */
+  windows() {
+    return this.marionette.command("WebDriver:GetWindowHandles", {});
+  }
+
+  /** Answer the common dialog (Services.prompt, a window of its own) that Zotero opened since
+   *  `before` (a windows() list) as a person does, clicking the button labelled `label`; the
+   *  dialog's text. Marionette works in the dialog's own window for it: a script run in the main
+   *  window while such a dialog is open would first dismiss it, which presses its button 1. */
+  async answerDialog(before, label, { timeoutMs = STEP_TIMEOUT_MS } = {}) {
+    const main = await this.marionette.command("WebDriver:GetWindowHandle", {});
+    const deadline = Date.now() + timeoutMs;
+    let dialog;
+    while (!(dialog = (await this.windows()).find((h) => !before.includes(h)))) {
+      if (Date.now() > deadline) throw new Error(`Zotero showed no dialog in ${timeoutMs} ms`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    if (!(await this.#switchTo(dialog, deadline))) throw new Error(`Zotero's dialog could not be reached in ${timeoutMs} ms`);
+    try {
+      return await this.marionette.until(`
+        // Until the dialog has built its buttons (getButton throws before that).
+        const dialog = document.readyState === "complete" && document.getElementById("commonDialog");
+        let button = null;
+        try {
+          button = dialog && ["accept", "cancel", "extra1", "extra2"].map((name) => dialog.getButton(name))
+            .find((b) => b && !b.hidden && b.label === arguments[0]);
+        } catch {
+          return null;
+        }
+        if (!button) return null;
+        const text = document.getElementById("infoBody")?.textContent ?? "";
+        button.click();
+        return { text };`, `the button "${label}" in Zotero's dialog`, { timeoutMs, args: [label] });
+    } finally {
+      if (!(await this.#switchTo(main, Date.now() + 5_000))) throw new Error("Zotero's main window could not be reached after its dialog");
+    }
+  }
+
+  /** Make `handle` Marionette's window; false when it is still not found at `deadline` (a window
+   *  may be listed a moment before it can be reached, and not be found while a dialog comes or goes). */
+  async #switchTo(handle, deadline) {
+    for (;;) {
+      try {
+        await this.marionette.command("WebDriver:SwitchToWindow", { handle, focus: false });
+        return true;
+      } catch (err) {
+        if (!/no such window/.test(String(err))) throw err;
+      }
+      if (Date.now() > deadline) return false;
+      await new Promise((r) => setTimeout(r, 100));
+    }
   }
 
   /** A PNG of the current chrome window (Marionette draws it; the chat's content process included). */
@@ -287,13 +347,14 @@ export async function daemonLibrary(daemon, check) {
 }
 
 /** Run `sql` (one SELECT; `params` bound) on a copy of Zotero's database, as Zotero wrote it to
- *  disk (a copy: Zotero holds the file); its rows. */
+ *  disk (a copy: Zotero holds the file), its write-ahead log included (Zotero 10 keeps one); its rows. */
 export async function zoteroRows(zotero, scratch, sql, params = []) {
   const copy = join(scratch, `zotero-copy-${process.hrtime.bigint()}.sqlite`);
   await copyFile(join(zotero.dataDir, "zotero.sqlite"), copy);
+  if (existsSync(join(zotero.dataDir, "zotero.sqlite-wal"))) await copyFile(join(zotero.dataDir, "zotero.sqlite-wal"), `${copy}-wal`);
   const read = spawnSync("python3", ["-c", `
 import json, sqlite3, sys
-db = sqlite3.connect("file:" + sys.argv[1] + "?immutable=1", uri=True)
+db = sqlite3.connect(sys.argv[1])
 print(json.dumps(db.execute(sys.argv[2], json.loads(sys.argv[3])).fetchall()))`, copy, sql, JSON.stringify(params)], { encoding: "utf8" });
   assert.equal(read.status, 0, read.stderr);
   return JSON.parse(read.stdout);
