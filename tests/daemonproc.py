@@ -67,7 +67,13 @@ class DaemonProc:
 
     @property
     def info(self) -> dict[str, Any]:
-        return json.loads((self.state_dir / "daemon.json").read_text())
+        try:
+            return json.loads((self.state_dir / "daemon.json").read_text())
+        except FileNotFoundError:
+            # The daemon removes it only as it exits: say how it ended, not just that a file is missing.
+            ended = "still runs" if self.running() else f"exited {self.proc.returncode if self.proc else None}"
+            raise AssertionError(f"no daemon.json: the daemon {ended}; its log ends:\n{self.stderr_text()[-3000:]}\n"
+                                 f"its stderr ends:\n{self.stderr_tail(3000)}") from None
 
     @property
     def socket_path(self) -> str:
