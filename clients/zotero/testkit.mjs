@@ -152,8 +152,9 @@ function pluginSandbox(name, Zotero) {
  *  only way to run code in a chrome window, where Zotero runs plugins. Frames are `<length>:<json>`. */
 export class Marionette {
   /** Connect to the Marionette of the Gecko app using `profileDir` (its MarionetteActivePort file),
-   *  and open a session; `timeoutMs` bounds both (NewSession waits for the app's startup to end). */
-  static async connect(profileDir, { timeoutMs = READY_TIMEOUT_MS } = {}) {
+   *  and open a session with `capabilities`; `timeoutMs` bounds both (NewSession waits for the
+   *  app's startup to end). */
+  static async connect(profileDir, { timeoutMs = READY_TIMEOUT_MS, capabilities = {} } = {}) {
     const portFile = join(profileDir, "MarionetteActivePort");
     const deadline = Date.now() + timeoutMs;
     while (!existsSync(portFile)) {
@@ -165,7 +166,7 @@ export class Marionette {
     await m._next(); // the server's greeting
     const timer = setTimeout(() => m.socket.destroy(new Error(`Marionette's NewSession did not answer in ${timeoutMs} ms`)), Math.max(0, deadline - Date.now()));
     try {
-      await m.command("WebDriver:NewSession", { capabilities: {} });
+      await m.command("WebDriver:NewSession", { capabilities });
     } finally {
       clearTimeout(timer);
     }

@@ -9,7 +9,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -18,7 +18,7 @@ import { REPO, Zocratesd, daemonEnv } from "../testkit.mjs";
 import { makePdf } from "./pdf.mjs";
 import {
   PANE_BROWSER, PLUGIN_ID, PREFS_BROWSER, RealZotero, ZOTERO_APP, askInPane, daemonLibrary as daemonLibraryOf, inPage as inPageOf,
-  installPlugin, installedVersions, killGroup, requireZotero, startXvfb, zoteroRows,
+  installPlugin, installedVersions, requireZotero, startXvfb, tearDown, zoteroRows,
 } from "./zoterokit.mjs";
 
 const SCREENSHOTS = join(REPO, "clients", "zotero", "screenshots");
@@ -60,16 +60,7 @@ describe("Zocrates in a real Zotero", { timeout: 30 * 60_000 }, () => {
     await zotero.start();
   });
 
-  after(async () => {
-    if (process.env.ZOCRATES_KEEP_ZOTERO) {
-      console.log(`# kept: Zotero on DISPLAY=${xvfb?.display}, profile ${zotero?.profile}, data ${zotero?.dataDir}`);
-      return;
-    }
-    await zotero?.stop();
-    await daemon?.stop({ killAfterMs: 20_000 }).catch(() => {});
-    await killGroup(xvfb?.proc);
-    if (root && !process.env.ZOCRATES_KEEP_ROOT) await rm(root, { recursive: true, force: true });
-  });
+  after(() => tearDown({ zotero, daemon, xvfb, root }));
 
   /** A new `zocratesd serve` on Zotero's data directory (a new port and token at each start). */
   async function startDaemon() {

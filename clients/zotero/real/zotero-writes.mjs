@@ -10,7 +10,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable, Writable } from "node:stream";
@@ -21,7 +21,7 @@ import { buildXpi } from "../plugin/build.mjs";
 import { REPO, Zocratesd, daemonEnv, python } from "../testkit.mjs";
 import {
   PANE_BROWSER, PLUGIN_ID, RealZotero, askInPane, daemonLibrary, inPage, installPlugin, killGroup,
-  requireZotero, startXvfb,
+  requireZotero, startXvfb, tearDown,
 } from "./zoterokit.mjs";
 import { APPLIED_TIMEOUT_MS, WritesWorld } from "./writeskit.mjs";
 
@@ -85,16 +85,7 @@ describe("Writes into a real Zotero, from every face", { timeout: 30 * 60_000 },
     await daemonLibrary(daemon, (s) => s.state === "ready" && s.items_indexed >= 3);
   });
 
-  after(async () => {
-    if (process.env.ZOCRATES_KEEP_ZOTERO) {
-      console.log(`# kept: Zotero on DISPLAY=${xvfb?.display}, profile ${zotero?.profile}, data ${zotero?.dataDir}`);
-      return;
-    }
-    await zotero?.stop();
-    await daemon?.stop({ killAfterMs: 20_000 }).catch(() => {});
-    await killGroup(xvfb?.proc);
-    if (root && !process.env.ZOCRATES_KEEP_ROOT) await rm(root, { recursive: true, force: true });
-  });
+  after(() => tearDown({ zotero, daemon, xvfb, root }));
 
   test("the terminal: tags, a new collection under a parent, notes; each read back, then undone", async () => {
     // The first write may wait for the plugin's first poll of the new daemon: the CLI says so, then it lands.

@@ -98,10 +98,11 @@ describe("Writes through a real Zotero 10's local API, without the plugin", { ti
    *  button `label` (Zotero shows it while the daemon's authorize request waits); the command's
    *  outcome and the dialog's text. */
   async function answered(label, ...args) {
-    const before = await zotero.windows();
-    const running = zocrates(...args, "--json");
-    const { text } = await zotero.answerDialog(before, label);
-    return { ...(await running), text };
+    await zotero.answerNextDialog(label);
+    const out = await zocrates(...args, "--json");
+    const dialog = await zotero.dialogAnswered();
+    assert.ok(dialog, `Zotero showed no dialog: ${out.stderr}`);
+    return { ...out, text: dialog.text };
   }
 
   test("Zotero 10 with its local API on and no Zocrates plugin", async () => {

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { closeSync, existsSync, openSync } from "node:fs";
-import { copyFile, mkdir, readFile, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -161,7 +161,10 @@ export class RealZotero {
       closeSync(fd);
     }
     const exited = new Promise((_, reject) => this.proc.once("exit", (code) => reject(new Error(`Zotero exited ${code} while starting; see ${this.log}`))));
-    this.marionette = await Promise.race([Marionette.connect(this.profile, { timeoutMs: ZOTERO_START_TIMEOUT_MS }), exited]);
+    // A dialog Zotero shows is the test's to answer, never Marionette's: by default Marionette
+    // dismisses an open one before a command, which for Zotero's local API dialog means Always Allow.
+    this.marionette = await Promise.race([Marionette.connect(this.profile, { timeoutMs: ZOTERO_START_TIMEOUT_MS,
+      capabilities: { alwaysMatch: { unhandledPromptBehavior: "ignore" } } }), exited]);
     await this.marionette.command("Marionette:SetContext", { value: "chrome" });
     await this.marionette.command("WebDriver:SetTimeouts", { script: SCRIPT_TIMEOUT_MS });
     await this.run(`
@@ -188,52 +191,38 @@ export class RealZotero {
     return this.marionette.command("WebDriver:GetWindowHandles", {});
   }
 
-  /** Answer the common dialog (Services.prompt, a window of its own) that Zotero opened since
-   *  `before` (a windows() list) as a person does, clicking the button labelled `label`; the
-   *  dialog's text. Marionette works in the dialog's own window for it: a script run in the main
-   *  window while such a dialog is open would first dismiss it, which presses its button 1. */
-  async answerDialog(before, label, { timeoutMs = STEP_TIMEOUT_MS } = {}) {
-    const main = await this.marionette.command("WebDriver:GetWindowHandle", {});
-    const deadline = Date.now() + timeoutMs;
-    let dialog;
-    while (!(dialog = (await this.windows()).find((h) => !before.includes(h)))) {
-      if (Date.now() > deadline) throw new Error(`Zotero showed no dialog in ${timeoutMs} ms`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    if (!(await this.#switchTo(dialog, deadline))) throw new Error(`Zotero's dialog could not be reached in ${timeoutMs} ms`);
-    try {
-      return await this.marionette.until(`
-        // Until the dialog has built its buttons (getButton throws before that).
-        const dialog = document.readyState === "complete" && document.getElementById("commonDialog");
-        let button = null;
-        try {
-          button = dialog && ["accept", "cancel", "extra1", "extra2"].map((name) => dialog.getButton(name))
-            .find((b) => b && !b.hidden && b.label === arguments[0]);
-        } catch {
-          return null;
-        }
-        if (!button) return null;
-        const text = document.getElementById("infoBody")?.textContent ?? "";
-        button.click();
-        return { text };`, `the button "${label}" in Zotero's dialog`, { timeoutMs, args: [label] });
-    } finally {
-      if (!(await this.#switchTo(main, Date.now() + 5_000))) throw new Error("Zotero's main window could not be reached after its dialog");
-    }
+  /** Have the next common dialog Zotero shows (Services.prompt, a window of its own) answered as a
+   *  person does, by a click on its button labelled `label`; `dialogAnswered()` then gives its text.
+   *  An observer inside Zotero clicks it: while such a dialog is open Zotero's event loop spins
+   *  inside it, and a Marionette command arriving then may wait for the dialog to close. */
+  answerNextDialog(label) {
+    return this.run(`
+      const label = arguments[0];
+      const topic = "common-dialog-loaded";
+      window.zocratesTestDialog = null;
+      const observer = { observe(dialogWindow) {
+        Services.obs.removeObserver(observer, topic);
+        const click = () => {
+          const doc = dialogWindow.document;
+          const dialog = doc.getElementById("commonDialog");
+          let button = null;
+          try {
+            button = ["accept", "cancel", "extra1", "extra2"].map((name) => dialog.getButton(name))
+              .find((b) => b && !b.hidden && b.label === label);
+          } catch {}
+          if (!button) return dialogWindow.setTimeout(click, 50); // its buttons not built yet
+          window.zocratesTestDialog = { text: doc.getElementById("infoBody")?.textContent ?? "" };
+          button.click();
+        };
+        dialogWindow.setTimeout(click, 0);
+      } };
+      Services.obs.addObserver(observer, topic);
+      return true;`, [label]);
   }
 
-  /** Make `handle` Marionette's window; false when it is still not found at `deadline` (a window
-   *  may be listed a moment before it can be reached, and not be found while a dialog comes or goes). */
-  async #switchTo(handle, deadline) {
-    for (;;) {
-      try {
-        await this.marionette.command("WebDriver:SwitchToWindow", { handle, focus: false });
-        return true;
-      } catch (err) {
-        if (!/no such window/.test(String(err))) throw err;
-      }
-      if (Date.now() > deadline) return false;
-      await new Promise((r) => setTimeout(r, 100));
-    }
+  /** The dialog answerNextDialog() answered: its text; null while none was. */
+  dialogAnswered() {
+    return this.run(`return window.zocratesTestDialog;`);
   }
 
   /** A PNG of the current chrome window (Marionette draws it; the chat's content process included). */
@@ -263,6 +252,20 @@ export class RealZotero {
 }
 
 export { killGroup };
+
+/** After a real-Zotero test file: Zotero quit, the daemon stopped, the virtual screen closed and
+ *  the scratch directory removed; with ZOCRATES_KEEP_ZOTERO set, all left running to look at (and
+ *  with ZOCRATES_KEEP_ROOT, the files kept). */
+export async function tearDown({ zotero, daemon, xvfb, root }) {
+  if (process.env.ZOCRATES_KEEP_ZOTERO) {
+    console.log(`# kept: Zotero on DISPLAY=${xvfb?.display}, profile ${zotero?.profile}, data ${zotero?.dataDir}`);
+    return;
+  }
+  await zotero?.stop();
+  await daemon?.stop({ killAfterMs: 20_000 }).catch(() => {});
+  await killGroup(xvfb?.proc);
+  if (root && !process.env.ZOCRATES_KEEP_ROOT) await rm(root, { recursive: true, force: true });
+}
 
 export const PLUGIN_ID = "zocrates@zocratesd.org";
 /** The chat page's browser in Zotero's main window, and in its Settings window. */
