@@ -7,13 +7,13 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, stat } from "node:fs/promises";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { Zocratesd, daemonEnv } from "../testkit.mjs";
-import { PLUGIN_ID, RealZotero, ZOTERO10_APP, daemonLibrary, killGroup, requireZotero, startXvfb } from "./zoterokit.mjs";
+import { PLUGIN_ID, RealZotero, ZOTERO10_APP, daemonLibrary, requireZotero, startXvfb, tearDown } from "./zoterokit.mjs";
 import { WritesWorld } from "./writeskit.mjs";
 
 /** Papers a person has, and 50 more: one write may touch at most 50 items (limits.MAX_WRITE_ITEMS). */
@@ -83,16 +83,7 @@ describe("Writes through a real Zotero 10's local API, without the plugin", { ti
     await daemonLibrary(daemon, (s) => s.state === "ready" && s.items_indexed >= 2 + BATCH);
   });
 
-  after(async () => {
-    if (process.env.ZOCRATES_KEEP_ZOTERO) {
-      console.log(`# kept: Zotero 10 on DISPLAY=${xvfb?.display}, profile ${zotero?.profile}, data ${zotero?.dataDir}`);
-      return;
-    }
-    await zotero?.stop();
-    await daemon?.stop({ killAfterMs: 20_000 }).catch(() => {});
-    await killGroup(xvfb?.proc);
-    if (root && !process.env.ZOCRATES_KEEP_ROOT) await rm(root, { recursive: true, force: true });
-  });
+  after(() => tearDown({ zotero, daemon, xvfb, root }));
 
   /** Run `zocrates ARGS --json` while the person answers Zotero's authorization dialog with the
    *  button `label` (Zotero shows it while the daemon's authorize request waits); the command's
