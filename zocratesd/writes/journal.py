@@ -186,6 +186,12 @@ class Journal:
             self._conn.execute("UPDATE writes SET path = ?, change = ?, attempts = attempts + 1, updated_at = ? WHERE id = ?",
                                (path, msgspec.json.encode(change), time.time(), wid))
 
+    def note_made(self, wid: str, change: Change) -> None:
+        """Record what a write changed once Zotero said more than the plan knew (the keys it gave)."""
+        with self._lock:
+            self._conn.execute("UPDATE writes SET change = ?, updated_at = ? WHERE id = ?",
+                               (msgspec.json.encode(change), time.time(), wid))
+
     def note_attempt(self, wid: str, error: str) -> None:
         with self._lock:
             self._conn.execute("UPDATE writes SET error = ?, updated_at = ? WHERE id = ?", (error, time.time(), wid))

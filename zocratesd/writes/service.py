@@ -291,7 +291,7 @@ class Writes:
             await self._call(self.journal.note_change, record.id, path.name, change)
             made = await path.apply(op, change)
             if made is not None:
-                await self._call(self.journal.note_change, record.id, path.name, made)
+                await self._call(self.journal.note_made, record.id, made)
         except NotNow as exc:
             self.waiting_for = str(exc)
             await self._call(self.journal.note_attempt, record.id, str(exc))
