@@ -20,11 +20,16 @@ from zocratesd.writes.service import SETTLE_WAIT_S
 pytestmark = pytest.mark.e2e
 
 
+# Zotero closed: a loopback port bound for this test process's life and never listening, so a
+# connect is refused at once. A port merely free when picked could be taken meanwhile by another
+# test's server (a stand-in Zotero, a daemon's shim), which the daemon would then write to.
+_ZOTERO_CLOSED = socket.socket()
+_ZOTERO_CLOSED.bind(("127.0.0.1", 0))
+
+
 def closed_port() -> int:
-    """A loopback port nothing listens on (Zotero closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on, and nothing else can take (Zotero closed)."""
+    return int(_ZOTERO_CLOSED.getsockname()[1])
 
 
 def writes_daemon(daemon_factory: Any, *, mode: str = "ask", port: int | None = None) -> Any:
