@@ -41,6 +41,7 @@ import json
 import math
 import re
 import secrets
+import socket
 import string
 import threading
 import time
@@ -198,6 +199,22 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a dialog left hanging must not keep stop() waiting
     block_on_close = False
 
+    def server_bind(self) -> None:
+        # Shared with the placeholder that holds the port while Zotero is closed (`_hold_port`).
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
+
+
+def _hold_port(port: int) -> socket.socket:
+    """Zotero closed: its port bound and never listening, so a connect is refused at once (as on a
+    port nothing holds) and no other test's server can take the port before Zotero starts again."""
+    s = socket.socket()
+    # SO_REUSEPORT alone: Zotero's own server shares it (same user, both set); a server that sets
+    # SO_REUSEADDR (as most do) is still refused, which it would not be if this set it too.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind(("127.0.0.1", port))
+    return s
+
 
 class FakeZoteroApi:
     """Start with `FakeZoteroApi(items, collections)`; `base_url` to point the daemon at; `close()`.
@@ -243,6 +260,7 @@ class FakeZoteroApi:
         self._changed = threading.Condition(self._lock)
         self._handler = self._make_handler()
         self._httpd: _Server | None = None
+        self._held: socket.socket | None = None  # the port while Zotero is closed
         self.port = port
         self.start()
 
@@ -266,13 +284,17 @@ class FakeZoteroApi:
             self.connector_sessions.clear()
         self._httpd = _Server(("127.0.0.1", self.port), self._handler)
         self.port = self._httpd.server_address[1]
+        if self._held is not None:
+            self._held.close()
+            self._held = None
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
-        """Zotero quits: the port closes, an open dialog's request is cut off unanswered."""
+        """Zotero quits: its port refuses connections, an open dialog's request is cut off unanswered."""
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
+        self._held = _hold_port(self.port)
         with self._lock:
             dialogs, self._dialogs = self._dialogs, []
         for d in dialogs:
@@ -283,6 +305,9 @@ class FakeZoteroApi:
 
     def close(self) -> None:
         self.stop()
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
     # ---- test handles -------------------------------------------------------------------------
 

@@ -5,6 +5,8 @@ SRV = server.js, CONN = server_connector.js, SESS = saveSession.js (details: /wo
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +15,8 @@ import httpx
 import pytest
 from fake_zotero_api import FakeZoteroApi
 from zoterofixture import sample_library
+
+from zocratesd.library._listeners import listener_owner
 
 PAPER = "LEWIS202"  # a journal article of sample_library()
 COLL = "MISCCOLL"
@@ -419,12 +423,17 @@ def test_a_browser_request_is_cut_off_unanswered(zot: FakeZoteroApi, http: httpx
     assert r.status_code == 200
 
 
-def test_stop_closes_the_port_and_start_reopens_it_with_the_library_and_keys(zot: FakeZoteroApi, http: httpx.Client) -> None:
+def test_stop_refuses_on_the_port_and_start_reopens_it_with_the_library_and_keys(zot: FakeZoteroApi, http: httpx.Client) -> None:
     h = write_headers(zot, http, "always")
     key = post_items(http, h, [{"itemType": "book", "title": "Kept"}]).json()["success"]["0"]
     zot.stop()
     with pytest.raises(httpx.ConnectError):
         http.get("/api/")
+    assert listener_owner("127.0.0.1", zot.port).verdict == "none"  # what the daemon sees: nothing listens
+    with socket.socket() as other, pytest.raises(OSError) as taken:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as most servers do
+        other.bind(("127.0.0.1", zot.port))  # another test's server cannot take Zotero's port meanwhile
+    assert taken.value.errno == errno.EADDRINUSE
     zot.start()
     with httpx.Client(base_url=zot.base_url, timeout=30) as c:
         assert c.get(f"/api/users/0/items/{key}").json()["data"]["title"] == "Kept"  # the database survives
