@@ -16,7 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -53,8 +53,35 @@ def d() -> Iterator[DaemonProc]:
 @pytest.fixture
 def port(d: DaemonProc) -> int:
     p: int = d.info["http"]["port"]
-    time.sleep(HEAD_S + 1)  # what an earlier test left open has passed its deadline
+    # What an earlier test left open has met its deadline and been closed: no place of the cap is taken.
+    wait_until(lambda: not held_connections(p), f"the shim still holds connections on port {p}: {held_connections(p)}")
     return p
+
+
+# The states of a connection the daemon holds (accepted or about to be): ESTABLISHED, SYN_RECV,
+# CLOSE_WAIT (the client closed, the daemon has not yet). Linux's /proc/net/tcp numbering.
+_HELD_STATES = {"01", "03", "08"}
+
+
+def held_connections(port: int) -> list[int]:
+    """The daemon's side of each TCP connection to `port` it holds, as the bytes it has not read yet."""
+    unread = []
+    with open("/proc/net/tcp", encoding="ascii") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            local, state, queues = fields[1], fields[3], fields[4]
+            if int(local.split(":")[1], 16) == port and state in _HELD_STATES:
+                unread.append(int(queues.split(":")[1], 16))
+    return unread
+
+
+def wait_until(done: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """A hang guard around an event the test polls for."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
 
 
 def sockets_of(d: DaemonProc) -> int:
@@ -190,12 +217,13 @@ def test_when_every_connection_is_busy_a_new_one_is_closed_at_once_and_the_unix_
         busy = connect_accepted(d, port, CAP, stack)
         for s in busy:
             s.sendall(head)  # a whole head, a body that stalls: each is serving a request
-        sent = time.monotonic()
-        time.sleep(1)  # the heads are read (within BODY_S: the bodies' deadline has not come)
+        # The daemon has read each head (and the body's start): each connection serves a request now.
+        wait_until(lambda: held_connections(port) == [0] * CAP, f"heads not read: {held_connections(port)}")
+        read = time.monotonic()
         extra = stack.enter_context(connect(port))
         # Refused: queued, it would get a place when a stalled body's deadline (BODY_S) freed one,
         # and be closed at its own head's deadline (HEAD_S) after that.
-        assert closed_within(extra, sent + BODY_S + HEAD_S / 2 - time.monotonic()), \
+        assert closed_within(extra, read + BODY_S + HEAD_S / 2 - time.monotonic()), \
             "a connection over the cap, none to close, was not refused at once"
         with RawConn(d.socket_path, timeout=5) as c:  # the Unix socket does not care
             assert c.result("initialize", {"protocolVersion": 1})["protocolVersion"] == 1
