@@ -1,12 +1,39 @@
-"""A small HTTP client of the daemon's shim for tests (httpx, sync), and an SSE reader."""
+"""A small HTTP client of the daemon's shim for tests (httpx, sync), an SSE reader, and what the
+daemon's side of its TCP connections shows (/proc/net/tcp)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+
+# The states of a connection the daemon holds (accepted or about to be): ESTABLISHED, SYN_RECV,
+# CLOSE_WAIT (the client closed, the daemon has not yet). Linux's /proc/net/tcp numbering.
+_HELD_STATES = {"01", "03", "08"}
+
+
+def held_connections(port: int) -> list[int]:
+    """The daemon's side of each TCP connection to `port` it holds, as the bytes it has not read yet."""
+    unread = []
+    with open("/proc/net/tcp", encoding="ascii") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            local, state, queues = fields[1], fields[3], fields[4]
+            if int(local.split(":")[1], 16) == port and state in _HELD_STATES:
+                unread.append(int(queues.split(":")[1], 16))
+    return unread
+
+
+def wait_until(done: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """A hang guard around an event the test polls for."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
 
 
 class Shim:

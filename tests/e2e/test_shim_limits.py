@@ -16,7 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from daemonproc import DaemonProc, daemon_env
 from rawrpc import RawConn
+from shimhttp import held_connections, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -56,32 +57,6 @@ def port(d: DaemonProc) -> int:
     # What an earlier test left open has met its deadline and been closed: no place of the cap is taken.
     wait_until(lambda: not held_connections(p), f"the shim still holds connections on port {p}: {held_connections(p)}")
     return p
-
-
-# The states of a connection the daemon holds (accepted or about to be): ESTABLISHED, SYN_RECV,
-# CLOSE_WAIT (the client closed, the daemon has not yet). Linux's /proc/net/tcp numbering.
-_HELD_STATES = {"01", "03", "08"}
-
-
-def held_connections(port: int) -> list[int]:
-    """The daemon's side of each TCP connection to `port` it holds, as the bytes it has not read yet."""
-    unread = []
-    with open("/proc/net/tcp", encoding="ascii") as f:
-        next(f)
-        for line in f:
-            fields = line.split()
-            local, state, queues = fields[1], fields[3], fields[4]
-            if int(local.split(":")[1], 16) == port and state in _HELD_STATES:
-                unread.append(int(queues.split(":")[1], 16))
-    return unread
-
-
-def wait_until(done: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """A hang guard around an event the test polls for."""
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
 
 
 def sockets_of(d: DaemonProc) -> int:

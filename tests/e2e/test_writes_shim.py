@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from rawrpc import RawConn
-from shimhttp import Shim
+from shimhttp import Shim, held_connections, wait_until
 from test_library import wait_ready
 from test_writes import writes_daemon
 
@@ -137,3 +137,26 @@ def test_a_plugin_gone_a_moment_ago_leaves_the_write_waiting_for_it_not_for_an_a
         assert plugin.calls == [("plan", "tag_items"), ("apply", "tag_items")]
     assert tags == {"LEWIS202": {"rag", "later"}}
     d.stop()
+
+
+def test_a_daemon_stopping_answers_the_plugins_open_poll_at_once(sidebar: Any) -> None:
+    """Zotero open while the daemon stops (`zocratesd stop`, a service restart): the plugin's poll,
+    open for up to 25 s, is answered with nothing and its connection closed, instead of holding the
+    stop's drain until it is cut off with an error in the log."""
+    d, shim = sidebar
+    plugin = PluginInZotero(shim, d.info["plugin_token"], {})
+    before = len(held_connections(shim.port))
+    answered: dict[str, httpx.Response] = {}
+    poll = threading.Thread(target=lambda: answered.setdefault("poll", plugin.client.get("/plugin/writes", params={"wait": 25})))
+    poll.start()
+    try:
+        wait_until(lambda: len(held := held_connections(shim.port)) > before and not any(held),
+                   "the daemon never read the plugin's poll")
+        assert d.stop() == 0
+        poll.join(30)
+        r = answered["poll"]
+        assert (r.status_code, r.json()["request"], r.headers["connection"]) == (200, None, "close")
+        logged = d.stderr_text()
+        assert "still busy" not in logged and "Exception in ASGI application" not in logged, logged[-3000:]
+    finally:
+        plugin.client.close()

@@ -226,8 +226,10 @@ class HttpFace:
                     conn.close()
 
     def stop(self) -> None:
-        """Stop accepting; requests in flight (an SSE stream: its turn) may finish."""
+        """Stop accepting; requests in flight (an SSE stream: its turn) may finish, and the plugin's
+        open poll, which would only wait, is answered at once."""
         self._stopped = True
+        self.daemon.plugin.release_polls()
         if self._server is not None:
             self._server.should_exit = True
         if self._accepting is not None:

@@ -138,7 +138,10 @@ async def plugin_poll(request: Request) -> Response:
     channel = shim_of(request).daemon.plugin
     found = await channel.poll(wait, plugin_version=_header(request, "X-Zocrates-Plugin"),
                                zotero_version=_header(request, "X-Zotero-Version"))
-    return success(request=found)
+    response = success(request=found)
+    if channel.released:  # the daemon stops: the plugin's next poll goes to the next daemon
+        response.headers["Connection"] = "close"
+    return response
 
 
 async def plugin_answer(request: Request) -> Response:

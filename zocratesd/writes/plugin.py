@@ -77,11 +77,17 @@ class PluginChannel:
     def __init__(self) -> None:
         self._waiting: list[_Call] = []  # not yet taken by a poll
         self._taken: dict[str, _Call] = {}
-        self._arrived = anyio.Event()
+        self._arrived = anyio.Event()  # set (and replaced) when a call comes: every open poll looks
+        self._released = False
         self._polls = 0
         self._last_poll_end = 0.0
         self.plugin_version: str | None = None
         self.zotero_version: str | None = None
+
+    @property
+    def released(self) -> bool:
+        """Whether the daemon is stopping (`release_polls`)."""
+        return self._released
 
     @property
     def connected(self) -> bool:
@@ -95,10 +101,9 @@ class PluginChannel:
         self._polls += 1
         try:
             with anyio.move_on_after(min(max(wait_s, 0.0), MAX_POLL_WAIT_S)):
-                while not self._waiting:
-                    self._arrived = anyio.Event()
+                while not self._waiting and not self._released:
                     await self._arrived.wait()
-            if not self._waiting:
+            if not self._waiting or self._released:
                 return None
             call = self._waiting.pop(0)
             self._taken[call.id] = call
@@ -107,6 +112,17 @@ class PluginChannel:
         finally:
             self._polls -= 1
             self._last_poll_end = time.monotonic()
+
+    def release_polls(self) -> None:
+        """The daemon stops: every open poll is answered now, with nothing, instead of holding the
+        shutdown's drain for up to a whole poll; the plugin finds the next daemon when it polls again.
+        A call still waiting is not handed out: it stays queued in the journal for that daemon."""
+        self._released = True
+        self._wake_polls()
+
+    def _wake_polls(self) -> None:
+        self._arrived.set()
+        self._arrived = anyio.Event()
 
     def answer(self, call_id: str, body: Mapping[str, object]) -> bool:
         """The plugin's answer to a request it took; False for an id it was not given (or given up on)."""
@@ -142,7 +158,7 @@ class PluginChannel:
     async def _call(self, kind: Literal["plan", "apply"], op: Operation, change: Change | None) -> Change:
         call = _Call(f"p-{next(_ids)}", kind, op, change)
         self._waiting.append(call)
-        self._arrived.set()
+        self._wake_polls()
         try:
             # A plugin polls again within a moment of its last poll's end: one that does not take the
             # call within that grace is gone (Zotero was closed since), and the write waits for it
